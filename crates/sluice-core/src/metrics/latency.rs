@@ -1,0 +1,68 @@
+//! Latency distributions on HdrHistogram: nanosecond values from 1 ns to
+//! about an hour with three significant digits, constant memory whatever the
+//! number of samples.
+
+use hdrhistogram::Histogram;
+
+use crate::time::Nanos;
+
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram {
+    hist: Histogram<u64>,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds are valid"),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Records one latency; values beyond the range are clamped to it.
+    pub fn record(&mut self, latency: Nanos) {
+        self.hist.saturating_record(latency.max(1));
+    }
+
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.hist.mean()
+    }
+
+    /// The latency at quantile `q` in [0, 1].
+    pub fn quantile(&self, q: f64) -> Nanos {
+        self.hist.value_at_quantile(q)
+    }
+
+    pub fn max(&self) -> Nanos {
+        self.hist.max()
+    }
+
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        self.hist.add(&other.hist).expect("histograms share bounds");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_within_three_digits() {
+        let mut h = LatencyHistogram::default();
+        for v in 1..=1000u64 {
+            h.record(v * 1_000);
+        }
+        let p99 = h.quantile(0.99) as f64;
+        assert!((p99 - 990_000.0).abs() / 990_000.0 < 0.001, "{p99}");
+        assert_eq!(h.count(), 1000);
+        let mut other = LatencyHistogram::default();
+        other.record(5_000_000);
+        h.merge(&other);
+        assert!(h.max() >= 5_000_000 - 5_000);
+    }
+}

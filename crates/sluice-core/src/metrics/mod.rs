@@ -1,0 +1,12 @@
+//! The metric definitions, one implementation each (DESIGN.md, "Metrics"):
+//! tardiness and miss ratio (TraQIOS Def. 1–2), latency distributions
+//! (HdrHistogram), and per-tenant throughput, unfairness U_f and latency
+//! variability V_l (AppleS §3.1).
+
+mod fairness;
+mod latency;
+mod tardiness;
+
+pub use fairness::{latency_cv, unfairness, Moments, TenantStats};
+pub use latency::LatencyHistogram;
+pub use tardiness::Tardiness;
