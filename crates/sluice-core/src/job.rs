@@ -22,6 +22,9 @@ pub struct Job {
     pub remaining: u32,
     /// When the job was pushed.
     pub issued: Nanos,
+    /// The driver's handle for the job (a slot, a buffer, a waiter);
+    /// policies never look at it.
+    pub tag: u64,
 }
 
 impl Job {
@@ -34,7 +37,13 @@ impl Job {
             index: 1,
             remaining: ctx.est_ios.max(1),
             issued,
+            tag: 0,
         }
+    }
+
+    pub fn with_tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
     }
 
     /// Sets the access index x and derives M = max(N - x + 1, 1).

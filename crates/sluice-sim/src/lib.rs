@@ -1,0 +1,23 @@
+//! # sluice-sim: a deterministic simulator for Sluice policies
+//!
+//! A discrete-event engine in virtual time ([`engine`]), the transaction
+//! workload of TraQIOS §4 ([`workload`]), the simulation that runs it on the
+//! seek disk through a `sluice-core` stage ([`run`]), experiment files and
+//! sweeps ([`experiment`], [`sweep`]), and their reports ([`report`]).
+//!
+//! Every random draw comes from a seeded generator, and each transaction
+//! draws from a stream of its own, so a seed fixes the workload exactly:
+//! every policy sees the same transactions, and the same experiment file and
+//! seed give byte-identical output on any number of threads.
+
+pub mod engine;
+pub mod experiment;
+pub mod report;
+pub mod run;
+pub mod sweep;
+pub mod workload;
+
+pub use experiment::{Experiment, ExperimentError};
+pub use run::{simulate, RunStats};
+pub use sweep::{Cell, SweepResult};
+pub use workload::TraqiosWorkload;

@@ -1,1 +1,52 @@
-fn main() {}
+//! `sluice`: the command line of Sluice, request-aware I/O scheduling for
+//! databases. Subcommands arrive with the parts they drive; today: `sim`
+//! (experiments on the deterministic simulator) and `bench` (benchmarks).
+
+mod bench;
+mod sim;
+mod steal;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Request-aware I/O scheduling for databases",
+    long_about = "Request-aware I/O scheduling for databases.\n\n\
+        Sluice carries each request's context (who sent it, its deadline, where it \
+        stands) down to every point where work waits, and decides there with \
+        policies from the research literature (TraQIOS, AppleS, RCP, ...).\n\n\
+        Start with `sluice sim scenarios/fig4.toml`: it compares EDF, SSTF, FD-SCAN, \
+        SSEDV and TraQIOS on a simulated disk and writes tables and plots."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an experiment file on the deterministic simulator
+    Sim(sim::SimArgs),
+    /// Run a benchmark of Sluice itself and report ratios to its baseline
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => sim::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

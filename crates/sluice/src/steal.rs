@@ -1,0 +1,57 @@
+//! CPU steal, read from /proc/stat: on a shared machine the hypervisor can
+//! take the CPU away, and a benchmark run during heavy steal measures the
+//! neighbours, not us. Benchmarks record steal for each run and set aside
+//! runs above a threshold.
+
+/// Cumulative CPU time counters of the `cpu` line (all cores), in ticks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTimes {
+    total: u64,
+    steal: u64,
+}
+
+impl CpuTimes {
+    /// Reads the counters; zeros where /proc/stat is not available.
+    pub fn now() -> Self {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| parse(&s))
+            .unwrap_or_default()
+    }
+
+    /// Fraction of CPU time stolen between `self` and `later`.
+    pub fn steal_until(&self, later: &CpuTimes) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            0.0
+        } else {
+            later.steal.saturating_sub(self.steal) as f64 / total as f64
+        }
+    }
+}
+
+fn parse(stat: &str) -> Option<CpuTimes> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user, so it is left out of the total.
+    let total = fields.iter().take(8).sum();
+    Some(CpuTimes {
+        total,
+        steal: *fields.get(7)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_fraction_from_two_readings() {
+        let a = parse("cpu  100 0 50 800 0 0 0 50 0 0\ncpu0 1 2 3").unwrap();
+        let b = parse("cpu  200 0 100 1500 0 0 0 200 0 0\n").unwrap();
+        // Totals 1000 and 2000 ticks; steal grew by 150 of the 1000.
+        assert!((a.steal_until(&b) - 0.15).abs() < 1e-12);
+        assert!(parse("intr 1 2").is_none());
+    }
+}
