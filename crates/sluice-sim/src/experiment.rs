@@ -219,7 +219,7 @@ impl Experiment {
 fn syntax(text: &str, e: &toml::de::Error) -> ExperimentError {
     let line = e
         .span()
-        .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
         .unwrap_or(1);
     ExperimentError::Syntax {
         line,

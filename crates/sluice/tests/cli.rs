@@ -1,0 +1,77 @@
+//! The `sluice` command as a user meets it: help, errors, and a small run.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn help_explains_every_option() {
+    let top = String::from_utf8(sluice(&["--help"]).stdout).unwrap();
+    assert!(top.contains("sim") && top.contains("bench"), "{top}");
+    let sim = String::from_utf8(sluice(&["sim", "--help"]).stdout).unwrap();
+    for opt in ["--out", "--jobs", "--seeds", "--transactions", "--quiet", "<FILE>"] {
+        assert!(sim.contains(opt), "sim --help lacks {opt}");
+    }
+    let bench = String::from_utf8(sluice(&["bench", "sim", "--help"]).stdout).unwrap();
+    for opt in ["--policies", "--utilization", "--repeat", "--max-steal"] {
+        assert!(bench.contains(opt), "bench sim --help lacks {opt}");
+    }
+}
+
+#[test]
+fn bad_experiment_files_get_one_line_naming_the_field() {
+    let dir = scratch("bad");
+    let cases = [
+        ("unknown.toml", "policies = [\"edf\"]\nspeed = 3\n[sweep]\nvalues = [0.5]\n", "unknown field `speed`"),
+        ("util.toml", "policies = [\"edf\"]\n[sweep]\nvalues = [0.5, 1.5]\n", "utilization"),
+        ("empty.toml", "policies = []\n[sweep]\nvalues = [0.5]\n", "policies"),
+        ("range.toml", "policies = [\"edf\"]\n[sweep]\nfrom = 0.9\nto = 0.2\nstep = 0.1\n", "exceeds"),
+        ("syntax.toml", "policies = [\"edf\"\n", "line"),
+    ];
+    for (name, text, needle) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = sluice(&["sim", path.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{name} accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(needle) && err.contains(name), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = sluice(&["sim", dir.join("missing.toml").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr).unwrap().contains("cannot read"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_small_experiment_prints_tables_and_writes_files() {
+    let dir = scratch("ok");
+    let file = dir.join("tiny.toml");
+    std::fs::write(
+        &file,
+        "policies = [\"edf\", \"sstf\", \"traqios\"]\nseeds = 2\n[sweep]\nvalues = [0.3, 0.9]\n[workload]\ntransactions = 100\nios = [1, 50]\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let out = sluice(&["sim", file.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("normalized to EDF") && table.contains("normalized to SSTF"), "{table}");
+    assert!(table.contains("traqios"));
+    for f in ["runs.csv", "summary.csv", "result.json", "tardiness_vs_edf.svg", "tardiness_vs_sstf.svg", "miss_ratio.svg"] {
+        assert!(out_dir.join(f).exists(), "{f} missing");
+    }
+    let runs = std::fs::read_to_string(out_dir.join("runs.csv")).unwrap();
+    assert_eq!(runs.lines().count(), 1 + 2 * 3 * 2, "header + points x policies x seeds");
+    std::fs::remove_dir_all(dir).unwrap();
+}
