@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn slack_subtracts_this_access_and_the_expected_rest() {
-        let model = SlackModel { avg_cost: 10 * MS, think: MS };
+        let model = SlackModel {
+            avg_cost: 10 * MS,
+            think: MS,
+        };
         let ctx = Ctx::new(1, 0).with_deadline(100 * MS).with_est_ios(4);
         // Second of four accesses: M = 3, so two more at C̄ + K̄ = 11 ms.
         let job = Job::new(0, ctx, 0, 0).at_index(2);

@@ -72,7 +72,10 @@ mod tests {
 
     #[test]
     fn budget_deadline_spends_the_advertised_share() {
-        let m = SlackModel { avg_cost: 10 * MS, think: 0 };
+        let m = SlackModel {
+            avg_cost: 10 * MS,
+            think: 0,
+        };
         // At t = 200 ms the first of four accesses: S = 500 - 200 - 4 * 10 = 260.
         let all = IntermediateDeadline::Budget(Budgeting::All);
         assert_eq!(all.of(&job(1), 200 * MS, 0.0, &m), (470 * MS) as i64);
@@ -81,6 +84,9 @@ mod tests {
         // Exp at U = 0.5: share 4^0.5 / 4 = 0.5, so 200 + 10 + 130.
         let exp = IntermediateDeadline::Budget(Budgeting::Exp);
         assert_eq!(exp.of(&job(1), 200 * MS, 0.5, &m), (340 * MS) as i64);
-        assert_eq!(IntermediateDeadline::Transaction.of(&job(1), 0, 0.0, &m), (500 * MS) as i64);
+        assert_eq!(
+            IntermediateDeadline::Transaction.of(&job(1), 0, 0.0, &m),
+            (500 * MS) as i64
+        );
     }
 }

@@ -51,7 +51,7 @@ proptest! {
             let (mut now, mut seq) = (0u64, 0u64);
             let mut pushed = HashSet::new();
             let mut popped = HashSet::new();
-            let mut serve = |stage: &mut Stage, disk: &mut SeekDisk, now: u64, popped: &mut HashSet<u64>| {
+            let serve = |stage: &mut Stage, disk: &mut SeekDisk, now: u64, popped: &mut HashSet<u64>| {
                 while let Some(job) = stage.dispatch(now, disk) {
                     prop_assert!(stage.in_service() <= limit);
                     prop_assert!(popped.insert(job.seq), "{spec}: job {} popped twice", job.seq);

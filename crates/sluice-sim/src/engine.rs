@@ -47,7 +47,11 @@ impl<E> Default for EventQueue<E> {
 
 impl<E> EventQueue<E> {
     pub fn schedule(&mut self, at: Nanos, event: E) {
-        self.heap.push(Entry { at, seq: self.seq, event });
+        self.heap.push(Entry {
+            at,
+            seq: self.seq,
+            event,
+        });
         self.seq += 1;
     }
 

@@ -171,7 +171,10 @@ impl Experiment {
         let file: File = toml::from_str(text).map_err(|e| syntax(text, &e))?;
         let name = file.name.unwrap_or_else(|| default_name.to_string());
         if name.is_empty() || name.contains(['/', '\\']) {
-            return Err(invalid("name", format!("must be non-empty without slashes, got `{name}`")));
+            return Err(invalid(
+                "name",
+                format!("must be non-empty without slashes, got `{name}`"),
+            ));
         }
         let policies = policy_list("policies", &file.policies)?;
         if policies.is_empty() {
@@ -230,7 +233,9 @@ fn syntax(text: &str, e: &toml::de::Error) -> ExperimentError {
 fn policy_list(field: &str, names: &[String]) -> Result<Vec<PolicySpec>, ExperimentError> {
     let mut out = Vec::new();
     for (i, n) in names.iter().enumerate() {
-        let spec: PolicySpec = n.parse().map_err(|e: sluice_core::PolicyError| invalid(format!("{field}[{i}]"), e.to_string()))?;
+        let spec: PolicySpec = n
+            .parse()
+            .map_err(|e: sluice_core::PolicyError| invalid(format!("{field}[{i}]"), e.to_string()))?;
         if out.contains(&spec) {
             return Err(invalid(format!("{field}[{i}]"), format!("`{n}` is listed twice")));
         }
@@ -252,8 +257,12 @@ fn points(sweep: &Sweep, base: &TraqiosWorkload, cylinders: u64) -> Result<Vec<P
         .map(|x| {
             let mut w = base.clone();
             set(&mut w, p, x);
-            w.validate(cylinders)
-                .map_err(|e| invalid(format!("sweep ({p} = {x})"), format!("workload.{}: {}", e.field, e.problem)))?;
+            w.validate(cylinders).map_err(|e| {
+                invalid(
+                    format!("sweep ({p} = {x})"),
+                    format!("workload.{}: {}", e.field, e.problem),
+                )
+            })?;
             Ok(Point { x, workload: w })
         })
         .collect()
@@ -283,7 +292,10 @@ fn range(from: f64, to: f64, step: f64) -> Result<Vec<f64>, ExperimentError> {
         return Err(invalid("sweep.from", "`from` and `to` must be finite numbers"));
     }
     if from > to {
-        return Err(invalid("sweep.from", format!("low end {from} exceeds high end `to` = {to}")));
+        return Err(invalid(
+            "sweep.from",
+            format!("low end {from} exceeds high end `to` = {to}"),
+        ));
     }
     if !(step.is_finite() && step > 0.0) {
         return Err(invalid("sweep.step", format!("must be a number > 0, got {step}")));
@@ -317,7 +329,10 @@ mod tests {
         let e = Experiment::parse(OK, "t").unwrap();
         assert_eq!(e.name, "t");
         assert_eq!(e.seeds, 5);
-        assert_eq!(e.points.iter().map(|p| p.x).collect::<Vec<_>>(), vec![0.1, 0.2, 0.3, 0.4, 0.5]);
+        assert_eq!(
+            e.points.iter().map(|p| p.x).collect::<Vec<_>>(),
+            vec![0.1, 0.2, 0.3, 0.4, 0.5]
+        );
         assert_eq!(e.points[2].workload.utilization, 0.3);
         assert_eq!(e.points[0].workload.transactions, 5000);
         assert_eq!(e.baselines, vec![PolicySpec::Edf, PolicySpec::Sstf]);
@@ -337,21 +352,45 @@ mod tests {
     fn inconsistent_files_get_one_clear_line() {
         let cases = [
             ("policies = []\n[sweep]\nvalues = [0.5]", "policies"),
-            ("policies = [\"edf\"]\n[sweep]\nvalues = [0.5, 1.2]", "utilization = 1.2"),
+            (
+                "policies = [\"edf\"]\n[sweep]\nvalues = [0.5, 1.2]",
+                "utilization = 1.2",
+            ),
             ("policies = [\"edf\"]\n[sweep]\nvalues = [0.0]", "must lie in (0, 1]"),
-            ("policies = [\"edf\"]\n[sweep]\nfrom = 0.9\nto = 0.1\nstep = 0.1", "exceeds high end"),
+            (
+                "policies = [\"edf\"]\n[sweep]\nfrom = 0.9\nto = 0.1\nstep = 0.1",
+                "exceeds high end",
+            ),
             ("policies = [\"edf\"]\n[sweep]\nvalues = []", "sweep.values"),
             ("policies = [\"nope\"]\n[sweep]\nvalues = [0.5]", "policies[0]"),
-            ("policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[workload]\nutilization = 2.0", "workload.utilization"),
-            ("policies = [\"edf\"]\n[sweep]\nparameter = \"think_ms\"\nvalues = [0.5]", "sweep.parameter"),
-            ("policies = [\"edf\"]\nbaselines = [\"sstf\"]\n[sweep]\nvalues = [0.5]", "baselines"),
+            (
+                "policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[workload]\nutilization = 2.0",
+                "workload.utilization",
+            ),
+            (
+                "policies = [\"edf\"]\n[sweep]\nparameter = \"think_ms\"\nvalues = [0.5]",
+                "sweep.parameter",
+            ),
+            (
+                "policies = [\"edf\"]\nbaselines = [\"sstf\"]\n[sweep]\nvalues = [0.5]",
+                "baselines",
+            ),
             ("policies = [\"edf\"]\nseeds = 0\n[sweep]\nvalues = [0.5]", "seeds"),
-            ("policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[disk]\ncylinders = 0", "disk"),
-            ("policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[options.ssedv]\nalpha = 3.0", "alpha"),
+            (
+                "policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[disk]\ncylinders = 0",
+                "disk",
+            ),
+            (
+                "policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\n[options.ssedv]\nalpha = 3.0",
+                "alpha",
+            ),
             ("policies = [\"edf\"]\n[sweep]\nvalues = [0.5]\nfrom = 0.1", "not both"),
             ("policies = [\"edf\", \"edf\"]\n[sweep]\nvalues = [0.5]", "twice"),
             ("policies = \"edf\"\n[sweep]\nvalues = [0.5]", "line 1"),
-            ("policies = [\"edf\"]\n[sweep]\nfrom = 0.1\nto = 0.5\nstep = 0", "sweep.step"),
+            (
+                "policies = [\"edf\"]\n[sweep]\nfrom = 0.1\nto = 0.5\nstep = 0",
+                "sweep.step",
+            ),
         ];
         for (text, needle) in cases {
             let e = err(text);

@@ -27,7 +27,14 @@ fn write_err(path: &Path, e: impl std::fmt::Display) -> ReportError {
 fn table(result: &SweepResult, heading: &str, value: impl Fn(&Cell) -> f64, decimals: usize) -> String {
     let exp = &result.experiment;
     let mut out = format!("{heading}\n");
-    let width = exp.policies.iter().map(|p| p.to_string().len()).max().unwrap_or(8).max(8) + 2;
+    let width = exp
+        .policies
+        .iter()
+        .map(|p| p.to_string().len())
+        .max()
+        .unwrap_or(8)
+        .max(8)
+        + 2;
     let _ = write!(out, "{:>18}", exp.parameter);
     for p in &exp.policies {
         let _ = write!(out, "{:>width$}", p.to_string());
@@ -49,7 +56,10 @@ fn table(result: &SweepResult, heading: &str, value: impl Fn(&Cell) -> f64, deci
 pub fn tables(result: &SweepResult) -> String {
     let mut out = String::new();
     for (i, b) in result.experiment.baselines.iter().enumerate() {
-        let heading = format!("Average tardiness normalized to {} (lower is better)", b.to_string().to_uppercase());
+        let heading = format!(
+            "Average tardiness normalized to {} (lower is better)",
+            b.to_string().to_uppercase()
+        );
         out += &table(result, &heading, |c| c.ratios[i].ratio, 3);
         out.push('\n');
     }
@@ -181,15 +191,37 @@ fn write_charts(result: &SweepResult, dir: &Path) -> Result<Vec<PathBuf>, Report
     let mut files = Vec::new();
     for (i, b) in exp.baselines.iter().enumerate() {
         let path = dir.join(format!("tardiness_vs_{b}.svg"));
-        let title = format!("{}: tardiness normalized to {}", exp.title, b.to_string().to_uppercase());
-        line_chart(&path, &title, &exp.parameter, &format!("tardiness / {b}"), &series(result, |c| c.ratios[i].ratio))?;
+        let title = format!(
+            "{}: tardiness normalized to {}",
+            exp.title,
+            b.to_string().to_uppercase()
+        );
+        line_chart(
+            &path,
+            &title,
+            &exp.parameter,
+            &format!("tardiness / {b}"),
+            &series(result, |c| c.ratios[i].ratio),
+        )?;
         files.push(path);
     }
     let path = dir.join("tardiness.svg");
-    line_chart(&path, &format!("{}: average tardiness", exp.title), &exp.parameter, "ms", &series(result, |c| c.avg_tardiness_ms))?;
+    line_chart(
+        &path,
+        &format!("{}: average tardiness", exp.title),
+        &exp.parameter,
+        "ms",
+        &series(result, |c| c.avg_tardiness_ms),
+    )?;
     files.push(path);
     let path = dir.join("miss_ratio.svg");
-    line_chart(&path, &format!("{}: miss ratio", exp.title), &exp.parameter, "miss ratio", &series(result, |c| c.miss_ratio))?;
+    line_chart(
+        &path,
+        &format!("{}: miss ratio", exp.title),
+        &exp.parameter,
+        "miss ratio",
+        &series(result, |c| c.miss_ratio),
+    )?;
     files.push(path);
     Ok(files)
 }

@@ -72,9 +72,7 @@ impl SweepResult {
 pub fn run_experiment(exp: &Experiment, progress: &(dyn Fn(usize) + Sync)) -> SweepResult {
     let disk = SeekDisk::new(exp.disk).expect("validated when the experiment was loaded");
     let jobs: Vec<(usize, usize, u64)> = (0..exp.points.len())
-        .flat_map(|p| {
-            (0..exp.policies.len()).flat_map(move |q| (0..u64::from(exp.seeds)).map(move |s| (p, q, s)))
-        })
+        .flat_map(|p| (0..exp.policies.len()).flat_map(move |q| (0..u64::from(exp.seeds)).map(move |s| (p, q, s))))
         .collect();
     let done = AtomicUsize::new(0);
     let runs: Vec<Run> = jobs
@@ -148,7 +146,15 @@ fn summarize(exp: &Experiment, runs: &[Run]) -> Vec<Cell> {
 
 fn ratio(baseline: String, mine: &[Run], base: &[Run]) -> Ratio {
     let t = |r: &Run| r.stats.avg_tardiness_ms;
-    let div = |a: f64, b: f64| if b > 0.0 { a / b } else if a > 0.0 { f64::INFINITY } else { 1.0 };
+    let div = |a: f64, b: f64| {
+        if b > 0.0 {
+            a / b
+        } else if a > 0.0 {
+            f64::INFINITY
+        } else {
+            1.0
+        }
+    };
     let per_seed: Vec<f64> = mine.iter().zip(base).map(|(a, b)| div(t(a), t(b))).collect();
     Ratio {
         baseline,

@@ -87,7 +87,10 @@ fn check(ok: bool, field: &'static str, problem: impl FnOnce() -> String) -> Res
     if ok {
         Ok(())
     } else {
-        Err(Invalid { field, problem: problem() })
+        Err(Invalid {
+            field,
+            problem: problem(),
+        })
     }
 }
 
@@ -108,20 +111,26 @@ impl TraqiosWorkload {
         check(tlo.is_finite() && thi.is_finite() && tlo >= 0.0, "think_ms", || {
             format!("must be finite and >= 0, got [{tlo}, {thi}]")
         })?;
-        check(tlo <= thi, "think_ms", || format!("low end {tlo} exceeds high end {thi}"))?;
+        check(tlo <= thi, "think_ms", || {
+            format!("low end {tlo} exceeds high end {thi}")
+        })?;
         let u = self.utilization;
         check(u.is_finite() && u > 0.0 && u <= 1.0, "utilization", || {
             format!("must lie in (0, 1], got {u}")
         })?;
         let sf = self.slack_factor_max;
-        check(sf.is_finite() && sf >= 0.0, "slack_factor_max", || format!("must be >= 0, got {sf}"))?;
+        check(sf.is_finite() && sf >= 0.0, "slack_factor_max", || {
+            format!("must be >= 0, got {sf}")
+        })?;
         unit("cache_hit", self.cache_hit, true)?;
         unit("sequential", self.sequential, false)?;
         unit("inaccuracy", self.inaccuracy, true)?;
         let rho = self.inaccuracy_correlation;
-        check(rho.is_finite() && (-1.0..=1.0).contains(&rho), "inaccuracy_correlation", || {
-            format!("must lie in [-1, 1], got {rho}")
-        })?;
+        check(
+            rho.is_finite() && (-1.0..=1.0).contains(&rho),
+            "inaccuracy_correlation",
+            || format!("must lie in [-1, 1], got {rho}"),
+        )?;
         let l = self.layout_cylinders;
         check(l >= 1 && l <= cylinders, "layout_cylinders", || {
             format!("must lie in [1, disk.cylinders = {cylinders}], got {l}")
@@ -271,7 +280,10 @@ mod tests {
 
     #[test]
     fn deadline_follows_section_4() {
-        let w = TraqiosWorkload { slack_factor_max: 0.0, ..Default::default() };
+        let w = TraqiosWorkload {
+            slack_factor_max: 0.0,
+            ..Default::default()
+        };
         let mut g = Generator::new(&w, C_BAR, 7);
         let t = g.arrive();
         let expected = t.ctx.arrival + u64::from(t.actual_ios) * C_BAR;
@@ -281,7 +293,11 @@ mod tests {
 
     #[test]
     fn arrival_rate_gives_the_utilization() {
-        let w = TraqiosWorkload { utilization: 0.5, transactions: 20_000, ..Default::default() };
+        let w = TraqiosWorkload {
+            utilization: 0.5,
+            transactions: 20_000,
+            ..Default::default()
+        };
         let mut g = Generator::new(&w, C_BAR, 1);
         let (mut work, mut last) = (0.0, 0);
         while g.next_arrival().is_some() {
@@ -296,7 +312,11 @@ mod tests {
     #[test]
     fn inaccuracy_stays_in_bounds_and_correlates() {
         for rho in [0.0, -0.5] {
-            let w = TraqiosWorkload { inaccuracy: 0.5, inaccuracy_correlation: rho, ..Default::default() };
+            let w = TraqiosWorkload {
+                inaccuracy: 0.5,
+                inaccuracy_correlation: rho,
+                ..Default::default()
+            };
             let mut g = Generator::new(&w, C_BAR, 3);
             let (mut xs, mut es) = (Vec::new(), Vec::new());
             for _ in 0..5000 {
@@ -334,13 +354,22 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let bad = TraqiosWorkload { utilization: 1.5, ..Default::default() };
+        let bad = TraqiosWorkload {
+            utilization: 1.5,
+            ..Default::default()
+        };
         assert_eq!(bad.validate(1000).unwrap_err().field, "utilization");
-        let bad = TraqiosWorkload { ios: [10, 5], ..Default::default() };
+        let bad = TraqiosWorkload {
+            ios: [10, 5],
+            ..Default::default()
+        };
         let err = bad.validate(1000).unwrap_err();
         assert_eq!(err.field, "ios");
         assert!(err.problem.contains("exceeds"));
-        let bad = TraqiosWorkload { layout_cylinders: 2000, ..Default::default() };
+        let bad = TraqiosWorkload {
+            layout_cylinders: 2000,
+            ..Default::default()
+        };
         assert_eq!(bad.validate(1000).unwrap_err().field, "layout_cylinders");
     }
 }

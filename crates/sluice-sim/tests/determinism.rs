@@ -23,7 +23,10 @@ fn files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
         })
         .collect();
     out.sort();
@@ -51,7 +54,11 @@ fn output_is_byte_identical_across_runs_and_thread_counts() {
 #[test]
 fn different_seeds_give_different_workloads() {
     let disk = SeekDisk::new(SeekDiskConfig::default()).unwrap();
-    let w = TraqiosWorkload { transactions: 300, ios: [1, 50], ..Default::default() };
+    let w = TraqiosWorkload {
+        transactions: 300,
+        ios: [1, 50],
+        ..Default::default()
+    };
     let o = PolicyOptions::default();
     let a = simulate(disk.clone(), &w, PolicySpec::Edf, &o, 1).unwrap();
     let b = simulate(disk.clone(), &w, PolicySpec::Edf, &o, 2).unwrap();
@@ -63,7 +70,12 @@ fn different_seeds_give_different_workloads() {
 fn every_policy_sees_the_same_transactions() {
     // Same seed: the same accesses reach the disk, whatever the order.
     let disk = SeekDisk::new(SeekDiskConfig::default()).unwrap();
-    let w = TraqiosWorkload { transactions: 300, ios: [1, 50], cache_hit: 0.2, ..Default::default() };
+    let w = TraqiosWorkload {
+        transactions: 300,
+        ios: [1, 50],
+        cache_hit: 0.2,
+        ..Default::default()
+    };
     let o = PolicyOptions::default();
     let counts: Vec<(u64, u64)> = PolicySpec::NAMES
         .iter()
@@ -84,7 +96,12 @@ fn fifo_keeps_the_disk_as_busy_as_the_utilization_says() {
         ..SeekDiskConfig::default()
     })
     .unwrap();
-    let w = TraqiosWorkload { transactions: 4000, ios: [1, 40], utilization: 0.5, ..Default::default() };
+    let w = TraqiosWorkload {
+        transactions: 4000,
+        ios: [1, 40],
+        utilization: 0.5,
+        ..Default::default()
+    };
     let s = simulate(disk, &w, PolicySpec::Fifo, &PolicyOptions::default(), 3).unwrap();
     assert!((s.disk_busy - 0.5).abs() < 0.05, "busy {}", s.disk_busy);
     assert_eq!(s.transactions, 4000);
@@ -95,8 +112,20 @@ fn state_grows_with_transactions_in_the_system_not_with_the_run() {
     let disk = SeekDisk::new(SeekDiskConfig::default()).unwrap();
     let o = PolicyOptions::default();
     let run = |n| {
-        let w = TraqiosWorkload { transactions: n, ios: [1, 20], utilization: 0.5, ..Default::default() };
-        simulate(disk.clone(), &w, PolicySpec::Traqios(sluice_core::budget::Budgeting::Exp), &o, 4).unwrap()
+        let w = TraqiosWorkload {
+            transactions: n,
+            ios: [1, 20],
+            utilization: 0.5,
+            ..Default::default()
+        };
+        simulate(
+            disk.clone(),
+            &w,
+            PolicySpec::Traqios(sluice_core::budget::Budgeting::Exp),
+            &o,
+            4,
+        )
+        .unwrap()
     };
     let (short, long) = (run(1_000), run(50_000));
     assert_eq!(long.transactions, 50_000);

@@ -22,11 +22,13 @@ pub enum BenchCommand {
 }
 
 #[derive(Args)]
-#[command(long_about = "Simulator speed: simulated I/O completions per second on one core.\n\n\
+#[command(
+    long_about = "Simulator speed: simulated I/O completions per second on one core.\n\n\
     Runs the TraQIOS workload under each policy in turn (interleaved, repeated), \
     single-threaded, and reports completions per second with the ratio to the \
     baseline policy measured in the same run. Runs with CPU steal above \
-    --max-steal are set aside.")]
+    --max-steal are set aside."
+)]
 pub struct SimBench {
     /// Policies to measure, comma-separated; the first is the baseline
     #[arg(long, value_delimiter = ',', default_value = "fifo,edf")]
@@ -143,7 +145,10 @@ fn sim(b: SimBench) -> Result<()> {
         set_aside.len() / policies.len(),
         b.max_steal * 100.0
     );
-    println!("{:>12} {:>16} {:>24} {:>26}", "policy", "median I/O/s", "range I/O/s", "ratio to baseline (range)");
+    println!(
+        "{:>12} {:>16} {:>24} {:>26}",
+        "policy", "median I/O/s", "range I/O/s", "ratio to baseline (range)"
+    );
     for s in &summaries {
         println!(
             "{:>12} {:>16.0} {:>11.0}-{:<12.0} {:>8.3} ({:.3}-{:.3})",

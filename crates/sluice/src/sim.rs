@@ -48,7 +48,9 @@ pub fn run(args: SimArgs) -> Result<()> {
         anyhow::ensure!(n >= 1, "--transactions must be at least 1");
         exp.points.iter_mut().for_each(|p| p.workload.transactions = n);
     }
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let bar = ProgressBar::new(exp.runs() as u64).with_style(

@@ -31,10 +31,22 @@ fn help_explains_every_option() {
 fn bad_experiment_files_get_one_line_naming_the_field() {
     let dir = scratch("bad");
     let cases = [
-        ("unknown.toml", "policies = [\"edf\"]\nspeed = 3\n[sweep]\nvalues = [0.5]\n", "unknown field `speed`"),
-        ("util.toml", "policies = [\"edf\"]\n[sweep]\nvalues = [0.5, 1.5]\n", "utilization"),
+        (
+            "unknown.toml",
+            "policies = [\"edf\"]\nspeed = 3\n[sweep]\nvalues = [0.5]\n",
+            "unknown field `speed`",
+        ),
+        (
+            "util.toml",
+            "policies = [\"edf\"]\n[sweep]\nvalues = [0.5, 1.5]\n",
+            "utilization",
+        ),
         ("empty.toml", "policies = []\n[sweep]\nvalues = [0.5]\n", "policies"),
-        ("range.toml", "policies = [\"edf\"]\n[sweep]\nfrom = 0.9\nto = 0.2\nstep = 0.1\n", "exceeds"),
+        (
+            "range.toml",
+            "policies = [\"edf\"]\n[sweep]\nfrom = 0.9\nto = 0.2\nstep = 0.1\n",
+            "exceeds",
+        ),
         ("syntax.toml", "policies = [\"edf\"\n", "line"),
     ];
     for (name, text, needle) in cases {
@@ -63,15 +75,36 @@ fn a_small_experiment_prints_tables_and_writes_files() {
     )
     .unwrap();
     let out_dir = dir.join("out");
-    let out = sluice(&["sim", file.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--jobs", "2"]);
+    let out = sluice(&[
+        "sim",
+        file.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--jobs",
+        "2",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8(out.stdout).unwrap();
-    assert!(table.contains("normalized to EDF") && table.contains("normalized to SSTF"), "{table}");
+    assert!(
+        table.contains("normalized to EDF") && table.contains("normalized to SSTF"),
+        "{table}"
+    );
     assert!(table.contains("traqios"));
-    for f in ["runs.csv", "summary.csv", "result.json", "tardiness_vs_edf.svg", "tardiness_vs_sstf.svg", "miss_ratio.svg"] {
+    for f in [
+        "runs.csv",
+        "summary.csv",
+        "result.json",
+        "tardiness_vs_edf.svg",
+        "tardiness_vs_sstf.svg",
+        "miss_ratio.svg",
+    ] {
         assert!(out_dir.join(f).exists(), "{f} missing");
     }
     let runs = std::fs::read_to_string(out_dir.join("runs.csv")).unwrap();
-    assert_eq!(runs.lines().count(), 1 + 2 * 3 * 2, "header + points x policies x seeds");
+    assert_eq!(
+        runs.lines().count(),
+        1 + 2 * 3 * 2,
+        "header + points x policies x seeds"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

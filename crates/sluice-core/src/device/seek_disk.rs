@@ -127,7 +127,11 @@ impl SeekDisk {
                     .iter()
                     .enumerate()
                     .map(|(d, &t)| {
-                        let p = if d == 0 { 1.0 / c } else { 2.0 * (c - d as f64) / (c * c) };
+                        let p = if d == 0 {
+                            1.0 / c
+                        } else {
+                            2.0 * (c - d as f64) / (c * c)
+                        };
                         p * t as f64
                     })
                     .sum();

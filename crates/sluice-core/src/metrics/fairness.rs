@@ -125,7 +125,11 @@ mod tests {
     #[test]
     fn latency_cv_averages_per_tenant_cv() {
         // Tenant 1: {1, 3}: mean 2, std 1, CV 0.5. Tenant 2: {5, 5}: CV 0.
-        let t = [tenant(2, 1.0, &[1.0, 3.0]), tenant(2, 1.0, &[5.0, 5.0]), tenant(0, 1.0, &[])];
+        let t = [
+            tenant(2, 1.0, &[1.0, 3.0]),
+            tenant(2, 1.0, &[5.0, 5.0]),
+            tenant(0, 1.0, &[]),
+        ];
         assert!((latency_cv(&t) - 0.25).abs() < 1e-12);
     }
 

@@ -97,7 +97,10 @@ mod tests {
 
     #[test]
     fn budgeting_orders_by_advertised_slack() {
-        let model = SlackModel { avg_cost: 10 * MS, think: 0 };
+        let model = SlackModel {
+            avg_cost: 10 * MS,
+            think: 0,
+        };
         let mut p = Edf::new(IntermediateDeadline::Budget(Budgeting::Uniform), 10, model);
         // Request 1: deadline 1000 ms but 10 accesses left -> share 1/10.
         let long = Ctx::new(1, 0).with_deadline(1000 * MS).with_est_ios(10);

@@ -145,7 +145,10 @@ mod tests {
 
     #[test]
     fn slack_feasibility_counts_the_rest_of_the_transaction() {
-        let model = SlackModel { avg_cost: 10 * MS, think: 0 };
+        let model = SlackModel {
+            avg_cost: 10 * MS,
+            think: 0,
+        };
         let mut p = FdScan::new(Feasible::Slack, model);
         // Job 1 (cylinder 900): deadline 100 ms, 20 accesses left: slack < 0.
         let ctx = crate::Ctx::new(1, 0).with_deadline(100 * MS).with_est_ios(20);

@@ -21,8 +21,8 @@ pub mod edf;
 pub mod fd_scan;
 pub mod fifo;
 pub mod scan;
-pub mod sstf;
 pub mod ssedv;
+pub mod sstf;
 pub mod traqios;
 
 use std::fmt;
@@ -60,10 +60,7 @@ pub trait Policy: Send {
 /// Removes and returns the job with the smallest key; ties go to the job
 /// pushed first (smaller `seq`). One implementation for every policy that
 /// rescans its queue at each decision.
-pub(crate) fn take_min_by<K: PartialOrd>(
-    jobs: &mut Vec<Job>,
-    mut key: impl FnMut(&Job) -> K,
-) -> Option<Job> {
+pub(crate) fn take_min_by<K: PartialOrd>(jobs: &mut Vec<Job>, mut key: impl FnMut(&Job) -> K) -> Option<Job> {
     let mut best: Option<(usize, K, u64)> = None;
     for (i, job) in jobs.iter().enumerate() {
         let k = key(job);
@@ -151,13 +148,15 @@ impl PolicySpec {
             PolicySpec::Scan => Box::new(scan::Scan::default()),
             PolicySpec::FdScan => Box::new(fd_scan::FdScan::new(options.fd_scan.feasible, model)),
             PolicySpec::Ssedv => Box::new(ssedv::Ssedv::new(
-                options.ssedv.alpha,
+                options.ssedv,
                 IntermediateDeadline::Step,
                 options.window,
                 model,
             )),
-            PolicySpec::SsedvBudget => Box::new(ssedv::Ssedv::new(options.ssedv.alpha, exp, options.window, model)),
-            PolicySpec::Traqios(budget) => Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model)),
+            PolicySpec::SsedvBudget => Box::new(ssedv::Ssedv::new(options.ssedv, exp, options.window, model)),
+            PolicySpec::Traqios(budget) => {
+                Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model))
+            }
         })
     }
 }

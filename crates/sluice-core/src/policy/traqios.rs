@@ -175,7 +175,7 @@ mod tests {
     fn priority_regions_of_eq1() {
         let c = 5.0;
         let span = 3.0 * 10.0 - c; // n = 3, C̄ = 10
-        // Negative or zero slack: SSTF's 1/C.
+                                   // Negative or zero slack: SSTF's 1/C.
         assert_eq!(priority(c, -4.0, span), 0.2);
         assert_eq!(priority(c, 0.0, span), 0.2);
         // Linear region: (1/5)(1 - 5/25) = 0.16.
@@ -189,8 +189,14 @@ mod tests {
     }
 
     fn traqios(budget: Budgeting, scale: Scale) -> Traqios {
-        let model = SlackModel { avg_cost: 10 * MS, think: 0 };
-        let options = TraqiosOptions { scale, tie_break: TieBreak::Cost };
+        let model = SlackModel {
+            avg_cost: 10 * MS,
+            think: 0,
+        };
+        let options = TraqiosOptions {
+            scale,
+            tie_break: TieBreak::Cost,
+        };
         Traqios::new(budget, &options, 10, model)
     }
 

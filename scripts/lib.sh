@@ -1,0 +1,25 @@
+# Shared by the scripts in this directory: make sure the tools exist.
+
+# Puts cargo on PATH: rustup's default location, else Debian's packages.
+ensure_rust() {
+    if ! command -v cargo >/dev/null 2>&1 && [[ -x "$HOME/.cargo/bin/cargo" ]]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo not found: installing Debian's rustc and cargo" >&2
+        apt_install cargo rustc
+    fi
+}
+
+# Installs Debian packages that are missing (as root, or through sudo).
+apt_install() {
+    local missing=()
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+}

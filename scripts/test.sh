@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Every test: unit, property and integration tests of the whole workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+ensure_rust
+cargo test --workspace "$@"
