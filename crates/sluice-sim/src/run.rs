@@ -16,7 +16,7 @@ use crate::engine::EventQueue;
 use crate::workload::{Generator, TraqiosWorkload};
 
 /// What one run measured.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RunStats {
     pub transactions: u64,
     /// Physical accesses served by the disk (simulated I/O completions).
@@ -74,12 +74,13 @@ pub fn simulate(
     options: &PolicyOptions,
     seed: u64,
 ) -> Result<RunStats, sluice_core::PolicyError> {
+    let avg_cost = workload.avg_access(&disk);
     let model = SlackModel {
-        avg_cost: disk.avg_access(),
+        avg_cost,
         think: workload.mean_think(),
     };
     let stage = Stage::new(policy.build(options, model)?, 1).expect("limit 1 is valid");
-    let gen = Generator::new(workload, disk.avg_access(), seed);
+    let gen = Generator::new(workload, avg_cost, seed);
     let sim = Sim {
         disk,
         stage,
@@ -92,19 +93,7 @@ pub fn simulate(
         seq: 0,
         tardiness: Tardiness::default(),
         latency: LatencyHistogram::default(),
-        stats: RunStats {
-            transactions: 0,
-            ios: 0,
-            cache_hits: 0,
-            avg_tardiness_ms: 0.0,
-            miss_ratio: 0.0,
-            mean_latency_ms: 0.0,
-            p99_latency_ms: 0.0,
-            disk_busy: 0.0,
-            makespan_ms: 0.0,
-            peak_transactions: 0,
-            peak_queue: 0,
-        },
+        stats: RunStats::default(),
         busy: 0,
     };
     Ok(sim.run())

@@ -18,7 +18,11 @@
 //! - Sequential access (`sequential`, p_s): an access falls on the
 //!   transaction's previous cylinder with probability p_s, else uniformly on
 //!   the layout.
-//! - Layout (`layout_cylinders`): data occupies cylinders [0, L).
+//! - Layout (`layout_cylinders`): data occupies cylinders [0, L). C̄, "the
+//!   expected time needed for the head to travel between two arbitrary
+//!   blocks" (§3.2.1), is then taken over the data's cylinders by default
+//!   (`c_bar_over = "layout"`), so deadlines and utilization follow the data;
+//!   `"disk"` keeps the whole disk's C̄ (Table 1's 9.4 ms) whatever the layout.
 //! - Inaccuracy (`inaccuracy`, p_l, §5.7): the optimizer's estimate is
 //!   `N_est = round(N·(1 + e))`, at least 1, with e in [-p_l, p_l]; the
 //!   deadline uses the actual N (the SLA does not change with the estimate's
@@ -30,6 +34,7 @@
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::{Deserialize, Serialize};
+use sluice_core::device::SeekDisk;
 use sluice_core::time::from_ms;
 use sluice_core::{Ctx, Nanos};
 
@@ -57,6 +62,19 @@ pub struct TraqiosWorkload {
     pub inaccuracy: f64,
     /// Correlation of the estimate's error with transaction length, [-1, 1].
     pub inaccuracy_correlation: f64,
+    /// Over which cylinders C̄ is computed.
+    pub c_bar_over: CBarOver,
+}
+
+/// Over which cylinders the average access time C̄ is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CBarOver {
+    /// The cylinders the database occupies.
+    #[default]
+    Layout,
+    /// The whole disk.
+    Disk,
 }
 
 impl Default for TraqiosWorkload {
@@ -72,6 +90,7 @@ impl Default for TraqiosWorkload {
             layout_cylinders: 1000,
             inaccuracy: 0.0,
             inaccuracy_correlation: 0.0,
+            c_bar_over: CBarOver::Layout,
         }
     }
 }
@@ -135,6 +154,14 @@ impl TraqiosWorkload {
         check(l >= 1 && l <= cylinders, "layout_cylinders", || {
             format!("must lie in [1, disk.cylinders = {cylinders}], got {l}")
         })
+    }
+
+    /// C̄ of `disk` for this workload (see [`CBarOver`]).
+    pub fn avg_access(&self, disk: &SeekDisk) -> Nanos {
+        match self.c_bar_over {
+            CBarOver::Layout => disk.avg_access_over(self.layout_cylinders),
+            CBarOver::Disk => disk.avg_access(),
+        }
     }
 
     /// E[N]: mean accesses per transaction.
@@ -232,6 +259,9 @@ impl Generator {
     /// The optimizer's estimate of `n` (see the module doc).
     fn estimate(&self, n: u32, rng: &mut Pcg64Mcg) -> u32 {
         let p = &self.params;
+        // Drawn even when unused, so that the transaction's later draws (think
+        // times, cylinders) are the same at every inaccuracy.
+        let u: f64 = rng.gen();
         if p.inaccuracy == 0.0 {
             return n;
         }
@@ -242,7 +272,7 @@ impl Generator {
         } else {
             0.0
         };
-        let z_u = (rng.gen::<f64>() - 0.5) * 12f64.sqrt();
+        let z_u = (u - 0.5) * 12f64.sqrt();
         let rho = p.inaccuracy_correlation;
         let side = (1.0 - rho * rho).sqrt();
         let raw = (rho * z_n + side * z_u) / (sqrt3 * (rho.abs() + side));
@@ -339,6 +369,24 @@ mod tests {
         let vx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
         let vy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
         cov / (vx * vy).sqrt()
+    }
+
+    #[test]
+    fn inaccuracy_changes_only_the_estimate() {
+        let exact = TraqiosWorkload::default();
+        let rough = TraqiosWorkload {
+            inaccuracy: 0.4,
+            ..Default::default()
+        };
+        let (mut a, mut b) = (Generator::new(&exact, C_BAR, 5), Generator::new(&rough, C_BAR, 5));
+        let mut differ = 0;
+        for _ in 0..100 {
+            let (mut ta, mut tb) = (a.arrive(), b.arrive());
+            assert_eq!((ta.ctx.deadline, ta.actual_ios), (tb.ctx.deadline, tb.actual_ios));
+            assert_eq!(a.think(&mut ta.rng), b.think(&mut tb.rng));
+            differ += usize::from(ta.ctx.est_ios != tb.ctx.est_ios);
+        }
+        assert!(differ > 50, "estimates differ in {differ} of 100");
     }
 
     #[test]

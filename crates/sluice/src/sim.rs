@@ -14,8 +14,8 @@ use sluice_sim::Experiment;
 #[derive(Args)]
 #[command(long_about = "Run an experiment file on the deterministic simulator.\n\n\
     The file (TOML, see scenarios/README.md) sweeps one workload parameter over \
-    policies and seeds. Every run is printed nowhere; the command prints tables of \
-    average tardiness normalized to each baseline, absolute tardiness and miss ratio, \
+    policies and seeds, running on all cores. It prints tables of average \
+    tardiness normalized to each baseline, absolute tardiness and miss ratio, \
     and writes runs.csv, summary.csv, result.json and SVG charts to the output \
     directory. The same file and seeds give byte-identical files.")]
 pub struct SimArgs {

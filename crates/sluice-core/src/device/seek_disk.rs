@@ -115,15 +115,21 @@ impl SeekDisk {
         self.by_distance[d as usize]
     }
 
-    /// The average access time C̄, by the configured rule.
+    /// The average access time C̄ over the whole disk, by the configured rule.
     pub fn avg_access(&self) -> Nanos {
-        let c = self.config.cylinders as f64;
+        self.avg_access_over(self.config.cylinders)
+    }
+
+    /// C̄ between two uniform cylinders of the first `span` (data that
+    /// occupies only part of the disk), by the configured rule.
+    pub fn avg_access_over(&self, span: u64) -> Nanos {
+        let span = span.clamp(1, self.config.cylinders);
+        let c = span as f64;
         match self.config.avg_access {
             AvgAccess::MeanDistance => from_ms(self.config.a_ms + self.config.b * (c / 3.0).sqrt()),
             AvgAccess::Exact => {
                 // P(d = 0) = 1/C, P(d) = 2(C - d)/C^2 for d >= 1.
-                let mean: f64 = self
-                    .by_distance
+                let mean: f64 = self.by_distance[..span as usize]
                     .iter()
                     .enumerate()
                     .map(|(d, &t)| {
@@ -192,6 +198,9 @@ mod tests {
         // Exact mean: 4 + 0.3 * (8/15) * sqrt(1000) = 9.06 ms (continuous).
         let exact = disk(0.3, AvgAccess::Exact).avg_access() as f64 / 1e6;
         assert!((exact - 9.06).abs() < 0.02, "{exact}");
+        // Over 100 cylinders: 4 + 0.3 * sqrt(100/3) = 5.73 ms.
+        let layout = disk(0.3, AvgAccess::MeanDistance).avg_access_over(100) as f64 / 1e6;
+        assert!((layout - 5.732).abs() < 0.01, "{layout}");
     }
 
     #[test]
