@@ -300,10 +300,14 @@ fn range(from: f64, to: f64, step: f64) -> Result<Vec<f64>, ExperimentError> {
     if !(step.is_finite() && step > 0.0) {
         return Err(invalid("sweep.step", format!("must be a number > 0, got {step}")));
     }
-    let n = ((to - from) / step + 1e-9).floor() as usize + 1;
-    if n > MAX_POINTS {
-        return Err(invalid("sweep.step", format!("gives {n} points; at most {MAX_POINTS}")));
+    let count = ((to - from) / step + 1e-9).floor() + 1.0;
+    if !(count <= MAX_POINTS as f64) {
+        return Err(invalid(
+            "sweep.step",
+            format!("gives {count} points; at most {MAX_POINTS}"),
+        ));
     }
+    let n = count as usize;
     // Rounded so that 0.1 + 2 * 0.1 prints as 0.3.
     Ok((0..n).map(|i| ((from + i as f64 * step) * 1e9).round() / 1e9).collect())
 }
@@ -390,6 +394,10 @@ mod tests {
             (
                 "policies = [\"edf\"]\n[sweep]\nfrom = 0.1\nto = 0.5\nstep = 0",
                 "sweep.step",
+            ),
+            (
+                "policies = [\"edf\"]\n[sweep]\nfrom = 0.0\nto = 1e300\nstep = 1e-300",
+                "at most 1000",
             ),
         ];
         for (text, needle) in cases {
