@@ -301,7 +301,7 @@ fn range(from: f64, to: f64, step: f64) -> Result<Vec<f64>, ExperimentError> {
         return Err(invalid("sweep.step", format!("must be a number > 0, got {step}")));
     }
     let count = ((to - from) / step + 1e-9).floor() + 1.0;
-    if !(count <= MAX_POINTS as f64) {
+    if count > MAX_POINTS as f64 {
         return Err(invalid(
             "sweep.step",
             format!("gives {count} points; at most {MAX_POINTS}"),
