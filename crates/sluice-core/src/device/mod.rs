@@ -4,11 +4,19 @@
 //! position and the access cost C_{i,x} of each pending job at the moment of
 //! a decision; they get both from a [`DeviceView`] passed in at each `pop`.
 //! The timing models live here, in the pure core, so that the simulator and
-//! the I/O runtime share one implementation of each.
+//! the I/O runtime share one implementation of each: the seek disk of
+//! TraQIOS §4, an SSD with internal channels, and a capped cloud volume,
+//! behind [`TimingModel`] and described in TOML by [`DeviceProfile`].
 
+mod cloud_volume;
 mod seek_disk;
+mod ssd;
+mod timing;
 
+pub use cloud_volume::{CloudVolume, CloudVolumeConfig};
 pub use seek_disk::{AvgAccess, SeekDisk, SeekDiskConfig, SeekDiskError};
+pub use ssd::{Ssd, SsdConfig};
+pub use timing::{DeviceProfile, Op, OpKind, ProfileError, SeekDiskProfile, SeekDiskTiming, TimingModel};
 
 use crate::time::Nanos;
 
