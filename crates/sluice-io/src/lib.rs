@@ -1,0 +1,41 @@
+//! # sluice-io: a request-aware I/O runtime
+//!
+//! A storage engine links this crate to give every I/O its request's
+//! context and to put critical-path I/O first at every layer, as RCP
+//! (Kim et al., "Enlightening the I/O Path", FAST '17) does in the kernel,
+//! here in user space:
+//!
+//! | RCP | here |
+//! |---|---|
+//! | enlightenment API (§4.1) | [`enter`] / [`CtxGuard`]: `ctx_begin/ctx_end` on the current thread |
+//! | admission slots per class (§4.3) | [`sched`]: `critical_slots`, `noncritical_slots` |
+//! | two-queue dispatch, 10 ms starvation guard (§4.3) | [`sched`]: any sluice-core policy per queue |
+//! | device bound on non-critical I/O (§4.3) | [`sched`]: `noncritical_device_bound` |
+//! | task dependency: locks, condition variables (§4.2.1) | [`sync`]: [`sync::Mutex`], [`sync::RwLock`], [`sync::Condvar`] |
+//! | I/O dependency, `ncio` promotion (§4.2.2) | [`SluiceFile::sync`], [`SluiceFile::read_at`] promote outstanding writes |
+//! | transitive dependency (§4.4) | [`task`]: blocking status, raise along the chain |
+//! | background tasks with knobs (programmable background tasks §VI) | [`background`], controllers in `sluice-core` |
+//!
+//! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
+//! ones: a real file plus a sluice-core timing model, so that contention is
+//! real in wall time and the data is really stored.
+//!
+//! Not yet built (see the project's issue notes): RCP's write-back layer
+//! (separate dirty budgets for critical and non-critical writers), an
+//! io_uring path, and seek-aware ordering inside the emulated device.
+
+pub mod background;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod runtime;
+pub mod sched;
+pub mod sync;
+pub mod task;
+
+pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind};
+pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};
+pub use device::AlignedBuf;
+pub use error::IoError;
+pub use runtime::{Runtime, SluiceFile};
+pub use task::{current_ctx, enter, CtxGuard, Task};

@@ -1,0 +1,328 @@
+//! The runtime a storage engine links: files on one device, every I/O
+//! carrying its task's context through RCP's stages ([`crate::sched`]) to
+//! the device, and I/O dependencies resolved by promotion (RCP §4.2.2): a
+//! critical task that syncs a file, or reads a range, that outstanding
+//! non-critical writes still hold promotes those writes wherever they wait.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::Thread;
+
+use sluice_core::device::{Op, OpKind};
+use sluice_core::{Class, Ctx, Job};
+
+use crate::background::{Background, TaskKind};
+use crate::config::RuntimeConfig;
+use crate::device::{address, Device};
+use crate::error::IoError;
+use crate::sched::{Criticality, Location, Occupancy, Sched};
+use crate::task::{current_background, Blocker, Promote, Task};
+
+/// Block size by which device addresses become job positions.
+const BLOCK: u64 = 4096;
+
+/// A handle to the runtime; cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    config: RuntimeConfig,
+    device: Device,
+    state: Mutex<State>,
+    next_seq: AtomicU64,
+    next_file: AtomicU32,
+    background: Mutex<Vec<Arc<Background>>>,
+}
+
+struct State {
+    sched: Sched,
+    /// Threads waiting for their I/O to enter the device.
+    parked: HashMap<u64, Thread>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, IoError> {
+        config.validate()?;
+        let spec = config.rcp.policy_spec()?;
+        let build = || {
+            spec.build(&Default::default(), Default::default())
+                .map_err(|e| IoError::Config(format!("rcp.policy: {e}")))
+        };
+        let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]);
+        Ok(Runtime {
+            shared: Arc::new(Shared {
+                device: Device::new(&config.device)?,
+                config,
+                state: Mutex::new(State {
+                    sched,
+                    parked: HashMap::new(),
+                }),
+                next_seq: AtomicU64::new(1),
+                next_file: AtomicU32::new(0),
+                background: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.shared.config
+    }
+
+    /// Opens (or creates) a file on the runtime's device.
+    pub fn open(&self, path: impl AsRef<Path>, create: bool) -> Result<SluiceFile, IoError> {
+        let path = path.as_ref().to_path_buf();
+        let file = self.shared.device.open(&path, create)?;
+        Ok(SluiceFile {
+            shared: self.shared.clone(),
+            inner: Arc::new(FileInner {
+                id: self.shared.next_file.fetch_add(1, Ordering::Relaxed),
+                path,
+                file,
+                pending: Mutex::new(Vec::new()),
+                drained: Condvar::new(),
+            }),
+        })
+    }
+
+    /// Registers a background task; threads work for it through
+    /// [`Background::enter`].
+    pub fn register_background(&self, name: impl Into<String>, kind: TaskKind) -> Arc<Background> {
+        let bg = Arc::new(Background::new(name.into(), kind));
+        lock(&self.shared.background).push(bg.clone());
+        bg
+    }
+
+    /// Every registered background task, in registration order.
+    pub fn background_tasks(&self) -> Vec<Arc<Background>> {
+        lock(&self.shared.background).clone()
+    }
+
+    /// What waits where right now.
+    pub fn occupancy(&self) -> Occupancy {
+        lock(&self.shared.state).sched.occupancy()
+    }
+
+    /// Nanoseconds since the runtime started: its clock.
+    pub fn now(&self) -> u64 {
+        self.shared.device.now()
+    }
+}
+
+impl Promote for Shared {
+    fn promote(&self, seq: u64) {
+        if !self.config.rcp.inheritance {
+            return;
+        }
+        let mut st = lock(&self.state);
+        let now = self.device.now();
+        let ready = st.sched.promote(seq, now);
+        wake(&mut st, &ready);
+    }
+}
+
+fn wake(st: &mut State, ready: &[u64]) {
+    for seq in ready {
+        if let Some(t) = st.parked.remove(seq) {
+            t.unpark();
+        }
+    }
+}
+
+impl Shared {
+    fn classify(&self, task: &Task) -> Criticality {
+        let raised = current_background().is_some_and(|b| b.knobs().critical);
+        if raised || task.is_critical(self.config.rcp.inheritance) {
+            Criticality::Critical
+        } else {
+            Criticality::NonCritical
+        }
+    }
+
+    /// Runs one I/O through the stages: waits until it may enter the device,
+    /// performs it there, and leaves.
+    fn io<T>(
+        self: &Arc<Self>,
+        file: &FileInner,
+        op: Op,
+        seq: u64,
+        io: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let task = Task::current();
+        if let Some(bg) = current_background() {
+            bg.throttle(&task, self.config.rcp.inheritance, op.len);
+        }
+        let class = self.classify(&task);
+        let now = self.device.now();
+        let ctx = task.ctx().unwrap_or_else(|| Ctx {
+            class: Class::Background,
+            ..Ctx::new(seq, now)
+        });
+        let job = Job::new(seq, ctx, op.offset / BLOCK, now).with_tag(file.id as u64);
+        let entered = self.enter(&task, job, class);
+        let result = self.device.perform(entered, op, io);
+        let mut st = lock(&self.state);
+        let ready = st.sched.complete(seq, self.device.now());
+        wake(&mut st, &ready);
+        drop(st);
+        if let Some(bg) = current_background() {
+            bg.account(op.len);
+        }
+        result
+    }
+
+    /// Submits the job and waits until it is in the device; returns when it
+    /// entered.
+    fn enter(self: &Arc<Self>, task: &Arc<Task>, job: Job, class: Criticality) -> u64 {
+        let seq = job.seq;
+        let mut st = lock(&self.state);
+        let ready = st.sched.submit(job, class, self.device.now());
+        if ready.contains(&seq) {
+            wake(&mut st, &ready);
+            return self.device.now();
+        }
+        st.parked.insert(seq, std::thread::current());
+        wake(&mut st, &ready);
+        drop(st);
+        task.begin_wait(Blocker::Io(self.clone(), seq));
+        loop {
+            std::thread::park();
+            if lock(&self.state).sched.location(seq) == Some(Location::Device) {
+                break;
+            }
+        }
+        task.end_wait();
+        self.device.now()
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+struct FileInner {
+    id: u32,
+    path: PathBuf,
+    file: std::fs::File,
+    /// Outstanding writes: (seq, offset, len).
+    pending: Mutex<Vec<(u64, u64, u64)>>,
+    drained: Condvar,
+}
+
+/// A file on the runtime's device. Clones share the file.
+#[derive(Clone)]
+pub struct SluiceFile {
+    shared: Arc<Shared>,
+    inner: Arc<FileInner>,
+}
+
+impl SluiceFile {
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn device_error(&self, op: &'static str, offset: u64, len: usize, source: std::io::Error) -> IoError {
+        IoError::Device {
+            op,
+            path: self.inner.path.clone(),
+            offset,
+            len,
+            source,
+        }
+    }
+
+    /// Reads into `buf` at `offset`; returns the bytes read (short at the
+    /// end of the file). Waits first for outstanding writes to the range.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, IoError> {
+        let s = &self.shared;
+        s.device
+            .check_alignment(&self.inner.path, buf.as_ptr(), offset, buf.len())?;
+        let end = offset + buf.len() as u64;
+        self.wait_for_writes(|&(_, o, l)| o < end && offset < o + l);
+        let op = Op {
+            kind: OpKind::Read,
+            offset: address(self.inner.id, offset),
+            len: buf.len() as u64,
+        };
+        let len = buf.len();
+        s.io(&self.inner, op, s.next_seq(), || self.inner.file_read(buf, offset))
+            .map_err(|e| self.device_error("read", offset, len, e))
+    }
+
+    /// Writes all of `data` at `offset`.
+    pub fn write_at(&self, data: &[u8], offset: u64) -> Result<(), IoError> {
+        let s = &self.shared;
+        s.device
+            .check_alignment(&self.inner.path, data.as_ptr(), offset, data.len())?;
+        let seq = s.next_seq();
+        lock(&self.inner.pending).push((seq, offset, data.len() as u64));
+        let op = Op {
+            kind: OpKind::Write,
+            offset: address(self.inner.id, offset),
+            len: data.len() as u64,
+        };
+        let result = s.io(&self.inner, op, seq, || {
+            std::os::unix::fs::FileExt::write_all_at(&self.inner.file, data, offset)
+        });
+        lock(&self.inner.pending).retain(|p| p.0 != seq);
+        self.inner.drained.notify_all();
+        result.map_err(|e| self.device_error("write", offset, data.len(), e))
+    }
+
+    /// Makes every write acknowledged so far durable: waits for outstanding
+    /// writes to the file (promoting them for a critical caller), then
+    /// flushes the device.
+    pub fn sync(&self) -> Result<(), IoError> {
+        self.wait_for_writes(|_| true);
+        let s = &self.shared;
+        let op = Op {
+            kind: OpKind::Flush,
+            offset: address(self.inner.id, 0),
+            len: 0,
+        };
+        s.io(&self.inner, op, s.next_seq(), || self.inner.file.sync_data())
+            .map_err(|e| self.device_error("sync", 0, 0, e))
+    }
+
+    /// Waits until the outstanding writes that `depends` selects are done;
+    /// a critical caller promotes them first (an I/O dependency).
+    fn wait_for_writes(&self, depends: impl Fn(&(u64, u64, u64)) -> bool) {
+        let mut pending = lock(&self.inner.pending);
+        let awaited: Vec<u64> = pending.iter().filter(|p| depends(p)).map(|p| p.0).collect();
+        let Some(&last) = awaited.last() else { return };
+        let task = Task::current();
+        drop(pending);
+        if task.is_critical(self.shared.config.rcp.inheritance) {
+            for &seq in &awaited {
+                self.shared.promote(seq);
+            }
+        }
+        task.begin_wait(Blocker::Io(self.shared.clone(), last));
+        pending = lock(&self.inner.pending);
+        while pending.iter().any(|p| awaited.contains(&p.0)) {
+            pending = self.inner.drained.wait(pending).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(pending);
+        task.end_wait();
+    }
+}
+
+impl FileInner {
+    fn file_read(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match std::os::unix::fs::FileExt::read_at(&self.file, &mut buf[done..], offset + done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(done)
+    }
+}

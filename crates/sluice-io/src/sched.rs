@@ -1,0 +1,376 @@
+//! RCP's block-layer stages as one state machine (RCP §4.3): admission into
+//! per-class slot pools, dispatch from two queues (critical first, with a
+//! starvation guarantee for non-critical I/O), and a bound on non-critical
+//! I/Os outstanding at the device; plus promotion of an outstanding
+//! non-critical I/O wherever it waits (§4.2.2), the `ncio` of RCP.
+//!
+//! Pure: time comes in as an argument and the machine only says which I/Os
+//! may enter the device, so the runtime drives it in wall time and the
+//! property tests drive it directly. The order within each queue is any
+//! sluice-core [`Policy`]; RCP's own scheduler is two FIFO queues.
+//!
+//! With `split_admission` off there is one pool for all I/O; with
+//! `two_queues` off there is one queue, in which the device bound cannot be
+//! applied (the policy, not the class, picks the next job) and is ignored.
+//! With RCP disabled every I/O is critical, which gives one FIFO path.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use sluice_core::device::FlatDevice;
+use sluice_core::{Job, Nanos, Policy};
+
+use crate::config::RcpConfig;
+
+/// Critical I/O is on a request's path; non-critical I/O is not (yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Criticality {
+    Critical,
+    NonCritical,
+}
+
+const CRIT: usize = 0;
+const NONCRIT: usize = 1;
+
+impl Criticality {
+    fn index(self) -> usize {
+        match self {
+            Criticality::Critical => CRIT,
+            Criticality::NonCritical => NONCRIT,
+        }
+    }
+}
+
+/// Where an outstanding I/O is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Location {
+    Admission,
+    Queued,
+    Device,
+}
+
+#[derive(Debug)]
+struct Entry {
+    job: Job,
+    class: Criticality,
+    location: Location,
+    /// The slot pool it waits for or holds.
+    pool: usize,
+    /// Counted against the non-critical device bound.
+    bounded: bool,
+}
+
+/// Counters for reports and for the leak checks of the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    pub admitted: [usize; 2],
+    pub waiting_admission: [usize; 2],
+    pub queued: [usize; 2],
+    pub in_device: usize,
+    pub noncritical_in_device: usize,
+    pub promotions: u64,
+}
+
+pub struct Sched {
+    config: RcpConfig,
+    depth: usize,
+    capacity: [usize; 2],
+    admitted: [usize; 2],
+    admission: [VecDeque<u64>; 2],
+    queues: [Box<dyn Policy>; 2],
+    /// Promoted jobs whose copy still sits in the non-critical queue.
+    ghosts: HashSet<u64>,
+    ios: HashMap<u64, Entry>,
+    in_device: usize,
+    noncritical_in_device: usize,
+    /// Start of the current starvation interval of the non-critical queue.
+    noncritical_clock: Nanos,
+    promotions: u64,
+}
+
+impl Sched {
+    /// `queues` are two fresh instances of the configured policy.
+    pub fn new(config: RcpConfig, depth: usize, queues: [Box<dyn Policy>; 2]) -> Self {
+        let capacity = if config.enabled && config.split_admission {
+            [config.critical_slots, config.noncritical_slots]
+        } else {
+            [config.critical_slots + config.noncritical_slots, 0]
+        };
+        Sched {
+            config,
+            depth: depth.max(1),
+            capacity,
+            admitted: [0; 2],
+            admission: Default::default(),
+            queues,
+            ghosts: HashSet::new(),
+            ios: HashMap::new(),
+            in_device: 0,
+            noncritical_in_device: 0,
+            noncritical_clock: 0,
+            promotions: 0,
+        }
+    }
+
+    fn pool_of(&self, class: Criticality) -> usize {
+        if self.capacity[NONCRIT] == 0 {
+            CRIT
+        } else {
+            class.index()
+        }
+    }
+
+    fn queue_of(&self, class: Criticality) -> usize {
+        if self.config.enabled && self.config.two_queues {
+            class.index()
+        } else {
+            CRIT
+        }
+    }
+
+    /// A new I/O arrives. Returns the I/Os (this one or others) that may
+    /// now enter the device. `job.seq` must be unique among outstanding I/Os.
+    pub fn submit(&mut self, job: Job, class: Criticality, now: Nanos) -> Vec<u64> {
+        let class = if self.config.enabled {
+            class
+        } else {
+            Criticality::Critical
+        };
+        let pool = self.pool_of(class);
+        let seq = job.seq;
+        self.ios.insert(
+            seq,
+            Entry {
+                job,
+                class,
+                location: Location::Admission,
+                pool,
+                bounded: false,
+            },
+        );
+        if self.admitted[pool] < self.capacity[pool] {
+            self.admit(seq, now);
+        } else {
+            self.admission[pool].push_back(seq);
+        }
+        self.dispatch(now)
+    }
+
+    fn admit(&mut self, seq: u64, now: Nanos) {
+        let e = self.ios.get_mut(&seq).expect("admitted I/O is outstanding");
+        self.admitted[e.pool] += 1;
+        e.location = Location::Queued;
+        let (class, job) = (e.class, e.job);
+        let q = self.queue_of(class);
+        if q == NONCRIT && self.live_noncritical() == 0 {
+            self.noncritical_clock = now;
+        }
+        self.queues[q].push(job, now);
+    }
+
+    fn live_noncritical(&self) -> usize {
+        self.queues[NONCRIT].len() - self.ghosts.len()
+    }
+
+    /// Moves I/Os into the device while it has room, in the configured order.
+    fn dispatch(&mut self, now: Nanos) -> Vec<u64> {
+        let mut entered = Vec::new();
+        while self.in_device < self.depth {
+            let Some(q) = self.next_queue(now) else { break };
+            let Some(job) = self.pop_live(q, now) else { break };
+            let e = self.ios.get_mut(&job.seq).expect("queued I/O is outstanding");
+            e.location = Location::Device;
+            self.in_device += 1;
+            if q == NONCRIT {
+                e.bounded = true;
+                self.noncritical_in_device += 1;
+                self.noncritical_clock = now;
+            }
+            entered.push(job.seq);
+        }
+        entered
+    }
+
+    /// Which queue serves next: critical first, unless the non-critical
+    /// queue has waited a whole starvation interval.
+    fn next_queue(&self, now: Nanos) -> Option<usize> {
+        let crit = !self.queues[CRIT].is_empty();
+        let bound = self.config.noncritical_device_bound;
+        let may_noncrit = self.live_noncritical() > 0 && (bound == 0 || self.noncritical_in_device < bound);
+        let starving = now.saturating_sub(self.noncritical_clock) >= self.config.starvation();
+        match (crit, may_noncrit) {
+            (_, true) if starving || !crit => Some(NONCRIT),
+            (true, _) => Some(CRIT),
+            _ => None,
+        }
+    }
+
+    fn pop_live(&mut self, q: usize, now: Nanos) -> Option<Job> {
+        loop {
+            let job = self.queues[q].pop(now, &FlatDevice::default())?;
+            if q == CRIT || !self.ghosts.remove(&job.seq) {
+                return Some(job);
+            }
+        }
+    }
+
+    /// The I/O left the device. Frees its slot, admits the next waiter of
+    /// its pool and returns the I/Os that may now enter the device.
+    pub fn complete(&mut self, seq: u64, now: Nanos) -> Vec<u64> {
+        let Some(e) = self.ios.remove(&seq) else {
+            return Vec::new();
+        };
+        debug_assert_eq!(e.location, Location::Device);
+        self.in_device -= 1;
+        if e.bounded {
+            self.noncritical_in_device -= 1;
+        }
+        self.admitted[e.pool] -= 1;
+        if let Some(next) = self.admission[e.pool].pop_front() {
+            self.admit(next, now);
+        }
+        self.dispatch(now)
+    }
+
+    /// A critical task depends on this I/O: reclassify it as critical where
+    /// it waits (admission or queue); at the device it only has to finish.
+    pub fn promote(&mut self, seq: u64, now: Nanos) -> Vec<u64> {
+        let Some(e) = self.ios.get_mut(&seq) else {
+            return Vec::new();
+        };
+        if e.class == Criticality::Critical {
+            return Vec::new();
+        }
+        e.class = Criticality::Critical;
+        self.promotions += 1;
+        let (location, pool, job) = (e.location, e.pool, e.job);
+        match location {
+            Location::Admission if pool == NONCRIT => {
+                self.admission[NONCRIT].retain(|&s| s != seq);
+                let e = self.ios.get_mut(&seq).expect("present");
+                e.pool = CRIT;
+                if self.admitted[CRIT] < self.capacity[CRIT] {
+                    self.admit(seq, now);
+                } else {
+                    self.admission[CRIT].push_back(seq);
+                }
+            }
+            Location::Queued if self.queue_of(Criticality::NonCritical) == NONCRIT => {
+                self.ghosts.insert(seq);
+                self.queues[CRIT].push(job, now);
+            }
+            _ => {}
+        }
+        self.dispatch(now)
+    }
+
+    pub fn location(&self, seq: u64) -> Option<Location> {
+        self.ios.get(&seq).map(|e| e.location)
+    }
+
+    pub fn class(&self, seq: u64) -> Option<Criticality> {
+        self.ios.get(&seq).map(|e| e.class)
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.ios.len()
+    }
+
+    pub fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            admitted: self.admitted,
+            waiting_admission: [self.admission[CRIT].len(), self.admission[NONCRIT].len()],
+            queued: [self.queues[CRIT].len(), self.live_noncritical()],
+            in_device: self.in_device,
+            noncritical_in_device: self.noncritical_in_device,
+            promotions: self.promotions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::policy::fifo::Fifo;
+    use sluice_core::Ctx;
+
+    const MS: u64 = 1_000_000;
+
+    fn sched(config: RcpConfig, depth: usize) -> Sched {
+        Sched::new(config, depth, [Box::new(Fifo::default()), Box::new(Fifo::default())])
+    }
+
+    fn job(seq: u64) -> Job {
+        Job::new(seq, Ctx::new(seq, 0), 0, 0)
+    }
+
+    use Criticality::{Critical as C, NonCritical as N};
+
+    #[test]
+    fn critical_goes_first_and_noncritical_is_bounded_at_the_device() {
+        let mut s = sched(RcpConfig::default(), 4);
+        assert_eq!(s.submit(job(1), N, 0), vec![1]);
+        assert_eq!(s.submit(job(2), N, 0), Vec::<u64>::new(), "bound of one non-critical");
+        assert_eq!(s.submit(job(3), C, 0), vec![3]);
+        assert_eq!(s.complete(1, MS), vec![2]);
+        assert_eq!(s.occupancy().in_device, 2);
+    }
+
+    #[test]
+    fn starvation_guard_serves_noncritical_every_interval() {
+        let mut s = sched(RcpConfig::default(), 1);
+        s.submit(job(1), C, 0);
+        s.submit(job(2), N, 0);
+        s.submit(job(3), C, 0);
+        assert_eq!(s.complete(1, MS), vec![3], "critical first within the interval");
+        assert_eq!(s.submit(job(4), C, MS), Vec::<u64>::new());
+        assert_eq!(s.complete(3, 10 * MS), vec![2], "10 ms without a non-critical dispatch");
+    }
+
+    #[test]
+    fn split_pools_keep_critical_admission_free() {
+        let config = RcpConfig {
+            critical_slots: 1,
+            noncritical_slots: 1,
+            ..RcpConfig::default()
+        };
+        let mut s = sched(config, 1);
+        s.submit(job(1), N, 0);
+        s.submit(job(2), N, 0);
+        assert_eq!(s.location(2), Some(Location::Admission));
+        s.submit(job(3), C, 0);
+        assert_eq!(s.location(3), Some(Location::Queued), "its own pool has room");
+        // Promotion moves 2 to the critical pool's waiting line.
+        s.promote(2, 0);
+        assert_eq!(s.occupancy().waiting_admission, [1, 0]);
+        assert_eq!(s.complete(1, MS), vec![3]);
+        assert_eq!(s.complete(3, MS), vec![2]);
+        assert_eq!(s.occupancy().promotions, 1);
+    }
+
+    #[test]
+    fn promotion_from_the_queue_jumps_ahead_and_runs_once() {
+        let mut s = sched(RcpConfig::default(), 1);
+        s.submit(job(1), C, 0);
+        for seq in 2..5 {
+            s.submit(job(seq), N, 0);
+        }
+        s.submit(job(5), C, 0);
+        s.promote(4, 0);
+        assert_eq!(s.complete(1, MS), vec![5]);
+        assert_eq!(s.complete(5, MS), vec![4], "promoted behind earlier critical work");
+        assert_eq!(s.complete(4, MS), vec![2]);
+        assert_eq!(s.complete(2, MS), vec![3]);
+        assert_eq!(s.complete(3, MS), Vec::<u64>::new());
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn disabled_rcp_is_one_fifo_path() {
+        let mut s = sched(RcpConfig::off(), 1);
+        s.submit(job(1), N, 0);
+        s.submit(job(2), N, 0);
+        s.submit(job(3), C, 0);
+        assert_eq!(s.complete(1, MS), vec![2]);
+        assert_eq!(s.complete(2, MS), vec![3]);
+    }
+}

@@ -1,0 +1,120 @@
+//! A condition variable that infers its helper (RCP §4.2.1, after the
+//! helper tasks of [27]): whoever signals it is registered as its helper,
+//! since a task that signalled a condition once is likely to signal it
+//! again (background tasks are dedicated to one activity). A critical task
+//! that waits raises the helper until its wait ends. A helper that has not
+//! signalled within the window is forgotten; [`Condvar::set_helper`]
+//! registers one explicitly.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::raw::RawInheritMutex;
+use crate::task::{Blocker, Task};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Condvar {
+    /// Bumped by every notification, so a waiter cannot miss one.
+    generation: Mutex<u64>,
+    cv: std::sync::Condvar,
+    helper: Mutex<Option<(Arc<Task>, Instant)>>,
+    window: Duration,
+}
+
+impl Default for Condvar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Condvar {
+    /// A condition variable whose inferred helper expires after 1 s
+    /// without a signal.
+    pub fn new() -> Self {
+        Self::with_helper_window(Duration::from_secs(1))
+    }
+
+    pub fn with_helper_window(window: Duration) -> Self {
+        Condvar {
+            generation: Mutex::new(0),
+            cv: std::sync::Condvar::new(),
+            helper: Mutex::new(None),
+            window,
+        }
+    }
+
+    /// Registers `task` as the helper, as if it had just signalled.
+    pub fn set_helper(&self, task: Arc<Task>) {
+        *lock(&self.helper) = Some((task, Instant::now()));
+    }
+
+    /// The helper, if it signalled within the window.
+    pub fn helper(&self) -> Option<Arc<Task>> {
+        let h = lock(&self.helper);
+        h.as_ref()
+            .filter(|(_, at)| at.elapsed() <= self.window)
+            .map(|(t, _)| t.clone())
+    }
+
+    /// Releases the mutex, waits for a notification, takes the mutex again.
+    /// Like every condition variable, it may wake spuriously: wait in a loop
+    /// that checks the condition.
+    pub fn wait<T>(&self, guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>) {
+        self.wait_until(guard, None);
+    }
+
+    /// As [`Condvar::wait`], giving up after `timeout`; true if it timed out.
+    pub fn wait_timeout<T>(&self, guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>, timeout: Duration) -> bool {
+        self.wait_until(guard, Some(Instant::now() + timeout))
+    }
+
+    fn wait_until<T>(
+        &self,
+        guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let me = Task::current();
+        let helper = self.helper();
+        if let Some(h) = &helper {
+            me.begin_wait(Blocker::Task(h.clone()));
+        }
+        let generation = lock(&self.generation);
+        let start = *generation;
+        let timed_out = lock_api::MutexGuard::unlocked(guard, || {
+            let mut g = generation;
+            while *g == start {
+                match deadline {
+                    None => g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                    Some(d) => {
+                        let Some(left) = d.checked_duration_since(Instant::now()) else {
+                            return true;
+                        };
+                        g = self.cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0;
+                    }
+                }
+            }
+            false
+        });
+        if helper.is_some() {
+            me.end_wait();
+        }
+        timed_out
+    }
+
+    pub fn notify_one(&self) {
+        self.notify(|cv| cv.notify_one());
+    }
+
+    pub fn notify_all(&self) {
+        self.notify(|cv| cv.notify_all());
+    }
+
+    fn notify(&self, wake: impl FnOnce(&std::sync::Condvar)) {
+        self.set_helper(Task::current());
+        *lock(&self.generation) += 1;
+        wake(&self.cv);
+    }
+}
