@@ -115,7 +115,7 @@ impl Device {
 
 /// Device address of `offset` in file `id`.
 pub fn address(file_id: u32, offset: u64) -> u64 {
-    ((file_id as u64) << 30) + offset
+    ((file_id as u64) << 30).wrapping_add(offset)
 }
 
 /// The plain path without any scheduling: the real call plus the device's

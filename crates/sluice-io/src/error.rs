@@ -29,6 +29,8 @@ pub enum IoError {
         got: u64,
         path: PathBuf,
     },
+    #[error("{len} bytes at offset {offset} of {path} run past the largest file offset")]
+    Range { path: PathBuf, offset: u64, len: usize },
     #[error("invalid runtime configuration: {0}")]
     Config(String),
 }

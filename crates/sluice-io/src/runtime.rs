@@ -223,6 +223,12 @@ pub struct SluiceFile {
     inner: Arc<FileInner>,
 }
 
+impl std::fmt::Debug for SluiceFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SluiceFile").field("path", &self.inner.path).finish()
+    }
+}
+
 impl SluiceFile {
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -238,13 +244,21 @@ impl SluiceFile {
         }
     }
 
+    /// Checks a request before any bookkeeping; returns its end offset.
+    fn check(&self, ptr: *const u8, offset: u64, len: usize) -> Result<u64, IoError> {
+        self.shared.device.check_alignment(&self.inner.path, ptr, offset, len)?;
+        offset.checked_add(len as u64).ok_or_else(|| IoError::Range {
+            path: self.inner.path.clone(),
+            offset,
+            len,
+        })
+    }
+
     /// Reads into `buf` at `offset`; returns the bytes read (short at the
     /// end of the file). Waits first for outstanding writes to the range.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, IoError> {
         let s = &self.shared;
-        s.device
-            .check_alignment(&self.inner.path, buf.as_ptr(), offset, buf.len())?;
-        let end = offset + buf.len() as u64;
+        let end = self.check(buf.as_ptr(), offset, buf.len())?;
         self.wait_for_writes(|&(_, o, l)| o < end && offset < o + l);
         let op = Op {
             kind: OpKind::Read,
@@ -259,8 +273,7 @@ impl SluiceFile {
     /// Writes all of `data` at `offset`.
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<(), IoError> {
         let s = &self.shared;
-        s.device
-            .check_alignment(&self.inner.path, data.as_ptr(), offset, data.len())?;
+        self.check(data.as_ptr(), offset, data.len())?;
         let seq = s.next_seq();
         lock(&self.inner.pending).push((seq, offset, data.len() as u64));
         let op = Op {

@@ -1,0 +1,110 @@
+//! Property tests of RCP's stages: whatever the configuration and the
+//! interleaving of submissions, promotions and completions, every I/O enters
+//! the device exactly once, the device's depth and the non-critical bound
+//! hold, and once everything completes no slot is left taken.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+use sluice_core::policy::fifo::Fifo;
+use sluice_core::{Ctx, Job};
+use sluice_io::sched::{Criticality, Occupancy, Sched};
+use sluice_io::RcpConfig;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Submit(bool),
+    Promote(usize),
+    Complete(usize),
+    Wait(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => any::<bool>().prop_map(Step::Submit),
+        1 => any::<usize>().prop_map(Step::Promote),
+        2 => any::<usize>().prop_map(Step::Complete),
+        1 => (0u64..20_000_000).prop_map(Step::Wait),
+    ]
+}
+
+fn config() -> impl Strategy<Value = (RcpConfig, usize)> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        1usize..4,
+        1usize..4,
+        0usize..3,
+        1usize..5,
+    )
+        .prop_map(|(enabled, split, two, cs, ns, bound, depth)| {
+            let config = RcpConfig {
+                enabled,
+                split_admission: split,
+                two_queues: two,
+                critical_slots: cs,
+                noncritical_slots: ns,
+                noncritical_device_bound: bound,
+                ..RcpConfig::default()
+            };
+            (config, depth)
+        })
+}
+
+proptest! {
+    #[test]
+    fn every_io_enters_the_device_once_and_nothing_leaks(
+        (config, depth) in config(),
+        steps in prop::collection::vec(step(), 1..200),
+    ) {
+        let bound = config.noncritical_device_bound;
+        let bounded = config.enabled && config.two_queues && bound > 0;
+        let mut s = Sched::new(config, depth, [Box::new(Fifo::default()), Box::new(Fifo::default())]);
+        let (mut now, mut next) = (0u64, 0u64);
+        let mut submitted = Vec::new();
+        let mut entered = HashSet::new();
+        let mut in_device: Vec<u64> = Vec::new();
+        let mut record = |ready: Vec<u64>, in_device: &mut Vec<u64>| {
+            for seq in ready {
+                prop_assert!(entered.insert(seq), "{seq} entered twice");
+                in_device.push(seq);
+            }
+            Ok(())
+        };
+        for st in steps {
+            let ready = match st {
+                Step::Submit(critical) => {
+                    next += 1;
+                    submitted.push(next);
+                    let class = if critical { Criticality::Critical } else { Criticality::NonCritical };
+                    s.submit(Job::new(next, Ctx::new(next, now), 0, now), class, now)
+                }
+                Step::Promote(i) if !submitted.is_empty() => s.promote(submitted[i % submitted.len()], now),
+                Step::Complete(i) if !in_device.is_empty() => {
+                    let seq = in_device.swap_remove(i % in_device.len());
+                    s.complete(seq, now)
+                }
+                Step::Wait(dt) => { now += dt; Vec::new() }
+                _ => Vec::new(),
+            };
+            record(ready, &mut in_device)?;
+            let o = s.occupancy();
+            prop_assert!(o.in_device <= depth);
+            prop_assert_eq!(o.in_device, in_device.len());
+            if bounded {
+                prop_assert!(o.noncritical_in_device <= bound);
+            }
+        }
+        // Drain: complete whatever is in the device until nothing is left.
+        while let Some(seq) = in_device.pop() {
+            now += 1_000_000;
+            let ready = s.complete(seq, now);
+            record(ready, &mut in_device)?;
+        }
+        prop_assert_eq!(entered.len(), submitted.len(), "every I/O entered the device");
+        prop_assert_eq!(s.outstanding(), 0);
+        let o = s.occupancy();
+        prop_assert_eq!(Occupancy { promotions: 0, ..o }, Occupancy::default());
+    }
+}
