@@ -3,14 +3,16 @@
 //! The request context ([`Ctx`]) that travels with every unit of work, the
 //! [`Job`] that waits at a stage, the [`Policy`] trait with one file per
 //! policy under [`policy`], the [`Stage`] that puts a policy behind an
-//! admission limit, the device timing models under [`device`], and the metric
-//! definitions under [`metrics`].
+//! admission limit, the device timing models under [`device`], the
+//! controllers that turn measurements into knob settings under
+//! [`controller`], and the metric definitions under [`metrics`].
 //!
 //! The crate is pure: it reads no clock (`now` is always an argument), spawns
 //! no thread and does no I/O. The same policy therefore runs in virtual time
 //! in `sluice-sim` and in wall time in the runtime and the proxy.
 
 pub mod budget;
+pub mod controller;
 pub mod ctx;
 pub mod deadline;
 pub mod device;

@@ -14,7 +14,7 @@
 //! | task dependency: locks, condition variables (§4.2.1) | [`sync`]: [`sync::Mutex`], [`sync::RwLock`], [`sync::Condvar`] |
 //! | I/O dependency, `ncio` promotion (§4.2.2) | [`SluiceFile::sync`], [`SluiceFile::read_at`] promote outstanding writes |
 //! | transitive dependency (§4.4) | [`task`]: blocking status, raise along the chain |
-//! | background tasks with knobs (programmable background tasks §VI) | [`background`], controllers in `sluice-core` |
+//! | background tasks with knobs, a controller (programmable background tasks §VI) | [`background`], [`control`] with controllers from `sluice-core` |
 //!
 //! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
 //! ones: a real file plus a sluice-core timing model, so that contention is
@@ -26,6 +26,7 @@
 
 pub mod background;
 pub mod config;
+pub mod control;
 pub mod device;
 pub mod error;
 pub mod runtime;
@@ -35,6 +36,7 @@ pub mod task;
 
 pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind};
 pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};
+pub use control::ControlLoop;
 pub use device::AlignedBuf;
 pub use error::IoError;
 pub use runtime::{Runtime, SluiceFile};

@@ -45,7 +45,11 @@ impl CloudVolume {
         let iops = positive("iops", c.iops)?;
         let mb_s = positive("mb_s", c.mb_s)?;
         if !(c.base_latency_us.is_finite() && c.base_latency_us >= 0.0) {
-            return Err(ProfileError::invalid("base_latency_us", "a finite number >= 0", c.base_latency_us));
+            return Err(ProfileError::invalid(
+                "base_latency_us",
+                "a finite number >= 0",
+                c.base_latency_us,
+            ));
         }
         Ok(CloudVolume {
             ns_per_op: 1e9 / iops,

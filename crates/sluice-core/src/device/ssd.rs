@@ -75,11 +75,7 @@ impl Ssd {
 impl TimingModel for Ssd {
     fn complete_at(&mut self, now: Nanos, op: Op) -> Nanos {
         let service = self.service(op);
-        let channel = self
-            .free_at
-            .iter_mut()
-            .min()
-            .expect("at least one channel");
+        let channel = self.free_at.iter_mut().min().expect("at least one channel");
         let done = now.max(*channel) + service;
         *channel = done;
         done
