@@ -19,6 +19,8 @@ use crate::steal::CpuTimes;
 pub enum BenchCommand {
     /// Simulator speed: simulated I/O completions per second on one core
     Sim(SimBench),
+    /// The I/O runtime on an emulated SSD: RCP against FIFO, and overhead
+    Io(crate::bench_io::IoBench),
 }
 
 #[derive(Args)]
@@ -53,6 +55,7 @@ pub struct SimBench {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Sim(b) => sim(b),
+        BenchCommand::Io(b) => crate::bench_io::run(b),
     }
 }
 
@@ -77,7 +80,7 @@ struct Summary {
     ratio_to_baseline_max: f64,
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     if xs.is_empty() {
         f64::NAN

@@ -1,8 +1,10 @@
 //! `sluice`: the command line of Sluice, request-aware I/O scheduling for
 //! databases. Subcommands arrive with the parts they drive; today: `sim`
-//! (experiments on the deterministic simulator) and `bench` (benchmarks).
+//! (experiments on the deterministic simulator) and `bench` (benchmarks of
+//! the simulator and of the I/O runtime).
 
 mod bench;
+mod bench_io;
 mod sim;
 mod steal;
 
