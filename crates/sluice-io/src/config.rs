@@ -11,6 +11,10 @@
 //!
 //! [rcp]
 //! enabled = true             # false: one FIFO path, no notion of criticality
+//! dirty_budget_mb = 256      # memory for buffered writes not yet written back
+//! critical_dirty_ratio = 0.20    # critical writers write back above this share
+//! noncritical_dirty_ratio = 0.01 # non-critical writers above this one (§4.3)
+//! split_dirty = true         # false: every writer gets the critical ratio
 //! split_admission = true     # separate slot pools per class (§4.3)
 //! critical_slots = 128
 //! noncritical_slots = 128
@@ -65,6 +69,10 @@ impl Default for DeviceConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RcpConfig {
     pub enabled: bool,
+    pub dirty_budget_mb: f64,
+    pub critical_dirty_ratio: f64,
+    pub noncritical_dirty_ratio: f64,
+    pub split_dirty: bool,
     pub split_admission: bool,
     pub critical_slots: usize,
     pub noncritical_slots: usize,
@@ -79,6 +87,10 @@ impl Default for RcpConfig {
     fn default() -> Self {
         RcpConfig {
             enabled: true,
+            dirty_budget_mb: 256.0,
+            critical_dirty_ratio: 0.20,
+            noncritical_dirty_ratio: 0.01,
+            split_dirty: true,
             split_admission: true,
             critical_slots: 128,
             noncritical_slots: 128,
@@ -141,6 +153,17 @@ impl RuntimeConfig {
         if r.critical_slots == 0 || r.noncritical_slots == 0 {
             return bad("rcp.critical_slots and rcp.noncritical_slots must be at least 1");
         }
+        if !(r.dirty_budget_mb.is_finite() && r.dirty_budget_mb >= 0.0) {
+            return bad("rcp.dirty_budget_mb must be a finite number >= 0");
+        }
+        for (field, v) in [
+            ("rcp.critical_dirty_ratio", r.critical_dirty_ratio),
+            ("rcp.noncritical_dirty_ratio", r.noncritical_dirty_ratio),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(IoError::Config(format!("{field} must lie in [0, 1], got {v}")));
+            }
+        }
         if !(r.starvation_ms.is_finite() && r.starvation_ms > 0.0) {
             return bad("rcp.starvation_ms must be a finite number > 0");
         }
@@ -175,6 +198,7 @@ mod tests {
             ("[rcp]\npolicy = \"nope\"", "rcp.policy"),
             ("[rcp]\nstarvation_ms = -1.0", "rcp.starvation_ms"),
             ("[rcp]\nslots = 3", "slots"),
+            ("[rcp]\nnoncritical_dirty_ratio = 2.0", "rcp.noncritical_dirty_ratio"),
         ] {
             let err = RuntimeConfig::from_toml(text).unwrap_err().to_string();
             assert!(err.contains(field), "{text}: {err}");

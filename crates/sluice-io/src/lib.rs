@@ -8,6 +8,7 @@
 //! | RCP | here |
 //! |---|---|
 //! | enlightenment API (§4.1) | [`enter`] / [`CtxGuard`]: `ctx_begin/ctx_end` on the current thread |
+//! | caching layer: dirty ratios per class (§4.3) | `writeback.rs`: [`SluiceFile::write_buffered`], `dirty_budget_mb`, `*_dirty_ratio` |
 //! | admission slots per class (§4.3) | [`sched`]: `critical_slots`, `noncritical_slots` |
 //! | two-queue dispatch, 10 ms starvation guard (§4.3) | [`sched`]: any sluice-core policy per queue |
 //! | device bound on non-critical I/O (§4.3) | [`sched`]: `noncritical_device_bound` |
@@ -20,9 +21,9 @@
 //! ones: a real file plus a sluice-core timing model, so that contention is
 //! real in wall time and the data is really stored.
 //!
-//! Not yet built (see the project's issue notes): RCP's write-back layer
-//! (separate dirty budgets for critical and non-critical writers), an
-//! io_uring path, and seek-aware ordering inside the emulated device.
+//! Not yet built (see the project's issue notes): an io_uring path, and
+//! seek-aware ordering inside the emulated device (every model serves in
+//! arrival order per channel).
 
 pub mod background;
 pub mod config;
@@ -33,6 +34,7 @@ pub mod runtime;
 pub mod sched;
 pub mod sync;
 pub mod task;
+mod writeback;
 
 pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind};
 pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};

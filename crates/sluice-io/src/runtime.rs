@@ -19,6 +19,7 @@ use crate::device::{address, Device};
 use crate::error::IoError;
 use crate::sched::{Criticality, Location, Occupancy, Sched};
 use crate::task::{current_background, Blocker, Promote, Task};
+use crate::writeback::DirtyBudget;
 
 /// Block size by which device addresses become job positions.
 const BLOCK: u64 = 4096;
@@ -31,11 +32,12 @@ pub struct Runtime {
 
 pub(crate) struct Shared {
     config: RuntimeConfig,
-    device: Device,
+    pub(crate) device: Device,
     state: Mutex<State>,
     next_seq: AtomicU64,
     next_file: AtomicU32,
     background: Mutex<Vec<Arc<Background>>>,
+    pub(crate) dirty: DirtyBudget,
 }
 
 struct State {
@@ -60,6 +62,7 @@ impl Runtime {
         Ok(Runtime {
             shared: Arc::new(Shared {
                 device: Device::new(&config.device)?,
+                dirty: DirtyBudget::new(&config.rcp),
                 config,
                 state: Mutex::new(State {
                     sched,
@@ -87,6 +90,7 @@ impl Runtime {
                 path,
                 file,
                 pending: Mutex::new(Vec::new()),
+                dirty: Mutex::new(Vec::new()),
                 drained: Condvar::new(),
             }),
         })
@@ -103,6 +107,11 @@ impl Runtime {
     /// Every registered background task, in registration order.
     pub fn background_tasks(&self) -> Vec<Arc<Background>> {
         lock(&self.shared.background).clone()
+    }
+
+    /// Bytes written with `write_buffered` and not yet written back.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.shared.dirty.total()
     }
 
     /// What waits where right now.
@@ -137,7 +146,7 @@ fn wake(st: &mut State, ready: &[u64]) {
 }
 
 impl Shared {
-    fn classify(&self, task: &Task) -> Criticality {
+    pub(crate) fn classify(&self, task: &Task) -> Criticality {
         let raised = current_background().is_some_and(|b| b.knobs().critical);
         if raised || task.is_critical(self.config.rcp.inheritance) {
             Criticality::Critical
@@ -207,10 +216,12 @@ impl Shared {
     }
 }
 
-struct FileInner {
+pub(crate) struct FileInner {
     id: u32,
     path: PathBuf,
-    file: std::fs::File,
+    pub(crate) file: std::fs::File,
+    /// Buffered writes not yet written back: (offset, len).
+    pub(crate) dirty: Mutex<Vec<(u64, u64)>>,
     /// Outstanding writes: (seq, offset, len).
     pending: Mutex<Vec<(u64, u64, u64)>>,
     drained: Condvar,
@@ -219,8 +230,8 @@ struct FileInner {
 /// A file on the runtime's device. Clones share the file.
 #[derive(Clone)]
 pub struct SluiceFile {
-    shared: Arc<Shared>,
-    inner: Arc<FileInner>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Arc<FileInner>,
 }
 
 impl std::fmt::Debug for SluiceFile {
@@ -234,7 +245,7 @@ impl SluiceFile {
         &self.inner.path
     }
 
-    fn device_error(&self, op: &'static str, offset: u64, len: usize, source: std::io::Error) -> IoError {
+    pub(crate) fn device_error(&self, op: &'static str, offset: u64, len: usize, source: std::io::Error) -> IoError {
         IoError::Device {
             op,
             path: self.inner.path.clone(),
@@ -245,7 +256,7 @@ impl SluiceFile {
     }
 
     /// Checks a request before any bookkeeping; returns its end offset.
-    fn check(&self, ptr: *const u8, offset: u64, len: usize) -> Result<u64, IoError> {
+    pub(crate) fn check(&self, ptr: *const u8, offset: u64, len: usize) -> Result<u64, IoError> {
         self.shared.device.check_alignment(&self.inner.path, ptr, offset, len)?;
         offset.checked_add(len as u64).ok_or_else(|| IoError::Range {
             path: self.inner.path.clone(),
@@ -270,29 +281,43 @@ impl SluiceFile {
             .map_err(|e| self.device_error("read", offset, len, e))
     }
 
-    /// Writes all of `data` at `offset`.
+    /// Writes all of `data` at `offset`, to the device (for a write that
+    /// may wait in memory first, see [`SluiceFile::write_buffered`]).
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<(), IoError> {
-        let s = &self.shared;
         self.check(data.as_ptr(), offset, data.len())?;
+        self.device_write(offset, data.len() as u64, || {
+            std::os::unix::fs::FileExt::write_all_at(&self.inner.file, data, offset)
+        })
+        .map_err(|e| self.device_error("write", offset, data.len(), e))
+    }
+
+    /// One write I/O of `len` bytes at `offset` through the stages, visible
+    /// to dependent reads and syncs while it is outstanding.
+    pub(crate) fn device_write(
+        &self,
+        offset: u64,
+        len: u64,
+        io: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let s = &self.shared;
         let seq = s.next_seq();
-        lock(&self.inner.pending).push((seq, offset, data.len() as u64));
+        lock(&self.inner.pending).push((seq, offset, len));
         let op = Op {
             kind: OpKind::Write,
             offset: address(self.inner.id, offset),
-            len: data.len() as u64,
+            len,
         };
-        let result = s.io(&self.inner, op, seq, || {
-            std::os::unix::fs::FileExt::write_all_at(&self.inner.file, data, offset)
-        });
+        let result = s.io(&self.inner, op, seq, io);
         lock(&self.inner.pending).retain(|p| p.0 != seq);
         self.inner.drained.notify_all();
-        result.map_err(|e| self.device_error("write", offset, data.len(), e))
+        result
     }
 
-    /// Makes every write acknowledged so far durable: waits for outstanding
-    /// writes to the file (promoting them for a critical caller), then
-    /// flushes the device.
+    /// Makes every write acknowledged so far durable: writes back the
+    /// file's dirty data, waits for outstanding writes to the file
+    /// (promoting them for a critical caller), then flushes the device.
     pub fn sync(&self) -> Result<(), IoError> {
+        self.write_back()?;
         self.wait_for_writes(|_| true);
         let s = &self.shared;
         let op = Op {
