@@ -125,3 +125,24 @@ fn a_four_step_chain_is_resolved() {
         start.elapsed()
     });
 }
+
+#[test]
+fn a_critical_writer_raises_the_readers_of_a_rwlock() {
+    check("rwlock", |rt, dir| {
+        let l = leak(sluice_io::sync::RwLock::new(()));
+        let (held, rx) = mpsc::channel();
+        let f = rt.open(dir.join("read-held"), true).unwrap();
+        std::thread::spawn(move || {
+            let _r = l.read();
+            held.send(()).unwrap();
+            for i in 0..5 {
+                f.write_at(&[3u8; 4096], i * 4096).unwrap();
+            }
+        });
+        rx.recv().unwrap();
+        let _req = enter(Ctx::new(4, 0));
+        let start = Instant::now();
+        drop(l.write());
+        start.elapsed()
+    });
+}

@@ -108,3 +108,44 @@ proptest! {
         prop_assert_eq!(Occupancy { promotions: 0, ..o }, Occupancy::default());
     }
 }
+
+proptest! {
+    /// RCP's starvation guarantee: however busy the device is with critical
+    /// I/O, a non-critical I/O enters it at the first decision after one
+    /// starvation interval (10 ms): within 10 ms plus one service time.
+    #[test]
+    fn noncritical_io_waits_at_most_one_interval_behind_critical_io(
+        services in prop::collection::vec(100_000u64..3_000_000, 50..200),
+        nc_at in 0usize..20,
+    ) {
+        let interval = RcpConfig::default().starvation();
+        let mut s = Sched::new(RcpConfig::default(), 1, [Box::new(Fifo::default()), Box::new(Fifo::default())]);
+        let (mut now, mut seq) = (0u64, 0u64);
+        let mut critical = |s: &mut Sched, now: u64| {
+            seq += 1;
+            s.submit(Job::new(seq, Ctx::new(seq, now), 0, now), Criticality::Critical, now)
+        };
+        let mut in_device = critical(&mut s, now);
+        critical(&mut s, now);
+        let nc = 1_000_000;
+        let mut nc_submitted = None;
+        let max_service = *services.iter().max().unwrap();
+        for (i, service) in services.iter().enumerate() {
+            if i == nc_at {
+                s.submit(Job::new(nc, Ctx::new(nc, now), 0, now), Criticality::NonCritical, now);
+                nc_submitted = Some(now);
+            }
+            now += service;
+            let done = in_device.pop().expect("the device is never idle");
+            critical(&mut s, now);
+            in_device = s.complete(done, now);
+            if in_device.contains(&nc) {
+                let waited = now - nc_submitted.unwrap();
+                prop_assert!(waited <= interval + max_service, "waited {waited} ns");
+                return Ok(());
+            }
+        }
+        let waited = now - nc_submitted.unwrap_or(now);
+        prop_assert!(waited < interval + max_service, "never dispatched after {waited} ns");
+    }
+}

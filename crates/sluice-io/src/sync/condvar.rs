@@ -118,3 +118,44 @@ impl Condvar {
         wake(&self.cv);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signaller_becomes_the_helper_until_the_window_passes() {
+        let cv = Condvar::with_helper_window(Duration::from_millis(200));
+        assert!(cv.helper().is_none());
+        let signaller = std::thread::spawn({
+            let cv = Arc::new(cv);
+            move || {
+                cv.notify_all();
+                (Task::current().id(), cv)
+            }
+        });
+        let (id, cv) = signaller.join().unwrap();
+        assert_eq!(cv.helper().map(|t| t.id()), Some(id));
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(cv.helper().is_none(), "forgotten after the window");
+    }
+
+    #[test]
+    fn waits_time_out_and_notifications_wake() {
+        let m = Arc::new(crate::sync::Mutex::new(false));
+        let cv = Arc::new(Condvar::new());
+        let mut g = m.lock();
+        assert!(cv.wait_timeout(&mut g, Duration::from_millis(5)), "nobody signals");
+        drop(g);
+        let (m2, cv2) = (m.clone(), cv.clone());
+        let t = std::thread::spawn(move || {
+            *m2.lock() = true;
+            cv2.notify_one();
+        });
+        let mut g = m.lock();
+        while !*g {
+            cv.wait(&mut g);
+        }
+        t.join().unwrap();
+    }
+}
