@@ -96,12 +96,17 @@ impl SluiceFile {
             .file
             .write_all_at(data, offset)
             .map_err(|e| self.device_error("buffered write", offset, data.len(), e))?;
-        let mut dirty = lock(&self.inner.dirty);
-        if dirty.is_empty() {
+        let was_clean = {
+            let mut dirty = lock(&self.inner.dirty);
+            dirty.push((offset, len));
+            dirty.len() == 1
+        };
+        self.shared.dirty.total.fetch_add(len, Ordering::AcqRel);
+        // Registered after the file's lock is released: `oldest_dirty`
+        // takes the list's lock and then each file's, never the reverse.
+        if was_clean {
             self.shared.dirty.register(&self.inner);
         }
-        dirty.push((offset, len));
-        self.shared.dirty.total.fetch_add(len, Ordering::AcqRel);
         Ok(())
     }
 

@@ -165,7 +165,8 @@ fn write_summary(result: &SweepResult, dir: &Path) -> Result<PathBuf, ReportErro
     Ok(path)
 }
 
-type Series = Vec<(String, Vec<(f64, f64)>)>;
+/// Named lines of (x, y) points.
+pub type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 fn series(result: &SweepResult, value: impl Fn(&Cell) -> f64) -> Series {
     result
@@ -247,7 +248,8 @@ fn bounds(series: &Series) -> ((f64, f64), (f64, f64)) {
     ((x0, x1), (y0, y1 * 1.05))
 }
 
-fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &Series) -> Result<(), ReportError> {
+/// An SVG line chart of `series`, each point marked, with a legend.
+pub fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &Series) -> Result<(), ReportError> {
     let ((x0, x1), (y0, y1)) = bounds(series);
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     let draw = |e: &dyn std::fmt::Display| write_err(path, e);

@@ -8,7 +8,7 @@ use anyhow::Result;
 use sluice_core::policy::fifo::Fifo;
 use sluice_core::{Ctx, Job};
 use sluice_io::sched::{Criticality, Sched};
-use sluice_io::RcpConfig;
+use sluice_io::{DeviceKind, RcpConfig};
 
 use super::{data_file, random_offset, rss_mib, runtime, Metrics, READ};
 
@@ -38,8 +38,8 @@ fn bytes_per_queued_io() -> Result<f64> {
 /// RSS after each `PER_SAMPLE` reads through the runtime on the page cache.
 fn long_run(dir: &Path) -> Result<Vec<f64>> {
     let path = dir.join("long-run");
-    data_file(&path)?;
-    let rt = runtime(RcpConfig::default(), false)?;
+    data_file(&path, false)?;
+    let rt = runtime(RcpConfig::default(), DeviceKind::Buffered)?;
     let f = rt.open(&path, false)?;
     let mut samples = Vec::new();
     for _ in 0..SAMPLES {

@@ -2,18 +2,23 @@
 //!
 //! | part | file | compares |
 //! |---|---|---|
-//! | `rcp` | [`rcp`] | foreground under RCP, under FIFO, and alone; background cost |
-//! | `bound` | [`rcp`] | the non-critical device bound swept (RCP §7.6, Fig. 11) |
+//! | `rcp` | [`rcp`] | FIFO, a static rate limit, dispatch priority only, RCP, RCP plus the controller; foreground alone; background cost |
+//! | `bound` | [`bound`] | the non-critical device bound swept (RCP §7.6, Fig. 11) |
 //! | `overhead` | [`overhead`] | the runtime against a plain `pread` loop |
 //! | `memory` | [`memory`] | bookkeeping per queued I/O; RSS over a long run |
+//!
+//! The workload of `rcp` and `bound` is in [`workload`]; plots in [`plot`].
 //!
 //! Configurations are interleaved within each round, rounds are repeated,
 //! CPU steal is recorded per round and rounds above the threshold are set
 //! aside; ratios are paired within a round and reported as median and range.
 
+mod bound;
 mod memory;
 mod overhead;
+mod plot;
 mod rcp;
+mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,7 +27,7 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use sluice_core::device::{DeviceProfile, SsdConfig};
-use sluice_io::{DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
+use sluice_io::{AlignedBuf, DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
 
 use crate::bench::median;
 use crate::steal::CpuTimes;
@@ -37,13 +42,36 @@ pub enum Part {
     All,
 }
 
+/// The device of parts `rcp` and `bound`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Medium {
+    /// The emulated SSD
+    Ssd,
+    /// The real disk under --dir, through O_DIRECT
+    Disk,
+}
+
+impl Medium {
+    fn kind(self) -> DeviceKind {
+        match self {
+            Medium::Ssd => DeviceKind::Emulated,
+            Medium::Disk => DeviceKind::Direct,
+        }
+    }
+}
+
 #[derive(Args)]
 #[command(
     long_about = "The I/O runtime on an emulated SSD (4 channels, 80 us reads, 30 us writes \
-    plus transfer at 200 MB/s per channel, device queue depth 32).\n\n\
-    rcp: foreground 4 KiB random reads against background writers saturating the device, \
-    under full RCP and under FIFO, beside the foreground alone; background throughput with a \
-    light foreground (one reader, 5 ms think time) beside the background alone.\n\n\
+    plus transfer at 200 MB/s per channel, device queue depth 32) or on the real disk.\n\n\
+    rcp: the micro-benchmark of RCP 7.6. Foreground threads do synchronous 4 KiB random reads, \
+    and every 4th operation a 4 KiB write plus sync, with think time; background writers write \
+    bursts through the page cache and fsync after each, saturating the device. Side by side: \
+    fifo (no priorities), static-rate (fifo plus a fixed background rate limit), dispatch-only \
+    (critical first at dispatch, nothing else), rcp (every layer plus inheritance), \
+    rcp+controller (rcp with the background controller fed foreground p99), and the \
+    foreground alone; background throughput with a light foreground (one thread, 5 ms think \
+    time) beside the background alone.\n\n\
     bound: the light foreground against the background writers with the bound on \
     non-critical I/Os at the device swept from 1 to 32 (RCP Fig. 11).\n\n\
     overhead: 4 KiB random reads through sluice-io against a plain pread loop on the same \
@@ -58,6 +86,9 @@ pub struct IoBench {
     /// Which part to run
     #[arg(long, value_enum, default_value = "all")]
     pub part: Part,
+    /// Device of parts rcp and bound
+    #[arg(long, value_enum, default_value = "ssd")]
+    pub device: Medium,
     /// Seconds per configuration per round
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
@@ -73,12 +104,27 @@ pub struct IoBench {
     /// Bytes per background write
     #[arg(long, default_value_t = 16384)]
     pub background_block: usize,
-    /// Foreground reader threads in the rcp part
+    /// Background writes between two fsyncs
+    #[arg(long, default_value_t = 64)]
+    pub background_burst: usize,
+    /// Foreground threads in the rcp part
     #[arg(long, default_value_t = 2)]
     pub foreground_threads: usize,
+    /// Think time between a foreground thread's operations in the rcp part, microseconds
+    #[arg(long, default_value_t = 100)]
+    pub think_us: u64,
+    /// Background rate of the static-rate scheme, MB/s
+    #[arg(long, default_value_t = 50.0)]
+    pub static_rate_mb: f64,
+    /// Foreground p99 target of the rcp+controller scheme, microseconds
+    #[arg(long, default_value_t = 1000)]
+    pub target_p99_us: u64,
     /// Directory for the benchmark's files (default: a fresh temporary one)
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Directory for runs.json and the SVG plots
+    #[arg(long, default_value = "results/bench-io")]
+    pub out: PathBuf,
     /// Print JSON instead of tables
     #[arg(long)]
     pub json: bool,
@@ -99,30 +145,47 @@ struct Run {
 const FILE_BYTES: u64 = 64 << 20;
 const READ: usize = 4096;
 
-/// The emulated SSD, or the page cache (no timing model).
-fn device(emulated: bool) -> DeviceConfig {
+/// The emulated SSD, or a real file (page cache or O_DIRECT).
+fn device(kind: DeviceKind) -> DeviceConfig {
     DeviceConfig {
-        kind: if emulated {
-            DeviceKind::Emulated
-        } else {
-            DeviceKind::Buffered
-        },
+        kind,
         depth: 32,
-        profile: emulated.then(|| DeviceProfile::Ssd(SsdConfig::default())),
+        profile: (kind == DeviceKind::Emulated).then(|| DeviceProfile::Ssd(SsdConfig::default())),
     }
 }
 
-fn runtime(rcp: RcpConfig, emulated: bool) -> Result<Runtime> {
+fn runtime(rcp: RcpConfig, kind: DeviceKind) -> Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
-        device: device(emulated),
+        device: device(kind),
         rcp,
     })?)
 }
 
-/// A file of `FILE_BYTES` to read from.
-fn data_file(path: &Path) -> Result<()> {
-    std::fs::File::create(path)?.set_len(FILE_BYTES)?;
+/// A file of `FILE_BYTES` to read from. Sparse unless `on_disk`: reads
+/// of a hole never reach a real disk, so the real-disk runs write it out.
+fn data_file(path: &Path, on_disk: bool) -> Result<()> {
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    if on_disk {
+        let mut chunk = AlignedBuf::zeroed(1 << 20);
+        chunk.fill(0x11);
+        for i in 0..FILE_BYTES / chunk.len() as u64 {
+            std::os::unix::fs::FileExt::write_all_at(&f, &chunk, i * chunk.len() as u64)?;
+        }
+        f.sync_all()?;
+    } else {
+        f.set_len(FILE_BYTES)?;
+    }
     Ok(())
+}
+
+/// The median of `metric` of `config` over `runs`, if it was measured.
+fn median_of(runs: &[Run], config: &str, metric: &str) -> Option<f64> {
+    let xs: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.config == config)
+        .filter_map(|r| r.metrics.get(metric).copied())
+        .collect();
+    (!xs.is_empty()).then(|| median(xs))
 }
 
 fn random_offset(state: &mut u64) -> u64 {
@@ -154,6 +217,7 @@ fn ratio(runs: &[Run], label: &str, num: (&str, &str), den: (&str, &str)) -> Rat
 
 fn ratios(runs: &[Run]) -> Vec<Ratio> {
     let mut all = rcp::ratios(runs);
+    all.extend(bound::ratios(runs));
     all.extend(overhead::ratios(runs));
     all.into_iter().filter(|r| r.1.is_finite()).collect()
 }
@@ -176,6 +240,16 @@ pub fn run(b: IoBench) -> Result<()> {
     );
     ensure!(b.background_block > 0, "--background-block must be at least 1 byte");
     ensure!(b.foreground_threads > 0, "--foreground-threads must be at least 1");
+    ensure!(b.background_burst > 0, "--background-burst must be at least 1");
+    ensure!(
+        b.static_rate_mb > 0.0 && b.static_rate_mb.is_finite(),
+        "--static-rate-mb must be a number > 0"
+    );
+    ensure!(
+        b.background_block.is_multiple_of(sluice_io::device::DIRECT_ALIGN) || b.device == Medium::Ssd,
+        "--background-block must be a multiple of {} bytes on --device disk (O_DIRECT)",
+        sluice_io::device::DIRECT_ALIGN
+    );
     let tmp = scratch_dir(b.dir.as_deref())?;
     let (mut kept, mut set_aside) = (Vec::new(), Vec::new());
     for round in 0..b.repeat {
@@ -187,7 +261,7 @@ pub fn run(b: IoBench) -> Result<()> {
             results.extend(rcp::round(&b, &dir)?);
         }
         if b.part == Part::Bound {
-            results.extend(rcp::bound_round(&b, &dir)?);
+            results.extend(bound::round(&b, &dir)?);
         }
         if matches!(b.part, Part::Overhead | Part::All) {
             results.extend(overhead::round(&b, &dir)?);
@@ -213,7 +287,23 @@ pub fn run(b: IoBench) -> Result<()> {
     if b.dir.is_none() {
         std::fs::remove_dir_all(&tmp).ok();
     }
-    report(&b, &kept, &set_aside)
+    report(&b, &kept, &set_aside)?;
+    write_out(&b, &kept, &set_aside)
+}
+
+/// Writes every run and the plots to `--out`.
+fn write_out(b: &IoBench, kept: &[Run], set_aside: &[Run]) -> Result<()> {
+    std::fs::create_dir_all(&b.out).with_context(|| format!("creating {}", b.out.display()))?;
+    let runs = b.out.join("runs.json");
+    let json = serde_json::json!({ "kept": kept, "set_aside": set_aside, "ratios": ratios(kept) });
+    std::fs::write(&runs, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", runs.display()))?;
+    let mut files = vec![runs];
+    files.extend(plot::write(&b.out, kept)?);
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
 }
 
 fn scratch_dir(dir: Option<&Path>) -> Result<PathBuf> {
@@ -241,14 +331,14 @@ fn report(b: &IoBench, kept: &[Run], set_aside: &[Run]) -> Result<()> {
     );
     let configs: BTreeSet<&str> = kept.iter().map(|r| r.config.as_str()).collect();
     for c in configs {
-        let runs: Vec<&Run> = kept.iter().filter(|r| r.config == c).collect();
-        let metrics: Vec<String> = runs[0]
+        let first = kept
+            .iter()
+            .find(|r| r.config == c)
+            .expect("a run of every listed config");
+        let metrics: Vec<String> = first
             .metrics
             .keys()
-            .map(|k| {
-                let v = median(runs.iter().filter_map(|r| r.metrics.get(k).copied()).collect());
-                format!("{k} {v:.1}")
-            })
+            .filter_map(|k| Some(format!("{k} {:.1}", median_of(kept, c, k)?)))
             .collect();
         println!("{c:>22}: {}", metrics.join(", "));
     }

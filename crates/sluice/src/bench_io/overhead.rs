@@ -12,17 +12,22 @@ use anyhow::Result;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 use sluice_io::device::{plain_read, Device};
-use sluice_io::{enter, RcpConfig};
+use sluice_io::{enter, DeviceKind, RcpConfig};
 
 use super::{data_file, device, random_offset, ratio, runtime, IoBench, Metrics, Ratio, Run, READ};
 
 /// `qd` threads of random reads for `seconds`, through the runtime or plain.
 fn read_loop(through_sluice: bool, emulated: bool, qd: usize, dir: &Path, seconds: f64) -> Result<Metrics> {
     let path = dir.join(format!("reads-{qd}-{through_sluice}-{emulated}"));
-    data_file(&path)?;
-    let rt = runtime(RcpConfig::default(), emulated)?;
+    data_file(&path, false)?;
+    let kind = if emulated {
+        DeviceKind::Emulated
+    } else {
+        DeviceKind::Buffered
+    };
+    let rt = runtime(RcpConfig::default(), kind)?;
     let sluice_file = rt.open(&path, false)?;
-    let plain_device = Device::new(&device(emulated))?;
+    let plain_device = Device::new(&device(kind))?;
     let plain_file = std::fs::File::open(&path)?;
     let stop = AtomicBool::new(false);
     let hist = Mutex::new(LatencyHistogram::default());
