@@ -6,6 +6,7 @@
 //! | `bound` | [`bound`] | the non-critical device bound swept (RCP §7.6, Fig. 11) |
 //! | `overhead` | [`overhead`] | the runtime against a plain `pread` loop |
 //! | `memory` | [`memory`] | bookkeeping per queued I/O; RSS over a long run |
+//! | `uring` | [`uring`] | `pread` threads against one io_uring ring, page cache and real disk |
 //!
 //! The workload of `rcp` and `bound` is in [`workload`]; plots in [`plot`].
 //!
@@ -18,6 +19,7 @@ mod memory;
 mod overhead;
 mod plot;
 mod rcp;
+mod uring;
 mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +40,8 @@ pub enum Part {
     Bound,
     Overhead,
     Memory,
-    /// rcp, overhead and memory (bound is a separate sweep)
+    Uring,
+    /// rcp, overhead, memory and uring (bound is a separate sweep)
     All,
 }
 
@@ -79,6 +82,9 @@ impl Medium {
     model: the runtime's CPU cost shows).\n\n\
     memory: bytes of bookkeeping per queued I/O, and resident memory sampled over a long \
     run of reads (it must not grow with the I/Os completed).\n\n\
+    uring: 4 KiB random reads by threads calling pread against one thread keeping as many \
+    reads in flight in an io_uring ring, at queue depth 1 and 32, on the page cache and on \
+    the real disk (O_DIRECT): IOPS and CPU time per I/O.\n\n\
     Configurations are interleaved in every round; rounds with CPU steal above --max-steal are \
     set aside; ratios are paired within rounds."
 )]
@@ -219,7 +225,18 @@ fn ratios(runs: &[Run]) -> Vec<Ratio> {
     let mut all = rcp::ratios(runs);
     all.extend(bound::ratios(runs));
     all.extend(overhead::ratios(runs));
+    all.extend(uring::ratios(runs));
     all.into_iter().filter(|r| r.1.is_finite()).collect()
+}
+
+/// CPU time (user plus system) the process has used, seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given; zeroed is a valid start.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer cannot fail.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 pub(crate) fn rss_mib(field: &str) -> f64 {
@@ -268,6 +285,9 @@ pub fn run(b: IoBench) -> Result<()> {
         }
         if matches!(b.part, Part::Memory | Part::All) {
             results.extend(memory::round(&dir)?);
+        }
+        if matches!(b.part, Part::Uring | Part::All) {
+            results.extend(uring::round(&b, &dir)?);
         }
         std::fs::remove_dir_all(&dir).ok();
         let steal = before.steal_until(&CpuTimes::now());

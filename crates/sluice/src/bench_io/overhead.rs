@@ -12,79 +12,87 @@ use anyhow::Result;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 use sluice_io::device::{plain_read, Device};
-use sluice_io::{enter, DeviceKind, RcpConfig};
+use sluice_io::{enter, AlignedBuf, DeviceKind, RcpConfig};
 
-use super::{data_file, device, random_offset, ratio, runtime, IoBench, Metrics, Ratio, Run, READ};
+use super::{cpu_seconds, data_file, device, random_offset, ratio, runtime, IoBench, Metrics, Ratio, Run, READ};
 
-/// `qd` threads of random reads for `seconds`, through the runtime or plain.
-fn read_loop(through_sluice: bool, emulated: bool, qd: usize, dir: &Path, seconds: f64) -> Result<Metrics> {
-    let path = dir.join(format!("reads-{qd}-{through_sluice}-{emulated}"));
-    data_file(&path, false)?;
-    let kind = if emulated {
-        DeviceKind::Emulated
-    } else {
-        DeviceKind::Buffered
-    };
-    let rt = runtime(RcpConfig::default(), kind)?;
-    let sluice_file = rt.open(&path, false)?;
-    let plain_device = Device::new(&device(kind))?;
-    let plain_file = std::fs::File::open(&path)?;
+/// `qd` threads, each in a foreground request, calling `read` for random
+/// 4 KiB blocks for `seconds`: IOPS, latency, and CPU seconds per I/O.
+pub(super) fn threads(qd: usize, seconds: f64, read: impl Fn(&mut [u8], u64) -> Result<()> + Sync) -> Result<Metrics> {
     let stop = AtomicBool::new(false);
     let hist = Mutex::new(LatencyHistogram::default());
     let ios = AtomicU64::new(0);
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for i in 0..qd {
-            let (f, pf, dev, stop, hist, ios) = (&sluice_file, &plain_file, &plain_device, &stop, &hist, &ios);
-            s.spawn(move || -> Result<()> {
-                let mut local = LatencyHistogram::default();
-                let mut buf = vec![0u8; READ];
-                let mut rng = 0x2545f4914f6cdd1du64 ^ (i as u64 + 1);
-                let _req = enter(Ctx::new(0, 0));
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let off = random_offset(&mut rng);
-                    let t = Instant::now();
-                    if through_sluice {
-                        f.read_at(&mut buf, off)?;
-                    } else {
-                        plain_read(dev, pf, &mut buf, off)?;
+    let (started, cpu) = (Instant::now(), cpu_seconds());
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..qd)
+            .map(|i| {
+                let (stop, hist, ios, read) = (&stop, &hist, &ios, &read);
+                s.spawn(move || -> Result<()> {
+                    let mut local = LatencyHistogram::default();
+                    let mut buf = AlignedBuf::zeroed(READ);
+                    let mut rng = 0x2545f4914f6cdd1du64 ^ (i as u64 + 1);
+                    let _req = enter(Ctx::new(0, 0));
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let off = random_offset(&mut rng);
+                        let t = Instant::now();
+                        read(&mut buf, off)?;
+                        local.record(t.elapsed().as_nanos() as u64);
+                        n += 1;
                     }
-                    local.record(t.elapsed().as_nanos() as u64);
-                    n += 1;
-                }
-                ios.fetch_add(n, Ordering::Relaxed);
-                hist.lock().expect("histogram").merge(&local);
-                Ok(())
-            });
-        }
+                    ios.fetch_add(n, Ordering::Relaxed);
+                    hist.lock().expect("histogram").merge(&local);
+                    Ok(())
+                })
+            })
+            .collect();
         std::thread::sleep(Duration::from_secs_f64(seconds));
         stop.store(true, Ordering::Relaxed);
-    });
-    let secs = started.elapsed().as_secs_f64();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("reader thread panicked"))
+    })?;
+    let (secs, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     let h = hist.into_inner().expect("histogram");
-    Ok(Metrics::from([
-        ("iops", ios.into_inner() as f64 / secs),
-        ("p50_us", h.quantile(0.5) as f64 / 1e3),
-        ("p99_us", h.quantile(0.99) as f64 / 1e3),
-    ]))
+    Ok(read_metrics(ios.into_inner(), secs, cpu, &h))
 }
 
-fn name(sluice: bool, emulated: bool, qd: usize) -> String {
+/// IOPS, latency percentiles and CPU microseconds per I/O.
+pub(super) fn read_metrics(ios: u64, secs: f64, cpu: f64, h: &LatencyHistogram) -> Metrics {
+    Metrics::from([
+        ("iops", ios as f64 / secs),
+        ("p50_us", h.quantile(0.5) as f64 / 1e3),
+        ("p99_us", h.quantile(0.99) as f64 / 1e3),
+        ("cpu_us_per_io", cpu * 1e6 / ios.max(1) as f64),
+    ])
+}
+
+/// Reads through the runtime, or plain, on the emulated SSD or the page cache.
+fn read_loop(through_sluice: bool, kind: DeviceKind, qd: usize, dir: &Path, seconds: f64) -> Result<Metrics> {
+    let path = dir.join(format!("reads-{qd}-{through_sluice}-{kind:?}"));
+    data_file(&path, false)?;
+    if through_sluice {
+        let f = runtime(RcpConfig::default(), kind)?.open(&path, false)?;
+        return threads(qd, seconds, |buf, off| Ok(f.read_at(buf, off).map(drop)?));
+    }
+    let (dev, f) = (Device::new(&device(kind))?, std::fs::File::open(&path)?);
+    threads(qd, seconds, |buf, off| Ok(plain_read(&dev, &f, buf, off).map(drop)?))
+}
+
+fn name(sluice: bool, kind: DeviceKind, qd: usize) -> String {
     let who = if sluice { "sluice" } else { "plain" };
-    let dev = if emulated { "ssd" } else { "cache" };
+    let dev = if kind == DeviceKind::Emulated { "ssd" } else { "cache" };
     format!("{who}-{dev}-qd{qd}")
 }
 
+const KINDS: [DeviceKind; 2] = [DeviceKind::Emulated, DeviceKind::Buffered];
+
 pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let mut out = Vec::new();
-    for emulated in [true, false] {
+    for kind in KINDS {
         for qd in [1, 32] {
             for sluice in [false, true] {
-                out.push((
-                    name(sluice, emulated, qd),
-                    read_loop(sluice, emulated, qd, dir, b.seconds)?,
-                ));
+                out.push((name(sluice, kind, qd), read_loop(sluice, kind, qd, dir, b.seconds)?));
             }
         }
     }
@@ -93,9 +101,9 @@ pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
 
 pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
     let mut out = Vec::new();
-    for emulated in [true, false] {
+    for kind in KINDS {
         for qd in [1, 32] {
-            let (s, p) = (name(true, emulated, qd), name(false, emulated, qd));
+            let (s, p) = (name(true, kind, qd), name(false, kind, qd));
             out.push(ratio(
                 runs,
                 &format!("IOPS: {s} / {p} (target >= 0.9)"),
