@@ -14,8 +14,9 @@
 //! applied (the policy, not the class, picks the next job) and is ignored.
 //! With RCP disabled every I/O is critical, which gives one FIFO path.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_core::device::FlatDevice;
 use sluice_core::{Job, Nanos, Policy};
 
@@ -78,8 +79,8 @@ pub struct Sched {
     admission: [VecDeque<u64>; 2],
     queues: [Box<dyn Policy>; 2],
     /// Promoted jobs whose copy still sits in the non-critical queue.
-    ghosts: HashSet<u64>,
-    ios: HashMap<u64, Entry>,
+    ghosts: FxHashSet<u64>,
+    ios: FxHashMap<u64, Entry>,
     in_device: usize,
     noncritical_in_device: usize,
     /// Start of the current starvation interval of the non-critical queue.
@@ -102,8 +103,8 @@ impl Sched {
             admitted: [0; 2],
             admission: Default::default(),
             queues,
-            ghosts: HashSet::new(),
-            ios: HashMap::new(),
+            ghosts: FxHashSet::default(),
+            ios: FxHashMap::default(),
             in_device: 0,
             noncritical_in_device: 0,
             noncritical_clock: 0,
