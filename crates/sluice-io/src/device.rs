@@ -15,7 +15,9 @@
 //!
 //! The I/O itself is a positional `pread`/`pwrite` on the calling thread:
 //! no hand-off to another thread, so the runtime adds only its scheduling
-//! to the plain system call. (io_uring is not used yet; see the crate doc.)
+//! to the plain system call. (io_uring was measured and not chosen; see the
+//! crate doc.) On an emulated device `sync` costs the model's flush time and
+//! does not also `fsync` the backing file.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

@@ -21,9 +21,13 @@
 //! ones: a real file plus a sluice-core timing model, so that contention is
 //! real in wall time and the data is really stored.
 //!
-//! Not yet built (see the project's issue notes): an io_uring path, and
-//! seek-aware ordering inside the emulated device (every model serves in
-//! arrival order per channel).
+//! I/O is a positional `pread`/`pwrite` on the calling thread. An io_uring
+//! path was measured first (`sluice bench io --part uring`, numbers in
+//! `docs/BENCHMARKS.md`): one ring halves the CPU per I/O at depth 32 on a
+//! real disk but delivers fewer IOPS than blocking threads, and is slower
+//! on the page cache, so it is not used. Not built: a ring per core fed by
+//! dispatch, and seek-aware ordering inside the emulated device (every
+//! model serves in arrival order per channel).
 
 pub mod background;
 pub mod config;

@@ -8,7 +8,7 @@
 //! task that waits for it.
 //!
 //! Inheritance follows RCP's blocking status (§4.4): a task about to block
-//! records what it waits for ([`Blocker`]): another task (a lock's owner, a
+//! records what it waits for (`Blocker`): another task (a lock's owner, a
 //! condition variable's helper) or one of its own outstanding I/Os. If the
 //! blocked task is critical, or becomes critical while it waits, it raises
 //! what it waits for: the other task inherits criticality (and passes it on
