@@ -1,0 +1,148 @@
+//! Leveled compaction, as LevelDB and RocksDB pick it: when L0 holds
+//! `l0_compaction_trigger` tables, all of L0 merges with the L1 tables it
+//! overlaps; otherwise the level furthest over its target (by ratio)
+//! pushes its first table into the tables it overlaps one level down.
+//! Output is split into tables of about `table_bytes`. Deletions are
+//! dropped when no deeper level could hold an older value. Runs on the
+//! compaction worker as the store's `compaction` background task (its
+//! rate knob throttles it through sluice-io), or inline.
+
+use std::sync::Arc;
+
+use crate::db::{Inner, State};
+use crate::error::Result;
+use crate::flush::table_options;
+use crate::merge::{MergeIter, Source};
+use crate::options::Options;
+use crate::sstable::TableBuilder;
+use crate::version::{level_source, table_path, TableHandle, Version};
+
+/// What one compaction merges: `inputs` of `level` and the overlapping
+/// `next` tables of `level + 1`.
+struct Pick {
+    level: usize,
+    inputs: Vec<Arc<TableHandle>>,
+    next: Vec<Arc<TableHandle>>,
+}
+
+/// How far each level is over its target: L0 by table count, deeper
+/// levels by bytes. Above 1 means it needs compaction.
+fn score(v: &Version, o: &Options, level: usize) -> f64 {
+    if level == 0 {
+        v.levels[0].len() as f64 / o.l0_compaction_trigger as f64
+    } else {
+        v.level_bytes(level) as f64 / o.level_target(level) as f64
+    }
+}
+
+/// Whether a compaction should start now.
+pub(crate) fn needed(st: &State, o: &Options) -> bool {
+    !st.compacting && pick(&st.version, o).is_some()
+}
+
+fn pick(v: &Version, o: &Options) -> Option<Pick> {
+    let last = v.levels.len() - 1;
+    let (level, s) = (0..last)
+        .map(|l| (l, score(v, o, l)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if s < 1.0 {
+        return None;
+    }
+    let inputs = if level == 0 {
+        v.levels[0].clone()
+    } else {
+        v.levels[level][..1].to_vec()
+    };
+    let smallest = inputs.iter().map(|t| &t.meta.smallest).min()?;
+    let largest = inputs.iter().map(|t| &t.meta.largest).max()?;
+    let next = v.levels[level + 1]
+        .iter()
+        .filter(|t| t.overlaps(smallest, largest))
+        .cloned()
+        .collect();
+    Some(Pick { level, inputs, next })
+}
+
+/// Bytes the levels hold beyond their targets (L0 counted in full once
+/// at its trigger): the compaction backlog reported to controllers.
+pub(crate) fn pending_bytes(v: &Version, o: &Options) -> u64 {
+    let l0 = if v.levels[0].len() >= o.l0_compaction_trigger {
+        v.level_bytes(0)
+    } else {
+        0
+    };
+    let deeper: u64 = (1..v.levels.len())
+        .map(|l| v.level_bytes(l).saturating_sub(o.level_target(l)))
+        .sum();
+    l0 + deeper
+}
+
+/// Runs one compaction if a level needs one; `false` if none does (or
+/// another is running).
+pub(crate) fn compact_one(inner: &Inner) -> Result<bool> {
+    let mut st = inner.state.lock();
+    if st.compacting {
+        return Ok(false);
+    }
+    let Some(p) = pick(&st.version, &inner.options) else {
+        return Ok(false);
+    };
+    st.compacting = true;
+    let version = st.version.clone();
+    drop(st);
+    let merged = merge(inner, &p, &version);
+    let mut st = inner.state.lock();
+    st.compacting = false;
+    let outputs = merged?;
+    let mut next = (*st.version).clone();
+    let gone: Vec<u64> = p.inputs.iter().chain(&p.next).map(|t| t.number()).collect();
+    next.remove(&gone);
+    for t in outputs {
+        next.add(p.level + 1, t);
+    }
+    st.version = Arc::new(next);
+    st.manifest().store(&inner.rt, &inner.dir)?;
+    inner
+        .compaction_task
+        .set_backlog(pending_bytes(&st.version, &inner.options));
+    drop(st);
+    for n in gone {
+        let _ = std::fs::remove_file(table_path(&inner.dir, n));
+    }
+    inner.done.notify_all();
+    inner.work.notify_all();
+    Ok(true)
+}
+
+/// Merges the picked tables into new tables for `level + 1`.
+fn merge(inner: &Inner, p: &Pick, v: &Version) -> Result<Vec<Arc<TableHandle>>> {
+    let mut sources: Vec<Source> = p.inputs.iter().map(|t| Box::new(t.table.iter()) as Source).collect();
+    sources.push(level_source(&p.next, &[]));
+    let bottom = v.levels[p.level + 2..].iter().all(Vec::is_empty);
+    let mut outputs = Vec::new();
+    let mut builder: Option<(u64, TableBuilder)> = None;
+    for item in MergeIter::new(sources) {
+        let (k, v) = item?;
+        if v.is_none() && bottom {
+            continue;
+        }
+        if builder.is_none() {
+            let number = inner.state.lock().number();
+            let file = inner.rt.open(table_path(&inner.dir, number), true)?;
+            builder = Some((number, TableBuilder::new(file, table_options(&inner.options))));
+        }
+        let (_, b) = builder.as_mut().expect("builder was just created");
+        b.add(&k, v.as_deref())?;
+        if b.estimated_size() >= inner.options.table_bytes {
+            outputs.push(finish(inner, builder.take().expect("builder is open"))?);
+        }
+    }
+    if let Some(open) = builder {
+        outputs.push(finish(inner, open)?);
+    }
+    Ok(outputs)
+}
+
+fn finish(inner: &Inner, (number, b): (u64, TableBuilder)) -> Result<Arc<TableHandle>> {
+    TableHandle::open(&inner.rt, &inner.dir, &inner.cache, number, b.finish()?)
+}

@@ -1,0 +1,417 @@
+//! The store: writes go to the WAL and the memtable, reads search the
+//! memtables and then the current [`Version`]; full memtables are frozen
+//! and flushed ([`crate::flush`]), and levels are compacted
+//! ([`crate::compaction`]), both as sluice-io background tasks.
+//!
+//! Dependencies go through sluice-io's inheriting primitives, so that a
+//! critical writer lifts whoever it waits for: the store's state lock is a
+//! [`sluice_io::sync::Mutex`]; a writer stalled on L0 or on frozen
+//! memtables waits on a [`Condvar`] that flush and compaction signal (they
+//! become its inferred helpers); group commit's followers wait on the
+//! leader's lock while it syncs the WAL (RocksDB raises compaction to user
+//! priority while writes stall; here it happens through inheritance).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sluice_io::sync::{Condvar, Mutex, MutexGuard};
+use sluice_io::{Background, Runtime, SluiceFile, TaskKind};
+
+use crate::batch::WriteBatch;
+use crate::error::{KvError, Result};
+use crate::manifest::Manifest;
+use crate::memtable::Memtable;
+use crate::merge::{MergeIter, Source};
+use crate::options::Options;
+use crate::sstable::BlockCache;
+use crate::version::Version;
+use crate::wal::Wal;
+use crate::{compaction, flush, recovery, Value};
+
+pub(crate) struct State {
+    pub mem: Memtable,
+    /// Frozen memtables, oldest first.
+    pub imm: VecDeque<Arc<Memtable>>,
+    pub wal: Wal,
+    pub version: Arc<Version>,
+    pub next_number: u64,
+    pub last_seq: u64,
+    pub flushing: bool,
+    pub compacting: bool,
+    pub closing: bool,
+    /// A background failure stops writes (data on disk is left as it was).
+    pub error: Option<String>,
+}
+
+impl State {
+    pub fn number(&mut self) -> u64 {
+        self.next_number += 1;
+        self.next_number - 1
+    }
+
+    /// The manifest for the current version; WALs of memtables still in
+    /// memory are needed, older ones are not.
+    pub fn manifest(&self) -> Manifest {
+        let wal_floor = self.imm.front().map_or(self.mem.wal, |m| m.wal);
+        Manifest {
+            next_number: self.next_number,
+            last_seq: self.last_seq,
+            wal_floor,
+            tables: self.version.entries(),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.error {
+            Some(e) => Err(KvError::Background(e.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub rt: Runtime,
+    pub options: Options,
+    pub cache: Arc<BlockCache>,
+    pub state: Mutex<State>,
+    /// Signalled when flush or compaction may have work.
+    pub work: Condvar,
+    /// Signalled when a flush or compaction finished.
+    pub done: Condvar,
+    /// Group commit: the (WAL number, offset) known durable.
+    synced: Mutex<(u64, u64)>,
+    pub flush_task: Arc<Background>,
+    pub compaction_task: Arc<Background>,
+}
+
+/// Sizes per level and of the memtables, for reports and controllers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stats {
+    /// (tables, bytes) per level.
+    pub levels: Vec<(usize, u64)>,
+    pub memtable_bytes: usize,
+    pub immutables: usize,
+    /// Bytes by which levels exceed their targets, plus L0 beyond its trigger.
+    pub pending_compaction_bytes: u64,
+}
+
+pub struct Db {
+    inner: Arc<Inner>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Db {
+    /// Opens (or creates) the store in `dir`, replaying its WALs.
+    pub fn open(rt: Runtime, dir: impl AsRef<Path>, options: Options) -> Result<Db> {
+        options.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| KvError::fs("creating", &dir, e))?;
+        let cache = Arc::new(BlockCache::new(options.block_cache_bytes));
+        let state = recovery::recover(&rt, &dir, &options, &cache)?;
+        let inner = Arc::new(Inner {
+            flush_task: rt.register_background(format!("flush {}", dir.display()), TaskKind::Flush),
+            compaction_task: rt.register_background(format!("compaction {}", dir.display()), TaskKind::Compaction),
+            dir,
+            rt,
+            cache,
+            state: Mutex::new(state),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            synced: Mutex::new((0, 0)),
+            options,
+        });
+        let workers = if inner.options.background {
+            let flush_work = |st: &State, _: &Options| !st.flushing && !st.imm.is_empty();
+            vec![
+                spawn_worker(inner.clone(), inner.flush_task.clone(), flush_work, flush::flush_one),
+                spawn_worker(
+                    inner.clone(),
+                    inner.compaction_task.clone(),
+                    compaction::needed,
+                    compaction::compact_one,
+                ),
+            ]
+        } else {
+            Vec::new()
+        };
+        Ok(Db { inner, workers })
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(b)
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b)
+    }
+
+    /// Applies `batch` atomically; durable when it returns if `sync` is on.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.validate(&batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        self.make_room(&mut st)?;
+        let seq = st.last_seq + 1;
+        let end = st.wal.append(seq, &batch)?;
+        st.last_seq += batch.len() as u64;
+        for (k, v) in batch.ops {
+            st.mem.insert(k, v);
+        }
+        let (number, file, appended) = (st.wal.number, st.wal.file.clone(), st.wal.end.clone());
+        drop(st);
+        if inner.options.sync {
+            inner.commit(number, end, &file, &appended)?;
+        }
+        Ok(())
+    }
+
+    fn validate(&self, batch: &WriteBatch) -> Result<()> {
+        let o = &self.inner.options;
+        for (k, v) in &batch.ops {
+            if k.is_empty() {
+                return Err(KvError::EmptyKey);
+            }
+            if k.len() > o.max_key_bytes {
+                return Err(KvError::KeyTooLarge {
+                    len: k.len(),
+                    limit: o.max_key_bytes,
+                });
+            }
+            if let Some(v) = v.as_ref().filter(|v| v.len() > o.max_value_bytes) {
+                return Err(KvError::ValueTooLarge {
+                    len: v.len(),
+                    limit: o.max_value_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Write stalls as RocksDB has them: stop while L0 is at its stop
+    /// trigger or too many memtables wait for flush; delay once per write
+    /// from the slowdown trigger; freeze the memtable when it is full.
+    fn make_room(&self, st: &mut MutexGuard<'_, State>) -> Result<()> {
+        let (inner, o) = (&self.inner, &self.inner.options);
+        let mut delayed = false;
+        loop {
+            st.check()?;
+            let l0 = st.version.levels[0].len();
+            if l0 >= o.l0_stop_trigger || st.imm.len() >= o.max_immutables {
+                if o.background {
+                    inner.work.notify_all();
+                    inner.done.wait(st);
+                } else {
+                    MutexGuard::unlocked(st, || inner.catch_up())?;
+                }
+            } else if l0 >= o.l0_slowdown_trigger && !delayed {
+                delayed = true;
+                MutexGuard::unlocked(st, || std::thread::sleep(Duration::from_micros(o.slowdown_delay_us)));
+            } else if st.mem.bytes() >= o.memtable_bytes {
+                inner.freeze(st)?;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let st = self.inner.state.lock();
+        let found = std::iter::once(&st.mem)
+            .chain(st.imm.iter().rev().map(|m| &**m))
+            .find_map(|m| m.get(key));
+        if let Some(v) = found {
+            return Ok(v);
+        }
+        let version = st.version.clone();
+        drop(st);
+        Ok(version.get(key)?.flatten())
+    }
+
+    /// Up to `limit` live entries with `start <= key < end` (no `end`: to
+    /// the last key), in key order.
+    pub fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let in_range = |k: &[u8]| end.is_none_or(|e| k < e);
+        let snapshot = |m: &Memtable| -> Source {
+            let entries: Vec<_> = m
+                .range_from(start)
+                .take_while(|(k, _)| in_range(k))
+                .map(|(k, v)| Ok((k.clone(), v.clone())))
+                .collect();
+            Box::new(entries.into_iter())
+        };
+        let st = self.inner.state.lock();
+        let mut sources = vec![snapshot(&st.mem)];
+        sources.extend(st.imm.iter().rev().map(|m| snapshot(m)));
+        let version = st.version.clone();
+        drop(st);
+        sources.extend(version.sources_from(start));
+        let mut out = Vec::new();
+        for item in MergeIter::new(sources) {
+            let (k, v): (Vec<u8>, Value) = item?;
+            if !in_range(&k) || out.len() >= limit {
+                break;
+            }
+            if let Some(v) = v {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Freezes the memtable and flushes every frozen one.
+    pub fn flush(&self) -> Result<()> {
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        if !st.mem.is_empty() {
+            inner.freeze(&mut st)?;
+        }
+        while !st.imm.is_empty() {
+            st.check()?;
+            if inner.options.background {
+                inner.done.wait(&mut st);
+            } else {
+                drop(st);
+                flush::flush_one(inner)?;
+                st = inner.state.lock();
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs compactions until no level needs one (waiting for one the
+    /// background worker is running).
+    pub fn compact(&self) -> Result<()> {
+        let inner = &self.inner;
+        loop {
+            if compaction::compact_one(inner)? {
+                continue;
+            }
+            let mut st = inner.state.lock();
+            st.check()?;
+            if !st.compacting {
+                return Ok(());
+            }
+            inner.done.wait(&mut st);
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let st = self.inner.state.lock();
+        let v = &st.version;
+        Stats {
+            levels: (0..v.levels.len())
+                .map(|l| (v.levels[l].len(), v.level_bytes(l)))
+                .collect(),
+            memtable_bytes: st.mem.bytes(),
+            immutables: st.imm.len(),
+            pending_compaction_bytes: compaction::pending_bytes(v, &self.inner.options),
+        }
+    }
+
+    pub fn flush_task(&self) -> &Arc<Background> {
+        &self.inner.flush_task
+    }
+
+    pub fn compaction_task(&self) -> &Arc<Background> {
+        &self.inner.compaction_task
+    }
+}
+
+impl Inner {
+    /// Makes the memtable immutable and starts a new one with a new WAL.
+    /// The old WAL is synced first, so group commit may treat every record
+    /// of a WAL older than the current one as durable.
+    pub fn freeze(&self, st: &mut State) -> Result<()> {
+        st.wal.file.sync()?;
+        let old = (st.wal.number, st.wal.end.load(Ordering::Acquire));
+        let number = st.number();
+        let wal = Wal::create(&self.rt, &self.dir, number)?;
+        let mem = std::mem::replace(&mut st.mem, Memtable::new(number));
+        st.imm.push_back(Arc::new(mem));
+        st.wal = wal;
+        let mut synced = self.synced.lock();
+        *synced = (*synced).max(old);
+        drop(synced);
+        self.work.notify_all();
+        Ok(())
+    }
+
+    /// Group commit: the first writer to arrive syncs the WAL for every
+    /// record appended so far; writers whose records that sync covered
+    /// return without syncing again.
+    fn commit(&self, number: u64, end: u64, file: &SluiceFile, appended: &AtomicU64) -> Result<()> {
+        let mut synced = self.synced.lock();
+        if *synced >= (number, end) {
+            return Ok(());
+        }
+        let target = (number, appended.load(Ordering::Acquire));
+        file.sync()?;
+        *synced = (*synced).max(target);
+        Ok(())
+    }
+
+    /// With background work off, a stalled writer does it itself.
+    fn catch_up(&self) -> Result<()> {
+        if !flush::flush_one(self)? {
+            compaction::compact_one(self)?;
+        }
+        Ok(())
+    }
+
+    /// Records a background failure: writers get it from now on.
+    pub fn fail(&self, e: &KvError) {
+        let mut st = self.state.lock();
+        st.error.get_or_insert_with(|| e.to_string());
+        drop(st);
+        self.done.notify_all();
+    }
+}
+
+/// A background worker: runs `step` as `task` whenever `has_work` says so,
+/// until the store closes; a failure stops it and is reported to writers.
+fn spawn_worker(
+    inner: Arc<Inner>,
+    task: Arc<Background>,
+    has_work: fn(&State, &Options) -> bool,
+    step: fn(&Inner) -> Result<bool>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _task = task.enter();
+        loop {
+            let mut st = inner.state.lock();
+            while !st.closing && !has_work(&st, &inner.options) {
+                inner.work.wait(&mut st);
+            }
+            if st.closing {
+                return;
+            }
+            drop(st);
+            if let Err(e) = step(&inner) {
+                inner.fail(&e);
+                return;
+            }
+        }
+    })
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.inner.state.lock().closing = true;
+        self.inner.work.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! # sluice-kv: an LSM key-value store on sluice-io
+//!
+//! Every I/O goes through [`sluice_io`] with the context of the request
+//! that caused it: client operations are foreground work; flush and
+//! compaction are registered background tasks whose knobs can be turned
+//! while they run (programmable background tasks §VI).
+//!
+//! | piece | file |
+//! |---|---|
+//! | write path, write stalls, group commit, reads, scans | `db.rs` |
+//! | write-ahead log, replay | `wal.rs` |
+//! | atomic batches | `batch.rs` |
+//! | memtable | `memtable.rs` |
+//! | SSTables: blocks, bloom filter, index, footer, block cache | `sstable/` |
+//! | versions (the tables of each level) | `version.rs` |
+//! | flush | `flush.rs` |
+//! | leveled compaction | `compaction.rs` |
+//! | manifest | `manifest.rs` |
+//! | opening: manifest, WAL replay | `recovery.rs` |
+//! | merging sorted sources | `merge.rs` |
+//!
+//! Not built yet: the RESP server, the YCSB drivers and `sluice demo`
+//! (the rest of the sluice-kv issue).
+
+mod batch;
+mod codec;
+mod compaction;
+mod db;
+pub mod error;
+mod flush;
+mod manifest;
+mod memtable;
+pub mod merge;
+mod options;
+mod recovery;
+pub mod sstable;
+mod version;
+mod wal;
+
+pub use batch::WriteBatch;
+pub use db::{Db, Stats};
+pub use error::{KvError, Result};
+pub use options::Options;
+
+/// A value as the store keeps it: `None` is a deletion (tombstone).
+pub type Value = Option<Vec<u8>>;
