@@ -18,12 +18,15 @@
 //! | manifest | `manifest.rs` |
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
+//! | RESP2 protocol | `resp.rs` |
+//! | the server of `sluice serve`; its commands | `server.rs`, `commands.rs` |
 //!
-//! Not built yet: the RESP server, the YCSB drivers and `sluice demo`
-//! (the rest of the sluice-kv issue).
+//! Not built yet: the YCSB drivers and `sluice demo` (the rest of the
+//! sluice-kv issue), and the YCSB Redis client's hash commands.
 
 mod batch;
 mod codec;
+mod commands;
 mod compaction;
 mod db;
 pub mod error;
@@ -33,6 +36,8 @@ mod memtable;
 pub mod merge;
 mod options;
 mod recovery;
+pub mod resp;
+pub mod server;
 pub mod sstable;
 mod version;
 mod wal;
@@ -41,6 +46,7 @@ pub use batch::WriteBatch;
 pub use db::{Db, Stats};
 pub use error::{KvError, Result};
 pub use options::Options;
+pub use server::{Server, ServerOptions};
 
 /// A value as the store keeps it: `None` is a deletion (tombstone).
 pub type Value = Option<Vec<u8>>;

@@ -1,10 +1,12 @@
 //! `sluice`: the command line of Sluice, request-aware I/O scheduling for
 //! databases. Subcommands arrive with the parts they drive; today: `sim`
-//! (experiments on the deterministic simulator) and `bench` (benchmarks of
-//! the simulator and of the I/O runtime).
+//! (experiments on the deterministic simulator), `bench` (benchmarks of
+//! the simulator and of the I/O runtime) and `serve` (the sluice-kv store
+//! over RESP2).
 
 mod bench;
 mod bench_io;
+mod serve;
 mod sim;
 mod steal;
 
@@ -36,6 +38,8 @@ enum Command {
     /// Run a benchmark of Sluice itself and report ratios to its baseline
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Serve a sluice-kv store over RESP2 (the Redis protocol)
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,244 @@
+//! RESP2, the Redis protocol, as far as a server needs it: requests are
+//! arrays of bulk strings (what every client library sends) or inline
+//! commands (what `telnet` and `redis-cli` in a pipe may send); replies
+//! are the five RESP2 types. Hand-written because the protocol's request
+//! boundaries are the point: the parser is incremental (it returns `None`
+//! until a whole request is buffered) and bounded (lengths are checked
+//! against limits before anything is allocated), so one client's malformed
+//! or oversized input is an error for that client alone.
+
+/// Sizes a request may not exceed.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_args: usize,
+    pub max_bulk: usize,
+    pub max_inline: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_args: 1 << 20,
+            max_bulk: 512 << 20,
+            max_inline: 64 << 10,
+        }
+    }
+}
+
+/// Why a request cannot be parsed; the connection is answered and closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Protocol error: {0}")]
+pub struct ProtocolError(pub String);
+
+fn err<T>(what: impl Into<String>) -> Result<T, ProtocolError> {
+    Err(ProtocolError(what.into()))
+}
+
+/// A request's arguments and the bytes it took from the buffer.
+pub type Request = (Vec<Vec<u8>>, usize);
+
+/// One request from the front of `buf`: its arguments and the bytes it
+/// took, or `None` if `buf` does not yet hold all of it.
+pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+    match buf.first() {
+        None => Ok(None),
+        Some(b'*') => parse_array(buf, limits),
+        Some(_) => parse_inline(buf, limits),
+    }
+}
+
+/// The line starting at `at` (without CRLF) and the offset after it.
+fn line(buf: &[u8], at: usize, max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    let rest = &buf[at.min(buf.len())..];
+    match rest.windows(2).position(|w| w == b"\r\n") {
+        Some(n) => Ok(Some((&rest[..n], at + n + 2))),
+        None if rest.len() > max => err(format!("request line longer than {max} bytes")),
+        None => Ok(None),
+    }
+}
+
+fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or_else(|| err(format!("invalid {what} length")), Ok)
+}
+
+fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+    let Some((head, mut at)) = line(buf, 1, 32)? else {
+        return Ok(None);
+    };
+    let count = number(head, "multibulk")?;
+    if count > limits.max_args as i64 {
+        return err("invalid multibulk length");
+    }
+    let mut args = Vec::with_capacity(count.clamp(0, 1024) as usize);
+    for _ in 0..count.max(0) {
+        match buf.get(at) {
+            None => return Ok(None),
+            Some(b'$') => {}
+            Some(&c) => return err(format!("expected '$', got '{}'", c as char)),
+        }
+        let Some((len, start)) = line(buf, at + 1, 32)? else {
+            return Ok(None);
+        };
+        let len = number(len, "bulk")?;
+        if len < 0 || len > limits.max_bulk as i64 {
+            return err("invalid bulk length");
+        }
+        let end = start + len as usize;
+        if buf.len() < end + 2 {
+            return Ok(None);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return err("bulk string not terminated by CRLF");
+        }
+        args.push(buf[start..end].to_vec());
+        at = end + 2;
+    }
+    Ok(Some((args, at)))
+}
+
+fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+    let Some((text, next)) = line(buf, 0, limits.max_inline)? else {
+        return Ok(None);
+    };
+    let args = text
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|a| !a.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    Ok(Some((args, next)))
+}
+
+/// A reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Simple("OK".into())
+    }
+
+    pub fn error(message: impl std::fmt::Display) -> Reply {
+        Reply::Error(format!("ERR {message}"))
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Simple(s) => line_reply(out, b'+', s),
+            Reply::Error(e) => line_reply(out, b'-', e),
+            Reply::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
+            Reply::Bulk(Some(b)) => {
+                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for i in items {
+                    i.encode(out);
+                }
+            }
+        }
+    }
+}
+
+/// A one-line reply; CR and LF would end it early, so they become spaces.
+fn line_reply(out: &mut Vec<u8>, tag: u8, text: &str) {
+    out.push(tag);
+    out.extend(text.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode_request(args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        Reply::Array(args.iter().map(|a| Reply::Bulk(Some(a.clone()))).collect()).encode(&mut out);
+        out
+    }
+
+    #[test]
+    fn arrays_and_inline_commands_parse() {
+        let l = Limits::default();
+        let req = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n";
+        let (args, used) = parse(req, &l).unwrap().unwrap();
+        assert_eq!(args, vec![b"GET".to_vec(), b"k".to_vec()]);
+        assert_eq!(parse(&req[used..], &l).unwrap().unwrap(), (vec![b"PING".to_vec()], 6));
+        assert_eq!(parse(b"  set  a   b\r\n", &l).unwrap().unwrap().0.len(), 3);
+    }
+
+    #[test]
+    fn malformed_requests_are_named_errors() {
+        let l = Limits::default();
+        for (bad, what) in [
+            (&b"*1\r\n:3\r\n"[..], "expected '$', got ':'"),
+            (b"*x\r\n", "invalid multibulk length"),
+            (b"*1\r\n$-5\r\n", "invalid bulk length"),
+            (b"*1\r\n$1\r\nab\r\n", "not terminated by CRLF"),
+        ] {
+            let e = parse(bad, &l).unwrap_err();
+            assert!(e.to_string().contains(what), "{e} for {bad:?}");
+        }
+        let small = Limits {
+            max_bulk: 4,
+            max_args: 2,
+            max_inline: 8,
+        };
+        assert!(
+            parse(b"*1\r\n$5\r\n", &small).is_err(),
+            "bulk over the limit before its bytes arrive"
+        );
+        assert!(parse(b"*3\r\n", &small).is_err());
+        let e = parse(b"123456789", &small).unwrap_err();
+        assert!(e.to_string().contains("longer than 8 bytes"), "{e}");
+    }
+
+    #[test]
+    fn replies_encode_as_resp2() {
+        let mut out = Vec::new();
+        Reply::Array(vec![
+            Reply::ok(),
+            Reply::error("bad\r\nthing"),
+            Reply::Integer(-3),
+            Reply::Bulk(None),
+            Reply::Bulk(Some(b"v".to_vec())),
+        ])
+        .encode(&mut out);
+        assert_eq!(
+            out,
+            b"*5\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n".to_vec()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_parses_whole_and_no_prefix_parses(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..6)) {
+            let req = encode_request(&args);
+            let l = Limits::default();
+            prop_assert_eq!(parse(&req, &l).unwrap(), Some((args, req.len())));
+            for cut in 0..req.len() {
+                prop_assert_eq!(parse(&req[..cut], &l).unwrap(), None);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let small = Limits { max_bulk: 64, max_args: 8, max_inline: 64 };
+            if let Ok(Some((_, used))) = parse(&bytes, &small) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+    }
+}

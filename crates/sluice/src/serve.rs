@@ -1,0 +1,72 @@
+//! `sluice serve`: sluice-kv behind its RESP2 server, on a sluice-io
+//! runtime (the page cache by default, or any device a runtime TOML file
+//! describes: O_DIRECT, an emulated SSD, disk or cloud volume).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sluice_io::{Runtime, RuntimeConfig};
+use sluice_kv::{Db, Options, Server, ServerOptions};
+
+#[derive(Args)]
+#[command(long_about = "Serve a sluice-kv store over RESP2, the Redis protocol.\n\n\
+    Commands: GET, SET, DEL, EXISTS, MGET, MSET, PING, ECHO, INFO, AUTH, SELECT 0, QUIT, \
+    and RANGE start end [count] (keys start <= key < end; an empty end is unbounded). \
+    Every command runs as foreground work of its tenant: the connection, or the user named \
+    by AUTH user password. Flush and compaction run as background tasks; INFO reports \
+    tenants, background tasks and levels.\n\n\
+    Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v")]
+pub struct ServeArgs {
+    /// Directory of the store (created if missing)
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: String,
+    #[arg(long, default_value_t = 6380)]
+    pub port: u16,
+    /// Require AUTH with this password
+    #[arg(long)]
+    pub password: Option<String>,
+    /// sluice-io runtime configuration (TOML: [device], [rcp]); default: the page cache, RCP on
+    #[arg(long)]
+    pub runtime: Option<PathBuf>,
+    /// Memtable size, MiB
+    #[arg(long, default_value_t = 4)]
+    pub memtable_mb: usize,
+    /// Block cache size, MiB
+    #[arg(long, default_value_t = 8)]
+    pub block_cache_mb: usize,
+    /// Acknowledge writes before the WAL is synced
+    #[arg(long)]
+    pub no_sync: bool,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let config = match &args.runtime {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            RuntimeConfig::from_toml(&text).with_context(|| format!("in {}", p.display()))?
+        }
+        None => RuntimeConfig::default(),
+    };
+    let options = Options {
+        memtable_bytes: args.memtable_mb << 20,
+        block_cache_bytes: args.block_cache_mb << 20,
+        sync: !args.no_sync,
+        ..Options::default()
+    };
+    let db = Db::open(Runtime::new(config)?, &args.dir, options)
+        .with_context(|| format!("opening the store in {}", args.dir.display()))?;
+    let server_options = ServerOptions {
+        password: args.password,
+        ..ServerOptions::default()
+    };
+    let addr = (args.bind.as_str(), args.port);
+    let server = Server::bind(addr, Arc::new(db), server_options)
+        .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;
+    eprintln!("sluice serve: {} on {}", args.dir.display(), server.local_addr()?);
+    server.run().context("accepting connections")
+}
