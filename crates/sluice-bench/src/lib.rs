@@ -1,0 +1,15 @@
+//! # sluice-bench: load generators
+//!
+//! YCSB core workloads ([`ycsb`]) and multi-tenant mixes ([`driver`])
+//! against sluice-kv embedded or any RESP2 server ([`target`]), with
+//! latency per tenant, per operation kind and per interval.
+
+pub mod driver;
+pub mod error;
+pub mod target;
+pub mod ycsb;
+
+pub use driver::{load, run, Interval, TenantResult, TenantSpec, Tick};
+pub use error::{BenchError, Result};
+pub use target::{Client, Embedded, Resp, Target};
+pub use ycsb::{Distribution, Generator, Op, Workload};
