@@ -23,6 +23,9 @@ pub struct TenantSpec {
     pub workload: Workload,
     pub threads: usize,
     pub weight: f64,
+    /// Operations per second for the tenant (YCSB's `-target`), shared by
+    /// its threads; `None` runs closed-loop as fast as replies come.
+    pub target_ops: Option<f64>,
 }
 
 /// One 1 s interval of one tenant.
@@ -111,7 +114,16 @@ pub fn run(
                 let client = target.client()?;
                 let (acc, window, stop, next_id) = (&accs[ti], &window, &stop, &next_id);
                 let tenant = (ti as u32, spec.weight);
-                workers.push(s.spawn(move || client_loop(client, g, tenant, acc, window, stop, next_id)));
+                let pace = spec
+                    .target_ops
+                    .map(|ops| Duration::from_secs_f64(spec.threads as f64 / ops.max(1e-3)));
+                let shared = Shared {
+                    acc,
+                    window,
+                    stop,
+                    next_id,
+                };
+                workers.push(s.spawn(move || client_loop(client, g, tenant, pace, shared)));
             }
         }
         ticks(started, seconds, &accs, &window, tick);
@@ -164,16 +176,43 @@ fn ticks(
     }
 }
 
+/// What a client thread shares with the run.
+struct Shared<'a> {
+    acc: &'a Mutex<Acc>,
+    window: &'a Mutex<LatencyHistogram>,
+    stop: &'a AtomicBool,
+    next_id: &'a AtomicU64,
+}
+
+/// Sleeps until the next slot of a paced client. A client more than a
+/// second behind its schedule drops the missed slots instead of bursting.
+fn pace(next: &mut Instant, every: Duration) {
+    let now = Instant::now();
+    if *next > now {
+        std::thread::sleep(*next - now);
+    } else if now - *next > Duration::from_secs(1) {
+        *next = now;
+    }
+    *next += every;
+}
+
 fn client_loop(
     mut client: Box<dyn Client>,
     mut g: Generator,
     (tenant, weight): (u32, f64),
-    acc: &Mutex<Acc>,
-    window: &Mutex<LatencyHistogram>,
-    stop: &AtomicBool,
-    next_id: &AtomicU64,
+    every: Option<Duration>,
+    Shared {
+        acc,
+        window,
+        stop,
+        next_id,
+    }: Shared,
 ) -> Result<()> {
+    let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if let Some(every) = every {
+            pace(&mut next, every);
+        }
         let op = g.next_op();
         let value = matches!(op, Op::Update(_) | Op::Insert(_) | Op::ReadModifyWrite(_)).then(|| g.value());
         client.begin(next_id.fetch_add(1, Ordering::Relaxed), tenant, weight);

@@ -27,6 +27,7 @@ fn tenants(records: u64) -> Vec<TenantSpec> {
             workload: Workload::core(w, records).unwrap(),
             threads: 2,
             weight: 1.0,
+            target_ops: (w == 'E').then_some(200.0),
         })
         .collect()
 }
@@ -51,6 +52,8 @@ fn load_and_run(target: &dyn Target) {
         assert_eq!(r.series.len(), 1, "{}: one whole 1 s interval", r.name);
     }
     assert!(results[0].writes.count() > 0 && results[1].reads.count() > 0);
+    let paced = results[1].ops as f64 / 1.2;
+    assert!(paced < 260.0, "tenant E is paced at 200 ops/s, ran {paced:.0}");
 }
 
 #[test]

@@ -23,6 +23,9 @@ use crate::runtime::{FileInner, SluiceFile};
 use crate::sched::Criticality;
 use crate::task::Task;
 
+/// Largest write-back I/O that adjacent buffered writes are merged into.
+const MAX_WRITE_BACK: u64 = 1 << 20;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -98,8 +101,13 @@ impl SluiceFile {
             .map_err(|e| self.device_error("buffered write", offset, data.len(), e))?;
         let was_clean = {
             let mut dirty = lock(&self.inner.dirty);
-            dirty.push((offset, len));
-            dirty.len() == 1
+            match dirty.last_mut() {
+                // Appends extend the last range, as the kernel merges
+                // adjacent dirty pages into one write-back I/O.
+                Some(last) if last.0 + last.1 == offset && last.1 + len <= MAX_WRITE_BACK => last.1 += len,
+                _ => dirty.push((offset, len)),
+            }
+            dirty.len() == 1 && dirty[0].1 == len
         };
         self.shared.dirty.total.fetch_add(len, Ordering::AcqRel);
         // Registered after the file's lock is released: `oldest_dirty`

@@ -118,3 +118,18 @@ fn concurrent_writers_over_their_share_finish_and_lose_nothing() {
         }
     }
 }
+
+#[test]
+fn adjacent_buffered_writes_are_written_back_as_one_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(false);
+    let bg = rt.register_background("log", TaskKind::Flush);
+    let _g = bg.enter();
+    let f = rt.open(dir.path().join("log"), true).unwrap();
+    for i in 0..64u64 {
+        f.write_buffered(&[i as u8; 1000], i * 1000).unwrap();
+    }
+    f.sync().unwrap();
+    assert_eq!(bg.stats().ios, 2, "one write-back I/O for 64 appends, one flush");
+    assert_eq!(std::fs::read(dir.path().join("log")).unwrap().len(), 64_000);
+}

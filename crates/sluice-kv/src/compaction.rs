@@ -17,6 +17,9 @@ use crate::options::Options;
 use crate::sstable::TableBuilder;
 use crate::version::{level_source, table_path, TableHandle, Version};
 
+/// Bytes a compaction reads from an input table per I/O.
+const READAHEAD: usize = 1 << 20;
+
 /// What one compaction merges: `inputs` of `level` and the overlapping
 /// `next` tables of `level + 1`.
 struct Pick {
@@ -116,8 +119,12 @@ pub(crate) fn compact_one(inner: &Inner) -> Result<bool> {
 
 /// Merges the picked tables into new tables for `level + 1`.
 fn merge(inner: &Inner, p: &Pick, v: &Version) -> Result<Vec<Arc<TableHandle>>> {
-    let mut sources: Vec<Source> = p.inputs.iter().map(|t| Box::new(t.table.iter()) as Source).collect();
-    sources.push(level_source(&p.next, &[]));
+    let mut sources: Vec<Source> = p
+        .inputs
+        .iter()
+        .map(|t| Box::new(t.table.iter_readahead(READAHEAD)) as Source)
+        .collect();
+    sources.push(level_source(&p.next, &[], Some(READAHEAD)));
     let bottom = v.levels[p.level + 2..].iter().all(Vec::is_empty);
     let mut outputs = Vec::new();
     let mut builder: Option<(u64, TableBuilder)> = None;

@@ -331,19 +331,20 @@ impl Db {
 
 impl Inner {
     /// Makes the memtable immutable and starts a new one with a new WAL.
-    /// The old WAL is synced first, so group commit may treat every record
-    /// of a WAL older than the current one as durable.
+    /// With `sync` on, the old WAL is synced first, so group commit may
+    /// treat every record of a WAL older than the current one as durable.
     pub fn freeze(&self, st: &mut State) -> Result<()> {
-        st.wal.file.sync()?;
-        let old = (st.wal.number, st.wal.end.load(Ordering::Acquire));
+        if self.options.sync {
+            st.wal.file.sync()?;
+            let old = (st.wal.number, st.wal.end.load(Ordering::Acquire));
+            let mut synced = self.synced.lock();
+            *synced = (*synced).max(old);
+        }
         let number = st.number();
         let wal = Wal::create(&self.rt, &self.dir, number)?;
         let mem = std::mem::replace(&mut st.mem, Memtable::new(number));
         st.imm.push_back(Arc::new(mem));
         st.wal = wal;
-        let mut synced = self.synced.lock();
-        *synced = (*synced).max(old);
-        drop(synced);
         self.work.notify_all();
         Ok(())
     }

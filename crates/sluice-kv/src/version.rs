@@ -109,7 +109,7 @@ impl Version {
             .map(|t| Box::new(t.table.iter_from(start)) as Source)
             .collect();
         for level in &self.levels[1..] {
-            out.push(level_source(level, start));
+            out.push(level_source(level, start, None));
         }
         out
     }
@@ -133,10 +133,14 @@ impl Version {
     }
 }
 
-/// The tables of one sorted level, chained, from `start`.
-pub(crate) fn level_source(tables: &[Arc<TableHandle>], start: &[u8]) -> Source {
+/// The tables of one sorted level, chained, from `start`; with
+/// `readahead`, whole tables read in chunks of that many bytes.
+pub(crate) fn level_source(tables: &[Arc<TableHandle>], start: &[u8], readahead: Option<usize>) -> Source {
     let from = tables.partition_point(|t| t.meta.largest.as_slice() < start);
     let tables: Vec<Arc<Table>> = tables[from..].iter().map(|t| t.table.clone()).collect();
     let start = start.to_vec();
-    Box::new(tables.into_iter().flat_map(move |t| t.iter_from(&start)))
+    Box::new(tables.into_iter().flat_map(move |t| match readahead {
+        Some(bytes) => t.iter_readahead(bytes),
+        None => t.iter_from(&start),
+    }))
 }

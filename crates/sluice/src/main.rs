@@ -1,11 +1,14 @@
 //! `sluice`: the command line of Sluice, request-aware I/O scheduling for
 //! databases. Subcommands arrive with the parts they drive; today: `sim`
-//! (experiments on the deterministic simulator), `bench` (benchmarks of
+//! (experiments on the deterministic simulator), `demo` (sluice-kv under
+//! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
 //! the simulator and of the I/O runtime) and `serve` (the sluice-kv store
 //! over RESP2).
 
 mod bench;
 mod bench_io;
+mod demo;
+mod demo_report;
 mod serve;
 mod sim;
 mod steal;
@@ -40,6 +43,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Serve a sluice-kv store over RESP2 (the Redis protocol)
     Serve(serve::ServeArgs),
+    /// YCSB-A on sluice-kv with compaction active: FIFO against Sluice
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run_demo(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -97,6 +97,24 @@ impl Table {
             block: None,
             pos: 0,
             start: None,
+            readahead: None,
+        }
+    }
+
+    /// All entries in key order, reading `bytes` of blocks per I/O and
+    /// bypassing the block cache, for compaction: as RocksDB's
+    /// `compaction_readahead_size`, one large read instead of one per
+    /// 4 KiB block (on a device that charges per operation the difference
+    /// is the compaction's speed), and a merge that reads every block once
+    /// does not evict the foreground's hot blocks.
+    pub fn iter_readahead(self: &Arc<Self>, bytes: usize) -> TableIter {
+        TableIter {
+            readahead: Some(Readahead {
+                bytes,
+                offset: 0,
+                data: Vec::new(),
+            }),
+            ..self.iter()
         }
     }
 
@@ -108,17 +126,42 @@ impl Table {
             block: None,
             pos: 0,
             start: Some(start.to_vec()),
+            readahead: None,
         }
     }
 
     /// Data block `i`, from the cache or read, checked and cached.
     fn block(&self, i: usize) -> Result<Arc<Block>> {
-        let IndexEntry { last_key, handle } = &self.index[i];
+        let handle = &self.index[i].handle;
         if let Some(block) = self.cache.get(self.number, handle.offset) {
             return Ok(block);
         }
-        let path = self.file.path();
         let raw = read_exact(&self.file, handle.offset, handle.len as usize, "data block")?;
+        let block = self.check_block(i, raw)?;
+        self.cache.insert(self.number, handle.offset, block.clone());
+        Ok(block)
+    }
+
+    /// Data block `i` through `ra`'s buffer, refilled with one read of
+    /// `ra.bytes` (or to the end of the data blocks) when it lacks it.
+    fn block_readahead(&self, i: usize, ra: &mut Readahead) -> Result<Arc<Block>> {
+        let handle = &self.index[i].handle;
+        let (start, len) = (handle.offset, handle.len as usize);
+        let buffered = start >= ra.offset && start + len as u64 <= ra.offset + ra.data.len() as u64;
+        if !buffered {
+            let data_end = self.index.last().map_or(0, |e| e.handle.offset + e.handle.len as u64);
+            let want = (ra.bytes as u64).max(len as u64).min(data_end - start);
+            ra.data = read_exact(&self.file, start, want as usize, "data blocks")?;
+            ra.offset = start;
+        }
+        let at = (start - ra.offset) as usize;
+        self.check_block(i, ra.data[at..at + len].to_vec())
+    }
+
+    /// Decodes block `i` from its raw bytes and checks it against the index.
+    fn check_block(&self, i: usize, raw: Vec<u8>) -> Result<Arc<Block>> {
+        let IndexEntry { last_key, handle } = &self.index[i];
+        let path = self.file.path();
         let block = Block::decode(unseal(raw, path, handle.offset, "data block")?, path, handle.offset)?;
         let prev = i.checked_sub(1).map(|p| self.index[p].last_key.as_slice());
         if block.last_key() != Some(last_key.as_slice()) || prev.is_some_and(|p| block.first_key() <= Some(p)) {
@@ -128,9 +171,7 @@ impl Table {
                 "data block's keys disagree with the index",
             ));
         }
-        let block = Arc::new(block);
-        self.cache.insert(self.number, handle.offset, block.clone());
-        Ok(block)
+        Ok(Arc::new(block))
     }
 }
 
@@ -215,6 +256,15 @@ pub struct TableIter {
     pos: usize,
     /// Where to start in the first block loaded; taken when it is.
     start: Option<Vec<u8>>,
+    readahead: Option<Readahead>,
+}
+
+/// Blocks read ahead of a sequential iterator.
+struct Readahead {
+    bytes: usize,
+    /// File offset of `data`.
+    offset: u64,
+    data: Vec<u8>,
 }
 
 impl Iterator for TableIter {
@@ -230,7 +280,11 @@ impl Iterator for TableIter {
             if self.next_block >= self.table.index.len() {
                 return None;
             }
-            match self.table.block(self.next_block) {
+            let loaded = match self.readahead.as_mut() {
+                Some(ra) => self.table.block_readahead(self.next_block, ra),
+                None => self.table.block(self.next_block),
+            };
+            match loaded {
                 Ok(block) => {
                     self.pos = self.start.take().map_or(0, |start| block.seek(&start));
                     self.block = Some(block);
@@ -297,6 +351,24 @@ mod tests {
 
     fn assert_corruption(e: &KvError, path: &Path) {
         assert!(matches!(e, KvError::Corruption { path: p, .. } if p == path), "{e}");
+    }
+
+    #[test]
+    fn readahead_yields_what_the_cached_path_does_and_checks_every_block() {
+        let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
+        let path = dir.path().join("t.sst");
+        let (entries, table) = sample_table(&rt, &path, 2000, TableOptions::default());
+        for bytes in [1, 4096, 10_000, 1 << 20] {
+            let got: Entries = table.iter_readahead(bytes).map(Result::unwrap).collect();
+            assert_eq!(got, entries, "readahead {bytes}");
+        }
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[5000] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let table = open(&rt, &path).unwrap();
+        let results: Vec<_> = table.iter_readahead(1 << 20).collect();
+        let e = results.last().unwrap().as_ref().unwrap_err();
+        assert_corruption(e, &path);
     }
 
     #[test]

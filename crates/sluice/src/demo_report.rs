@@ -1,0 +1,119 @@
+//! The demo's table and its HTML report: a CCDF of read latency per mode
+//! (in "nines": 1 is the 90th percentile, 3 the 99.9th) and read p99 over
+//! time, as SVG beside `report.html`.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use sluice_core::metrics::LatencyHistogram;
+use sluice_sim::report::{line_chart, Series};
+
+use crate::demo::ModeResult;
+
+/// Every tenant's reads of a mode together.
+fn reads(m: &ModeResult) -> LatencyHistogram {
+    let mut all = LatencyHistogram::default();
+    for t in &m.tenants {
+        all.merge(&t.reads);
+    }
+    all
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+pub fn table(modes: &[ModeResult]) -> String {
+    let mut s = String::from("\nmode      tenant       ops/s   read mean   read p99  read p99.9  write p99   (ms)\n");
+    for m in modes {
+        for t in &m.tenants {
+            let _ = writeln!(
+                s,
+                "{:<9} {:<10} {:>7.0} {:>11.2} {:>10.2} {:>11.2} {:>10.2}",
+                m.mode,
+                t.name,
+                t.ops as f64 / m.seconds,
+                t.reads.mean() / 1e6,
+                ms(t.reads.quantile(0.99)),
+                ms(t.reads.quantile(0.999)),
+                ms(t.writes.quantile(0.99)),
+            );
+        }
+    }
+    s.push_str("\nmode      backlog at end  compacted during run  max L0 tables (stop trigger)\n");
+    for m in modes {
+        let _ = writeln!(
+            s,
+            "{:<9} {:>10.1} MiB {:>16.1} MiB {:>12} ({})",
+            m.mode,
+            m.backlog_end as f64 / 1048576.0,
+            m.compacted_bytes as f64 / 1048576.0,
+            m.max_l0,
+            m.l0_stop
+        );
+    }
+    if let [fifo, sluice, settled] = modes {
+        let p99 = |m: &ModeResult| ms(reads(m).quantile(0.99));
+        let _ = writeln!(
+            s,
+            "\nread p99, all tenants: fifo {:.2} ms, sluice {:.2} ms, settled {:.2} ms\n\
+             sluice / settled = {:.2} (target <= 1.5); fifo / settled = {:.2}",
+            p99(fifo),
+            p99(sluice),
+            p99(settled),
+            p99(sluice) / p99(settled),
+            p99(fifo) / p99(settled)
+        );
+    }
+    s
+}
+
+const NINES: [f64; 8] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999];
+
+/// Writes the plots and `report.html` into `out`; returns the files.
+pub fn write(out: &Path, modes: &[ModeResult]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out)?;
+    let ccdf: Series = modes
+        .iter()
+        .map(|m| {
+            let h = reads(m);
+            let points = NINES.iter().map(|&q| (ms(h.quantile(q)), -(1.0 - q).log10())).collect();
+            (m.mode.to_string(), points)
+        })
+        .collect();
+    let over_time: Series = modes
+        .iter()
+        .map(|m| {
+            let points = m.tenants[0].series.iter().map(|i| (i.t, i.p99_us / 1e3)).collect();
+            (format!("{} ({})", m.mode, m.tenants[0].name), points)
+        })
+        .collect();
+    let ccdf_svg = out.join("read_ccdf.svg");
+    line_chart(
+        &ccdf_svg,
+        "Read latency CCDF",
+        "latency (ms)",
+        "nines (1 = p90, 3 = p99.9)",
+        &ccdf,
+    )?;
+    let time_svg = out.join("read_p99_over_time.svg");
+    line_chart(
+        &time_svg,
+        "Read p99 per second",
+        "seconds into the run",
+        "read p99 (ms)",
+        &over_time,
+    )?;
+    let html = out.join("report.html");
+    let body = format!(
+        "<!doctype html><meta charset=utf-8><title>sluice demo</title>\
+         <h1>sluice demo</h1><p>YCSB-A on sluice-kv, emulated cloud volume; \
+         fifo and sluice run right after loading, with flush and compaction active; \
+         settled runs after compaction caught up.</p><pre>{}</pre>\
+         <img src=read_ccdf.svg><img src=read_p99_over_time.svg>",
+        table(modes).replace('<', "&lt;")
+    );
+    std::fs::write(&html, body)?;
+    Ok(vec![html, ccdf_svg, time_svg])
+}
