@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The main job: the TraQIOS comparison on the simulator (Fig. 4/5 of the
-# paper: EDF, SSTF, FD-SCAN, SSEDV and TraQIOS from utilization 0.1 to 0.99,
-# 5 seeds each). Prints the tables and writes CSV, JSON and SVG plots to
-# results/fig4/. About a minute on 2 cores after the first build.
+# The main job: `sluice demo`. sluice-kv on an emulated cloud volume runs
+# YCSB-A from 3 tenants right after loading, while flush and compaction are
+# busy: once with no prioritization (FIFO), once with Sluice (RCP at every
+# layer plus the background controller), and once after compaction has
+# settled. Prints the side-by-side table and writes results/demo/report.html.
+# About a minute after the first build (which takes a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_rust
 cargo build --release --quiet
-./target/release/sluice sim scenarios/fig4.toml --out results/fig4 "$@"
+./target/release/sluice demo --out results/demo "$@"

@@ -26,8 +26,9 @@ use clap::{Parser, Subcommand};
         Sluice carries each request's context (who sent it, its deadline, where it \
         stands) down to every point where work waits, and decides there with \
         policies from the research literature (TraQIOS, AppleS, RCP, ...).\n\n\
-        Start with `sluice sim scenarios/fig4.toml`: it compares EDF, SSTF, FD-SCAN, \
-        SSEDV and TraQIOS on a simulated disk and writes tables and plots."
+        Start with `sluice demo`: an LSM store under YCSB with compaction active, FIFO \
+        against Sluice. `sluice sim scenarios/fig4.toml` compares EDF, SSTF, FD-SCAN, \
+        SSEDV and TraQIOS on a simulated disk."
 )]
 struct Cli {
     #[command(subcommand)]

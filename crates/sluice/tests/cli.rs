@@ -108,3 +108,39 @@ fn a_small_experiment_prints_tables_and_writes_files() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_small_demo_runs_every_mode_and_writes_its_report() {
+    let dir = scratch("demo");
+    let out = dir.join("out");
+    let o = sluice(&[
+        "demo",
+        "--records",
+        "2000",
+        "--seconds",
+        "2",
+        "--tenants",
+        "2",
+        "--target-ops",
+        "100",
+        "--out",
+        out.to_str().unwrap(),
+        "--dir",
+        dir.join("stores").to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for mode in ["fifo", "sluice", "settled"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(mode) && l.contains("tenant-2")),
+            "{mode}: {text}"
+        );
+    }
+    assert!(text.contains("sluice / settled = "), "{text}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("read_ccdf.svg") && out.join("read_ccdf.svg").exists());
+    let bad = sluice(&["demo", "--records", "10"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--records must be at least 1000"));
+    std::fs::remove_dir_all(dir).ok();
+}
