@@ -15,7 +15,9 @@ ensure_rust() {
 apt_install() {
     local missing=()
     for p in "$@"; do
-        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+        # "install ok installed" only: a removed package can leave its
+        # configuration behind, and dpkg -s still finds it.
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [[ ${#missing[@]} -eq 0 ]] && return 0
     local sudo=""
