@@ -164,7 +164,13 @@ impl Db {
         let mut st = inner.state.lock();
         self.make_room(&mut st)?;
         let seq = st.last_seq + 1;
-        let end = st.wal.append(seq, &batch)?;
+        // A failed append may leave part of a record in the WAL; a later
+        // record written over it could leave garbage behind that replay
+        // would call corruption. So the store stops taking writes (reads
+        // go on), as RocksDB does on a WAL error.
+        let end = st.wal.append(seq, &batch).inspect_err(|e| {
+            st.error.get_or_insert_with(|| format!("WAL append failed: {e}"));
+        })?;
         st.last_seq += batch.len() as u64;
         for (k, v) in batch.ops {
             st.mem.insert(k, v);
@@ -172,7 +178,11 @@ impl Db {
         let (number, file, appended) = (st.wal.number, st.wal.file.clone(), st.wal.end.clone());
         drop(st);
         if inner.options.sync {
-            inner.commit(number, end, &file, &appended)?;
+            // After a failed fsync the kernel may have dropped the dirty
+            // pages; nothing written since can be trusted to be durable.
+            inner
+                .commit(number, end, &file, &appended)
+                .inspect_err(|e| inner.fail(e))?;
         }
         Ok(())
     }
