@@ -24,7 +24,7 @@ use crate::demo_report;
 #[command(long_about = "Sluice end to end, in about two minutes.\n\n\
     sluice-kv runs on an emulated cloud volume (3000 IOPS, 125 MB/s, 1 ms per operation). \
     Each mode loads --records records of 1 KB and at once runs YCSB-A (50% reads, 50% updates, \
-    Zipfian) from --tenants tenants at --target-ops each while flush and compaction of the load are still running:\n\n\
+    Zipfian; --workload picks another core workload) from --tenants tenants at --target-ops each while flush and compaction of the load are still running:\n\n\
     fifo: no prioritization; sluice: RCP at every layer plus the background controller \
     (slow background work while foreground p99 is above --target-p99-ms, never let the \
     compaction backlog pass its bound); settled: sluice again once compaction has caught up.\n\n\
@@ -43,6 +43,9 @@ pub struct DemoArgs {
     /// Client threads per tenant
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// YCSB core workload run by every tenant, A to F
+    #[arg(long, default_value_t = 'A')]
+    pub workload: char,
     /// Operations per second per tenant (YCSB's -target)
     #[arg(long, default_value_t = 400.0)]
     pub target_ops: f64,
@@ -95,7 +98,7 @@ fn tenants(a: &DemoArgs) -> Result<Vec<TenantSpec>> {
         .map(|i| {
             Ok(TenantSpec {
                 name: format!("tenant-{}", i + 1),
-                workload: Workload::core('A', a.records)?,
+                workload: Workload::core(a.workload, a.records)?,
                 threads: a.threads,
                 weight: 1.0,
                 target_ops: Some(a.target_ops),
@@ -182,6 +185,7 @@ pub fn run_demo(a: DemoArgs) -> Result<()> {
         "--tenants and --threads must be at least 1"
     );
     ensure!(a.target_p99_ms > 0.0, "--target-p99-ms must be > 0");
+    Workload::core(a.workload, a.records).context("--workload")?;
     ensure!(
         a.target_ops > 0.0 && a.target_ops.is_finite(),
         "--target-ops must be > 0"
@@ -194,13 +198,14 @@ pub fn run_demo(a: DemoArgs) -> Result<()> {
     let mut modes = Vec::new();
 
     let (db, rt) = loaded(&a, &scratch.join("fifo"), RcpConfig::off(), "fifo")?;
-    let b = bar("fifo: YCSB-A, compaction active", ticks);
+    let w = a.workload.to_ascii_uppercase();
+    let b = bar(&format!("fifo: YCSB-{w}, compaction active"), ticks);
     modes.push(measure(&a, &db, &rt, "fifo", None, &b)?);
     b.finish();
     drop(db);
 
     let (db, rt) = loaded(&a, &scratch.join("sluice"), RcpConfig::default(), "sluice")?;
-    let b = bar("sluice: YCSB-A, compaction active", ticks);
+    let b = bar(&format!("sluice: YCSB-{w}, compaction active"), ticks);
     let lp = ControlLoop::new(rt.clone(), controller(&a)?);
     modes.push(measure(&a, &db, &rt, "sluice", Some(lp), &b)?);
     b.finish();
@@ -212,7 +217,7 @@ pub fn run_demo(a: DemoArgs) -> Result<()> {
     db.flush()?;
     db.compact()?;
     b.finish();
-    let b = bar("settled: YCSB-A, compaction done", ticks);
+    let b = bar(&format!("settled: YCSB-{w}, compaction done"), ticks);
     modes.push(measure(&a, &db, &rt, "settled", None, &b)?);
     b.finish();
     drop(db);

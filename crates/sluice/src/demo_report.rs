@@ -108,7 +108,7 @@ pub fn write(out: &Path, modes: &[ModeResult]) -> Result<Vec<PathBuf>> {
     let html = out.join("report.html");
     let body = format!(
         "<!doctype html><meta charset=utf-8><title>sluice demo</title>\
-         <h1>sluice demo</h1><p>YCSB-A on sluice-kv, emulated cloud volume; \
+         <h1>sluice demo</h1><p>YCSB on sluice-kv, emulated cloud volume; \
          fifo and sluice run right after loading, with flush and compaction active; \
          settled runs after compaction caught up.</p><pre>{}</pre>\
          <img src=read_ccdf.svg><img src=read_p99_over_time.svg>",
