@@ -52,7 +52,11 @@ pub struct DemoArgs {
     /// Foreground p99 target of the background controller, milliseconds
     #[arg(long, default_value_t = 20.0)]
     pub target_p99_ms: f64,
-    /// Where report.html, its plots and results.json go
+    /// Compaction backlog at which the controller runs background work at
+    /// full speed whatever the latency, MiB
+    #[arg(long, default_value_t = 256)]
+    pub max_backlog_mb: u64,
+    /// Where report.html and its plots go
     #[arg(long, default_value = "results/demo")]
     pub out: PathBuf,
     /// Directory for the stores (default: a fresh temporary one)
@@ -110,7 +114,7 @@ fn tenants(a: &DemoArgs) -> Result<Vec<TenantSpec>> {
 fn controller(a: &DemoArgs) -> Result<BackgroundController> {
     BackgroundController::new(BackgroundControllerConfig {
         target_p99: (a.target_p99_ms * 1e6) as u64,
-        max_backlog: 64 << 20,
+        max_backlog: a.max_backlog_mb << 20,
         min_rate: 2e6,
         max_rate: 125e6,
         ..BackgroundControllerConfig::default()
@@ -160,16 +164,22 @@ fn bar(label: &str, len: u64) -> ProgressBar {
     b
 }
 
-/// Loads a fresh store in `dir` with the mode's runtime.
+/// Loads a fresh store in `dir` with no prioritization, closes it, and
+/// reopens it with the mode's runtime: every mode starts from the same
+/// on-disk state, with the load's flush and compaction still to do (loading
+/// under each mode would let RCP's write stalls pace the load until
+/// compaction had caught up, and the runs would not start alike).
 fn loaded(a: &DemoArgs, dir: &Path, rcp: RcpConfig, label: &str) -> Result<(Arc<Db>, Runtime)> {
-    let rt = runtime(rcp)?;
-    let db = Arc::new(Db::open(rt.clone(), dir, store_options())?);
     let b = bar(&format!("{label}: loading {} records", a.records), 1);
+    let rt = runtime(RcpConfig::off())?;
     let target = Embedded {
-        db: db.clone(),
-        runtime: rt.clone(),
+        db: Arc::new(Db::open(rt.clone(), dir, store_options())?),
+        runtime: rt,
     };
     load(&target, &Workload::core('A', a.records)?, 8, 1)?;
+    drop(target);
+    let rt = runtime(rcp)?;
+    let db = Arc::new(Db::open(rt.clone(), dir, store_options())?);
     b.finish();
     Ok((db, rt))
 }
@@ -185,6 +195,7 @@ pub fn run_demo(a: DemoArgs) -> Result<()> {
         "--tenants and --threads must be at least 1"
     );
     ensure!(a.target_p99_ms > 0.0, "--target-p99-ms must be > 0");
+    ensure!(a.max_backlog_mb > 0, "--max-backlog-mb must be > 0");
     Workload::core(a.workload, a.records).context("--workload")?;
     ensure!(
         a.target_ops > 0.0 && a.target_ops.is_finite(),
