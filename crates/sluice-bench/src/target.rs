@@ -8,6 +8,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 
 use sluice_core::Ctx;
+use sluice_kv::resp::encode_command;
 use sluice_kv::Db;
 
 use crate::error::{BenchError, Result};
@@ -107,12 +108,8 @@ impl Target for Resp {
 
 impl RespClient {
     fn call(&mut self, args: &[&[u8]]) -> Result<()> {
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            req.extend_from_slice(a);
-            req.extend_from_slice(b"\r\n");
-        }
+        let mut req = Vec::new();
+        encode_command(args, &mut req);
         Ok(self.writer.write_all(&req)?)
     }
 

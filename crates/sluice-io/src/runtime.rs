@@ -14,7 +14,7 @@ use sluice_core::device::{Op, OpKind};
 use sluice_core::{Class, Ctx, Job};
 
 use crate::background::{Background, TaskKind};
-use crate::config::{DeviceKind, RuntimeConfig};
+use crate::config::RuntimeConfig;
 use crate::device::{address, Device};
 use crate::error::IoError;
 use crate::sched::{Criticality, Location, Occupancy, Sched};
@@ -327,13 +327,7 @@ impl SluiceFile {
             offset: address(self.inner.id, 0),
             len: 0,
         };
-        let flush = || match s.device.kind() {
-            // The emulated device's flush costs what its timing model says;
-            // the backing file need not also reach the host's disk.
-            DeviceKind::Emulated => Ok(()),
-            _ => self.inner.file.sync_data(),
-        };
-        s.io(&self.inner, op, s.next_seq(), flush)
+        s.io(&self.inner, op, s.next_seq(), || s.device.sync_data(&self.inner.file))
             .map_err(|e| self.device_error("sync", 0, 0, e))
     }
 

@@ -126,7 +126,8 @@ impl SluiceFile {
         let ranges = std::mem::take(&mut *lock(&self.inner.dirty));
         let mut written = 0;
         for (i, &(offset, len)) in ranges.iter().enumerate() {
-            if let Err(e) = self.device_write(offset, len, || self.flush_range(offset, len)) {
+            let write_out = || self.shared.device.write_out(&self.inner.file, offset, len);
+            if let Err(e) = self.device_write(offset, len, write_out) {
                 // Still dirty: keep it (and what follows) for the next try.
                 lock(&self.inner.dirty).extend_from_slice(&ranges[i..]);
                 self.shared.dirty.register(&self.inner);
@@ -136,23 +137,6 @@ impl SluiceFile {
             written += len;
         }
         Ok(written)
-    }
-
-    /// The real write-back of a range: on a buffered file the kernel writes
-    /// it out; on an emulated device the timing model is the device.
-    fn flush_range(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        if self.shared.device.kind() != DeviceKind::Buffered {
-            return Ok(());
-        }
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.inner.file);
-        // SAFETY: a plain system call on a descriptor this file owns.
-        let rc = unsafe { libc::sync_file_range(fd, offset as i64, len as i64, flags) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
     }
 
     /// Before adding `len` dirty bytes: while the runtime's dirty data

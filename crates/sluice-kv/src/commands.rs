@@ -64,19 +64,15 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     }
 }
 
-fn store_error(e: crate::KvError) -> Reply {
-    Reply::error(e)
-}
-
 fn get(db: &Db, key: &[u8]) -> Reply {
-    db.get(key).map_or_else(store_error, Reply::Bulk)
+    db.get(key).map_or_else(Reply::error, Reply::Bulk)
 }
 
 fn set(db: &Db, args: &[Vec<u8>]) -> Reply {
     if args.len() > 2 {
         return Reply::error("SET options (EX, PX, NX, XX, ...) are not supported");
     }
-    db.put(&args[0], &args[1]).map_or_else(store_error, |()| Reply::ok())
+    db.put(&args[0], &args[1]).map_or_else(Reply::error, |()| Reply::ok())
 }
 
 fn count_existing(db: &Db, keys: &[Vec<u8>]) -> Result<i64, crate::KvError> {
@@ -90,22 +86,22 @@ fn count_existing(db: &Db, keys: &[Vec<u8>]) -> Result<i64, crate::KvError> {
 fn del(db: &Db, keys: &[Vec<u8>]) -> Reply {
     let existing = match count_existing(db, keys) {
         Ok(n) => n,
-        Err(e) => return store_error(e),
+        Err(e) => return Reply::error(e),
     };
     let mut batch = WriteBatch::new();
     for k in keys {
         batch.delete(k.clone());
     }
-    db.write(batch).map_or_else(store_error, |()| Reply::Integer(existing))
+    db.write(batch).map_or_else(Reply::error, |()| Reply::Integer(existing))
 }
 
 fn exists(db: &Db, keys: &[Vec<u8>]) -> Reply {
-    count_existing(db, keys).map_or_else(store_error, Reply::Integer)
+    count_existing(db, keys).map_or_else(Reply::error, Reply::Integer)
 }
 
 fn mget(db: &Db, keys: &[Vec<u8>]) -> Reply {
-    let values: Result<Vec<Reply>, _> = keys.iter().map(|k| Ok(Reply::Bulk(db.get(k)?))).collect();
-    values.map_or_else(store_error, Reply::Array)
+    let values: Result<Vec<Reply>, crate::KvError> = keys.iter().map(|k| Ok(Reply::Bulk(db.get(k)?))).collect();
+    values.map_or_else(Reply::error, Reply::Array)
 }
 
 fn mset(db: &Db, pairs: &[Vec<u8>]) -> Reply {
@@ -113,7 +109,7 @@ fn mset(db: &Db, pairs: &[Vec<u8>]) -> Reply {
     for kv in pairs.chunks(2) {
         batch.put(kv[0].clone(), kv[1].clone());
     }
-    db.write(batch).map_or_else(store_error, |()| Reply::ok())
+    db.write(batch).map_or_else(Reply::error, |()| Reply::ok())
 }
 
 fn range(db: &Db, args: &[Vec<u8>]) -> Reply {
@@ -133,7 +129,7 @@ fn range(db: &Db, args: &[Vec<u8>]) -> Reply {
                 .flat_map(|(k, v)| [Reply::Bulk(Some(k)), Reply::Bulk(Some(v))])
                 .collect(),
         ),
-        Err(e) => store_error(e),
+        Err(e) => Reply::error(e),
     }
 }
 

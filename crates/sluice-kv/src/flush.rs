@@ -59,8 +59,9 @@ pub(crate) fn flush_one(inner: &Inner) -> Result<bool> {
     version.add(0, handle);
     st.version = Arc::new(version);
     st.imm.pop_front();
-    st.manifest().store(&inner.rt, &inner.dir)?;
-    let floor = st.manifest().wal_floor;
+    let manifest = st.manifest();
+    manifest.store(&inner.rt, &inner.dir)?;
+    let floor = manifest.wal_floor;
     drop(st);
     remove_wals_below(&inner.dir, floor);
     inner.done.notify_all();

@@ -136,11 +136,7 @@ impl Reply {
             Reply::Error(e) => line_reply(out, b'-', e),
             Reply::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
             Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
-            Reply::Bulk(Some(b)) => {
-                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
-                out.extend_from_slice(b);
-                out.extend_from_slice(b"\r\n");
-            }
+            Reply::Bulk(Some(b)) => put_bulk(out, b),
             Reply::Array(items) => {
                 out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
                 for i in items {
@@ -149,6 +145,20 @@ impl Reply {
             }
         }
     }
+}
+
+/// A command as clients send it: an array of bulk strings.
+pub fn encode_command(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        put_bulk(out, a);
+    }
+}
+
+fn put_bulk(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A one-line reply; CR and LF would end it early, so they become spaces.
@@ -165,7 +175,7 @@ mod tests {
 
     fn encode_request(args: &[Vec<u8>]) -> Vec<u8> {
         let mut out = Vec::new();
-        Reply::Array(args.iter().map(|a| Reply::Bulk(Some(a.clone()))).collect()).encode(&mut out);
+        encode_command(&args.iter().map(Vec::as_slice).collect::<Vec<_>>(), &mut out);
         out
     }
 
