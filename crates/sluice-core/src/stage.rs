@@ -18,14 +18,16 @@ pub enum StageError {
     NothingInService,
 }
 
-pub struct Stage {
-    policy: Box<dyn Policy>,
+/// A stage over any policy; `Stage` alone holds a boxed `dyn Policy`, a
+/// driver that tunes its policy (the AppleS gate sets ζ) names the type.
+pub struct Stage<P: Policy + ?Sized = dyn Policy> {
+    policy: Box<P>,
     limit: usize,
     in_service: usize,
 }
 
-impl Stage {
-    pub fn new(policy: Box<dyn Policy>, limit: usize) -> Result<Self, StageError> {
+impl<P: Policy + ?Sized> Stage<P> {
+    pub fn new(policy: Box<P>, limit: usize) -> Result<Self, StageError> {
         if limit == 0 {
             return Err(StageError::ZeroLimit);
         }
@@ -56,12 +58,22 @@ impl Stage {
         Ok(())
     }
 
-    pub fn policy(&self) -> &dyn Policy {
+    pub fn policy(&self) -> &P {
         self.policy.as_ref()
     }
 
-    pub fn policy_mut(&mut self) -> &mut dyn Policy {
+    pub fn policy_mut(&mut self) -> &mut P {
         self.policy.as_mut()
+    }
+
+    /// Changes the limit (P, tuned at run time). Jobs already in service
+    /// above a lowered limit finish; no new one starts until below it.
+    pub fn set_limit(&mut self, limit: usize) -> Result<(), StageError> {
+        if limit == 0 {
+            return Err(StageError::ZeroLimit);
+        }
+        self.limit = limit;
+        Ok(())
     }
 
     pub fn queued(&self) -> usize {
@@ -100,6 +112,7 @@ mod tests {
         s.complete().unwrap();
         s.complete().unwrap();
         assert_eq!(s.complete(), Err(StageError::NothingInService));
-        assert!(Stage::new(Box::new(Fifo::default()), 0).is_err());
+        assert!(Stage::<Fifo>::new(Box::new(Fifo::default()), 0).is_err());
+        assert_eq!(s.set_limit(0), Err(StageError::ZeroLimit));
     }
 }

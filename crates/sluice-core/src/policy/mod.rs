@@ -16,6 +16,7 @@
 //! | `ssedv` | [`ssedv`] | TraQIOS Eq. 4–5, Chen et al. |
 //! | `traqios`, `traqios-all`, `traqios-uniform` | [`traqios`] | TraQIOS Eq. 1–3, §5.3 |
 //! | `edf+budget`, `ssedv+budget` | [`edf`], [`ssedv`] | TraQIOS §5.3, Fig. 9 |
+//! | `wrr` | [`wrr`] | AppleS §3.3: weighted round robin with round quota ζ (the proxy's gate; not in experiment files) |
 
 pub mod edf;
 pub mod fd_scan;
@@ -24,6 +25,7 @@ pub mod scan;
 pub mod ssedv;
 pub mod sstf;
 pub mod traqios;
+pub mod wrr;
 
 use std::fmt;
 use std::str::FromStr;
