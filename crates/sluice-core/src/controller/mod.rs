@@ -5,7 +5,13 @@
 //! | controller | file | source |
 //! |---|---|---|
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
+//! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
+//! | round quota ζ from unfairness and latency variability | [`quota`] | AppleS §4.3.2 |
 
 pub mod background;
+pub mod matching_point;
+pub mod quota;
 
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
+pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
+pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};

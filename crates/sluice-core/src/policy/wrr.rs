@@ -182,7 +182,10 @@ mod tests {
     }
 
     fn tenants_served(p: &mut Wrr, n: usize) -> Vec<u32> {
-        (0..n).map_while(|_| p.pop(0, &FlatDevice::default())).map(|j| j.ctx.tenant.0).collect()
+        (0..n)
+            .map_while(|_| p.pop(0, &FlatDevice::default()))
+            .map(|j| j.ctx.tenant.0)
+            .collect()
     }
 
     #[test]
@@ -207,7 +210,10 @@ mod tests {
         }
         let served = tenants_served(&mut p, 200);
         let heavy = served.iter().filter(|&&t| t == 1).count();
-        assert!((148..=152).contains(&heavy), "weight 3 of 4 should get ~150 of 200, got {heavy}");
+        assert!(
+            (148..=152).contains(&heavy),
+            "weight 3 of 4 should get ~150 of 200, got {heavy}"
+        );
     }
 
     #[test]

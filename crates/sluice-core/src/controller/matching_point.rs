@@ -1,0 +1,205 @@
+//! Delivered parallelism P by AppleS's three-sample throughput model
+//! (§4.3.1, Eq. 1–2, Appendix A).
+//!
+//! The parallel fraction α(P) = A + B·e^(−γP) decays with P; with
+//! α(P0) = 1 at a small P0 the throughput is
+//!
+//! λ(P) = P·λ(P0) / (P0 + B·P0·(e^(−γP0) − e^(−γP))·(P − 1))        (Eq. 2)
+//!
+//! Throughput sampled at P0, at a middle P1 and at P2 (the number of active
+//! users) gives two equations for B and γ. Writing r_k = P_k·λ0/λ_k − P0,
+//! their ratio r1/r2 depends on γ alone and is monotone in it, so γ is found
+//! by bisection and B follows. The matching point C is the first local
+//! maximum of λ(P) on 1..=P2.
+//!
+//! Departures, each for a case the paper does not meet:
+//! - Eq. 2 often rises towards an asymptote without a local maximum. Then C
+//!   is the smallest P within `plateau` (2%) of the best λ on the range,
+//!   which is the paper's stated goal ("the smallest P where the throughput
+//!   peaks").
+//! - When the samples show no contention (r_k ≤ 0: throughput grows at
+//!   least linearly), no model is fitted and C = P2: let every user in.
+//! - When r1/r2 lies outside what any γ > 0 can produce, γ is clamped to the
+//!   end of its search range that comes closest.
+
+use serde::{Deserialize, Serialize};
+
+/// One throughput sample: λ (requests/s) measured with P requests let in.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub p: usize,
+    pub throughput: f64,
+}
+
+/// The fitted Eq. 2.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputModel {
+    pub p0: f64,
+    pub lambda0: f64,
+    pub b: f64,
+    pub gamma: f64,
+}
+
+/// The optimizer's answer: C and, when one was fitted, the model behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatchingPoint {
+    pub p: usize,
+    pub model: Option<ThroughputModel>,
+}
+
+const GAMMA_RANGE: (f64, f64) = (1e-6, 50.0);
+const PLATEAU: f64 = 0.02;
+
+impl ThroughputModel {
+    /// λ(P) by Eq. 2.
+    pub fn throughput(&self, p: f64) -> f64 {
+        let decay = (-self.gamma * self.p0).exp() - (-self.gamma * p).exp();
+        p * self.lambda0 / (self.p0 + self.b * self.p0 * decay * (p - 1.0))
+    }
+
+    /// Fits B and γ to three samples taken at P0 < P1 < P2.
+    pub fn fit(s0: Sample, s1: Sample, s2: Sample) -> Option<Self> {
+        let valid = s0.p >= 1 && s0.p < s1.p && s1.p < s2.p;
+        if !valid
+            || [s0, s1, s2]
+                .iter()
+                .any(|s| !(s.throughput > 0.0 && s.throughput.is_finite()))
+        {
+            return None;
+        }
+        let (p0, lambda0) = (s0.p as f64, s0.throughput);
+        let r = |s: Sample| s.p as f64 * lambda0 / s.throughput - p0;
+        let (r1, r2) = (r(s1), r(s2));
+        if r1 <= 0.0 || r2 <= 0.0 {
+            return None;
+        }
+        let (p1, p2) = (s1.p as f64, s2.p as f64);
+        let term = |gamma: f64, p: f64| ((-gamma * p0).exp() - (-gamma * p).exp()) * (p - 1.0);
+        let ratio = |gamma: f64| term(gamma, p1) / term(gamma, p2);
+        let gamma = bisect_increasing(ratio, r1 / r2, GAMMA_RANGE);
+        let b = r1 / (p0 * term(gamma, p1));
+        (b.is_finite() && b > 0.0).then_some(ThroughputModel { p0, lambda0, b, gamma })
+    }
+
+    /// The first local maximum of λ on 1..=max_p, else the smallest P
+    /// within the plateau of the best.
+    pub fn matching_point(&self, max_p: usize) -> usize {
+        let max_p = max_p.max(1);
+        let lambda: Vec<f64> = (1..=max_p).map(|p| self.throughput(p as f64)).collect();
+        if let Some(i) = (0..lambda.len().saturating_sub(1)).find(|&i| lambda[i + 1] < lambda[i]) {
+            return i + 1;
+        }
+        let best = lambda.iter().copied().fold(f64::MIN, f64::max);
+        lambda
+            .iter()
+            .position(|&l| l >= best * (1.0 - PLATEAU))
+            .map_or(max_p, |i| i + 1)
+    }
+}
+
+/// The matching point from three samples (P2 is the number of active users).
+pub fn matching_point(s0: Sample, s1: Sample, s2: Sample) -> MatchingPoint {
+    match ThroughputModel::fit(s0, s1, s2) {
+        Some(model) => MatchingPoint {
+            p: model.matching_point(s2.p),
+            model: Some(model),
+        },
+        None => MatchingPoint {
+            p: s2.p.max(1),
+            model: None,
+        },
+    }
+}
+
+/// The x in `range` (log-spaced search) where the increasing `f` meets
+/// `target`, or the nearer end when it never does.
+fn bisect_increasing(f: impl Fn(f64) -> f64, target: f64, range: (f64, f64)) -> f64 {
+    let (mut lo, mut hi) = (range.0.ln(), range.1.ln());
+    if f(lo.exp()) >= target {
+        return range.0;
+    }
+    if f(hi.exp()) <= target {
+        return range.1;
+    }
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if f(mid.exp()) < target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (0.5 * (lo + hi)).exp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(model: &ThroughputModel, p: usize) -> Sample {
+        Sample {
+            p,
+            throughput: model.throughput(p as f64),
+        }
+    }
+
+    #[test]
+    fn recovers_the_parameters_of_an_exact_curve() {
+        let truth = ThroughputModel {
+            p0: 2.0,
+            lambda0: 400.0,
+            b: 0.9,
+            gamma: 0.08,
+        };
+        let fitted = ThroughputModel::fit(sample(&truth, 2), sample(&truth, 16), sample(&truth, 256)).unwrap();
+        assert!((fitted.b - truth.b).abs() < 1e-6, "{fitted:?}");
+        assert!((fitted.gamma - truth.gamma).abs() < 1e-6, "{fitted:?}");
+        assert_eq!(fitted.matching_point(256), truth.matching_point(256));
+    }
+
+    #[test]
+    fn finds_a_peak_when_throughput_falls_past_it() {
+        let model = ThroughputModel {
+            p0: 1.0,
+            lambda0: 100.0,
+            b: 0.9,
+            gamma: 0.05,
+        };
+        let c = model.matching_point(512);
+        let at = |p: usize| model.throughput(p as f64);
+        assert!(c > 1 && c < 512, "C = {c}");
+        assert!(at(c) > at(c - 1) && at(c) > at(c + 1), "C = {c} is a local maximum");
+    }
+
+    #[test]
+    fn no_contention_lets_every_user_in() {
+        let linear = |p: usize| Sample {
+            p,
+            throughput: 10.0 * p as f64,
+        };
+        assert_eq!(
+            matching_point(linear(1), linear(8), linear(64)),
+            MatchingPoint { p: 64, model: None }
+        );
+    }
+
+    #[test]
+    fn rejects_samples_that_cannot_be_fitted() {
+        let s = |p, throughput| Sample { p, throughput };
+        assert_eq!(
+            ThroughputModel::fit(s(4, 10.0), s(2, 20.0), s(8, 30.0)),
+            None,
+            "P out of order"
+        );
+        assert_eq!(
+            ThroughputModel::fit(s(1, 0.0), s(2, 20.0), s(8, 30.0)),
+            None,
+            "no throughput"
+        );
+        assert_eq!(
+            ThroughputModel::fit(s(1, 10.0), s(2, f64::NAN), s(8, 30.0)),
+            None,
+            "NaN"
+        );
+    }
+}
