@@ -1,0 +1,139 @@
+//! The proxy's settings (issue 5, §3 "Tenants" and §7 "Operations"): where
+//! to listen, which server to forward to, which protocol it speaks and what
+//! names a tenant. The gate's own settings (P, ζ, queue bounds) live in
+//! [`crate::gate::GateConfig`]; the caller builds the [`crate::gate::Gate`]
+//! and hands it to [`crate::server::Proxy::bind`].
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// The protocol spoken on both sides of the proxy.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// PostgreSQL wire protocol v3.
+    #[serde(alias = "postgres", alias = "postgresql")]
+    Pg,
+    /// Redis RESP2, and RESP3 after HELLO 3.
+    Redis,
+}
+
+/// What a connection's tenant is named after (issue 5, §3).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantKey {
+    /// PostgreSQL: the startup message's user. Redis: the AUTH (or HELLO
+    /// AUTH) user once the server accepted it; "default" before.
+    #[default]
+    User,
+    /// PostgreSQL only: the database (which defaults to the user).
+    Database,
+    /// PostgreSQL only: the startup message's application_name.
+    ApplicationName,
+    /// Redis only: the name set by CLIENT SETNAME (or HELLO SETNAME) once
+    /// accepted; "default" before.
+    ClientName,
+    /// The client's IP address.
+    ClientAddress,
+    /// Every connection its own tenant, named by peer address and port (as
+    /// AppleS did).
+    Connection,
+}
+
+/// Settings of one proxy listener.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Address to listen on, such as "127.0.0.1:6432".
+    pub listen: String,
+    /// The server to forward to, such as "127.0.0.1:5432".
+    pub upstream: String,
+    pub protocol: Protocol,
+    #[serde(default)]
+    pub tenant_key: TenantKey,
+    /// How long a graceful shutdown waits for requests in flight before it
+    /// closes the connections that still have one.
+    #[serde(default = "default_drain_timeout_secs")]
+    pub drain_timeout_secs: u64,
+}
+
+fn default_drain_timeout_secs() -> u64 {
+    30
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("tenant_key `{key:?}` does not apply to protocol `{protocol:?}` (PostgreSQL: user, database, application_name, client_address, connection; Redis: user, client_name, client_address, connection)")]
+    KeyNotForProtocol { key: TenantKey, protocol: Protocol },
+    #[error("{field} is empty: it needs a host:port address")]
+    EmptyAddress { field: &'static str },
+}
+
+impl ProxyConfig {
+    /// A configuration with the default tenant key and drain timeout.
+    pub fn new(listen: impl Into<String>, upstream: impl Into<String>, protocol: Protocol) -> Self {
+        ProxyConfig {
+            listen: listen.into(),
+            upstream: upstream.into(),
+            protocol,
+            tenant_key: TenantKey::default(),
+            drain_timeout_secs: default_drain_timeout_secs(),
+        }
+    }
+
+    /// Checks what serde cannot: that the tenant key fits the protocol and
+    /// that the addresses are given.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, value) in [("listen", &self.listen), ("upstream", &self.upstream)] {
+            if value.trim().is_empty() {
+                return Err(ConfigError::EmptyAddress { field });
+            }
+        }
+        let fits = match self.tenant_key {
+            TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
+            TenantKey::ClientName => self.protocol == Protocol::Redis,
+            TenantKey::User | TenantKey::ClientAddress | TenantKey::Connection => true,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(ConfigError::KeyNotForProtocol {
+                key: self.tenant_key,
+                protocol: self.protocol,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_from_toml_with_defaults() {
+        let config: ProxyConfig =
+            toml::from_str("listen = '127.0.0.1:6432'\nupstream = '127.0.0.1:5432'\nprotocol = 'postgres'\n").unwrap();
+        assert_eq!(
+            config,
+            ProxyConfig::new("127.0.0.1:6432", "127.0.0.1:5432", Protocol::Pg)
+        );
+        let redis: ProxyConfig =
+            toml::from_str("listen = ':1'\nupstream = ':2'\nprotocol = 'redis'\ntenant_key = 'client_name'\n").unwrap();
+        assert_eq!(redis.tenant_key, TenantKey::ClientName);
+        assert!(
+            toml::from_str::<ProxyConfig>("listen = ':1'\nupstream = ':2'\nprotocol = 'redis'\nport = 3\n").is_err()
+        );
+    }
+
+    #[test]
+    fn rejects_a_tenant_key_of_the_other_protocol() {
+        let mut config = ProxyConfig::new("127.0.0.1:6379", "127.0.0.1:6380", Protocol::Redis);
+        config.tenant_key = TenantKey::Database;
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("does not apply to protocol `Redis`"), "{err}");
+        config.tenant_key = TenantKey::ClientName;
+        assert_eq!(config.validate(), Ok(()));
+        config.upstream = " ".into();
+        assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
+    }
+}

@@ -1,0 +1,493 @@
+//! One PostgreSQL client connection through the proxy (issue 5, §1–§2).
+//!
+//! Startup: SSLRequest and GSSENCRequest are answered 'N' (no encryption),
+//! a CancelRequest is forwarded to the backend it names, and the
+//! StartupMessage is relayed to a fresh upstream connection. Authentication
+//! (cleartext, MD5, SCRAM-SHA-256) is relayed byte for byte, so the proxy
+//! never sees a password it could check or leak.
+//!
+//! Requests: a request begins with the first message the client sends while
+//! no request is in flight (after authentication, or after a ReadyForQuery
+//! with status 'I' that answered everything sent) and ends at the
+//! ReadyForQuery with status 'I' that answers the last Sync, Query or
+//! FunctionCall sent. A transaction block therefore stays one request and
+//! is never held back midway, and pipelined extended-protocol batches end
+//! only when the server has answered all of them.
+//!
+//! A refused request gets an ErrorResponse (severity ERROR, the refusal's
+//! SQLSTATE and message) and then ReadyForQuery 'I', as PostgreSQL answers a
+//! failed statement: a Query or FunctionCall is answered at once; an
+//! extended-protocol batch is discarded up to its Sync, which gets the
+//! ReadyForQuery. A malformed message gets ErrorResponse 08P01 and closes
+//! that connection only.
+
+use std::io;
+use std::mem;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::cancel::CancelGuard;
+use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
+use crate::config::TenantKey;
+use crate::gate::Slot;
+use crate::session::{admit, drive, ClientEnd, Context, Flags, Timing, Who, READ_SIZE};
+
+/// A request inside the database.
+struct Request {
+    slot: Slot,
+    timing: Timing,
+    error: bool,
+}
+
+/// What the two directions share.
+struct State {
+    authenticating: bool,
+    request: Option<Request>,
+    /// Sync, Query and FunctionCall messages sent whose ReadyForQuery has
+    /// not come back.
+    syncs: u32,
+    /// Extended-protocol messages sent since the last Sync: their answer
+    /// ends with a ReadyForQuery still to come.
+    unsynced: bool,
+    /// The proxy's own messages to the client, written at the next message
+    /// boundary of the server's stream.
+    outbox: BytesMut,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    flags: Flags,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues the proxy's own message for the client.
+    fn answer(&self, write: impl FnOnce(&mut BytesMut)) {
+        write(&mut self.lock().outbox);
+        self.flags.wake.notify_one();
+    }
+}
+
+/// Serves one client from its first byte.
+pub(crate) async fn serve(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    ctx: &Context,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut buf = BytesMut::new();
+    let (params, startup_len) = match startup(&mut client, &mut buf, ctx).await? {
+        Ok(Some(startup)) => startup,
+        Ok(None) => return Ok(()),
+        Err(e) => return fatal(&mut client, e.sqlstate(), &e.to_string()).await,
+    };
+    let mut upstream = match ctx.connect_upstream().await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
+            return fatal(&mut client, "08006", &msg).await;
+        }
+    };
+    let upstream_addr = upstream.peer_addr()?;
+    let name = tenant_name(ctx, peer, &params);
+    let shared = Shared {
+        state: Mutex::new(State {
+            authenticating: true,
+            request: None,
+            syncs: 0,
+            unsynced: false,
+            outbox: BytesMut::new(),
+        }),
+        flags: Flags::default(),
+    };
+    let (client_rd, client_wr) = client.split();
+    let (upstream_rd, upstream_wr) = upstream.split();
+    let up = Up {
+        client: client_rd,
+        upstream: upstream_wr,
+        buf,
+        startup_len,
+        shared: &shared,
+        ctx,
+        who: ctx.who(&name),
+        discarding: false,
+    };
+    let down = Down {
+        upstream: upstream_rd,
+        client: client_wr,
+        buf: BytesMut::new(),
+        shared: &shared,
+        ctx,
+        upstream_addr,
+        cancel: None,
+        last_tag: 0,
+    };
+    drive(up.run(), down.run(), &shared.flags, shutdown).await
+}
+
+/// Runs the startup phase. Returns the StartupMessage's parameters and
+/// length, the message itself still at the start of `buf` (to be relayed),
+/// or `None` when the connection was a CancelRequest or closed early.
+async fn startup(
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+    ctx: &Context,
+) -> io::Result<Result<Option<(StartupParams, usize)>, PgError>> {
+    loop {
+        let (packet, len) = match frame::parse_startup(buf) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => {
+                if client.read_buf(buf).await? == 0 {
+                    return Ok(Ok(None));
+                }
+                continue;
+            }
+            Err(e) => return Ok(Err(e)),
+        };
+        match packet {
+            Startup::Ssl | Startup::GssEnc => {
+                buf.advance(len);
+                // The client must wait for the answer before it sends more:
+                // bytes already here would be read as if encrypted.
+                if !buf.is_empty() {
+                    return Ok(Err(PgError::BadPacket {
+                        what: "SSLRequest",
+                        problem: "data followed it before the answer",
+                    }));
+                }
+                client.write_all(b"N").await?;
+            }
+            Startup::Cancel(key) => {
+                if let Err(e) = ctx.cancels.forward(key).await {
+                    tracing::debug!("forwarding a CancelRequest failed: {e}");
+                }
+                return Ok(Ok(None));
+            }
+            Startup::Message(params) => return Ok(Ok(Some((params, len)))),
+        }
+    }
+}
+
+fn tenant_name(ctx: &Context, peer: SocketAddr, params: &StartupParams) -> String {
+    let chosen = match ctx.tenant_key {
+        TenantKey::User => params.user.clone(),
+        // PostgreSQL's default database is the user's name.
+        TenantKey::Database => params.database.clone().or_else(|| params.user.clone()),
+        TenantKey::ApplicationName => params.application_name.clone(),
+        _ => ctx.tenant_by_address(peer),
+    };
+    chosen.filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into())
+}
+
+/// Sends a FATAL ErrorResponse; the connection closes after it.
+async fn fatal(client: &mut TcpStream, sqlstate: &str, message: &str) -> io::Result<()> {
+    let mut out = BytesMut::new();
+    frame::write_error(&mut out, "FATAL", sqlstate, message);
+    client.write_all(&out).await
+}
+
+/// Client → upstream: frames messages, asks the gate at each request's
+/// first message, forwards.
+struct Up<'a> {
+    client: ReadHalf<'a>,
+    upstream: WriteHalf<'a>,
+    /// Starts with the StartupMessage, relayed first.
+    buf: BytesMut,
+    startup_len: usize,
+    shared: &'a Shared,
+    ctx: &'a Context,
+    who: Who,
+    /// A refused extended-protocol batch is being dropped up to its Sync.
+    discarding: bool,
+}
+
+/// What to do with one message.
+enum Action {
+    Forward,
+    Skip,
+    /// Forward it, then stop.
+    Last(ClientEnd),
+    /// Drop it and stop.
+    Stop(ClientEnd),
+}
+
+impl Up<'_> {
+    async fn run(mut self) -> io::Result<ClientEnd> {
+        self.upstream.write_all(&self.buf[..self.startup_len]).await?;
+        self.buf.advance(self.startup_len);
+        loop {
+            if let Some(end) = self.forward().await? {
+                return Ok(end);
+            }
+            self.buf.reserve(READ_SIZE);
+            if self.client.read_buf(&mut self.buf).await? == 0 {
+                return Ok(ClientEnd::Closed);
+            }
+        }
+    }
+
+    /// Handles every complete message in the buffer; forwarded messages go
+    /// upstream in as few writes as possible.
+    async fn forward(&mut self) -> io::Result<Option<ClientEnd>> {
+        let mut buf = mem::take(&mut self.buf);
+        let mut pos = 0;
+        let mut unsent = 0..0;
+        let outcome = loop {
+            let header = match frame::parse_header(&buf[pos..]) {
+                Ok(Some(header)) if header.len <= buf.len() - pos => header,
+                Ok(Some(header)) => {
+                    buf.reserve(header.len - (buf.len() - pos));
+                    break None;
+                }
+                Ok(None) => break None,
+                Err(e) => {
+                    self.shared
+                        .answer(|out| frame::write_error(out, "FATAL", e.sqlstate(), &e.to_string()));
+                    break Some(ClientEnd::ProtocolError);
+                }
+            };
+            let message = pos..pos + header.len;
+            let (action, flushed) = self.message(header.tag, &buf[unsent.clone()]).await?;
+            pos += header.len;
+            if flushed {
+                unsent = message.start..message.start;
+            }
+            if matches!(action, Action::Forward | Action::Last(_)) {
+                if unsent.end != message.start {
+                    self.upstream.write_all(&buf[unsent]).await?;
+                    unsent = message.start..message.start;
+                }
+                unsent.end = message.end;
+            }
+            if let Action::Last(end) | Action::Stop(end) = action {
+                break Some(end);
+            }
+        };
+        self.upstream.write_all(&buf[unsent]).await?;
+        buf.advance(pos);
+        self.buf = buf;
+        Ok(outcome)
+    }
+
+    /// Decides what one message does: start a request (asking the gate),
+    /// join the one in flight, or be dropped. Returns whether the `unsent`
+    /// bytes were written while waiting for the gate.
+    async fn message(&mut self, tag: u8, unsent: &[u8]) -> io::Result<(Action, bool)> {
+        if tag == b'X' {
+            return Ok((Action::Last(ClientEnd::Closed), false));
+        }
+        if self.discarding {
+            if tag == b'S' {
+                self.discarding = false;
+                self.shared.answer(|out| frame::write_ready_for_query(out, b'I'));
+            }
+            return Ok((Action::Skip, false));
+        }
+        let starts = {
+            let state = self.shared.lock();
+            state.request.is_none() && starts_request(tag, state.authenticating)
+        };
+        if !starts {
+            count(&mut self.shared.lock(), tag);
+            return Ok((Action::Forward, false));
+        }
+        if self.shared.flags.draining() {
+            return Ok((Action::Stop(ClientEnd::Shutdown), false));
+        }
+        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent).await?;
+        match answer {
+            Ok((slot, timing)) => {
+                let mut state = self.shared.lock();
+                state.request = Some(Request {
+                    slot,
+                    timing,
+                    error: false,
+                });
+                count(&mut state, tag);
+                Ok((Action::Forward, flushed))
+            }
+            Err(refusal) => {
+                let ends = matches!(tag, b'Q' | b'F' | b'S');
+                self.discarding = !ends;
+                self.shared.answer(|out| {
+                    frame::write_error(out, "ERROR", refusal.sqlstate(), &refusal.to_string());
+                    if ends {
+                        frame::write_ready_for_query(out, b'I');
+                    }
+                });
+                Ok((Action::Skip, flushed))
+            }
+        }
+    }
+}
+
+/// Whether a message sent while no request is in flight starts one. Not:
+/// authentication responses; COPY data, which may trail a COPY the server
+/// already failed and answered; and Flush, which asks for no work.
+fn starts_request(tag: u8, authenticating: bool) -> bool {
+    match tag {
+        b'd' | b'c' | b'f' | b'H' => false,
+        b'p' => !authenticating,
+        _ => true,
+    }
+}
+
+/// Tracks which ReadyForQuery will answer everything sent so far.
+fn count(state: &mut State, tag: u8) {
+    match tag {
+        b'S' => {
+            state.syncs += 1;
+            state.unsynced = false;
+        }
+        b'Q' | b'F' => state.syncs += 1,
+        b'd' | b'c' | b'f' | b'p' | b'H' => {}
+        _ => state.unsynced = true,
+    }
+}
+
+/// Upstream → client: frames messages, ends requests at ReadyForQuery,
+/// remembers the backend key for cancels, forwards.
+struct Down<'a> {
+    upstream: ReadHalf<'a>,
+    client: WriteHalf<'a>,
+    buf: BytesMut,
+    shared: &'a Shared,
+    ctx: &'a Context,
+    upstream_addr: SocketAddr,
+    cancel: Option<CancelGuard>,
+    last_tag: u8,
+}
+
+impl Down<'_> {
+    async fn run(mut self) -> io::Result<()> {
+        loop {
+            if let Some(last) = self.finished() {
+                return self.client.write_all(&last).await;
+            }
+            self.buf.reserve(READ_SIZE);
+            tokio::select! {
+                read = self.upstream.read_buf(&mut self.buf) => {
+                    if read? == 0 {
+                        return self.upstream_closed().await;
+                    }
+                }
+                _ = self.shared.flags.wake.notified() => {}
+            }
+            self.forward().await?;
+        }
+    }
+
+    /// The last bytes for the client when the session is to end now: after
+    /// a protocol error, or when draining and no request is in flight.
+    fn finished(&self) -> Option<BytesMut> {
+        let flags = &self.shared.flags;
+        let mut state = self.shared.lock();
+        if flags.closing() {
+            return Some(mem::take(&mut state.outbox));
+        }
+        if flags.draining() && state.request.is_none() {
+            let mut last = mem::take(&mut state.outbox);
+            frame::write_error(&mut last, "FATAL", "57P01", "sluice: the proxy is shutting down");
+            return Some(last);
+        }
+        None
+    }
+
+    /// Forwards every complete message, then the proxy's own messages.
+    async fn forward(&mut self) -> io::Result<()> {
+        let mut buf = mem::take(&mut self.buf);
+        let mut pos = 0;
+        loop {
+            match frame::parse_header(&buf[pos..]).map_err(invalid_data)? {
+                Some(header) if header.len <= buf.len() - pos => {
+                    self.inspect(header.tag, &buf[pos + 5..pos + header.len]);
+                    pos += header.len;
+                }
+                Some(header) => {
+                    buf.reserve(header.len - (buf.len() - pos));
+                    break;
+                }
+                None => break,
+            }
+        }
+        self.client.write_all(&buf[..pos]).await?;
+        buf.advance(pos);
+        self.buf = buf;
+        let outbox = mem::take(&mut self.shared.lock().outbox);
+        if !outbox.is_empty() {
+            self.client.write_all(&outbox).await?;
+        }
+        Ok(())
+    }
+
+    fn inspect(&mut self, tag: u8, body: &[u8]) {
+        self.last_tag = tag;
+        match tag {
+            b'Z' => self.ready(body.first().copied().unwrap_or(b'I')),
+            b'K' => {
+                if let Some(key) = BackendKey::from_body(body) {
+                    self.cancel = Some(self.ctx.cancels.register(key, self.upstream_addr));
+                }
+            }
+            b'E' => {
+                if let Some(request) = self.shared.lock().request.as_mut() {
+                    request.error = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// ReadyForQuery: authentication is over, or a request may have ended.
+    fn ready(&mut self, status: u8) {
+        let ended = {
+            let mut state = self.shared.lock();
+            if state.authenticating {
+                state.authenticating = false;
+                None
+            } else {
+                state.syncs = state.syncs.saturating_sub(1);
+                let answered_all = state.syncs == 0 && !state.unsynced;
+                if status == b'I' && answered_all {
+                    state.request.take()
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(Request { slot, timing, error }) = ended {
+            drop(slot);
+            timing.finish(error);
+        }
+    }
+
+    /// The server closed: unless it said why, the client is told.
+    async fn upstream_closed(&mut self) -> io::Result<()> {
+        let mut last = mem::take(&mut self.shared.lock().outbox);
+        if self.last_tag != b'E' {
+            frame::write_error(
+                &mut last,
+                "FATAL",
+                "08006",
+                "sluice: the upstream server closed the connection",
+            );
+        }
+        self.client.write_all(&last).await
+    }
+}
+
+fn invalid_data(e: PgError) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("message from the upstream server: {e}"),
+    )
+}

@@ -1,0 +1,196 @@
+//! What a Redis command means for admission (issue 5, §2 "Requests" and §3
+//! "Tenants"): most commands are one request each; MULTI…EXEC is one
+//! request; blocking commands, SUBSCRIBE and MONITOR pass through outside
+//! admission; AUTH, HELLO and CLIENT SETNAME may name the tenant.
+//!
+//! Blocking commands bypass the gate because a client blocked for minutes
+//! would otherwise hold one of the P slots and stall everyone else.
+
+use std::ops::Range;
+
+/// A command's arguments: ranges (from [`super::resp::CommandParser`]) into
+/// the command's bytes, looked at without copying.
+#[derive(Clone, Copy, Debug)]
+pub struct Args<'a, 'r> {
+    command: &'a [u8],
+    ranges: &'r [Range<usize>],
+}
+
+impl<'a, 'r> Args<'a, 'r> {
+    pub fn new(command: &'a [u8], ranges: &'r [Range<usize>]) -> Self {
+        Args { command, ranges }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        self.ranges.get(i).and_then(|r| self.command.get(r.clone()))
+    }
+}
+
+/// The role of one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind<'a> {
+    /// An ordinary command: one request.
+    Plain,
+    /// Starts a transaction: admitted here, released after EXEC or DISCARD.
+    Multi,
+    /// Ends a transaction (EXEC, DISCARD, or RESET, which discards it).
+    EndTx,
+    /// May block for a long time: passes through outside admission.
+    Blocking,
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE or MONITOR: from here on the
+    /// connection is a stream and passes through outside admission.
+    Stream,
+    /// Names the client: AUTH's user, HELLO's AUTH user and SETNAME, or
+    /// CLIENT SETNAME's name. A plain request otherwise.
+    Names {
+        user: Option<&'a [u8]>,
+        name: Option<&'a [u8]>,
+    },
+}
+
+fn is(arg: Option<&[u8]>, name: &str) -> bool {
+    arg.is_some_and(|a| a.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// Classifies a command from its arguments (the first is the name).
+pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
+    let Some(name) = args.get(0) else {
+        return Kind::Plain;
+    };
+    let upper = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    const BLOCKING: [&str; 10] = [
+        "BLPOP",
+        "BRPOP",
+        "BLMOVE",
+        "BRPOPLPUSH",
+        "BZPOPMIN",
+        "BZPOPMAX",
+        "BLMPOP",
+        "BZMPOP",
+        "WAIT",
+        "WAITAOF",
+    ];
+    const STREAM: [&str; 4] = ["SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR"];
+    if BLOCKING.iter().any(|n| upper(n)) {
+        Kind::Blocking
+    } else if STREAM.iter().any(|n| upper(n)) {
+        Kind::Stream
+    } else if upper("XREAD") || upper("XREADGROUP") {
+        xread(args)
+    } else if upper("MULTI") {
+        Kind::Multi
+    } else if upper("EXEC") || upper("DISCARD") || upper("RESET") {
+        Kind::EndTx
+    } else if upper("AUTH") {
+        auth(args)
+    } else if upper("HELLO") {
+        hello(args)
+    } else if upper("CLIENT") && is(args.get(1), "SETNAME") {
+        Kind::Names {
+            user: None,
+            name: args.get(2),
+        }
+    } else {
+        Kind::Plain
+    }
+}
+
+/// XREAD and XREADGROUP block only with a BLOCK option, which comes before
+/// STREAMS (after STREAMS every argument is a key or an id).
+fn xread<'a>(args: Args<'a, '_>) -> Kind<'a> {
+    let mut options = (1..args.len()).map(|i| args.get(i)).take_while(|a| !is(*a, "STREAMS"));
+    if options.any(|a| is(a, "BLOCK")) {
+        Kind::Blocking
+    } else {
+        Kind::Plain
+    }
+}
+
+/// `AUTH password` authenticates the user "default"; `AUTH user password`
+/// names the user.
+fn auth<'a>(args: Args<'a, '_>) -> Kind<'a> {
+    let user = match args.len() {
+        3 => args.get(1),
+        _ => Some(&b"default"[..]),
+    };
+    Kind::Names { user, name: None }
+}
+
+/// `HELLO [protover [AUTH user password] [SETNAME name]]`.
+fn hello<'a>(args: Args<'a, '_>) -> Kind<'a> {
+    let mut user = None;
+    let mut name = None;
+    let mut i = 2;
+    while i < args.len() {
+        if is(args.get(i), "AUTH") {
+            user = args.get(i + 1);
+            i += 3;
+        } else if is(args.get(i), "SETNAME") {
+            name = args.get(i + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    Kind::Names { user, name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(line: &str) -> Kind<'_> {
+        let mut parser = crate::redis::resp::CommandParser::default();
+        let inline = format!("{line}\r\n");
+        assert!(parser.parse(inline.as_bytes()).unwrap().is_some());
+        classify(Args::new(line.as_bytes(), parser.args()))
+    }
+
+    #[test]
+    fn blocking_commands_and_streams_are_recognised_in_any_case() {
+        assert_eq!(kind("blpop q 0"), Kind::Blocking);
+        assert_eq!(kind("BZMPOP 1 1 z MIN"), Kind::Blocking);
+        assert_eq!(kind("WAIT 1 0"), Kind::Blocking);
+        assert_eq!(kind("Subscribe ch"), Kind::Stream);
+        assert_eq!(kind("MONITOR"), Kind::Stream);
+        assert_eq!(kind("LPOP q"), Kind::Plain);
+    }
+
+    #[test]
+    fn xread_blocks_only_with_block_before_streams() {
+        assert_eq!(kind("XREAD COUNT 1 BLOCK 0 STREAMS s $"), Kind::Blocking);
+        assert_eq!(kind("XREADGROUP GROUP g c BLOCK 10 STREAMS s >"), Kind::Blocking);
+        assert_eq!(kind("XREAD STREAMS BLOCK 0"), Kind::Plain, "BLOCK is a stream key here");
+        assert_eq!(kind("XREAD COUNT 1 STREAMS s 0"), Kind::Plain);
+    }
+
+    #[test]
+    fn transactions() {
+        assert_eq!(kind("multi"), Kind::Multi);
+        assert_eq!(kind("EXEC"), Kind::EndTx);
+        assert_eq!(kind("DISCARD"), Kind::EndTx);
+        assert_eq!(kind("RESET"), Kind::EndTx);
+    }
+
+    #[test]
+    fn auth_hello_and_setname_name_the_client() {
+        let names = |user: Option<&'static str>, name: Option<&'static str>| Kind::Names {
+            user: user.map(str::as_bytes),
+            name: name.map(str::as_bytes),
+        };
+        assert_eq!(kind("AUTH alice secret"), names(Some("alice"), None));
+        assert_eq!(kind("AUTH secret"), names(Some("default"), None));
+        assert_eq!(kind("HELLO 3 AUTH bob pw SETNAME web"), names(Some("bob"), Some("web")));
+        assert_eq!(kind("HELLO 3"), names(None, None));
+        assert_eq!(kind("CLIENT SETNAME web"), names(None, Some("web")));
+        assert_eq!(kind("CLIENT LIST"), Kind::Plain);
+    }
+}

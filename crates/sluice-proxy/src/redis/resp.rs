@@ -1,0 +1,365 @@
+//! RESP framing for the proxy (issue 5, §1 "Protocols" and §2 "Requests"):
+//! where each client command and each server reply begins and ends, nothing
+//! more. The proxy forwards the original bytes, so it never builds values.
+//!
+//! Written by hand because a proxy needs what no RESP crate offers: resumable
+//! framing over a growing buffer (a 512 MiB bulk string or a reply with a
+//! million elements arrives in many reads and must not be rescanned from its
+//! start each time) and streaming of replies without holding them whole.
+//!
+//! - [`CommandParser`] frames client commands: arrays of bulk strings and
+//!   inline commands, with Redis's own limits (bulk ≤ 512 MiB, inline line
+//!   ≤ 64 KiB) and a bound on the number of arguments.
+//! - [`ReplyScanner`] frames server replies: every RESP2 type and the RESP3
+//!   types a server sends after `HELLO 3` (map, set, double, boolean, null,
+//!   big number, verbatim string, bulk error, push, attribute). Redis 7 sends
+//!   RESP3 types only to a client that asked for them, so the scanner accepts
+//!   them at any time rather than tracking the protocol version.
+//!
+//! Malformed input is an error that names what is wrong; nothing here panics
+//! on any input (property-tested).
+
+use std::ops::Range;
+
+use thiserror::Error;
+
+/// Longest bulk string, as Redis's `proto-max-bulk-len` default.
+pub const MAX_BULK_LEN: u64 = 512 * 1024 * 1024;
+/// Most elements in one array or map; far above any real command or reply,
+/// low enough that a bogus header cannot make counters overflow.
+pub const MAX_ARRAY_LEN: u64 = 1 << 26;
+/// Longest inline command line, as Redis's `PROTO_INLINE_MAX_SIZE`.
+pub const MAX_INLINE_LEN: usize = 64 * 1024;
+/// Longest header line of a command (`*<n>` or `$<n>`).
+const MAX_HEADER_LINE: usize = 32;
+/// Longest line in a reply (simple strings, errors, numbers, big numbers).
+pub const MAX_REPLY_LINE: usize = 1024 * 1024;
+/// Deepest nesting of aggregates in a reply.
+pub const MAX_DEPTH: usize = 1024;
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RespError {
+    #[error("Protocol error: expected '{expected}', got '{}'", char::from(*.found).escape_default())]
+    Expected { expected: char, found: u8 },
+    #[error("Protocol error: invalid {what} length '{}'", String::from_utf8_lossy(.text).escape_default())]
+    BadLength { what: &'static str, text: Vec<u8> },
+    #[error("Protocol error: {what} length {len} exceeds the limit of {limit}")]
+    TooLong { what: &'static str, len: u64, limit: u64 },
+    #[error("Protocol error: {what} line longer than {limit} bytes without CRLF")]
+    LineTooLong { what: &'static str, limit: usize },
+    #[error("Protocol error: bulk string not followed by CRLF")]
+    MissingCrlf,
+    #[error("Protocol error: unknown reply type byte 0x{0:02x}")]
+    UnknownType(u8),
+    #[error("Protocol error: reply nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    #[error("Protocol error: empty line where a reply type byte belongs")]
+    EmptyLine,
+}
+
+/// The line at the start of `buf` without its terminator, and the length
+/// including the terminator; `None` while the line is incomplete.
+fn line<'a>(buf: &'a [u8], limit: usize, what: &'static str) -> Result<Option<(&'a [u8], usize)>, RespError> {
+    match buf.iter().take(limit + 2).position(|&b| b == b'\n') {
+        Some(nl) if nl > 0 && buf[nl - 1] == b'\r' => Ok(Some((&buf[..nl - 1], nl + 1))),
+        // A bare LF ends an inline command (Redis accepts it); elsewhere it
+        // is kept in the line and rejected by the number parser.
+        Some(nl) => Ok(Some((&buf[..nl], nl + 1))),
+        None if buf.len() > limit + 1 => Err(RespError::LineTooLong { what, limit }),
+        None => Ok(None),
+    }
+}
+
+fn number(text: &[u8], what: &'static str) -> Result<i64, RespError> {
+    std::str::from_utf8(text)
+        .ok()
+        .filter(|s| !s.starts_with('+'))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| RespError::BadLength {
+            what,
+            text: text.to_vec(),
+        })
+}
+
+/// A length that may be -1 (null) and is otherwise at most `limit`.
+fn length(text: &[u8], what: &'static str, limit: u64) -> Result<Option<u64>, RespError> {
+    match number(text, what)? {
+        -1 => Ok(None),
+        n if n < 0 => Err(RespError::BadLength {
+            what,
+            text: text.to_vec(),
+        }),
+        n if n as u64 > limit => Err(RespError::TooLong {
+            what,
+            len: n as u64,
+            limit,
+        }),
+        n => Ok(Some(n as u64)),
+    }
+}
+
+/// Frames client commands one at a time, resuming where the previous call
+/// stopped when a command was incomplete. Argument ranges are kept in a
+/// vector reused across commands, so framing allocates nothing once warm.
+#[derive(Debug, Default)]
+pub struct CommandParser {
+    args: Vec<Range<usize>>,
+    /// Arguments announced by the array header; `None` before the header.
+    expected: Option<usize>,
+    /// Where framing resumes, relative to the start of the command.
+    pos: usize,
+    /// The previous call completed a command; the next one starts afresh.
+    done: bool,
+}
+
+impl CommandParser {
+    /// Frames the command at the start of `buf`: `Ok(Some(len))` once all of
+    /// its `len` bytes are there, `Ok(None)` while more are needed. A blank
+    /// inline line or an empty array is a command with no arguments, which
+    /// Redis ignores without a reply.
+    pub fn parse(&mut self, buf: &[u8]) -> Result<Option<usize>, RespError> {
+        if self.done {
+            self.args.clear();
+            self.expected = None;
+            self.pos = 0;
+            self.done = false;
+        }
+        let framed = match buf.first() {
+            None => return Ok(None),
+            Some(b'*') => self.multibulk(buf)?,
+            Some(_) => self.inline(buf)?,
+        };
+        self.done = framed.is_some();
+        Ok(framed)
+    }
+
+    /// The arguments of the command just framed, as ranges of its bytes.
+    pub fn args(&self) -> &[Range<usize>] {
+        &self.args
+    }
+
+    fn inline(&mut self, buf: &[u8]) -> Result<Option<usize>, RespError> {
+        let Some((text, len)) = line(buf, MAX_INLINE_LEN, "inline command")? else {
+            return Ok(None);
+        };
+        let mut start = None;
+        for (i, &b) in text.iter().chain([&b' ']).enumerate() {
+            match (b.is_ascii_whitespace(), start) {
+                (true, Some(s)) => {
+                    self.args.push(s..i);
+                    start = None;
+                }
+                (false, None) => start = Some(i),
+                _ => {}
+            }
+        }
+        Ok(Some(len))
+    }
+
+    fn multibulk(&mut self, buf: &[u8]) -> Result<Option<usize>, RespError> {
+        let expected = match self.expected {
+            Some(n) => n,
+            None => {
+                let Some((text, len)) = line(buf, MAX_HEADER_LINE, "multibulk count")? else {
+                    return Ok(None);
+                };
+                let n = length(&text[1..], "multibulk", MAX_ARRAY_LEN)?.unwrap_or(0) as usize;
+                self.pos = len;
+                self.expected = Some(n);
+                n
+            }
+        };
+        while self.args.len() < expected {
+            let Some(arg) = bulk(&buf[self.pos..])? else {
+                return Ok(None);
+            };
+            self.args.push(self.pos + arg.start..self.pos + arg.end);
+            self.pos += arg.end + 2;
+        }
+        Ok(Some(self.pos))
+    }
+}
+
+/// The payload range of the bulk string at the start of `buf`, once it is
+/// complete with its CRLF.
+fn bulk(buf: &[u8]) -> Result<Option<Range<usize>>, RespError> {
+    let Some((text, header)) = line(buf, MAX_HEADER_LINE, "bulk length")? else {
+        return Ok(None);
+    };
+    if text.first() != Some(&b'$') {
+        return Err(RespError::Expected {
+            expected: '$',
+            found: text.first().copied().unwrap_or(b'\n'),
+        });
+    }
+    let len = match number(&text[1..], "bulk")? {
+        n if n < 0 => {
+            return Err(RespError::BadLength {
+                what: "bulk",
+                text: text[1..].to_vec(),
+            })
+        }
+        n if n as u64 > MAX_BULK_LEN => {
+            return Err(RespError::TooLong {
+                what: "bulk",
+                len: n as u64,
+                limit: MAX_BULK_LEN,
+            })
+        }
+        n => n as usize,
+    };
+    let end = header + len;
+    match buf.get(end..end + 2) {
+        None => Ok(None),
+        Some(b"\r\n") => Ok(Some(header..end)),
+        Some(_) => Err(RespError::MissingCrlf),
+    }
+}
+
+/// One complete reply, as the scanner saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The type byte of the top-level value (after any attribute).
+    pub kind: u8,
+}
+
+impl Reply {
+    /// An error reply: simple error or RESP3 bulk error.
+    pub fn is_error(&self) -> bool {
+        matches!(self.kind, b'-' | b'!')
+    }
+
+    /// A RESP3 push: out-of-band data, not the answer to a command.
+    pub fn is_push(&self) -> bool {
+        self.kind == b'>'
+    }
+}
+
+/// One open aggregate: elements still to come, and whether it is an
+/// attribute (which annotates the value after it instead of being one).
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    remaining: u64,
+    attribute: bool,
+}
+
+/// Frames server replies as they stream in. State survives between calls,
+/// so each byte is looked at once however the reply is split across reads,
+/// and bulk payloads are skipped without being buffered.
+#[derive(Debug, Default)]
+pub struct ReplyScanner {
+    levels: Vec<Level>,
+    /// Payload bytes (with the CRLF) of a bulk value still to pass.
+    skip: u64,
+    kind: Option<u8>,
+}
+
+impl ReplyScanner {
+    /// Between replies: nothing of the next one has been seen.
+    pub fn is_idle(&self) -> bool {
+        self.levels.is_empty() && self.skip == 0 && self.kind.is_none()
+    }
+
+    /// Scans `buf` until a reply completes or the bytes run out. Returns how
+    /// many bytes were consumed (an incomplete line at the end is left for
+    /// the next call, which must start with it) and the reply, if one
+    /// completed at that point.
+    pub fn advance(&mut self, buf: &[u8]) -> Result<(usize, Option<Reply>), RespError> {
+        let mut pos = 0;
+        loop {
+            if self.skip > 0 {
+                let n = self.skip.min((buf.len() - pos) as u64);
+                pos += n as usize;
+                self.skip -= n;
+                if self.skip > 0 {
+                    return Ok((pos, None));
+                }
+                if let Some(reply) = self.value_done() {
+                    return Ok((pos, Some(reply)));
+                }
+                continue;
+            }
+            let Some((text, len)) = line(&buf[pos..], MAX_REPLY_LINE, "reply")? else {
+                return Ok((pos, None));
+            };
+            pos += len;
+            if let Some(reply) = self.header(text)? {
+                return Ok((pos, Some(reply)));
+            }
+        }
+    }
+
+    /// Takes in one header line; returns the reply if it completed one.
+    fn header(&mut self, text: &[u8]) -> Result<Option<Reply>, RespError> {
+        let (&kind, rest) = text.split_first().ok_or(RespError::EmptyLine)?;
+        if self.levels.is_empty() && kind != b'|' {
+            self.kind = Some(kind);
+        }
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(self.value_done()),
+            b'$' | b'!' | b'=' => match length(rest, "bulk", MAX_BULK_LEN)? {
+                Some(len) => {
+                    self.skip = len + 2;
+                    Ok(None)
+                }
+                None => Ok(self.value_done()),
+            },
+            b'*' | b'~' | b'>' => self.aggregate(length(rest, "array", MAX_ARRAY_LEN)?, 1, false),
+            b'%' => self.aggregate(length(rest, "map", MAX_ARRAY_LEN)?, 2, false),
+            b'|' => self.aggregate(length(rest, "attribute", MAX_ARRAY_LEN)?, 2, true),
+            other => Err(RespError::UnknownType(other)),
+        }
+    }
+
+    fn aggregate(&mut self, len: Option<u64>, per: u64, attribute: bool) -> Result<Option<Reply>, RespError> {
+        match len {
+            Some(n) if n > 0 => {
+                if self.levels.len() >= MAX_DEPTH {
+                    return Err(RespError::TooDeep);
+                }
+                self.levels.push(Level {
+                    remaining: n * per,
+                    attribute,
+                });
+                Ok(None)
+            }
+            // An empty attribute annotates nothing and is not a value.
+            _ if attribute => Ok(None),
+            _ => Ok(self.value_done()),
+        }
+    }
+
+    /// One value finished: close the aggregates it completes, and report
+    /// the reply when the top-level value is done.
+    fn value_done(&mut self) -> Option<Reply> {
+        while let Some(level) = self.levels.last_mut() {
+            level.remaining -= 1;
+            if level.remaining > 0 {
+                return None;
+            }
+            let attribute = level.attribute;
+            self.levels.pop();
+            if attribute {
+                return None;
+            }
+        }
+        self.kind.take().map(|kind| Reply { kind })
+    }
+}
+
+/// Appends `args` as a RESP array of bulk strings (how clients send commands).
+pub fn encode_command<A: AsRef<[u8]>>(args: &[A], out: &mut bytes::BytesMut) {
+    use std::io::Write;
+    let mut w = bytes::BufMut::writer(out);
+    // Writing to a BytesMut cannot fail.
+    let _ = write!(w, "*{}\r\n", args.len());
+    for arg in args {
+        let arg = arg.as_ref();
+        let _ = write!(w, "${}\r\n", arg.len());
+        let _ = w.write_all(arg);
+        let _ = w.write_all(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! The listener (issue 5, §1 and §7 "graceful shutdown that drains requests
+//! in flight"): accepts clients, gives each its own upstream connection and
+//! session task, and on shutdown stops accepting, lets every request in
+//! flight finish (up to the drain timeout), then closes the connections.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::{ConfigError, Protocol, ProxyConfig};
+use crate::gate::Gate;
+use crate::pg::cancel::CancelRegistry;
+use crate::session::Context;
+use crate::stats::Stats;
+use crate::{pg, redis};
+
+#[derive(Debug, Error)]
+pub enum ProxyError {
+    #[error("invalid proxy configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: io::Error },
+}
+
+/// A bound proxy listener, ready to [`run`](Proxy::run).
+pub struct Proxy {
+    listener: TcpListener,
+    config: ProxyConfig,
+    ctx: Arc<Context>,
+}
+
+impl Proxy {
+    /// Checks the configuration and binds the listening socket.
+    pub async fn bind(config: ProxyConfig, gate: Gate) -> Result<Proxy, ProxyError> {
+        config.validate()?;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|source| ProxyError::Listen {
+                addr: config.listen.clone(),
+                source,
+            })?;
+        let ctx = Arc::new(Context {
+            gate,
+            stats: Arc::default(),
+            cancels: Arc::default(),
+            upstream: config.upstream.clone(),
+            tenant_key: config.tenant_key,
+        });
+        Ok(Proxy { listener, config, ctx })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Per-tenant statistics, live while the proxy runs.
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.ctx.stats)
+    }
+
+    /// The registry of PostgreSQL backend keys (for tests and the admin port).
+    pub fn cancels(&self) -> Arc<CancelRegistry> {
+        Arc::clone(&self.ctx.cancels)
+    }
+
+    /// Serves clients until `shutdown` completes, then drains.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
+        let (stop, stopped) = watch::channel(false);
+        let mut sessions = JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((client, peer)) => {
+                        sessions.spawn(session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone()));
+                    }
+                    // Out of descriptors and the like: the listener stays
+                    // usable, so wait a little instead of spinning.
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                },
+                () = &mut shutdown => break,
+            }
+            while sessions.try_join_next().is_some() {}
+        }
+        drop(self.listener);
+        let _ = stop.send(true);
+        let drain = Duration::from_secs(self.config.drain_timeout_secs);
+        if tokio::time::timeout(drain, async { while sessions.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "{} sessions still busy after the drain timeout; closing them",
+                sessions.len()
+            );
+            sessions.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+/// Binds and serves until `shutdown` completes, then drains.
+pub async fn run(config: ProxyConfig, gate: Gate, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
+    Proxy::bind(config, gate).await?.run(shutdown).await
+}
+
+async fn session(
+    client: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Context>,
+    protocol: Protocol,
+    stop: watch::Receiver<bool>,
+) {
+    if let Err(e) = client.set_nodelay(true) {
+        tracing::debug!("client {peer}: cannot set TCP_NODELAY: {e}");
+    }
+    let served = match protocol {
+        Protocol::Redis => redis::session::serve(client, peer, &ctx, stop).await,
+        Protocol::Pg => pg::session::serve(client, peer, &ctx, stop).await,
+    };
+    if let Err(e) = served {
+        tracing::debug!("client {peer}: session ended: {e}");
+    }
+}

@@ -1,0 +1,190 @@
+//! What the PostgreSQL and Redis sessions share (issue 5, §1 "Each client
+//! connection gets its own upstream connection" and §4 "A slot is always
+//! returned"): the per-connection context, admission that never holds back
+//! bytes a waiting request depends on, request timing, and the two-direction
+//! drive loop with graceful shutdown.
+//!
+//! A session runs two futures in one task: client → upstream (framing
+//! requests, asking the gate) and upstream → client (framing answers,
+//! releasing slots). One task rather than two spawned ones keeps wake-ups
+//! on one thread; the futures share state through an uncontended mutex.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
+
+use crate::config::TenantKey;
+use crate::gate::{Gate, Refusal, Slot, Tenant};
+use crate::pg::cancel::CancelRegistry;
+use crate::stats::{Stats, TenantStats};
+
+/// Bytes asked of the kernel per read.
+pub(crate) const READ_SIZE: usize = 16 * 1024;
+
+/// What every session of one listener shares.
+pub(crate) struct Context {
+    pub gate: Gate,
+    pub stats: Arc<Stats>,
+    pub cancels: Arc<CancelRegistry>,
+    pub upstream: String,
+    pub tenant_key: TenantKey,
+}
+
+/// The tenant a connection belongs to, and its statistics.
+pub(crate) struct Who {
+    pub tenant: Tenant,
+    pub stats: Arc<TenantStats>,
+}
+
+impl Context {
+    pub fn who(&self, name: &str) -> Who {
+        let tenant = self.gate.tenant(name);
+        let stats = self.stats.tenant(&tenant.name);
+        Who { tenant, stats }
+    }
+
+    /// The tenant name that the peer address alone decides, if the key is
+    /// one of those.
+    pub fn tenant_by_address(&self, peer: SocketAddr) -> Option<String> {
+        match self.tenant_key {
+            TenantKey::ClientAddress => Some(peer.ip().to_string()),
+            TenantKey::Connection => Some(peer.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Connects to the upstream server with Nagle's algorithm off: the proxy
+    /// writes whole requests and answers, so delaying small writes only
+    /// adds latency.
+    pub async fn connect_upstream(&self) -> io::Result<TcpStream> {
+        let stream = TcpStream::connect(&self.upstream).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// When a request arrived and when it was let in, for the statistics.
+pub(crate) struct Timing {
+    pub arrived: Instant,
+    pub admitted: Instant,
+    pub stats: Arc<TenantStats>,
+}
+
+impl Timing {
+    /// The request's answer is complete.
+    pub fn finish(self, error: bool) {
+        self.stats
+            .record(self.admitted - self.arrived, self.arrived.elapsed(), error);
+    }
+}
+
+/// Asks the gate to let `who`'s request in. When it cannot at once, the
+/// `unsent` bytes (earlier requests of this client that already hold slots)
+/// are written first: the waiting request may need their slots back.
+/// Returns the gate's answer, the timing, and whether `unsent` was written.
+pub(crate) async fn admit<W: AsyncWrite + Unpin>(
+    gate: &Gate,
+    who: &Who,
+    upstream: &mut W,
+    unsent: &[u8],
+) -> io::Result<(Result<(Slot, Timing), Refusal>, bool)> {
+    let arrived = Instant::now();
+    let mut admission = pin!(gate.admit(&who.tenant));
+    let ready = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await;
+    let (answer, flushed) = match ready {
+        Poll::Ready(answer) => (answer, false),
+        Poll::Pending => {
+            upstream.write_all(unsent).await?;
+            (admission.await, true)
+        }
+    };
+    let answer = answer.map(|slot| {
+        let timing = Timing {
+            arrived,
+            admitted: slot.admitted.max(arrived),
+            stats: Arc::clone(&who.stats),
+        };
+        (slot, timing)
+    });
+    if answer.is_err() {
+        who.stats.record_refused();
+    }
+    Ok((answer, flushed))
+}
+
+/// Why the client → upstream direction stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClientEnd {
+    /// The client closed or terminated: end the session now.
+    Closed,
+    /// Shutdown: no new request will start; finish the one in flight.
+    Shutdown,
+    /// The client broke the protocol: send it the error queued for it, then
+    /// close.
+    ProtocolError,
+}
+
+/// Signals from the session to its upstream → client direction.
+#[derive(Default)]
+pub(crate) struct Flags {
+    draining: AtomicBool,
+    closing: AtomicBool,
+    pub wake: Notify,
+}
+
+impl Flags {
+    /// Shutdown began: finish what is in flight, start nothing new.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The client broke the protocol: deliver what is queued for it, close.
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+}
+
+/// Runs both directions of a session until it ends. `up` returns why the
+/// client side stopped; `down` returns when the upstream closed, or, once
+/// draining or closing, when nothing is left in flight.
+pub(crate) async fn drive(
+    up: impl Future<Output = io::Result<ClientEnd>>,
+    down: impl Future<Output = io::Result<()>>,
+    flags: &Flags,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut up = pin!(up);
+    let mut down = pin!(down);
+    if *shutdown.borrow_and_update() {
+        flags.set(&flags.draining);
+    }
+    loop {
+        tokio::select! {
+            end = &mut up => {
+                match end? {
+                    ClientEnd::Closed => return Ok(()),
+                    ClientEnd::Shutdown => flags.set(&flags.draining),
+                    ClientEnd::ProtocolError => flags.set(&flags.closing),
+                }
+                return down.await;
+            }
+            done = &mut down => return done,
+            // A dropped sender means the server is gone: drain as well.
+            _ = shutdown.changed(), if !flags.draining() => flags.set(&flags.draining),
+        }
+    }
+}
