@@ -1,22 +1,34 @@
-//! The gate in front of the database (AppleS §3.3): requests wait in
-//! per-tenant queues and at most P of them are inside the database at once.
+//! The gate in front of the database (AppleS §3.3): a request waits in its
+//! tenant's FIFO queue until the weighted round robin with round quota ζ
+//! (sluice-core's [`Wrr`]) picks it and one of the P slots of delivered
+//! parallelism is free. The policy and the slot count are sluice-core's
+//! [`Stage`]; this module adds what a network proxy needs around it: async
+//! waiting, bounded queues, a wait timeout, slots that come back however a
+//! request ends, live changes of P, ζ and weights, and per-tenant statistics.
 //!
-//! Work in progress: this first version admits in arrival order behind a
-//! semaphore of P slots; the weighted round robin with round quota ζ from
-//! sluice-core replaces it.
+//! Every request's life is: `admit` (queued) → slot granted (in the
+//! database) → `Slot` dropped (done, failed or disconnected). The state sits
+//! behind one short-held mutex: each request takes it three times.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+use sluice_core::device::FlatDevice;
+use sluice_core::metrics::{LatencyHistogram, TenantStats};
+use sluice_core::policy::wrr::Wrr;
+use sluice_core::{Ctx, Job, Stage, TenantId};
 use thiserror::Error;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
-/// A tenant as the gate knows it: a name from the configuration's tenant key
-/// and its weight φ.
+/// A tenant as the gate knows it: the name its connections map to (by the
+/// configured tenant key) and the weight φ it had when the handle was made.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tenant {
     pub name: Arc<str>,
     pub weight: f64,
+    id: TenantId,
 }
 
 /// Why a request was not let in.
@@ -32,76 +44,580 @@ impl Refusal {
     /// The PostgreSQL SQLSTATE that fits the refusal.
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            // insufficient_resources / too_many_connections family
+            // too_many_connections: the nearest class for "too much load".
             Refusal::QueueFull { .. } => "53300",
-            // query_canceled, as for statement_timeout
+            // query_canceled, as statement_timeout reports it.
             Refusal::Timeout { .. } => "57014",
         }
     }
 }
 
-/// Settings of the gate.
-#[derive(Clone, Debug)]
+/// Settings of the gate; every one can also be changed while it runs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct GateConfig {
     /// Delivered parallelism P: requests inside the database at once.
     pub parallelism: usize,
+    /// Round quota ζ: a tenant of weight φ issues up to φ·ζ requests in a row.
+    pub zeta: f64,
     /// Requests one tenant may have waiting.
     pub queue_limit: usize,
     /// How long a request may wait for admission.
+    #[serde(rename = "wait_timeout_ms", with = "millis")]
     pub wait_timeout: Duration,
+    /// φ by tenant name; tenants not listed get `default_weight`.
+    pub weights: HashMap<String, f64>,
+    pub default_weight: f64,
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
 }
 
 impl Default for GateConfig {
     fn default() -> Self {
         GateConfig {
             parallelism: 16,
+            zeta: 1.0,
             queue_limit: 1024,
             wait_timeout: Duration::from_secs(30),
+            weights: HashMap::new(),
+            default_weight: 1.0,
         }
     }
+}
+
+impl GateConfig {
+    /// Rejects settings the gate cannot run with, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.parallelism == 0 {
+            return Err("gate.parallelism must be at least 1".into());
+        }
+        if self.queue_limit == 0 {
+            return Err("gate.queue_limit must be at least 1".into());
+        }
+        check_positive("gate.zeta", self.zeta)?;
+        check_positive("gate.default_weight", self.default_weight)?;
+        for (tenant, &w) in &self.weights {
+            check_positive(&format!("gate.weights.{tenant}"), w)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn check_positive(name: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{name} must be a finite number > 0, got {v}"))
+    }
+}
+
+/// One tenant's record.
+struct TenantRecord {
+    name: Arc<str>,
+    weight: f64,
+    in_flight: usize,
+    admitted: u64,
+    refused: u64,
+    timed_out: u64,
+    /// Made on first use: a histogram is ~28 KiB and a tenant that never
+    /// sent a request (an idle connection as its own tenant) needs none.
+    wait: Option<Box<LatencyHistogram>>,
+    latency: Option<Box<LatencyHistogram>>,
+    /// Completions and latencies since the optimizers last looked.
+    period: TenantStats,
+}
+
+struct State {
+    stage: Stage<Wrr>,
+    tenants: Vec<TenantRecord>,
+    by_name: HashMap<Arc<str>, TenantId>,
+    waiters: HashMap<u64, oneshot::Sender<()>>,
+    next_tag: u64,
+    /// Most requests queued or inside at once since the last period.
+    peak_demand: usize,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    queue_limit: usize,
+    wait_timeout: Duration,
+    default_weight: f64,
+    weights: HashMap<String, f64>,
 }
 
 /// The admission gate, shared by every connection.
 #[derive(Clone)]
 pub struct Gate {
-    config: GateConfig,
-    slots: Arc<Semaphore>,
+    shared: Arc<Shared>,
 }
 
 /// A request inside the database. Dropping it returns the slot, whether the
 /// request completed, failed, or its client went away.
 pub struct Slot {
-    _permit: OwnedSemaphorePermit,
+    shared: Arc<Shared>,
+    tenant: TenantId,
+    arrived: Instant,
     pub admitted: Instant,
 }
 
+/// A request waiting for its slot; dropping it (the client went away, the
+/// wait timed out) takes the request out of the queue, or gives back the
+/// slot if it was granted in the meantime.
+struct Waiting {
+    shared: Arc<Shared>,
+    tenant: TenantId,
+    tag: u64,
+    granted: oneshot::Receiver<()>,
+    taken: bool,
+}
+
 impl Gate {
-    pub fn new(config: GateConfig) -> Self {
-        let slots = Arc::new(Semaphore::new(config.parallelism.max(1)));
-        Gate { config, slots }
+    pub fn new(config: GateConfig) -> Result<Self, String> {
+        config.validate()?;
+        let stage = Stage::new(Box::new(Wrr::new(config.zeta)), config.parallelism).map_err(|e| e.to_string())?;
+        let state = State {
+            stage,
+            tenants: Vec::new(),
+            by_name: HashMap::new(),
+            waiters: HashMap::new(),
+            next_tag: 0,
+            peak_demand: 0,
+        };
+        let shared = Shared {
+            state: Mutex::new(state),
+            queue_limit: config.queue_limit,
+            wait_timeout: config.wait_timeout,
+            default_weight: config.default_weight,
+            weights: config.weights,
+        };
+        Ok(Gate {
+            shared: Arc::new(shared),
+        })
     }
 
-    /// The tenant named `name`, with its configured weight.
+    /// The tenant named `name`, registered on first use with its configured
+    /// weight.
     pub fn tenant(&self, name: &str) -> Tenant {
-        Tenant {
-            name: Arc::from(name),
-            weight: 1.0,
+        let mut st = self.shared.lock();
+        if let Some(&id) = st.by_name.get(name) {
+            let rec = &st.tenants[id.0 as usize];
+            return Tenant {
+                name: Arc::clone(&rec.name),
+                weight: rec.weight,
+                id,
+            };
         }
+        let weight = self
+            .shared
+            .weights
+            .get(name)
+            .copied()
+            .unwrap_or(self.shared.default_weight);
+        let name: Arc<str> = Arc::from(name);
+        let id = TenantId(st.tenants.len() as u32);
+        st.tenants.push(TenantRecord::new(Arc::clone(&name), weight));
+        st.by_name.insert(Arc::clone(&name), id);
+        Tenant { name, weight, id }
     }
 
     /// Waits until `tenant`'s request may enter the database.
     pub async fn admit(&self, tenant: &Tenant) -> Result<Slot, Refusal> {
-        let start = Instant::now();
-        let acquire = Arc::clone(&self.slots).acquire_owned();
-        match tokio::time::timeout(self.config.wait_timeout, acquire).await {
-            Ok(Ok(permit)) => Ok(Slot {
-                _permit: permit,
-                admitted: Instant::now(),
-            }),
-            _ => Err(Refusal::Timeout {
-                tenant: Arc::clone(&tenant.name),
-                waited: start.elapsed(),
-            }),
+        let arrived = Instant::now();
+        let mut waiting = self.enqueue(tenant)?;
+        match tokio::time::timeout(self.shared.wait_timeout, &mut waiting.granted).await {
+            Ok(Ok(())) => {
+                waiting.taken = true;
+                let admitted = Instant::now();
+                record(
+                    &mut self.shared.lock().tenants[tenant.id.0 as usize].wait,
+                    nanos(admitted - arrived),
+                );
+                Ok(Slot {
+                    shared: Arc::clone(&self.shared),
+                    tenant: tenant.id,
+                    arrived,
+                    admitted,
+                })
+            }
+            // A dropped sender would mean the gate forgot the request: treat
+            // it as a timeout rather than hang.
+            Ok(Err(_)) | Err(_) => {
+                self.shared.lock().tenants[tenant.id.0 as usize].timed_out += 1;
+                Err(Refusal::Timeout {
+                    tenant: Arc::clone(&tenant.name),
+                    waited: arrived.elapsed(),
+                })
+            }
         }
+    }
+
+    fn enqueue(&self, tenant: &Tenant) -> Result<Waiting, Refusal> {
+        let mut st = self.shared.lock();
+        if st.stage.policy().queued(tenant.id) >= self.shared.queue_limit {
+            st.tenants[tenant.id.0 as usize].refused += 1;
+            return Err(Refusal::QueueFull {
+                tenant: Arc::clone(&tenant.name),
+                limit: self.shared.queue_limit,
+            });
+        }
+        let tag = st.next_tag;
+        st.next_tag += 1;
+        let (tx, rx) = oneshot::channel();
+        st.waiters.insert(tag, tx);
+        let weight = st.tenants[tenant.id.0 as usize].weight;
+        let ctx = Ctx::new(tag, 0).with_tenant(tenant.id.0, weight);
+        st.stage.push(Job::new(tag, ctx, 0, 0).with_tag(tag), 0);
+        st.note_demand();
+        st.grant_free_slots();
+        Ok(Waiting {
+            shared: Arc::clone(&self.shared),
+            tenant: tenant.id,
+            tag,
+            granted: rx,
+            taken: false,
+        })
+    }
+
+    /// Sets P; a lower P takes effect as requests finish.
+    pub fn set_parallelism(&self, p: usize) -> Result<(), String> {
+        let mut st = self.shared.lock();
+        st.stage.set_limit(p).map_err(|e| format!("parallelism: {e}"))?;
+        st.grant_free_slots();
+        Ok(())
+    }
+
+    pub fn set_zeta(&self, zeta: f64) -> Result<(), String> {
+        check_positive("zeta", zeta)?;
+        self.shared.lock().stage.policy_mut().set_zeta(zeta);
+        Ok(())
+    }
+
+    /// Sets φ of tenant `name` (registering it if new); queued requests
+    /// keep the weight they arrived with.
+    pub fn set_weight(&self, name: &str, weight: f64) -> Result<(), String> {
+        check_positive(&format!("weight of `{name}`"), weight)?;
+        let id = self.tenant(name).id;
+        self.shared.lock().tenants[id.0 as usize].weight = weight;
+        Ok(())
+    }
+
+    pub fn parallelism(&self) -> usize {
+        self.shared.lock().stage.limit()
+    }
+
+    pub fn zeta(&self) -> f64 {
+        self.shared.lock().stage.policy().zeta()
+    }
+
+    /// What happened since the last call, for the optimizers; starts a new
+    /// period.
+    pub fn take_period(&self) -> Period {
+        let mut st = self.shared.lock();
+        let tenants: Vec<TenantStats> = st
+            .tenants
+            .iter_mut()
+            .map(|t| std::mem::replace(&mut t.period, TenantStats::new(t.weight)))
+            .collect();
+        let peak_demand = std::mem::take(&mut st.peak_demand);
+        st.note_demand();
+        Period { tenants, peak_demand }
+    }
+
+    /// Everything the admin port shows.
+    pub fn snapshot(&self) -> GateSnapshot {
+        let st = self.shared.lock();
+        GateSnapshot {
+            parallelism: st.stage.limit(),
+            zeta: st.stage.policy().zeta(),
+            in_flight: st.stage.in_service(),
+            queued: st.stage.queued(),
+            tenants: st
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| t.snapshot(st.stage.policy().queued(TenantId(i as u32))))
+                .collect(),
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves counters at worst stale;
+        // refusing every later request would be worse.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// Hands free slots to the requests the policy picks.
+    fn grant_free_slots(&mut self) {
+        while let Some(job) = self.stage.dispatch(0, &FlatDevice::default()) {
+            let granted = self.waiters.remove(&job.tag).is_some_and(|tx| tx.send(()).is_ok());
+            if granted {
+                let rec = &mut self.tenants[job.ctx.tenant.0 as usize];
+                rec.in_flight += 1;
+                rec.admitted += 1;
+            } else {
+                self.stage.complete().expect("the slot was just taken");
+            }
+        }
+    }
+
+    fn note_demand(&mut self) {
+        self.peak_demand = self.peak_demand.max(self.stage.queued() + self.stage.in_service());
+    }
+
+    fn release(&mut self, tenant: TenantId) {
+        self.stage.complete().expect("a granted slot is in service");
+        self.tenants[tenant.0 as usize].in_flight -= 1;
+        self.grant_free_slots();
+    }
+}
+
+impl TenantRecord {
+    fn new(name: Arc<str>, weight: f64) -> Self {
+        TenantRecord {
+            name,
+            weight,
+            in_flight: 0,
+            admitted: 0,
+            refused: 0,
+            timed_out: 0,
+            wait: None,
+            latency: None,
+            period: TenantStats::new(weight),
+        }
+    }
+
+    fn snapshot(&self, queued: usize) -> TenantSnapshot {
+        let ms = |h: &Option<Box<LatencyHistogram>>, q: f64| h.as_ref().map_or(0.0, |h| h.quantile(q) as f64 / 1e6);
+        let mean_ms = |h: &Option<Box<LatencyHistogram>>| h.as_ref().map_or(0.0, |h| h.mean() / 1e6);
+        TenantSnapshot {
+            name: self.name.to_string(),
+            weight: self.weight,
+            queued,
+            in_flight: self.in_flight,
+            admitted: self.admitted,
+            completed: self.latency.as_ref().map_or(0, |h| h.count()),
+            refused: self.refused,
+            timed_out: self.timed_out,
+            wait_mean_ms: mean_ms(&self.wait),
+            wait_p99_ms: ms(&self.wait, 0.99),
+            latency_mean_ms: mean_ms(&self.latency),
+            latency_p99_ms: ms(&self.latency, 0.99),
+            latency_p999_ms: ms(&self.latency, 0.999),
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let latency = nanos(self.arrived.elapsed());
+        let mut st = self.shared.lock();
+        let rec = &mut st.tenants[self.tenant.0 as usize];
+        record(&mut rec.latency, latency);
+        rec.period.record(latency as f64);
+        st.release(self.tenant);
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        let mut st = self.shared.lock();
+        if st.stage.policy_mut().cancel(self.tenant, self.tag).is_some() {
+            st.waiters.remove(&self.tag);
+        } else if self.granted.try_recv().is_ok() {
+            // Granted after the wait ended: the slot is ours to give back.
+            st.release(self.tenant);
+        }
+    }
+}
+
+fn record(hist: &mut Option<Box<LatencyHistogram>>, v: u64) {
+    hist.get_or_insert_with(|| Box::new(LatencyHistogram::coarse()))
+        .record(v);
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One optimizer period.
+pub struct Period {
+    /// Per tenant: completions and latencies in the period, with its weight.
+    pub tenants: Vec<TenantStats>,
+    /// Most requests queued or inside at once: the demand for parallelism.
+    pub peak_demand: usize,
+}
+
+impl Period {
+    pub fn completed(&self) -> u64 {
+        self.tenants.iter().map(|t| t.completed).sum()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GateSnapshot {
+    pub parallelism: usize,
+    pub zeta: f64,
+    pub in_flight: usize,
+    pub queued: usize,
+    pub tenants: Vec<TenantSnapshot>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantSnapshot {
+    pub name: String,
+    pub weight: f64,
+    pub queued: usize,
+    pub in_flight: usize,
+    pub admitted: u64,
+    pub completed: u64,
+    pub refused: u64,
+    pub timed_out: u64,
+    pub wait_mean_ms: f64,
+    pub wait_p99_ms: f64,
+    pub latency_mean_ms: f64,
+    pub latency_p99_ms: f64,
+    pub latency_p999_ms: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    fn gate(parallelism: usize, queue_limit: usize, wait_ms: u64) -> Gate {
+        Gate::new(GateConfig {
+            parallelism,
+            queue_limit,
+            wait_timeout: Duration::from_millis(wait_ms),
+            weights: HashMap::from([("heavy".to_string(), 2.0)]),
+            ..GateConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Starts `n` requests of `tenant` that each, once admitted, report
+    /// their tenant's name and then either leave at once or hold their slot
+    /// for the rest of the test.
+    fn spawn_requests(g: &Gate, tenant: &str, n: usize, order: &mpsc::UnboundedSender<String>, hold: bool) {
+        for _ in 0..n {
+            let (g, t, order) = (g.clone(), g.tenant(tenant), order.clone());
+            tokio::spawn(async move {
+                let _slot = g.admit(&t).await.unwrap();
+                order.send(t.name.to_string()).unwrap();
+                if hold {
+                    std::future::pending::<()>().await;
+                }
+            });
+        }
+    }
+
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn lets_in_at_most_p_and_serves_tenants_by_weight() {
+        let g = gate(1, 100, 5_000);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let blocker = g.admit(&g.tenant("light")).await.unwrap();
+        spawn_requests(&g, "light", 4, &tx, false);
+        spawn_requests(&g, "heavy", 8, &tx, false);
+        settle().await;
+        assert_eq!(g.snapshot().queued, 12, "P = 1 is taken: everyone waits");
+        drop(blocker);
+        let mut order = Vec::new();
+        for _ in 0..12 {
+            order.push(rx.recv().await.unwrap());
+        }
+        // ζ = 1: one light, then two heavy, round after round.
+        let heavy_in_first_six = order[..6].iter().filter(|t| *t == "heavy").count();
+        assert_eq!(heavy_in_first_six, 4, "order {order:?}");
+        assert_eq!(g.snapshot().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_with_a_clear_error() {
+        let g = gate(1, 1, 5_000);
+        let t = g.tenant("a");
+        let _inside = g.admit(&t).await.unwrap();
+        let (g2, t2) = (g.clone(), t.clone());
+        let _waiting = tokio::spawn(async move { g2.admit(&t2).await.map(drop) });
+        settle().await;
+        let refusal = g.admit(&t).await.err().unwrap();
+        assert!(matches!(refusal, Refusal::QueueFull { limit: 1, .. }), "{refusal}");
+        assert_eq!(refusal.sqlstate(), "53300");
+        assert!(refusal.to_string().contains("tenant `a`"));
+        assert_eq!(g.snapshot().tenants[0].refused, 1);
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_or_abandoned_wait_gives_nothing_away() {
+        let g = gate(1, 10, 50);
+        let t = g.tenant("a");
+        let inside = g.admit(&t).await.unwrap();
+        let refusal = g.admit(&t).await.err().unwrap();
+        assert_eq!(refusal.sqlstate(), "57014");
+        // A client that disconnects while queued: its admit future is dropped.
+        let abandoned = tokio::spawn({
+            let (g, t) = (g.clone(), t.clone());
+            async move { g.admit(&t).await.map(drop) }
+        });
+        settle().await;
+        abandoned.abort();
+        settle().await;
+        assert_eq!(g.snapshot().queued, 0, "abandoned requests leave the queue");
+        drop(inside);
+        let again = g.admit(&t).await.expect("the slot came back");
+        assert_eq!(g.snapshot().in_flight, 1);
+        drop(again);
+        assert_eq!(g.snapshot().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn raising_p_lets_waiting_requests_in() {
+        let g = gate(1, 10, 5_000);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spawn_requests(&g, "a", 3, &tx, true);
+        settle().await;
+        assert_eq!(g.snapshot().in_flight, 1);
+        g.set_parallelism(3).unwrap();
+        for _ in 0..3 {
+            rx.recv().await.unwrap();
+        }
+        assert_eq!(g.snapshot().in_flight, 3);
+        assert!(g.set_parallelism(0).unwrap_err().contains("parallelism"));
+        assert!(g.set_zeta(f64::NAN).unwrap_err().contains("zeta"));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let bad = |c: GateConfig| Gate::new(c).err().unwrap();
+        assert!(bad(GateConfig {
+            parallelism: 0,
+            ..GateConfig::default()
+        })
+        .contains("parallelism"));
+        let weights = HashMap::from([("x".to_string(), -1.0)]);
+        assert!(bad(GateConfig {
+            weights,
+            ..GateConfig::default()
+        })
+        .contains("gate.weights.x"));
     }
 }
