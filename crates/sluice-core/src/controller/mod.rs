@@ -7,11 +7,17 @@
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
 //! | round quota ζ from unfairness and latency variability | [`quota`] | AppleS §4.3.2 |
+//! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Netflix Gradient2, Envoy adaptive concurrency |
+//! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
 
 pub mod background;
+pub mod gradient;
 pub mod matching_point;
 pub mod quota;
+pub mod slo;
 
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
+pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
 pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};
+pub use slo::{SloController, SloControllerConfig};
