@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_rust
-# redis-cli and redis-benchmark for the server's integration test.
-apt_install redis-tools
+# redis-cli and redis-benchmark for the server's integration test; the
+# proxy's integration tests start private PostgreSQL 15 and Redis 7 servers
+# and run psql, pgbench, redis-cli and redis-benchmark through the proxy.
+apt_install redis-tools redis-server postgresql-15 postgresql-client-15
 cargo test --workspace "$@"

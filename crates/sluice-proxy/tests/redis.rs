@@ -1,0 +1,290 @@
+//! The proxy in front of a real Redis 7 (issue 5, §1–§3, §9): redis-cli and
+//! redis-benchmark through it, transactions, pipelines, AUTH tenants, RESP3
+//! after HELLO 3, blocking commands and pub/sub outside admission, refusals.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_proxy::gate::GateConfig;
+use sluice_proxy::{Protocol, TenantKey};
+use support::proxy::{gate, ProxyHandle};
+use support::respwire::RespConn;
+use support::servers::RedisServer;
+
+fn proxy(server: &RedisServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
+    ProxyHandle::start(Protocol::Redis, &server.addr(), key, gate)
+}
+
+fn redis_cli(proxy: &ProxyHandle, args: &[&str], stdin: &str) -> (String, String) {
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &proxy.addr.port().to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running redis-cli");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(stdin.as_bytes())
+        .expect("feeding redis-cli");
+    let out = child.wait_with_output().expect("waiting for redis-cli");
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn commands_transactions_and_pipelines_are_answered_in_order() {
+    let Some(server) = RedisServer::start() else { return };
+    support::require("redis-cli").expect("redis-cli comes with redis-server here");
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let (out, _) = redis_cli(&proxy, &[], "SET greeting hello\nGET greeting\n");
+    assert_eq!(out, "OK\nhello\n");
+
+    let mut conn = RespConn::connect(proxy.addr);
+    conn.send_raw(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nn\r\n$2\r\n10\r\n*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n*1\r\n$4\r\nEXEC\r\n");
+    let replies: Vec<String> = (0..4).map(|_| conn.reply().expect("a reply")).collect();
+    assert_eq!(
+        replies,
+        ["+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n+OK\r\n:11\r\n"]
+    );
+
+    // 500 pipelined commands in one write, answered in order.
+    let pipeline = "INCR counter\r\n".repeat(500);
+    conn.send_raw(pipeline.as_bytes());
+    for i in 1..=500 {
+        assert_eq!(conn.reply().expect("a reply"), format!(":{i}\r\n"));
+    }
+    let stats = proxy.tenant("default").expect("stats of tenant default");
+    // 2 redis-cli commands (and its COMMAND DOCS probe, if any), 1
+    // transaction, 500 pipelined commands.
+    assert!(stats.requests >= 503, "requests counted: {}", stats.requests);
+    assert_eq!(stats.errors, 0);
+    assert_eq!(stats.latency.count(), stats.requests);
+
+    let mass = (0..1000).map(|i| format!("SET key:{i} {i}\r\n")).collect::<String>();
+    let (out, _) = redis_cli(&proxy, &["--pipe"], &mass);
+    assert!(out.contains("errors: 0, replies: 1000"), "redis-cli --pipe said: {out}");
+}
+
+#[test]
+fn auth_names_the_tenant_once_the_server_accepts_it() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut conn = RespConn::connect(proxy.addr);
+    assert!(conn.call(&["AUTH", "alice", "wrong"]).starts_with("-WRONGPASS"));
+    assert_eq!(conn.call(&["SET", "k", "v"]), "+OK\r\n");
+    assert!(
+        proxy.tenant("alice").is_none_or(|t| t.requests == 0),
+        "a refused AUTH must not name the tenant"
+    );
+    assert_eq!(conn.call(&["AUTH", "alice", "secret"]), "+OK\r\n");
+    assert_eq!(conn.call(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(conn.call(&["ACL", "WHOAMI"]), "$5\r\nalice\r\n");
+    let alice = proxy.tenant("alice").expect("stats of tenant alice");
+    assert_eq!(alice.requests, 2, "GET and ACL WHOAMI ran as alice");
+
+    let (out, _) = redis_cli(
+        &proxy,
+        &["--user", "alice", "--pass", "secret", "--no-auth-warning"],
+        "ACL WHOAMI\n",
+    );
+    assert_eq!(out, "alice\n");
+}
+
+#[test]
+fn hello_3_replies_are_relayed_as_resp3() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::ClientName, GateConfig::default());
+    let mut conn = RespConn::connect(proxy.addr);
+    let hello = conn.call(&["HELLO", "3", "SETNAME", "web"]);
+    assert!(hello.starts_with("%7\r\n"), "HELLO 3 answers with a map: {hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+    conn.call(&["HSET", "h", "f", "v"]);
+    assert_eq!(conn.call(&["HGETALL", "h"]), "%1\r\n$1\r\nf\r\n$1\r\nv\r\n");
+    conn.call(&["ZADD", "z", "1.5", "m"]);
+    assert_eq!(conn.call(&["ZSCORE", "z", "m"]), ",1.5\r\n");
+    assert_eq!(conn.call(&["GET", "missing"]), "_\r\n");
+    assert_eq!(conn.call(&["SISMEMBER", "s", "x"]), ":0\r\n");
+    let web = proxy.tenant("web").expect("HELLO SETNAME named the tenant `web`");
+    assert_eq!(web.requests, 6, "the six commands after HELLO ran as `web`");
+}
+
+#[test]
+fn blocking_commands_do_not_hold_a_slot() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, gate(1, 4, 500));
+    let mut blocked = RespConn::connect(proxy.addr);
+    blocked.send(&["BLPOP", "jobs", "0"]);
+    let mut stream_reader = RespConn::connect(proxy.addr);
+    stream_reader.send(&["XREAD", "BLOCK", "0", "STREAMS", "events", "$"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut other = RespConn::connect(proxy.addr);
+    let start = Instant::now();
+    for i in 0..20 {
+        assert_eq!(
+            other.call(&["SET", "k", &i.to_string()]),
+            "+OK\r\n",
+            "with P=1 and two blocked clients"
+        );
+    }
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
+    assert!(
+        !blocked.replies_within(Duration::from_millis(100)),
+        "BLPOP must still be blocked"
+    );
+    assert_eq!(other.call(&["RPUSH", "jobs", "j1"]), ":1\r\n");
+    assert_eq!(
+        blocked.reply().expect("BLPOP's reply"),
+        "*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n"
+    );
+    assert_eq!(
+        blocked.call(&["GET", "k"]),
+        "$2\r\n19\r\n",
+        "the connection serves commands again"
+    );
+    let passthrough: u64 = proxy.stats.snapshot().iter().map(|t| t.passthrough).sum();
+    assert_eq!(passthrough, 2, "BLPOP and XREAD BLOCK passed outside admission");
+}
+
+#[test]
+fn subscribe_turns_the_connection_into_a_stream() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, gate(1, 4, 500));
+    let mut subscriber = RespConn::connect(proxy.addr);
+    assert_eq!(
+        subscriber.call(&["SUBSCRIBE", "news", "sport"]),
+        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    assert_eq!(
+        subscriber.reply().expect("second subscription"),
+        "*3\r\n$9\r\nsubscribe\r\n$5\r\nsport\r\n:2\r\n"
+    );
+    let mut publisher = RespConn::connect(proxy.addr);
+    assert_eq!(publisher.call(&["PUBLISH", "news", "hello"]), ":1\r\n");
+    assert_eq!(
+        subscriber.reply().expect("a message"),
+        "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+    );
+    assert_eq!(publisher.call(&["PUBLISH", "sport", "goal"]), ":1\r\n");
+    assert_eq!(
+        subscriber.reply().expect("a message"),
+        "*3\r\n$7\r\nmessage\r\n$5\r\nsport\r\n$4\r\ngoal\r\n"
+    );
+}
+
+#[test]
+fn a_refused_command_gets_an_error_and_others_go_on() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, gate(1, 1, 300));
+    let mut holder = RespConn::connect(proxy.addr);
+    assert_eq!(holder.call(&["MULTI"]), "+OK\r\n");
+    let mut refused = RespConn::connect(proxy.addr);
+    let err = refused.call(&["GET", "k"]);
+    assert!(err.starts_with("-ERR sluice: "), "refusal relayed as -ERR: {err}");
+
+    // A refused MULTI refuses its whole transaction: nothing in it runs.
+    assert!(refused.call(&["MULTI"]).starts_with("-ERR sluice: "));
+    assert!(refused
+        .call(&["SET", "k", "from-refused-tx"])
+        .starts_with("-ERR sluice: "));
+    assert!(refused.call(&["EXEC"]).starts_with("-ERR sluice: "));
+
+    assert_eq!(holder.call(&["SET", "k", "v"]), "+QUEUED\r\n");
+    assert_eq!(holder.call(&["EXEC"]), "*1\r\n+OK\r\n");
+    assert_eq!(
+        refused.call(&["GET", "k"]),
+        "$1\r\nv\r\n",
+        "served once the slot is free"
+    );
+    let refusals: u64 = proxy.stats.snapshot().iter().map(|t| t.refused).sum();
+    assert_eq!(refusals, 2, "GET and MULTI were refused by the gate");
+}
+
+#[test]
+fn malformed_input_closes_only_that_client() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut good = RespConn::connect(proxy.addr);
+    assert_eq!(good.call(&["SET", "k", "v"]), "+OK\r\n");
+    let mut bad = RespConn::connect(proxy.addr);
+    bad.send_raw(b"PING\r\n*1\r\n$x\r\n");
+    assert_eq!(
+        bad.reply().as_deref(),
+        Some("+PONG\r\n"),
+        "commands before the bad one are answered"
+    );
+    assert_eq!(
+        bad.reply().as_deref(),
+        Some("-ERR Protocol error: invalid bulk length 'x'\r\n")
+    );
+    assert_eq!(bad.reply(), None, "the connection is closed after the error");
+    let mut huge = RespConn::connect(proxy.addr);
+    huge.send_raw(b"*1\r\n$999999999999\r\n");
+    assert!(huge.reply().is_some_and(|r| r.contains("exceeds the limit")));
+    assert_eq!(good.call(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
+#[test]
+fn shutdown_lets_an_open_transaction_finish() {
+    let Some(server) = RedisServer::start() else { return };
+    let mut proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut conn = RespConn::connect(proxy.addr);
+    assert_eq!(conn.call(&["MULTI"]), "+OK\r\n");
+    let addr = proxy.addr;
+    let stopper = std::thread::spawn(move || proxy.shutdown());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "no new connections once shutting down"
+    );
+    assert_eq!(conn.call(&["SET", "k", "v"]), "+QUEUED\r\n");
+    assert_eq!(conn.call(&["EXEC"]), "*1\r\n+OK\r\n");
+    assert_eq!(conn.reply(), None, "closed once the transaction is done");
+    assert!(stopper.join().expect("shutdown thread"), "the proxy shut down cleanly");
+}
+
+#[test]
+fn redis_benchmark_through_the_proxy_has_no_errors() {
+    let Some(server) = RedisServer::start() else { return };
+    let Some(benchmark) = support::require("redis-benchmark") else {
+        return;
+    };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let out = Command::new(benchmark)
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &proxy.addr.port().to_string(),
+            "-t",
+            "get,set",
+            "-c",
+            "50",
+            "-n",
+            "20000",
+            "-q",
+        ])
+        .output()
+        .expect("running redis-benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "redis-benchmark failed: {stdout}{stderr}");
+    assert!(stdout.contains("SET: ") && stdout.contains("GET: "), "{stdout}");
+    assert!(!stderr.to_lowercase().contains("error"), "{stderr}");
+    let stats = proxy.tenant("default").expect("stats of tenant default");
+    assert!(stats.requests >= 40_000, "requests counted: {}", stats.requests);
+    assert_eq!(stats.errors, 0);
+}

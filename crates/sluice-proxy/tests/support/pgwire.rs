@@ -1,0 +1,119 @@
+//! A blocking raw PostgreSQL protocol client, for what psql cannot do on
+//! demand: send a CancelRequest, send malformed bytes, keep a transaction
+//! open while another client is refused.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use sluice_proxy::pg::frame::{self, BackendKey};
+
+pub struct PgConn {
+    stream: TcpStream,
+    pub key: Option<BackendKey>,
+}
+
+/// How a query ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum QueryError {
+    /// An ErrorResponse with this SQLSTATE and message.
+    Server {
+        sqlstate: String,
+        message: String,
+    },
+    Closed,
+}
+
+impl PgConn {
+    /// Opens a session as `user` (trusted, no password) and reads up to the
+    /// first ReadyForQuery.
+    pub fn connect(addr: SocketAddr, user: &str) -> PgConn {
+        let mut conn = PgConn::raw(addr);
+        let mut startup = BytesMut::new();
+        frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
+        conn.send(&startup);
+        loop {
+            match conn.read_message() {
+                Some((b'K', body)) => conn.key = BackendKey::from_body(&body),
+                Some((b'Z', _)) => return conn,
+                Some((b'E', body)) => panic!("startup failed: {}", String::from_utf8_lossy(&body)),
+                Some(_) => {}
+                None => panic!("the proxy closed the connection during startup"),
+            }
+        }
+    }
+
+    /// A bare TCP connection to send anything on.
+    pub fn raw(addr: SocketAddr) -> PgConn {
+        let stream = TcpStream::connect(addr).expect("connecting to the proxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("setting a read timeout");
+        PgConn { stream, key: None }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("writing to the proxy");
+    }
+
+    /// The next message's tag and body; `None` once the connection closed.
+    pub fn read_message(&mut self) -> Option<(u8, Vec<u8>)> {
+        let mut header = [0u8; 5];
+        self.stream.read_exact(&mut header).ok()?;
+        let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let mut body = vec![0u8; usize::try_from(len - 4).expect("the proxy sent a bad length")];
+        self.stream.read_exact(&mut body).ok()?;
+        Some((header[0], body))
+    }
+
+    /// Sends a simple Query.
+    pub fn send_query(&mut self, sql: &str) {
+        let mut out = BytesMut::new();
+        frame::write_message(&mut out, b'Q', format!("{sql}\0").as_bytes());
+        self.send(&out);
+    }
+
+    /// Reads one query's answer up to ReadyForQuery: the rows' first column,
+    /// and the transaction status.
+    pub fn finish(&mut self) -> (Result<Vec<String>, QueryError>, u8) {
+        let mut rows = Vec::new();
+        let mut error = None;
+        loop {
+            match self.read_message() {
+                None => return (Err(QueryError::Closed), 0),
+                Some((b'D', body)) => rows.push(first_column(&body)),
+                Some((b'E', body)) => error = Some(server_error(&body)),
+                Some((b'Z', body)) => return (error.map_or(Ok(rows), Err), body[0]),
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Runs a simple query and reads its answer.
+    pub fn query(&mut self, sql: &str) -> Result<Vec<String>, QueryError> {
+        self.send_query(sql);
+        self.finish().0
+    }
+}
+
+pub fn server_error(body: &[u8]) -> QueryError {
+    let field = |code: u8| {
+        body.split(|&b| b == 0)
+            .find(|f| f.first() == Some(&code))
+            .map(|f| String::from_utf8_lossy(&f[1..]).into_owned())
+            .unwrap_or_default()
+    };
+    QueryError::Server {
+        sqlstate: field(b'C'),
+        message: field(b'M'),
+    }
+}
+
+fn first_column(body: &[u8]) -> String {
+    let len = i32::from_be_bytes([body[2], body[3], body[4], body[5]]);
+    match usize::try_from(len) {
+        Ok(len) => String::from_utf8_lossy(&body[6..6 + len]).into_owned(),
+        Err(_) => "NULL".into(),
+    }
+}

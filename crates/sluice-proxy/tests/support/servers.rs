@@ -1,0 +1,287 @@
+//! Private PostgreSQL 15 and Redis 7 servers: a temporary directory, a free
+//! port on 127.0.0.1, stopped (process group killed) when dropped.
+//!
+//! PostgreSQL refuses to run as root, and tests here often run as root: the
+//! server programs then run as the `postgres` system user, which owns the
+//! temporary directory.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::chown;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::require;
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The SCRAM user the tests authenticate as.
+pub const PG_USER: &str = "alice";
+pub const PG_PASSWORD: &str = "secret";
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port on 127.0.0.1");
+    listener.local_addr().expect("local address of a bound socket").port()
+}
+
+/// The uid and gid to run PostgreSQL as: `postgres` when we are root.
+fn pg_owner() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .expect("running id");
+        assert!(
+            out.status.success(),
+            "running as root needs a `postgres` system user (from the postgresql package)"
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("id prints a number")
+    };
+    Some((id("-u"), id("-g")))
+}
+
+/// A server process in its own process group, killed with it on drop.
+struct Process {
+    child: Child,
+    name: &'static str,
+}
+
+impl Process {
+    fn spawn(mut command: Command, name: &'static str, log: &Path) -> Process {
+        let log = fs::File::create(log).expect("creating a server log file");
+        let err = log.try_clone().expect("cloning a file handle");
+        command.stdin(Stdio::null()).stdout(log).stderr(err).process_group(0);
+        let child = command.spawn().unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Process { child, name }
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Asks the server to stop with `signal`, then kills its whole group.
+    fn stop(&mut self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill only sends signals to our own child's process group.
+        unsafe { libc::kill(pid, signal) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.exited() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above; the group is gone already in the usual case.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        if let Err(e) = self.child.wait() {
+            eprintln!("waiting for {}: {e}", self.name);
+        }
+    }
+}
+
+/// Waits until `ready` holds, failing with the server's log if it exits or
+/// takes too long.
+fn wait_until(process: &mut Process, log: &Path, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        let log_text = || fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            !process.exited(),
+            "{} exited during startup:\n{}",
+            process.name,
+            log_text()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} not ready after 30 s:\n{}",
+            process.name,
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A private PostgreSQL 15 on 127.0.0.1 with a SCRAM user `alice`
+/// (password `secret`) over TCP, and trust for `postgres` over TCP and for
+/// everyone over the Unix socket in the temporary directory.
+pub struct PgServer {
+    process: Process,
+    pub port: u16,
+    socket_dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PgServer {
+    /// Starts one, or returns `None` (outside CI) when PostgreSQL 15 is not
+    /// installed.
+    pub fn start() -> Option<PgServer> {
+        let initdb = require(&format!("{PG_BIN}/initdb"))?;
+        let postgres = require(&format!("{PG_BIN}/postgres"))?;
+        require("psql")?;
+        let dir = tempfile::tempdir().expect("creating a temporary directory");
+        let owner = pg_owner();
+        if let Some((uid, gid)) = owner {
+            chown(dir.path(), Some(uid), Some(gid)).expect("giving the temporary directory to postgres");
+        }
+        let as_owner = |program: &Path| {
+            let mut command = Command::new(program);
+            if let Some((uid, gid)) = owner {
+                command.uid(uid).gid(gid);
+            }
+            command
+        };
+        let data = dir.path().join("data");
+        let mut init = as_owner(&initdb);
+        init.arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
+        let out = init.output().expect("running initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hba = format!(
+            "local all all trust\nhost all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n"
+        );
+        fs::write(data.join("pg_hba.conf"), hba).expect("writing pg_hba.conf");
+        let port = free_port();
+        let mut server = as_owner(&postgres);
+        server.arg("-D").arg(&data).arg("-p").arg(port.to_string());
+        server
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", dir.path().display()));
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=60",
+        ] {
+            server.arg("-c").arg(setting);
+        }
+        let log = dir.path().join("postgres.log");
+        let mut process = Process::spawn(server, "postgres", &log);
+        let socket_dir = dir.path().to_path_buf();
+        let mut pg = |sql: &str| psql_socket(&socket_dir, port, sql);
+        wait_until(&mut process, &log, || pg("SELECT 1").status.success());
+        let created = pg(&format!("CREATE ROLE {PG_USER} LOGIN PASSWORD '{PG_PASSWORD}'"));
+        assert!(
+            created.status.success(),
+            "creating {PG_USER}: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        Some(PgServer {
+            process,
+            port,
+            socket_dir,
+            _dir: dir,
+        })
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Runs SQL as `postgres` over the Unix socket, around the proxy.
+    pub fn psql(&self, sql: &str) -> Output {
+        psql_socket(&self.socket_dir, self.port, sql)
+    }
+}
+
+fn psql_socket(dir: &Path, port: u16, sql: &str) -> Output {
+    Command::new("psql")
+        .arg("-h")
+        .arg(dir)
+        .args([
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-XAtq",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("running psql")
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // SIGQUIT: immediate shutdown; the data directory is thrown away.
+        self.process.stop(libc::SIGQUIT);
+    }
+}
+
+/// A private Redis 7 on 127.0.0.1 with no persistence and an ACL user
+/// `alice` (password `secret`).
+pub struct RedisServer {
+    process: Process,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one, or returns `None` (outside CI) when Redis is not installed.
+    pub fn start() -> Option<RedisServer> {
+        let program = require("redis-server")?;
+        let dir = tempfile::tempdir().expect("creating a temporary directory");
+        let port = free_port();
+        let mut command = Command::new(program);
+        command.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        command.arg("--dir").arg(dir.path());
+        let log = dir.path().join("redis.log");
+        let mut process = Process::spawn(command, "redis-server", &log);
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        wait_until(&mut process, &log, || {
+            redis_call(addr, "PING").is_some_and(|r| r == "+PONG")
+        });
+        let acl = redis_call(addr, "ACL SETUSER alice on >secret ~* &* +@all");
+        assert_eq!(acl.as_deref(), Some("+OK"), "creating the ACL user alice");
+        Some(RedisServer {
+            process,
+            port,
+            _dir: dir,
+        })
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.process.stop(libc::SIGTERM);
+    }
+}
+
+/// One inline command and its one-line reply, or `None` if the server is
+/// not answering yet.
+fn redis_call(addr: SocketAddr, command: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).ok()?;
+    Some(line.trim_end().to_string())
+}
