@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::device::FlatDevice;
-use sluice_core::metrics::{LatencyHistogram, TenantStats};
+use sluice_core::metrics::{LatencyHistogram, Moments, TenantStats};
 use sluice_core::policy::wrr::Wrr;
 use sluice_core::{Ctx, Job, Stage, TenantId};
 use thiserror::Error;
@@ -133,6 +133,11 @@ struct TenantRecord {
     latency: Option<Box<LatencyHistogram>>,
     /// Completions and latencies since the optimizers last looked.
     period: TenantStats,
+    /// Whether it had a request queued or inside during the period.
+    busy: bool,
+    /// Kept only for tenants with a latency SLO (see `track_percentiles`).
+    period_latency: Option<Box<LatencyHistogram>>,
+    track_percentiles: bool,
 }
 
 struct State {
@@ -143,6 +148,9 @@ struct State {
     next_tag: u64,
     /// Most requests queued or inside at once since the last period.
     peak_demand: usize,
+    peak_in_flight: usize,
+    /// Time requests spent inside the database this period, seconds.
+    service: Moments,
 }
 
 struct Shared {
@@ -190,6 +198,8 @@ impl Gate {
             waiters: HashMap::new(),
             next_tag: 0,
             peak_demand: 0,
+            peak_in_flight: 0,
+            service: Moments::default(),
         };
         let shared = Shared {
             state: Mutex::new(state),
@@ -272,7 +282,9 @@ impl Gate {
         st.next_tag += 1;
         let (tx, rx) = oneshot::channel();
         st.waiters.insert(tag, tx);
-        let weight = st.tenants[tenant.id.0 as usize].weight;
+        let rec = &mut st.tenants[tenant.id.0 as usize];
+        rec.busy = true;
+        let weight = rec.weight;
         let ctx = Ctx::new(tag, 0).with_tenant(tenant.id.0, weight);
         st.stage.push(Job::new(tag, ctx, 0, 0).with_tag(tag), 0);
         st.note_demand();
@@ -313,22 +325,46 @@ impl Gate {
         self.shared.lock().stage.limit()
     }
 
+    /// Requests inside the database now.
+    pub fn snapshot_in_flight(&self) -> usize {
+        self.shared.lock().stage.in_service()
+    }
+
     pub fn zeta(&self) -> f64 {
         self.shared.lock().stage.policy().zeta()
     }
 
-    /// What happened since the last call, for the optimizers; starts a new
-    /// period.
+    /// Keeps a per-period latency histogram for tenant `name`, whose SLO
+    /// controller needs its percentiles.
+    pub fn track_percentiles(&self, name: &str) {
+        let id = self.tenant(name).id;
+        self.shared.lock().tenants[id.0 as usize].track_percentiles = true;
+    }
+
+    /// What happened since the last call, for the optimizers (one caller
+    /// only); starts a new period.
     pub fn take_period(&self) -> Period {
-        let mut st = self.shared.lock();
-        let tenants: Vec<TenantStats> = st
-            .tenants
-            .iter_mut()
-            .map(|t| std::mem::replace(&mut t.period, TenantStats::new(t.weight)))
-            .collect();
-        let peak_demand = std::mem::take(&mut st.peak_demand);
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        let mut tenants = Vec::new();
+        for (i, t) in st.tenants.iter_mut().enumerate() {
+            if t.busy {
+                tenants.push(PeriodTenant {
+                    name: Arc::clone(&t.name),
+                    stats: std::mem::replace(&mut t.period, TenantStats::new(t.weight)),
+                    latencies: t.period_latency.take(),
+                });
+            }
+            t.busy = t.in_flight > 0 || st.stage.policy().queued(TenantId(i as u32)) > 0;
+        }
+        let period = Period {
+            tenants,
+            peak_demand: std::mem::take(&mut st.peak_demand),
+            peak_in_flight: std::mem::replace(&mut st.peak_in_flight, st.stage.in_service()),
+            service: std::mem::take(&mut st.service),
+        };
         st.note_demand();
-        Period { tenants, peak_demand }
+        period
     }
 
     /// Everything the admin port shows.
@@ -366,6 +402,7 @@ impl State {
                 let rec = &mut self.tenants[job.ctx.tenant.0 as usize];
                 rec.in_flight += 1;
                 rec.admitted += 1;
+                self.peak_in_flight = self.peak_in_flight.max(self.stage.in_service());
             } else {
                 self.stage.complete().expect("the slot was just taken");
             }
@@ -395,6 +432,9 @@ impl TenantRecord {
             wait: None,
             latency: None,
             period: TenantStats::new(weight),
+            busy: false,
+            period_latency: None,
+            track_percentiles: false,
         }
     }
 
@@ -422,9 +462,14 @@ impl TenantRecord {
 impl Drop for Slot {
     fn drop(&mut self) {
         let latency = nanos(self.arrived.elapsed());
+        let service = self.admitted.elapsed().as_secs_f64();
         let mut st = self.shared.lock();
+        st.service.record(service);
         let rec = &mut st.tenants[self.tenant.0 as usize];
         record(&mut rec.latency, latency);
+        if rec.track_percentiles {
+            record(&mut rec.period_latency, latency);
+        }
         rec.period.record(latency as f64);
         st.release(self.tenant);
     }
@@ -456,15 +501,27 @@ fn nanos(d: Duration) -> u64 {
 
 /// One optimizer period.
 pub struct Period {
-    /// Per tenant: completions and latencies in the period, with its weight.
-    pub tenants: Vec<TenantStats>,
+    /// The tenants that had requests waiting or inside during the period.
+    pub tenants: Vec<PeriodTenant>,
     /// Most requests queued or inside at once: the demand for parallelism.
     pub peak_demand: usize,
+    /// Most requests inside at once.
+    pub peak_in_flight: usize,
+    /// Time requests spent inside the database, seconds.
+    pub service: Moments,
+}
+
+pub struct PeriodTenant {
+    pub name: Arc<str>,
+    /// Completions and latencies (ns) in the period, with the tenant's weight.
+    pub stats: TenantStats,
+    /// The period's latencies, for tenants tracked for an SLO.
+    pub latencies: Option<Box<LatencyHistogram>>,
 }
 
 impl Period {
     pub fn completed(&self) -> u64 {
-        self.tenants.iter().map(|t| t.completed).sum()
+        self.tenants.iter().map(|t| t.stats.completed).sum()
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod gate;
+pub mod optimizer;
 pub mod pg;
 pub mod redis;
 pub mod server;

@@ -1,15 +1,15 @@
-//! A gradient concurrency limiter for P, after Netflix's Gradient2 and
-//! Envoy's adaptive concurrency filter: the limit follows the ratio of a
-//! long-run latency (what the database gives when not overloaded) to the
-//! latency just measured, plus a queue allowance of √limit for headroom.
-//! Offered as the alternative to AppleS's model-based matching point so that
-//! the two can be compared on the same load.
+//! A gradient concurrency limiter for P, after Envoy's adaptive concurrency
+//! filter (itself after Netflix's gradient limiters): the limit follows the
+//! ratio of the no-load latency (minRTT) to the latency just measured, plus
+//! a headroom of √limit. Offered as the alternative to AppleS's model-based
+//! matching point so that the two can be compared on the same load.
 //!
-//! Per window: gradient = clamp(tolerance · long / short, 0.5, 1);
+//! Per window: gradient = clamp(minRTT·(1 + buffer) / latency, 0.5, 2);
 //! limit' = limit · gradient + √limit, smoothed by `smoothing` and clamped.
-//! The long-run latency is an exponential average that is pulled down when
-//! it drifts far above the short one (Gradient2's drift correction). When
-//! fewer than half the slots were used the load, not the limit, bounded the
+//! minRTT is measured as Envoy does: at the start and then every
+//! `probe_every` windows the limit drops to `min_limit` for `probe_windows`
+//! windows and the lowest latency seen there is the new minRTT. When fewer
+//! than half the slots were used the load, not the limit, bounded the
 //! window, and the limit is not raised.
 
 use serde::{Deserialize, Serialize};
@@ -19,23 +19,25 @@ use serde::{Deserialize, Serialize};
 pub struct GradientConfig {
     pub min_limit: usize,
     pub max_limit: usize,
-    /// How much slower than the long-run latency a window may be before the
-    /// limit falls.
-    pub tolerance: f64,
+    /// How much above minRTT the latency may sit before the limit falls.
+    pub buffer: f64,
     /// Weight of the new limit in the smoothed one.
     pub smoothing: f64,
-    /// Windows the long-run latency averages over.
-    pub long_windows: f64,
+    /// Windows between minRTT probes.
+    pub probe_every: u32,
+    /// Windows a probe lasts.
+    pub probe_windows: u32,
 }
 
 impl Default for GradientConfig {
     fn default() -> Self {
         GradientConfig {
-            min_limit: 1,
+            min_limit: 3,
             max_limit: 1000,
-            tolerance: 1.5,
+            buffer: 0.1,
             smoothing: 0.2,
-            long_windows: 60.0,
+            probe_every: 600,
+            probe_windows: 5,
         }
     }
 }
@@ -52,7 +54,11 @@ pub struct GradientObservation {
 pub struct GradientLimiter {
     config: GradientConfig,
     limit: f64,
-    long_latency: Option<f64>,
+    min_rtt: Option<f64>,
+    /// Windows left in the current probe (0: not probing), and the lowest
+    /// latency it has seen.
+    probing: (u32, f64),
+    since_probe: u32,
 }
 
 impl GradientLimiter {
@@ -65,54 +71,69 @@ impl GradientLimiter {
                 c.min_limit, c.max_limit
             ));
         }
-        if !(c.tolerance.is_finite() && c.tolerance >= 1.0) {
-            return Err(format!("tolerance must be a finite number >= 1, got {}", c.tolerance));
+        if !(c.buffer.is_finite() && c.buffer >= 0.0) {
+            return Err(format!("buffer must be a finite number >= 0, got {}", c.buffer));
         }
         if !(c.smoothing > 0.0 && c.smoothing <= 1.0) {
             return Err(format!("smoothing must lie in (0, 1], got {}", c.smoothing));
         }
-        if !(c.long_windows.is_finite() && c.long_windows >= 1.0) {
-            return Err(format!(
-                "long_windows must be a finite number >= 1, got {}",
-                c.long_windows
-            ));
+        if c.probe_windows == 0 || c.probe_every == 0 {
+            return Err("probe_every and probe_windows must be at least 1".into());
         }
         Ok(GradientLimiter {
             limit: initial.clamp(c.min_limit, c.max_limit) as f64,
-            long_latency: None,
+            min_rtt: None,
+            probing: (c.probe_windows, f64::INFINITY),
+            since_probe: 0,
             config,
         })
     }
 
+    /// The limit to apply now (`min_limit` while probing).
     pub fn limit(&self) -> usize {
-        self.limit.round() as usize
+        if self.probing.0 > 0 {
+            self.config.min_limit
+        } else {
+            self.limit.round() as usize
+        }
     }
 
     /// The limit for the next window.
     pub fn decide(&mut self, seen: GradientObservation) -> usize {
-        let c = self.config;
         if !(seen.latency.is_finite() && seen.latency > 0.0) {
             return self.limit();
         }
-        let long = self.long_run(seen.latency);
-        let gradient = (c.tolerance * long / seen.latency).clamp(0.5, 1.0);
+        if self.probing.0 > 0 {
+            self.probe(seen.latency);
+        } else if let Some(min_rtt) = self.min_rtt {
+            self.follow(min_rtt, seen);
+        }
+        self.limit()
+    }
+
+    fn probe(&mut self, latency: f64) {
+        let (left, lowest) = &mut self.probing;
+        *lowest = lowest.min(latency);
+        *left -= 1;
+        if *left == 0 {
+            self.min_rtt = Some(*lowest);
+            self.since_probe = 0;
+        }
+    }
+
+    fn follow(&mut self, min_rtt: f64, seen: GradientObservation) {
+        let c = self.config;
+        let gradient = (min_rtt * (1.0 + c.buffer) / seen.latency).clamp(0.5, 2.0);
         let target = self.limit * gradient + self.limit.sqrt();
         let app_limited = (seen.peak_in_flight as f64) < self.limit / 2.0;
         if !(app_limited && target > self.limit) {
             let smoothed = self.limit * (1.0 - c.smoothing) + target * c.smoothing;
             self.limit = smoothed.clamp(c.min_limit as f64, c.max_limit as f64);
         }
-        self.limit()
-    }
-
-    fn long_run(&mut self, short: f64) -> f64 {
-        let alpha = 1.0 / self.config.long_windows;
-        let mut long = self.long_latency.map_or(short, |l| l * (1.0 - alpha) + short * alpha);
-        if long / short > 2.0 {
-            long *= 0.95;
+        self.since_probe += 1;
+        if self.since_probe >= c.probe_every {
+            self.probing = (c.probe_windows, f64::INFINITY);
         }
-        self.long_latency = Some(long);
-        long
     }
 }
 
@@ -121,7 +142,11 @@ mod tests {
     use super::*;
 
     fn limiter(initial: usize) -> GradientLimiter {
-        GradientLimiter::new(GradientConfig::default(), initial).unwrap()
+        let config = GradientConfig {
+            probe_windows: 1,
+            ..GradientConfig::default()
+        };
+        GradientLimiter::new(config, initial).unwrap()
     }
 
     fn window(latency: f64, peak_in_flight: usize) -> GradientObservation {
@@ -132,26 +157,46 @@ mod tests {
     }
 
     #[test]
-    fn grows_while_latency_holds_and_shrinks_when_it_climbs() {
+    fn probes_first_then_grows_while_latency_holds_and_shrinks_when_it_climbs() {
         let mut g = limiter(10);
+        assert_eq!(g.limit(), 3, "probing for minRTT");
+        assert_eq!(g.decide(window(1.0, 3)), 10, "probe over, back to the limit");
         for _ in 0..20 {
             g.decide(window(1.0, 1000));
         }
         let grown = g.limit();
-        assert!(grown > 10, "steady latency, busy slots: the limit grows ({grown})");
+        assert!(grown > 10, "latency at minRTT, busy slots: the limit grows ({grown})");
         for _ in 0..20 {
             g.decide(window(10.0, 1000));
         }
-        assert!(g.limit() < grown, "latency up tenfold: the limit falls ({})", g.limit());
+        assert!(
+            g.limit() < grown / 2,
+            "latency up tenfold: the limit falls ({})",
+            g.limit()
+        );
     }
 
     #[test]
     fn an_idle_window_does_not_raise_the_limit() {
         let mut g = limiter(100);
+        g.decide(window(1.0, 3));
         for _ in 0..10 {
             g.decide(window(1.0, 3));
         }
         assert!(g.limit() <= 100);
+    }
+
+    #[test]
+    fn probes_again_after_probe_every_windows() {
+        let config = GradientConfig {
+            probe_every: 2,
+            probe_windows: 1,
+            ..GradientConfig::default()
+        };
+        let mut g = GradientLimiter::new(config, 50).unwrap();
+        g.decide(window(1.0, 3));
+        g.decide(window(1.0, 60));
+        assert_eq!(g.decide(window(1.0, 60)), 3, "second probe");
     }
 
     #[test]

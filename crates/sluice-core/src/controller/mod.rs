@@ -7,7 +7,7 @@
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
 //! | round quota ζ from unfairness and latency variability | [`quota`] | AppleS §4.3.2 |
-//! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Netflix Gradient2, Envoy adaptive concurrency |
+//! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Envoy adaptive concurrency, Netflix gradient limiters |
 //! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
 
 pub mod background;

@@ -20,6 +20,17 @@ impl Moments {
         self.mean += d / self.n as f64;
         self.m2 += d * (x - self.mean);
     }
+    /// Adds another set of samples (Chan et al.'s parallel combination).
+    pub fn merge(&mut self, other: &Moments) {
+        if other.n == 0 {
+            return;
+        }
+        let n = self.n + other.n;
+        let d = other.mean - self.mean;
+        self.mean += d * other.n as f64 / n as f64;
+        self.m2 += other.m2 + d * d * self.n as f64 * other.n as f64 / n as f64;
+        self.n = n;
+    }
     pub fn count(&self) -> u64 {
         self.n
     }
@@ -65,6 +76,14 @@ impl TenantStats {
         self.completed += 1;
         self.latency.record(latency);
     }
+
+    /// Adds what the same tenant got in another interval; the weight is
+    /// the newer one's.
+    pub fn merge(&mut self, other: &TenantStats) {
+        self.completed += other.completed;
+        self.latency.merge(&other.latency);
+        self.weight = other.weight;
+    }
 }
 
 /// U_f over tenants; 0 for no tenants or when nobody got anything done.
@@ -109,6 +128,25 @@ mod tests {
         }
         t.completed = completed;
         t
+    }
+
+    #[test]
+    fn merged_moments_equal_moments_of_all_samples() {
+        let xs = [1.0, 4.0, 9.0, 2.5, 7.0, 3.0];
+        let (mut a, mut b, mut all) = (Moments::default(), Moments::default(), Moments::default());
+        for (i, &x) in xs.iter().enumerate() {
+            if i < 2 {
+                a.record(x)
+            } else {
+                b.record(x)
+            }
+            all.record(x);
+        }
+        a.merge(&b);
+        assert_eq!(a.count(), all.count());
+        assert!((a.mean() - all.mean()).abs() < 1e-12 && (a.std_dev() - all.std_dev()).abs() < 1e-12);
+        a.merge(&Moments::default());
+        assert_eq!(a.count(), 6);
     }
 
     #[test]

@@ -1,0 +1,461 @@
+//! The optimizer (AppleS §4.3): one task that ticks every period and runs
+//! the controllers of sluice-core against the gate, on their timescales.
+//!
+//! - P, slow timescale, by one of: `fixed`; `model`, the three-sample model
+//!   of §4.3.1 (sample throughput at P0, at a middle P1 and at P2 = the
+//!   demand, fit Eq. 2, let in the matching point; sample again after
+//!   `rerun_ms` or when the demand moves by more than `demand_change`);
+//!   `gradient`, a Gradient2-style limiter on the time requests spend inside
+//!   the database.
+//! - ζ, fast timescale (§4.3.2): `fixed`, or `feedback` on U_f and V_l.
+//!   Departure: measured over `zeta_window_ms` (1 s) rather than 100 ms;
+//!   with hundreds of users each finishes 0–2 requests in 100 ms and U_f is
+//!   noise at that scale.
+//! - SLO weights (§5.3): each latency-sensitive tenant's weight follows its
+//!   percentile target, measured over `slo_window_ms`.
+//!
+//! Every change is logged as a [`Decision`] that the admin port shows.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_core::controller::{
+    matching_point, GradientConfig, GradientLimiter, GradientObservation, QuotaController, QuotaControllerConfig,
+    QuotaObservation, Sample, SloController, SloControllerConfig,
+};
+use sluice_core::metrics::{latency_cv, unfairness, LatencyHistogram, TenantStats};
+use tokio::sync::watch;
+
+use crate::gate::{Gate, Period};
+
+/// How P is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParallelismMode {
+    Fixed,
+    Model,
+    Gradient,
+}
+
+/// How ζ is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZetaMode {
+    Fixed,
+    Feedback,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// P0: small enough that every request runs in parallel (α ≈ 1).
+    pub p0: usize,
+    /// Time after a change of P before throughput is sampled.
+    pub settle_ms: u64,
+    /// Time each sample is measured over.
+    pub sample_ms: u64,
+    /// Sample again after this long.
+    pub rerun_ms: u64,
+    /// Sample again when the demand moves by more than this fraction.
+    pub demand_change: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            p0: 2,
+            settle_ms: 1_000,
+            sample_ms: 3_000,
+            rerun_ms: 300_000,
+            demand_change: 0.5,
+        }
+    }
+}
+
+/// A latency-sensitive tenant's target.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    pub tenant: String,
+    /// The percentile, e.g. 99.9.
+    pub percentile: f64,
+    pub target_ms: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerConfig {
+    pub period_ms: u64,
+    pub parallelism: ParallelismMode,
+    pub zeta: ZetaMode,
+    pub zeta_window_ms: u64,
+    pub slo_window_ms: u64,
+    pub model: ModelConfig,
+    pub quota: QuotaControllerConfig,
+    pub gradient: GradientConfig,
+    pub slo_control: SloControllerConfig,
+    pub slo: Vec<Slo>,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            period_ms: 100,
+            parallelism: ParallelismMode::Model,
+            zeta: ZetaMode::Feedback,
+            zeta_window_ms: 1_000,
+            slo_window_ms: 5_000,
+            model: ModelConfig::default(),
+            quota: QuotaControllerConfig::default(),
+            gradient: GradientConfig::default(),
+            slo_control: SloControllerConfig::default(),
+            slo: Vec::new(),
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// Rejects settings the optimizer cannot run with, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.period_ms == 0 {
+            return Err("optimizer.period_ms must be at least 1".into());
+        }
+        let m = &self.model;
+        if m.p0 == 0 || m.sample_ms == 0 {
+            return Err("optimizer.model.p0 and optimizer.model.sample_ms must be at least 1".into());
+        }
+        crate::gate::check_positive("optimizer.model.demand_change", m.demand_change)?;
+        QuotaController::new(self.quota, 1.0).map_err(|e| format!("optimizer.quota: {e}"))?;
+        GradientLimiter::new(self.gradient, 1).map_err(|e| format!("optimizer.gradient: {e}"))?;
+        SloController::new(self.slo_control, 1.0).map_err(|e| format!("optimizer.slo_control: {e}"))?;
+        for s in &self.slo {
+            if !(s.percentile > 0.0 && s.percentile < 100.0) {
+                return Err(format!(
+                    "slo for `{}`: percentile must lie in (0, 100), got {}",
+                    s.tenant, s.percentile
+                ));
+            }
+            crate::gate::check_positive(&format!("slo for `{}`: target_ms", s.tenant), s.target_ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// One change the optimizer made, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// Seconds since the optimizer started.
+    pub at: f64,
+    pub knob: String,
+    pub value: f64,
+    pub why: String,
+}
+
+/// The last decisions, newest last, shared with the admin port.
+#[derive(Clone, Default)]
+pub struct DecisionLog(Arc<Mutex<VecDeque<Decision>>>);
+
+const LOG_LEN: usize = 200;
+
+impl DecisionLog {
+    fn push(&self, d: Decision) {
+        tracing::info!(knob = %d.knob, value = d.value, why = %d.why, "optimizer decision");
+        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() == LOG_LEN {
+            log.pop_front();
+        }
+        log.push_back(d);
+    }
+
+    pub fn recent(&self) -> Vec<Decision> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// Where the three-sample model stands.
+enum ModelPhase {
+    /// No demand yet, or holding the matching point.
+    Holding { since: Instant, users: usize },
+    /// Measuring λ at `ps[step]`.
+    Sampling {
+        ps: [usize; 3],
+        step: usize,
+        started: Instant,
+        completed: u64,
+        samples: Vec<Sample>,
+    },
+}
+
+struct Optimizer {
+    config: OptimizerConfig,
+    gate: Gate,
+    log: DecisionLog,
+    start: Instant,
+    model: ModelPhase,
+    gradient: GradientLimiter,
+    quota: QuotaController,
+    zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
+    slos: Vec<(Slo, SloController, LatencyHistogram)>,
+    slo_window_start: Instant,
+}
+
+/// Runs the optimizer until `shutdown` turns true.
+pub async fn run(config: OptimizerConfig, gate: Gate, log: DecisionLog, mut shutdown: watch::Receiver<bool>) {
+    let mut opt = match Optimizer::new(config, gate, log) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!("optimizer not started: {e}");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(opt.config.period_ms));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => opt.tick(Instant::now()),
+            _ = shutdown.changed() => if *shutdown.borrow() { return },
+        }
+    }
+}
+
+impl Optimizer {
+    fn new(config: OptimizerConfig, gate: Gate, log: DecisionLog) -> Result<Self, String> {
+        config.validate()?;
+        let now = Instant::now();
+        let slos = config
+            .slo
+            .iter()
+            .map(|s| {
+                gate.track_percentiles(&s.tenant);
+                let weight = gate.tenant(&s.tenant).weight;
+                SloController::new(config.slo_control, weight).map(|c| (s.clone(), c, LatencyHistogram::coarse()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Optimizer {
+            gradient: GradientLimiter::new(config.gradient, gate.parallelism())?,
+            quota: QuotaController::new(config.quota, gate.zeta())?,
+            model: ModelPhase::Holding { since: now, users: 0 },
+            zeta_window: (now, HashMap::new()),
+            slo_window_start: now,
+            slos,
+            start: now,
+            config,
+            gate,
+            log,
+        })
+    }
+
+    fn decide(&self, knob: &str, value: f64, why: String) {
+        self.log.push(Decision {
+            at: self.start.elapsed().as_secs_f64(),
+            knob: knob.into(),
+            value,
+            why,
+        });
+    }
+
+    fn tick(&mut self, now: Instant) {
+        let period = self.gate.take_period();
+        match self.config.parallelism {
+            ParallelismMode::Fixed => {}
+            ParallelismMode::Model => self.model_tick(&period, now),
+            ParallelismMode::Gradient => self.gradient_tick(&period),
+        }
+        if self.config.zeta == ZetaMode::Feedback {
+            self.zeta_tick(&period, now);
+        }
+        if !self.slos.is_empty() {
+            self.slo_tick(&period, now);
+        }
+    }
+
+    fn set_p(&self, p: usize, why: String) {
+        if p != self.gate.parallelism() && self.gate.set_parallelism(p).is_ok() {
+            self.decide("parallelism", p as f64, why);
+        }
+    }
+
+    fn model_tick(&mut self, period: &Period, now: Instant) {
+        let m = self.config.model.clone();
+        match &mut self.model {
+            ModelPhase::Holding { since, users } => {
+                let demand = period.peak_demand;
+                let moved = (demand as f64 - *users as f64).abs() > m.demand_change * (*users).max(1) as f64;
+                let stale = now - *since >= Duration::from_millis(m.rerun_ms);
+                if demand > 0 && (moved || stale) {
+                    self.start_sampling(demand, now);
+                }
+            }
+            ModelPhase::Sampling {
+                ps,
+                step,
+                started,
+                completed,
+                samples,
+            } => {
+                let since = now - *started;
+                if since < Duration::from_millis(m.settle_ms) {
+                    return;
+                }
+                *completed += period.completed();
+                if since < Duration::from_millis(m.settle_ms + m.sample_ms) {
+                    return;
+                }
+                let throughput = *completed as f64 / (m.sample_ms as f64 / 1e3);
+                samples.push(Sample {
+                    p: ps[*step],
+                    throughput,
+                });
+                *step += 1;
+                let (ps, step, samples) = (*ps, *step, samples.clone());
+                if step < 3 {
+                    self.model = ModelPhase::Sampling {
+                        ps,
+                        step,
+                        started: now,
+                        completed: 0,
+                        samples,
+                    };
+                    self.set_p(
+                        ps[step],
+                        format!("model: sampling throughput at P{step} = {}", ps[step]),
+                    );
+                } else {
+                    self.finish_sampling(&samples, now);
+                }
+            }
+        }
+    }
+
+    fn start_sampling(&mut self, users: usize, now: Instant) {
+        let p0 = self.config.model.p0;
+        if users <= p0 + 1 {
+            self.model = ModelPhase::Holding { since: now, users };
+            self.set_p(
+                users.max(1),
+                format!("model: only {users} users, no contention to model"),
+            );
+            return;
+        }
+        let p1 = ((p0 * users) as f64).sqrt().round() as usize;
+        let ps = [p0, p1.clamp(p0 + 1, users - 1), users];
+        self.model = ModelPhase::Sampling {
+            ps,
+            step: 0,
+            started: now,
+            completed: 0,
+            samples: Vec::new(),
+        };
+        self.set_p(
+            ps[0],
+            format!("model: {users} users; sampling throughput at P0 = {}", ps[0]),
+        );
+    }
+
+    fn finish_sampling(&mut self, samples: &[Sample], now: Instant) {
+        let mp = matching_point(samples[0], samples[1], samples[2]);
+        let shown: Vec<String> = samples
+            .iter()
+            .map(|s| format!("λ({})={:.0}/s", s.p, s.throughput))
+            .collect();
+        let why = match mp.model {
+            Some(m) => format!(
+                "model: {}; B={:.3} γ={:.4}; matching point",
+                shown.join(" "),
+                m.b,
+                m.gamma
+            ),
+            None => format!(
+                "model: {}; no contention fitted, letting every user in",
+                shown.join(" ")
+            ),
+        };
+        self.decide("matching_point", mp.p as f64, why.clone());
+        self.set_p(mp.p, why);
+        self.model = ModelPhase::Holding {
+            since: now,
+            users: samples[2].p,
+        };
+    }
+
+    fn gradient_tick(&mut self, period: &Period) {
+        if period.service.count() == 0 {
+            return;
+        }
+        let seen = GradientObservation {
+            latency: period.service.mean(),
+            peak_in_flight: period.peak_in_flight,
+        };
+        let p = self.gradient.decide(seen);
+        self.set_p(p, format!("gradient: {:.2} ms inside the database", seen.latency * 1e3));
+    }
+
+    fn zeta_tick(&mut self, period: &Period, now: Instant) {
+        let (since, window) = &mut self.zeta_window;
+        for t in &period.tenants {
+            window
+                .entry(Arc::clone(&t.name))
+                .or_insert_with(|| TenantStats::new(t.stats.weight))
+                .merge(&t.stats);
+        }
+        if now - *since < Duration::from_millis(self.config.zeta_window_ms) {
+            return;
+        }
+        let tenants: Vec<TenantStats> = window.drain().map(|(_, s)| s).collect();
+        *since = now;
+        if tenants.len() < 2 {
+            return;
+        }
+        let seen = QuotaObservation {
+            unfairness: unfairness(&tenants),
+            latency_cv: latency_cv(&tenants),
+        };
+        let before = self.quota.zeta();
+        let (zeta, why) = self.quota.decide(seen);
+        if zeta != before && self.gate.set_zeta(zeta).is_ok() {
+            self.decide(
+                "zeta",
+                zeta,
+                format!("{why:?}: U_f {:.3}, V_l {:.3}", seen.unfairness, seen.latency_cv),
+            );
+        }
+    }
+
+    fn slo_tick(&mut self, period: &Period, now: Instant) {
+        for t in &period.tenants {
+            if let (Some(h), Some(slo)) = (&t.latencies, self.slos.iter_mut().find(|s| *s.0.tenant == *t.name)) {
+                slo.2.merge(h);
+            }
+        }
+        if now - self.slo_window_start < Duration::from_millis(self.config.slo_window_ms) {
+            return;
+        }
+        self.slo_window_start = now;
+        for (slo, controller, window) in &mut self.slos {
+            let measured = (window.count() > 0).then(|| window.quantile(slo.percentile / 100.0) as f64 / 1e6);
+            let before = controller.weight();
+            let weight = controller.decide(measured, slo.target_ms);
+            *window = LatencyHistogram::coarse();
+            if weight != before && self.gate.set_weight(&slo.tenant, weight).is_ok() {
+                let why = format!(
+                    "slo: p{} {:.1} ms vs target {} ms",
+                    slo.percentile,
+                    measured.unwrap_or(0.0),
+                    slo.target_ms
+                );
+                self.log.push(Decision {
+                    at: self.start.elapsed().as_secs_f64(),
+                    knob: format!("weight.{}", slo.tenant),
+                    value: weight,
+                    why,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The optimizer against a simulated database whose throughput peaks at a
+//! known P: service time grows with the number of requests inside,
+//! s(n) = 2 ms · (1 + (n/16)²), so λ(P) = P / s(P) peaks at P = 16. The
+//! model's matching point must give throughput close to that peak, and the
+//! gradient limiter must settle below the collapse.
+
+use std::time::Duration;
+
+use sluice_proxy::gate::{Gate, GateConfig};
+use sluice_proxy::optimizer::{self, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, ZetaMode};
+use tokio::sync::watch;
+
+fn throughput(p: usize) -> f64 {
+    p as f64 / service(p).as_secs_f64()
+}
+
+fn service(inside: usize) -> Duration {
+    Duration::from_secs_f64(0.002 * (1.0 + (inside as f64 / 16.0).powi(2)))
+}
+
+/// `users` closed-loop users against the simulated database.
+fn spawn_users(gate: &Gate, users: usize) {
+    for u in 0..users {
+        let gate = gate.clone();
+        let tenant = gate.tenant(&format!("user{u}"));
+        tokio::spawn(async move {
+            loop {
+                let slot = gate.admit(&tenant).await.unwrap();
+                let inside = gate.snapshot_in_flight();
+                tokio::time::sleep(service(inside)).await;
+                drop(slot);
+            }
+        });
+    }
+}
+
+async fn settled_p(mode: ParallelismMode, run_for: Duration) -> (usize, DecisionLog) {
+    let gate = Gate::new(GateConfig {
+        parallelism: 64,
+        ..GateConfig::default()
+    })
+    .unwrap();
+    spawn_users(&gate, 64);
+    let config = OptimizerConfig {
+        period_ms: 50,
+        parallelism: mode,
+        zeta: ZetaMode::Fixed,
+        model: ModelConfig {
+            p0: 2,
+            settle_ms: 100,
+            sample_ms: 600,
+            ..ModelConfig::default()
+        },
+        ..OptimizerConfig::default()
+    };
+    let log = DecisionLog::default();
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), stopped));
+    tokio::time::sleep(run_for).await;
+    stop.send(true).unwrap();
+    (gate.parallelism(), log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_matching_point_gives_near_peak_throughput() {
+    let (p, log) = settled_p(ParallelismMode::Model, Duration::from_millis(2_600)).await;
+    let decisions = log.recent();
+    assert!(
+        decisions.iter().any(|d| d.knob == "matching_point"),
+        "no matching point decided: {decisions:?}"
+    );
+    let peak = throughput(16);
+    assert!(
+        throughput(p) >= 0.85 * peak,
+        "P = {p} gives {:.0}/s, peak {peak:.0}/s; decisions {decisions:?}",
+        throughput(p)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gradient_limiter_backs_off_from_collapse() {
+    let (p, log) = settled_p(ParallelismMode::Gradient, Duration::from_millis(3_000)).await;
+    assert!(p < 64, "P = {p} never came down from 64: {:?}", log.recent());
+    assert!(throughput(p) > throughput(64), "P = {p}");
+}
