@@ -169,7 +169,7 @@ impl PgServer {
         let log = dir.path().join("postgres.log");
         let mut process = Process::spawn(server, "postgres", &log);
         let socket_dir = dir.path().to_path_buf();
-        let mut pg = |sql: &str| psql_socket(&socket_dir, port, sql);
+        let pg = |sql: &str| psql_socket(&socket_dir, port, sql);
         wait_until(&mut process, &log, || pg("SELECT 1").status.success());
         let created = pg(&format!("CREATE ROLE {PG_USER} LOGIN PASSWORD '{PG_PASSWORD}'"));
         assert!(

@@ -1,0 +1,312 @@
+//! The proxy in front of a real PostgreSQL 15 (issue 5, §1–§3, §9): psql
+//! and pgbench through it, SCRAM authentication relayed, CancelRequest
+//! forwarded, malformed bytes confined to their client, refusals answered
+//! with a SQLSTATE while the session goes on.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use sluice_proxy::gate::GateConfig;
+use sluice_proxy::pg::frame;
+use sluice_proxy::{Protocol, TenantKey};
+use support::pgwire::{server_error, PgConn, QueryError};
+use support::proxy::{gate, ProxyHandle};
+use support::servers::{PgServer, PG_PASSWORD, PG_USER};
+
+fn proxy(server: &PgServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
+    ProxyHandle::start(Protocol::Pg, &server.addr(), key, gate)
+}
+
+/// Runs psql through the proxy with `script` on stdin.
+fn psql(proxy: &ProxyHandle, user: &str, password: Option<&str>, script: &str) -> Output {
+    let mut command = Command::new("psql");
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &proxy.addr.port().to_string(),
+        "-U",
+        user,
+        "-d",
+        "postgres",
+    ]);
+    command.args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-w"]);
+    match password {
+        Some(p) => command.env("PGPASSWORD", p),
+        None => command.env_remove("PGPASSWORD"),
+    };
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running psql");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(script.as_bytes())
+        .expect("feeding psql");
+    child.wait_with_output().expect("waiting for psql")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn psql_runs_statements_transactions_and_copy() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let script = "\
+CREATE TABLE items (id int PRIMARY KEY, name text);
+BEGIN;
+INSERT INTO items VALUES (1, 'one');
+INSERT INTO items VALUES (2, 'two');
+COMMIT;
+BEGIN;
+INSERT INTO items VALUES (3, 'rolled back');
+ROLLBACK;
+COPY items FROM STDIN;
+3\tthree
+4\tfour
+\\.
+SELECT count(*) FROM items;
+COPY (SELECT id, name FROM items ORDER BY id) TO STDOUT;
+";
+    let out = psql(&proxy, "postgres", None, script);
+    assert!(out.status.success(), "psql failed: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "4\n1\tone\n2\ttwo\n3\tthree\n4\tfour\n");
+    let stats = proxy.tenant("postgres").expect("stats of tenant postgres");
+    // CREATE, two transaction blocks (one request each), COPY FROM, SELECT,
+    // COPY TO.
+    assert_eq!(stats.requests, 6);
+    assert_eq!(stats.errors, 0);
+}
+
+#[test]
+fn scram_authentication_is_relayed() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let out = psql(&proxy, PG_USER, Some(PG_PASSWORD), "SELECT current_user;\n");
+    assert!(
+        out.status.success(),
+        "psql with the right password failed: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "alice\n");
+    assert_eq!(proxy.tenant(PG_USER).map(|t| t.requests), Some(1));
+
+    let out = psql(&proxy, PG_USER, Some("not-the-password"), "SELECT 1;\n");
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("password authentication failed for user \"alice\""),
+        "the server's own error: {stderr}"
+    );
+    let method =
+        server.psql("SELECT count(*) FROM pg_authid WHERE rolname = 'alice' AND rolpassword LIKE 'SCRAM-SHA-256$%'");
+    assert_eq!(text(&method.stdout).trim(), "1", "alice's password is a SCRAM verifier");
+}
+
+fn pgbench(proxy: &ProxyHandle, args: &[&str]) -> String {
+    let out = Command::new("pgbench")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &proxy.addr.port().to_string(),
+            "-U",
+            "postgres",
+        ])
+        .args(args)
+        .arg("postgres")
+        .output()
+        .expect("running pgbench");
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "pgbench {args:?} failed:\n{all}");
+    all
+}
+
+fn transactions(report: &str) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("number of transactions actually processed:"))
+        .unwrap_or_else(|| panic!("no transaction count in:\n{report}"));
+    line.split(':')
+        .nth(1)
+        .and_then(|v| v.split('/').next())
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a count")
+}
+
+#[test]
+fn pgbench_simple_and_prepared_have_no_failures() {
+    let Some(server) = PgServer::start() else { return };
+    if support::require("pgbench").is_none() {
+        return;
+    }
+    let proxy = proxy(&server, TenantKey::Connection, gate(4, 64, 10_000));
+    pgbench(&proxy, &["-i", "-s", "1", "-q"]);
+    for mode in ["simple", "prepared", "extended"] {
+        let report = pgbench(&proxy, &["-c", "6", "-j", "2", "-T", "2", "-M", mode]);
+        assert!(
+            report.contains("number of failed transactions: 0 (0.000%)"),
+            "{mode}:\n{report}"
+        );
+        assert!(transactions(&report) > 20, "{mode}:\n{report}");
+    }
+    let refused: u64 = proxy.stats.snapshot().iter().map(|t| t.refused).sum();
+    assert_eq!(refused, 0);
+}
+
+#[test]
+fn cancel_request_through_the_proxy_stops_a_query() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut sleeper = PgConn::connect(proxy.addr, "postgres");
+    let key = sleeper.key.expect("the server's BackendKeyData was relayed");
+    sleeper.send_query("SELECT pg_sleep(10)");
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let mut canceller = PgConn::raw(proxy.addr);
+    canceller.send(&key.cancel_request());
+    assert_eq!(
+        canceller.read_message(),
+        None,
+        "a cancel connection is closed without an answer"
+    );
+    let (result, status) = sleeper.finish();
+    let Err(QueryError::Server { sqlstate, message }) = result else {
+        panic!("pg_sleep was not cancelled: {result:?}")
+    };
+    assert_eq!((sqlstate.as_str(), status), ("57014", b'I'), "{message}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "cancelled after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(sleeper.query("SELECT 'still here'"), Ok(vec!["still here".to_string()]));
+}
+
+/// Reads the proxy's answer to a malformed client: one ErrorResponse, then
+/// the connection closes.
+fn expect_protocol_violation(conn: &mut PgConn, what: &str) -> String {
+    let (tag, body) = conn
+        .read_message()
+        .unwrap_or_else(|| panic!("{what}: closed without an error"));
+    assert_eq!(tag, b'E', "{what}");
+    let QueryError::Server { sqlstate, message } = server_error(&body) else {
+        unreachable!()
+    };
+    assert_eq!(sqlstate, "08P01", "{what}: {message}");
+    assert_eq!(
+        conn.read_message(),
+        None,
+        "{what}: the connection is closed after the error"
+    );
+    message
+}
+
+#[test]
+fn malformed_lengths_close_only_that_client() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut good = PgConn::connect(proxy.addr, "postgres");
+    good.query("BEGIN").expect("BEGIN");
+    good.query("CREATE TABLE t (x int)").expect("CREATE TABLE");
+
+    let mut short = PgConn::raw(proxy.addr);
+    short.send(&[0, 0, 0, 3, 0, 0]);
+    let message = expect_protocol_violation(&mut short, "startup length 3");
+    assert!(message.contains("invalid startup packet length 3"), "{message}");
+
+    let mut oversize = PgConn::connect(proxy.addr, "postgres");
+    oversize.send(b"Q\x7f\xff\xff\xffSELECT");
+    let message = expect_protocol_violation(&mut oversize, "Query of 2 GiB");
+    assert!(message.contains("exceeds the limit"), "{message}");
+
+    let mut negative = PgConn::connect(proxy.addr, "postgres");
+    negative.send(b"P\xff\xff\xff\xf0");
+    let message = expect_protocol_violation(&mut negative, "negative length");
+    assert!(message.contains("invalid length -16 in message 'P'"), "{message}");
+
+    assert_eq!(good.query("INSERT INTO t VALUES (7)"), Ok(vec![]));
+    good.query("COMMIT").expect("COMMIT");
+    assert_eq!(good.query("SELECT x FROM t"), Ok(vec!["7".to_string()]));
+}
+
+/// Parse, Bind, Execute, Sync for `sql` (no parameters).
+fn extended(sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'P', format!("\0{sql}\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'B', b"\0\0\0\0\0\0\0\0");
+    frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+#[test]
+fn a_refused_request_gets_a_sqlstate_and_the_session_goes_on() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, gate(1, 1, 300));
+    let mut holder = PgConn::connect(proxy.addr, "postgres");
+    let mut other = PgConn::connect(proxy.addr, "postgres");
+    holder.query("BEGIN").expect("BEGIN");
+    holder
+        .query("CREATE TABLE t (x int)")
+        .expect("inside the block, never held back");
+
+    let refusal_codes = ["53300", "57014"];
+    match other.query("SELECT 1") {
+        Err(QueryError::Server { sqlstate, message }) => {
+            assert!(refusal_codes.contains(&sqlstate.as_str()), "{sqlstate}: {message}");
+            assert!(message.starts_with("sluice: "), "{message}");
+        }
+        answer => panic!("expected a refusal while the slot is held: {answer:?}"),
+    }
+    // An extended-protocol batch is refused as a whole, answered at its Sync.
+    other.send(&extended("SELECT 2"));
+    let (tag, body) = other.read_message().expect("an ErrorResponse");
+    assert_eq!(tag, b'E');
+    assert!(
+        matches!(server_error(&body), QueryError::Server { sqlstate, .. } if refusal_codes.contains(&sqlstate.as_str()))
+    );
+    assert_eq!(other.read_message(), Some((b'Z', vec![b'I'])));
+
+    holder.query("INSERT INTO t VALUES (1)").expect("INSERT");
+    holder.query("COMMIT").expect("COMMIT");
+    assert_eq!(other.query("SELECT count(*) FROM t"), Ok(vec!["1".to_string()]));
+    other.send(&extended("SELECT 3"));
+    let answer: Vec<u8> = std::iter::from_fn(|| other.read_message())
+        .map(|(tag, _)| tag)
+        .take_while(|&t| t != b'Z')
+        .collect();
+    assert_eq!(answer, b"12DC", "ParseComplete, BindComplete, DataRow, CommandComplete");
+    let refused: u64 = proxy.stats.snapshot().iter().map(|t| t.refused).sum();
+    assert_eq!(refused, 2);
+}
+
+#[test]
+fn shutdown_waits_for_the_open_transaction() {
+    let Some(server) = PgServer::start() else { return };
+    let mut proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut conn = PgConn::connect(proxy.addr, "postgres");
+    let mut idle = PgConn::connect(proxy.addr, "postgres");
+    conn.query("BEGIN").expect("BEGIN");
+    let stopper = std::thread::spawn(move || proxy.shutdown());
+    let (tag, body) = idle.read_message().expect("an idle session is told why it closes");
+    assert_eq!(tag, b'E');
+    assert!(matches!(server_error(&body), QueryError::Server { sqlstate, .. } if sqlstate == "57P01"));
+    assert_eq!(conn.query("SELECT 'in flight'"), Ok(vec!["in flight".to_string()]));
+    conn.send_query("COMMIT");
+    assert_eq!(conn.finish(), (Ok(vec![]), b'I'));
+    let (tag, _) = conn.read_message().expect("then the shutdown notice");
+    assert_eq!(tag, b'E');
+    assert_eq!(conn.read_message(), None);
+    assert!(stopper.join().expect("shutdown thread"));
+}
