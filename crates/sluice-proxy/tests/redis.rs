@@ -288,3 +288,24 @@ fn redis_benchmark_through_the_proxy_has_no_errors() {
     assert!(stats.requests >= 40_000, "requests counted: {}", stats.requests);
     assert_eq!(stats.errors, 0);
 }
+
+#[test]
+fn a_dead_upstream_gives_its_clients_a_clear_error() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    let mut blocked = RespConn::connect(proxy.addr);
+    blocked.send(&["BLPOP", "jobs", "0"]);
+    std::thread::sleep(Duration::from_millis(200));
+    drop(server);
+    assert_eq!(
+        blocked.reply().as_deref(),
+        Some("-ERR sluice: the upstream server closed the connection\r\n")
+    );
+    assert_eq!(blocked.reply(), None);
+    let mut late = RespConn::connect(proxy.addr);
+    let err = late.reply().expect("an error instead of silence");
+    assert!(
+        err.starts_with("-ERR sluice: cannot reach the upstream server 127.0.0.1:"),
+        "{err}"
+    );
+}
