@@ -8,13 +8,16 @@
 //! - [`stats`]: per-tenant counters and latency histograms.
 //! - [`config`]: the listener's settings.
 
+pub mod admin;
 pub mod config;
 pub mod gate;
 pub mod optimizer;
 pub mod pg;
 pub mod redis;
 pub mod server;
+pub mod service;
 mod session;
+pub mod settings;
 pub mod stats;
 
 pub use config::{Protocol, ProxyConfig, TenantKey};

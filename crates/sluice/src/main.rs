@@ -2,13 +2,14 @@
 //! databases. Subcommands arrive with the parts they drive; today: `sim`
 //! (experiments on the deterministic simulator), `demo` (sluice-kv under
 //! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
-//! the simulator and of the I/O runtime) and `serve` (the sluice-kv store
-//! over RESP2).
+//! the simulator and of the I/O runtime), `serve` (the sluice-kv store
+//! over RESP2) and `proxy` (AppleS admission in front of PostgreSQL or Redis).
 
 mod bench;
 mod bench_io;
 mod demo;
 mod demo_report;
+mod proxy;
 mod serve;
 mod sim;
 mod steal;
@@ -46,6 +47,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// YCSB-A on sluice-kv with compaction active: FIFO against Sluice
     Demo(demo::DemoArgs),
+    /// Admission control and fair scheduling (AppleS) in front of PostgreSQL or Redis
+    Proxy(proxy::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run_demo(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

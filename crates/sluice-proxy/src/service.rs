@@ -1,0 +1,125 @@
+//! `sluice proxy` as one service: the listener, the gate, the optimizer and
+//! the admin port started together from [`Settings`], reloaded on request
+//! without dropping connections, and stopped gracefully (the listener
+//! drains requests in flight before the optimizer and admin port stop).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::{self, Admin};
+use crate::gate::Gate;
+use crate::optimizer::{self, DecisionLog, ParallelismMode, ZetaMode};
+use crate::server::Proxy;
+use crate::settings::Settings;
+
+/// Where a running service listens.
+#[derive(Clone, Copy, Debug)]
+pub struct Addresses {
+    pub proxy: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
+/// Runs until `shutdown` completes. Each message on `reload` re-reads
+/// `settings_path` and applies what can change live. `started` hears the
+/// bound addresses once both ports listen.
+pub async fn run(
+    settings: Settings,
+    settings_path: Option<PathBuf>,
+    mut reload: tokio::sync::mpsc::Receiver<()>,
+    started: tokio::sync::oneshot::Sender<Addresses>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let gate = Gate::new(settings.gate.clone())?;
+    let proxy = Proxy::bind(settings.proxy.clone(), gate.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let decisions = DecisionLog::default();
+    let (stop, stopped) = watch::channel(false);
+    let admin_addr = start_admin(&settings, &gate, &proxy, &decisions, stopped.clone()).await?;
+    let proxy_addr = proxy.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(optimizer::run(
+        settings.optimizer.clone(),
+        gate.clone(),
+        decisions,
+        stopped,
+    ));
+    let _ = started.send(Addresses {
+        proxy: proxy_addr,
+        admin: admin_addr,
+    });
+    let reloading = async {
+        while reload.recv().await.is_some() {
+            match settings_path.as_deref().map(Settings::load) {
+                Some(Ok(new)) => apply(&gate, &settings, &new),
+                Some(Err(e)) => tracing::error!("reload refused, settings unchanged: {e}"),
+                None => tracing::warn!("reload asked but the proxy was started without a settings file"),
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    let served = tokio::select! {
+        served = proxy.run(shutdown) => served,
+        () = reloading => unreachable!("reloading never ends"),
+    };
+    let _ = stop.send(true);
+    served.map_err(|e| e.to_string())
+}
+
+async fn start_admin(
+    settings: &Settings,
+    gate: &Gate,
+    proxy: &Proxy,
+    decisions: &DecisionLog,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<Option<SocketAddr>, String> {
+    if settings.admin.listen.trim().is_empty() {
+        return Ok(None);
+    }
+    let listener = TcpListener::bind(&settings.admin.listen)
+        .await
+        .map_err(|e| format!("cannot listen on the admin address {}: {e}", settings.admin.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let admin = Admin {
+        gate: gate.clone(),
+        stats: proxy.stats(),
+        decisions: decisions.clone(),
+    };
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = admin::serve(listener, admin, stop).await {
+            tracing::error!("admin port stopped: {e}");
+        }
+    });
+    Ok(Some(addr))
+}
+
+/// Applies what a reload may change while connections stay open: weights,
+/// and P and ζ where the optimizer does not tune them. Listener, upstream,
+/// protocol, tenant key, queue bounds and the optimizer's settings need a
+/// restart; a change there is reported, not applied.
+fn apply(gate: &Gate, old: &Settings, new: &Settings) {
+    for (tenant, &weight) in &new.gate.weights {
+        if let Err(e) = gate.set_weight(tenant, weight) {
+            tracing::error!("reload: {e}");
+        }
+    }
+    if new.optimizer.parallelism == ParallelismMode::Fixed {
+        if let Err(e) = gate.set_parallelism(new.gate.parallelism) {
+            tracing::error!("reload: {e}");
+        }
+    }
+    if new.optimizer.zeta == ZetaMode::Fixed {
+        if let Err(e) = gate.set_zeta(new.gate.zeta) {
+            tracing::error!("reload: {e}");
+        }
+    }
+    if old.proxy != new.proxy || old.admin.listen != new.admin.listen {
+        tracing::warn!("reload: [proxy] and [admin] changes take effect at the next start");
+    }
+    tracing::info!("settings reloaded");
+}

@@ -1,0 +1,121 @@
+//! `sluice proxy`: AppleS admission control and fair scheduling in front of
+//! an unmodified PostgreSQL or Redis (the service is `sluice_proxy::service`).
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use sluice_proxy::optimizer::ParallelismMode;
+use sluice_proxy::settings::Settings;
+use sluice_proxy::Protocol;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Args)]
+#[command(long_about = "Put Sluice in front of PostgreSQL or Redis.\n\n\
+    Requests wait in per-tenant queues; at most P of them are inside the database at once, \
+    and tenants take turns by weighted round robin with round quota zeta (AppleS). P is tuned \
+    by AppleS's three-sample throughput model (or a gradient limiter, or pinned), zeta by \
+    feedback on unfairness and latency variability, and latency-sensitive tenants' weights \
+    by their SLOs. Every client connection gets its own server connection.\n\n\
+    Quick start: sluice proxy --protocol pg --listen 127.0.0.1:6432 --upstream 127.0.0.1:5432\n\
+    With a file: sluice proxy --config docs/proxy.example.toml (every setting documented there).\n\
+    The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate and POST /weight. \
+    SIGHUP reloads the file; SIGINT or SIGTERM drains requests in flight and stops.")]
+pub struct ProxyArgs {
+    /// Settings file (TOML; see docs/proxy.example.toml)
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (overrides the file)
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// The database's address (overrides the file)
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// pg or redis (overrides the file)
+    #[arg(long)]
+    pub protocol: Option<String>,
+    /// Pin P to this value instead of tuning it
+    #[arg(long)]
+    pub parallelism: Option<usize>,
+}
+
+pub fn run(args: ProxyArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let settings = settings(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve(settings, args.config))
+}
+
+/// The file's settings (or a minimal file built from the flags) with the
+/// flags applied on top.
+fn settings(args: &ProxyArgs) -> Result<Settings> {
+    let text = match &args.config {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?,
+        None => {
+            let (Some(listen), Some(upstream), Some(_)) = (&args.listen, &args.upstream, &args.protocol) else {
+                return Err(anyhow!(
+                    "give --config FILE, or all of --listen, --upstream and --protocol"
+                ));
+            };
+            // The protocol flag is applied below, with the other overrides.
+            format!("[proxy]\nlisten = {listen:?}\nupstream = {upstream:?}\nprotocol = \"redis\"\n")
+        }
+    };
+    let mut settings = Settings::parse(&text).map_err(|e| {
+        anyhow!(
+            "{}: {e}",
+            args.config.as_ref().map_or("flags".into(), |p| p.display().to_string())
+        )
+    })?;
+    if let Some(listen) = &args.listen {
+        settings.proxy.listen = listen.clone();
+    }
+    if let Some(upstream) = &args.upstream {
+        settings.proxy.upstream = upstream.clone();
+    }
+    if let Some(protocol) = &args.protocol {
+        settings.proxy.protocol = match protocol.as_str() {
+            "pg" | "postgres" | "postgresql" => Protocol::Pg,
+            "redis" => Protocol::Redis,
+            other => return Err(anyhow!("--protocol must be pg or redis, got `{other}`")),
+        };
+    }
+    if let Some(p) = args.parallelism {
+        settings.gate.parallelism = p;
+        settings.optimizer.parallelism = ParallelismMode::Fixed;
+    }
+    settings.proxy.validate()?;
+    settings.gate.validate().map_err(|e| anyhow!(e))?;
+    Ok(settings)
+}
+
+async fn serve(settings: Settings, path: Option<PathBuf>) -> Result<()> {
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            let _ = reload_tx.try_send(());
+        }
+    });
+    let mut terminate = signal(SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = terminate.recv() => {},
+        }
+        eprintln!("sluice proxy: draining requests in flight");
+    };
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<sluice_proxy::service::Addresses>();
+    tokio::spawn(async move {
+        if let Ok(a) = started_rx.await {
+            let admin = a.admin.map_or("off".to_string(), |x| format!("http://{x}"));
+            eprintln!("sluice proxy: listening on {}, admin {admin}", a.proxy);
+        }
+    });
+    sluice_proxy::service::run(settings, path, reload_rx, started_tx, shutdown)
+        .await
+        .map_err(|e| anyhow!(e))
+}
