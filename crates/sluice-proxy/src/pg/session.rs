@@ -390,6 +390,9 @@ impl Down<'_> {
     /// a protocol error, or when draining and no request is in flight.
     fn finished(&self) -> Option<BytesMut> {
         let flags = &self.shared.flags;
+        if !(flags.closing() || flags.draining()) {
+            return None;
+        }
         let mut state = self.shared.lock();
         if flags.closing() {
             return Some(mem::take(&mut state.outbox));

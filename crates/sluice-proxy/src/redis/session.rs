@@ -189,14 +189,17 @@ impl Up<'_> {
             let command = pos..pos + len;
             let action = self.command(&buf, command.clone(), &mut unsent).await?;
             pos += len;
-            match action {
-                Action::Forward if unsent.end == command.start => unsent.end = command.end,
-                Action::Forward => {
+            if matches!(action, Action::Forward | Action::Stream) {
+                if unsent.end != command.start {
                     self.upstream.write_all(&buf[unsent]).await?;
-                    unsent = command;
+                    unsent = command.start..command.start;
                 }
-                Action::Skip => {}
+                unsent.end = command.end;
+            }
+            match action {
+                Action::Forward | Action::Skip => {}
                 Action::Stream => {
+                    // Whatever follows is no longer framed: it goes as is.
                     unsent.end = buf.len();
                     pos = buf.len();
                     break Some(Exit::Stream);
