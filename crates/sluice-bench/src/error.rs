@@ -12,6 +12,8 @@ pub enum BenchError {
     Protocol(String),
     #[error("invalid workload: {0}")]
     Workload(String),
+    #[error("{0}")]
+    Tool(String),
 }
 
 pub type Result<T, E = BenchError> = std::result::Result<T, E>;

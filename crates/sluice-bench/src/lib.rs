@@ -2,10 +2,12 @@
 //!
 //! YCSB core workloads ([`ycsb`]) and multi-tenant mixes ([`driver`])
 //! against sluice-kv embedded or any RESP2 server ([`target`]), with
-//! latency per tenant, per operation kind and per interval.
+//! latency per tenant, per operation kind and per interval; and PostgreSQL
+//! users running pgbench's scripts, measured per user ([`pgbench`]).
 
 pub mod driver;
 pub mod error;
+pub mod pgbench;
 pub mod target;
 pub mod ycsb;
 

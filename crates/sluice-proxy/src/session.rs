@@ -1,7 +1,7 @@
 //! What the PostgreSQL and Redis sessions share (issue 5, §1 "Each client
 //! connection gets its own upstream connection" and §4 "A slot is always
 //! returned"): the per-connection context, admission that never holds back
-//! bytes a waiting request depends on, request timing, and the two-direction
+//! bytes a waiting request depends on, request outcome, and the two-direction
 //! drive loop with graceful shutdown.
 //!
 //! A session runs two futures in one task: client → upstream (framing
@@ -16,7 +16,6 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Instant;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,32 +71,29 @@ impl Context {
     }
 }
 
-/// When a request arrived and when it was let in, for the statistics.
-pub(crate) struct Timing {
-    pub arrived: Instant,
-    pub admitted: Instant,
+/// Where an admitted request's outcome is counted. Its queue wait and
+/// latency are the gate's to record (they end when the slot is dropped).
+pub(crate) struct Outcome {
     pub stats: Arc<TenantStats>,
 }
 
-impl Timing {
+impl Outcome {
     /// The request's answer is complete.
     pub fn finish(self, error: bool) {
-        self.stats
-            .record(self.admitted - self.arrived, self.arrived.elapsed(), error);
+        self.stats.record(error);
     }
 }
 
 /// Asks the gate to let `who`'s request in. When it cannot at once, the
 /// `unsent` bytes (earlier requests of this client that already hold slots)
 /// are written first: the waiting request may need their slots back.
-/// Returns the gate's answer, the timing, and whether `unsent` was written.
+/// Returns the gate's answer, the outcome, and whether `unsent` was written.
 pub(crate) async fn admit<W: AsyncWrite + Unpin>(
     gate: &Gate,
     who: &Who,
     upstream: &mut W,
     unsent: &[u8],
-) -> io::Result<(Result<(Slot, Timing), Refusal>, bool)> {
-    let arrived = Instant::now();
+) -> io::Result<(Result<(Slot, Outcome), Refusal>, bool)> {
     let mut admission = pin!(gate.admit(&who.tenant));
     let ready = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await;
     let (answer, flushed) = match ready {
@@ -108,12 +104,10 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
         }
     };
     let answer = answer.map(|slot| {
-        let timing = Timing {
-            arrived,
-            admitted: slot.admitted.max(arrived),
+        let outcome = Outcome {
             stats: Arc::clone(&who.stats),
         };
-        (slot, timing)
+        (slot, outcome)
     });
     if answer.is_err() {
         who.stats.record_refused();

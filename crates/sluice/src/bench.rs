@@ -21,6 +21,8 @@ pub enum BenchCommand {
     Sim(SimBench),
     /// The I/O runtime on an emulated SSD: RCP against FIFO, and overhead
     Io(crate::bench_io::IoBench),
+    /// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
+    Pg(crate::bench_pg::PgBench),
 }
 
 #[derive(Args)]
@@ -56,6 +58,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Sim(b) => sim(b),
         BenchCommand::Io(b) => crate::bench_io::run(b),
+        BenchCommand::Pg(b) => crate::bench_pg::run(b),
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_io;
+mod bench_pg;
 mod demo;
 mod demo_report;
 mod proxy;

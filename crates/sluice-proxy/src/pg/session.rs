@@ -36,12 +36,12 @@ use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use crate::config::TenantKey;
 use crate::gate::Slot;
-use crate::session::{admit, drive, ClientEnd, Context, Flags, Timing, Who, READ_SIZE};
+use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
 
 /// A request inside the database.
 struct Request {
     slot: Slot,
-    timing: Timing,
+    outcome: Outcome,
     error: bool,
 }
 
@@ -305,11 +305,11 @@ impl Up<'_> {
         }
         let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent).await?;
         match answer {
-            Ok((slot, timing)) => {
+            Ok((slot, outcome)) => {
                 let mut state = self.shared.lock();
                 state.request = Some(Request {
                     slot,
-                    timing,
+                    outcome,
                     error: false,
                 });
                 count(&mut state, tag);
@@ -467,9 +467,9 @@ impl Down<'_> {
                 }
             }
         };
-        if let Some(Request { slot, timing, error }) = ended {
+        if let Some(Request { slot, outcome, error }) = ended {
             drop(slot);
-            timing.finish(error);
+            outcome.finish(error);
         }
     }
 

@@ -29,14 +29,14 @@ use super::command::{classify, Args, Kind};
 use super::resp::{CommandParser, Reply, ReplyScanner};
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
-use crate::session::{admit, drive, ClientEnd, Context, Flags, Timing, Who, READ_SIZE};
+use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
 
 /// What the upstream → client direction does when it reaches an entry.
 enum Pending {
     /// A reply from the server completes this command.
     Reply {
         slot: Option<Slot>,
-        timing: Option<Timing>,
+        outcome: Option<Outcome>,
         rename: Option<Arc<str>>,
     },
     /// The proxy answers this command itself, in its place among the replies.
@@ -131,7 +131,7 @@ struct Up<'a> {
     ctx: &'a Context,
     who: Who,
     /// The open transaction's slot, released with EXEC's or DISCARD's reply.
-    tx: Option<(Slot, Timing)>,
+    tx: Option<(Slot, Outcome)>,
     /// The refusal of the open transaction's MULTI.
     refused_tx: Option<Bytes>,
 }
@@ -235,7 +235,7 @@ impl Up<'_> {
                 self.who.stats.record_passthrough();
                 self.shared.push(Pending::Reply {
                     slot: None,
-                    timing: None,
+                    outcome: None,
                     rename: None,
                 });
                 Ok(Action::Forward)
@@ -278,10 +278,10 @@ impl Up<'_> {
             *unsent = unsent.end..unsent.end;
         }
         match answer {
-            Ok((slot, timing)) => {
+            Ok((slot, outcome)) => {
                 self.shared.push(Pending::Reply {
                     slot: Some(slot),
-                    timing: Some(timing),
+                    outcome: Some(outcome),
                     rename,
                 });
                 Ok(Action::Forward)
@@ -306,7 +306,7 @@ impl Up<'_> {
                 self.shared.lock().in_tx = true;
                 self.shared.push(Pending::Reply {
                     slot: None,
-                    timing: None,
+                    outcome: None,
                     rename: None,
                 });
                 Ok(Action::Forward)
@@ -322,11 +322,11 @@ impl Up<'_> {
 
     fn inside_tx(&mut self, kind: &Kind<'_>) -> Action {
         let entry = match (kind, self.tx.take()) {
-            (Kind::EndTx, Some((slot, timing))) => {
+            (Kind::EndTx, Some((slot, outcome))) => {
                 self.shared.lock().in_tx = false;
                 Pending::Reply {
                     slot: Some(slot),
-                    timing: Some(timing),
+                    outcome: Some(outcome),
                     rename: None,
                 }
             }
@@ -334,7 +334,7 @@ impl Up<'_> {
                 self.tx = tx;
                 Pending::Reply {
                     slot: None,
-                    timing: None,
+                    outcome: None,
                     rename: None,
                 }
             }
@@ -487,10 +487,10 @@ impl Down<'_> {
         let entry = self.shared.lock().pending.pop_front();
         // An entry-less reply is unsolicited (say, an error before the server
         // closes); it is forwarded all the same.
-        if let Some(Pending::Reply { slot, timing, rename }) = entry {
+        if let Some(Pending::Reply { slot, outcome, rename }) = entry {
             drop(slot);
-            if let Some(timing) = timing {
-                timing.finish(reply.is_error());
+            if let Some(outcome) = outcome {
+                outcome.finish(reply.is_error());
             }
             if let (Some(name), false) = (rename, reply.is_error()) {
                 self.shared.lock().rename = Some(name);

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 pub struct ProxyHandle {
     pub addr: SocketAddr,
     pub stats: Arc<Stats>,
+    pub gate: Gate,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -32,10 +33,10 @@ impl ProxyHandle {
                 .expect("building the proxy's runtime");
             runtime.block_on(async {
                 let gate = Gate::new(gate).expect("a valid gate configuration");
-                let proxy = Proxy::bind(config, gate).await.expect("binding the proxy");
+                let proxy = Proxy::bind(config, gate.clone()).await.expect("binding the proxy");
                 let addr = proxy.local_addr().expect("the proxy's address");
                 ready_tx
-                    .send((addr, proxy.stats()))
+                    .send((addr, proxy.stats(), gate))
                     .expect("the test waits for the proxy");
                 let shutdown = async {
                     let _ = stopped.await;
@@ -43,18 +44,24 @@ impl ProxyHandle {
                 proxy.run(shutdown).await.expect("running the proxy");
             });
         });
-        let (addr, stats) = ready_rx.recv().expect("the proxy started");
+        let (addr, stats, gate) = ready_rx.recv().expect("the proxy started");
         ProxyHandle {
             addr,
             stats,
+            gate,
             stop: Some(stop),
             thread: Some(thread),
         }
     }
 
-    /// The statistics of one tenant.
+    /// The session counters of one tenant.
     pub fn tenant(&self, name: &str) -> Option<TenantSnapshot> {
         self.stats.snapshot().into_iter().find(|t| &*t.tenant == name)
+    }
+
+    /// What the gate recorded for one tenant (admissions, latencies).
+    pub fn gate_tenant(&self, name: &str) -> Option<sluice_proxy::gate::TenantSnapshot> {
+        self.gate.snapshot().tenants.into_iter().find(|t| t.name == name)
     }
 
     /// Shuts the proxy down gracefully; false if its thread panicked.

@@ -1,0 +1,250 @@
+//! `sluice bench pg`: PostgreSQL users (pgbench's scripts, one closed loop
+//! per connection) against several targets — the database directly, through
+//! `sluice proxy`, through PgBouncer — interleaved round by round, with
+//! per-user throughput, U_f, V_l, latency percentiles, CPU steal, and the
+//! CPU time each proxy process spends per transaction.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use sluice_bench::pgbench::{self, PgbenchSpec};
+
+use crate::steal::CpuTimes;
+
+#[derive(Args)]
+#[command(long_about = "PostgreSQL users against several targets, interleaved.\n\n\
+    Each user is one connection running pgbench's script in a closed loop. Every round runs \
+    each target once per user count; only transactions finishing after --warmup count, so a \
+    proxy that tunes itself first is measured once settled. Reports per target the median \
+    throughput, the paired ratio to the first target (median and spread over rounds), U_f, \
+    V_l, p99, failed transactions, and the CPU time per transaction of processes given by \
+    --cpu. Rounds with CPU steal above --max-steal are set aside.\n\n\
+    Example: sluice bench pg --targets direct=127.0.0.1:5432,sluice=127.0.0.1:6432 \
+    --users 8,256 --cpu sluice=$(pidof sluice)\n\
+    scripts/bench-proxy.sh sets up PostgreSQL, PgBouncer and sluice proxy and runs this.")]
+pub struct PgBench {
+    /// Targets as NAME=HOST:PORT, comma-separated; the first is the baseline
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub targets: Vec<String>,
+    /// User counts to run, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "256,512")]
+    pub users: Vec<usize>,
+    /// Seconds measured per run
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// Seconds run before measuring
+    #[arg(long, default_value_t = 10)]
+    pub warmup: u64,
+    /// Rounds; each runs every target once per user count
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// pgbench -M: simple, extended or prepared
+    #[arg(long, default_value = "simple")]
+    pub protocol: String,
+    /// pgbench -b: tpcb-like, simple-update or select-only
+    #[arg(long, default_value = "tpcb-like")]
+    pub script: String,
+    #[arg(long, default_value = "postgres")]
+    pub user: String,
+    #[arg(long, default_value = "postgres")]
+    pub database: String,
+    /// pgbench worker threads
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Processes to charge CPU time to, as TARGET=PID (e.g. sluice=1234)
+    #[arg(long, value_delimiter = ',')]
+    pub cpu: Vec<String>,
+    /// Set aside rounds whose CPU steal exceeds this fraction
+    #[arg(long, default_value_t = 0.10)]
+    pub max_steal: f64,
+    /// Write every run as JSON here
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct RunRecord {
+    users: usize,
+    round: usize,
+    target: String,
+    tps: f64,
+    unfairness: f64,
+    latency_cv: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    failed: u64,
+    steal: f64,
+    /// CPU milliseconds per transaction of the target's process, if given.
+    cpu_ms_per_txn: Option<f64>,
+}
+
+pub fn run(args: PgBench) -> Result<()> {
+    let targets = args.targets.iter().map(|t| target(t)).collect::<Result<Vec<_>>>()?;
+    let pids: BTreeMap<String, u32> = args
+        .cpu
+        .iter()
+        .map(|c| {
+            let (name, pid) = c
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--cpu wants TARGET=PID, got `{c}`"))?;
+            Ok((
+                name.to_string(),
+                pid.parse().with_context(|| format!("--cpu {c}: not a process id"))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let logs = tempfile::tempdir()?;
+    let mut records = Vec::new();
+    for &users in &args.users {
+        for round in 1..=args.rounds {
+            for (name, host, port) in &targets {
+                let spec = PgbenchSpec {
+                    host: host.clone(),
+                    port: *port,
+                    user: args.user.clone(),
+                    database: args.database.clone(),
+                    users,
+                    threads: args.threads.min(users),
+                    warmup: Duration::from_secs(args.warmup),
+                    measure: Duration::from_secs(args.seconds),
+                    protocol: args.protocol.clone(),
+                    script: args.script.clone(),
+                };
+                let cpu_before = pids.get(name).map(|&p| process_cpu(p)).transpose()?;
+                let steal_before = CpuTimes::now();
+                let result = pgbench::run(&spec, logs.path()).with_context(|| format!("{name}, {users} users"))?;
+                let steal = steal_before.steal_until(&CpuTimes::now());
+                let cpu_ms_per_txn = match (cpu_before, pids.get(name)) {
+                    (Some(before), Some(&pid)) => {
+                        Some((process_cpu(pid)? - before) * 1e3 / result.finished_in_run.max(1) as f64)
+                    }
+                    _ => None,
+                };
+                let r = RunRecord {
+                    users,
+                    round,
+                    target: name.clone(),
+                    tps: result.tps(),
+                    unfairness: result.unfairness(),
+                    latency_cv: result.latency_cv(),
+                    p50_ms: result.quantile_ms(0.5),
+                    p99_ms: result.quantile_ms(0.99),
+                    p999_ms: result.quantile_ms(0.999),
+                    failed: result.failed,
+                    steal,
+                    cpu_ms_per_txn,
+                };
+                eprintln!(
+                    "{users:>4} users  round {round}  {name:<12} {:>8.0} tps  U_f {:.3}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%",
+                    r.tps,
+                    r.unfairness,
+                    r.latency_cv,
+                    r.p99_ms,
+                    steal * 100.0
+                );
+                records.push(r);
+            }
+        }
+    }
+    print_table(&records, &targets[0].0, args.max_steal);
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)?;
+        let path = out.join("runs.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&records)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn target(spec: &str) -> Result<(String, String, u16)> {
+    let (name, addr) = spec
+        .split_once('=')
+        .ok_or_else(|| anyhow!("--targets wants NAME=HOST:PORT, got `{spec}`"))?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("target `{name}`: `{addr}` is not HOST:PORT"))?;
+    let port = port
+        .parse()
+        .with_context(|| format!("target `{name}`: bad port `{port}`"))?;
+    Ok((name.to_string(), host.to_string(), port))
+}
+
+/// User plus system CPU seconds of process `pid` so far.
+fn process_cpu(pid: u32) -> Result<f64> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("process {pid} (--cpu)"))?;
+    // The command name may hold spaces: fields count from after its ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("/proc/{pid}/stat: no command field"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .zip(f.get(12).and_then(|s| s.parse::<f64>().ok()))
+        .map(|(u, s)| u + s)
+        .ok_or_else(|| anyhow!("/proc/{pid}/stat: no CPU times"))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
+    let kept: Vec<&RunRecord> = records.iter().filter(|r| r.steal <= max_steal).collect();
+    let set_aside = records.len() - kept.len();
+    println!(
+        "\nusers  target        tps (median)  vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn"
+    );
+    let mut keys: Vec<(usize, String)> = kept.iter().map(|r| (r.users, r.target.clone())).collect();
+    keys.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    for (users, target) in keys {
+        if !seen.insert((users, target.clone())) {
+            continue;
+        }
+        let runs: Vec<&&RunRecord> = kept.iter().filter(|r| r.users == users && r.target == target).collect();
+        let ratios: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| {
+                kept.iter()
+                    .find(|b| b.users == users && b.round == r.round && b.target == baseline)
+                    .map(|b| r.tps / b.tps)
+            })
+            .collect();
+        let col = |f: &dyn Fn(&RunRecord) -> f64| median(runs.iter().map(|r| f(r)).collect());
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let cpu = col(&|r| r.cpu_ms_per_txn.unwrap_or(f64::NAN));
+        println!(
+            "{users:>5}  {target:<12} {:>12.0}  {:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {}",
+            col(&|r| r.tps),
+            median(ratios.clone()),
+            col(&|r| r.unfairness),
+            col(&|r| r.latency_cv),
+            col(&|r| r.p99_ms),
+            runs.iter().map(|r| r.failed).sum::<u64>(),
+            if cpu.is_nan() { "-".into() } else { format!("{cpu:.3}") },
+        );
+    }
+    if set_aside > 0 {
+        println!(
+            "({set_aside} runs set aside for CPU steal above {:.0}%)",
+            max_steal * 100.0
+        );
+    }
+}
