@@ -158,7 +158,11 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
         "tenant_latency_seconds",
         "Request latency from arrival at the proxy",
     );
-    let wait = family(&mut reg, "tenant_queue_wait_seconds", "Time waiting at the gate");
+    let wait = family(
+        &mut reg,
+        "tenant_queue_wait_mean_seconds",
+        "Mean time waiting at the gate",
+    );
     for t in &gate.tenants {
         let l = || vec![("tenant", t.name.clone())];
         weight.get_or_create(&l()).set(t.weight);
@@ -169,7 +173,7 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
         let q = |s: &str| vec![("tenant", t.name.clone()), ("quantile", s.to_string())];
         latency.get_or_create(&q("0.99")).set(t.latency_p99_ms / 1e3);
         latency.get_or_create(&q("0.999")).set(t.latency_p999_ms / 1e3);
-        wait.get_or_create(&q("0.99")).set(t.wait_p99_ms / 1e3);
+        wait.get_or_create(&l()).set(t.wait_mean_ms / 1e3);
     }
     let errors = counters(&mut reg, "tenant_errors", "Requests the server answered with an error");
     let passthrough = counters(

@@ -127,9 +127,13 @@ struct TenantRecord {
     admitted: u64,
     refused: u64,
     timed_out: u64,
-    /// Made on first use: a histogram is ~28 KiB and a tenant that never
-    /// sent a request (an idle connection as its own tenant) needs none.
-    wait: Option<Box<LatencyHistogram>>,
+    /// Queue wait: its mean per tenant; the distribution is kept for all
+    /// tenants together (`State::wait`), since with every connection its
+    /// own tenant a histogram per tenant would cost more than the
+    /// connection itself.
+    wait: Moments,
+    /// Made on first use (~21 KiB), so a tenant that never sent a request
+    /// needs none.
     latency: Option<Box<LatencyHistogram>>,
     /// Completions and latencies since the optimizers last looked.
     period: TenantStats,
@@ -151,6 +155,8 @@ struct State {
     peak_in_flight: usize,
     /// Time requests spent inside the database this period, seconds.
     service: Moments,
+    /// Every tenant's queue wait.
+    wait: LatencyHistogram,
 }
 
 struct Shared {
@@ -200,6 +206,7 @@ impl Gate {
             peak_demand: 0,
             peak_in_flight: 0,
             service: Moments::default(),
+            wait: LatencyHistogram::coarse(),
         };
         let shared = Shared {
             state: Mutex::new(state),
@@ -246,10 +253,10 @@ impl Gate {
             Ok(Ok(())) => {
                 waiting.taken = true;
                 let admitted = Instant::now();
-                record(
-                    &mut self.shared.lock().tenants[tenant.id.0 as usize].wait,
-                    nanos(admitted - arrived),
-                );
+                let wait = nanos(admitted - arrived);
+                let mut st = self.shared.lock();
+                st.wait.record(wait);
+                st.tenants[tenant.id.0 as usize].wait.record(wait as f64);
                 Ok(Slot {
                     shared: Arc::clone(&self.shared),
                     tenant: tenant.id,
@@ -375,6 +382,8 @@ impl Gate {
             zeta: st.stage.policy().zeta(),
             in_flight: st.stage.in_service(),
             queued: st.stage.queued(),
+            wait_p99_ms: st.wait.quantile(0.99) as f64 / 1e6,
+            wait_p999_ms: st.wait.quantile(0.999) as f64 / 1e6,
             tenants: st
                 .tenants
                 .iter()
@@ -429,7 +438,7 @@ impl TenantRecord {
             admitted: 0,
             refused: 0,
             timed_out: 0,
-            wait: None,
+            wait: Moments::default(),
             latency: None,
             period: TenantStats::new(weight),
             busy: false,
@@ -450,8 +459,7 @@ impl TenantRecord {
             completed: self.latency.as_ref().map_or(0, |h| h.count()),
             refused: self.refused,
             timed_out: self.timed_out,
-            wait_mean_ms: mean_ms(&self.wait),
-            wait_p99_ms: ms(&self.wait, 0.99),
+            wait_mean_ms: self.wait.mean() / 1e6,
             latency_mean_ms: mean_ms(&self.latency),
             latency_p99_ms: ms(&self.latency, 0.99),
             latency_p999_ms: ms(&self.latency, 0.999),
@@ -531,6 +539,9 @@ pub struct GateSnapshot {
     pub zeta: f64,
     pub in_flight: usize,
     pub queued: usize,
+    /// Queue wait of every tenant's requests together.
+    pub wait_p99_ms: f64,
+    pub wait_p999_ms: f64,
     pub tenants: Vec<TenantSnapshot>,
 }
 
@@ -545,7 +556,6 @@ pub struct TenantSnapshot {
     pub refused: u64,
     pub timed_out: u64,
     pub wait_mean_ms: f64,
-    pub wait_p99_ms: f64,
     pub latency_mean_ms: f64,
     pub latency_p99_ms: f64,
     pub latency_p999_ms: f64,

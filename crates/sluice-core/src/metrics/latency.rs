@@ -6,6 +6,9 @@ use hdrhistogram::Histogram;
 
 use crate::time::Nanos;
 
+/// The top of a coarse histogram, ns.
+const COARSE_MAX: u64 = 100_000_000_000;
+
 #[derive(Clone, Debug)]
 pub struct LatencyHistogram {
     hist: Histogram<u64>,
@@ -20,11 +23,12 @@ impl Default for LatencyHistogram {
 }
 
 impl LatencyHistogram {
-    /// A histogram for one of many tenants: microsecond resolution and two
-    /// significant digits, about a tenth of the default's memory.
+    /// A histogram for one of many tenants: microsecond resolution, two
+    /// significant digits, up to 100 s (longer values count as 100 s);
+    /// about a twelfth of the default's memory.
     pub fn coarse() -> Self {
         LatencyHistogram {
-            hist: Histogram::new_with_bounds(1_000, 3_600_000_000_000, 2).expect("static bounds are valid"),
+            hist: Histogram::new_with_bounds(1_000, COARSE_MAX, 2).expect("static bounds are valid"),
         }
     }
 
@@ -51,15 +55,37 @@ impl LatencyHistogram {
     }
 
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        // Both constructors share the upper bound, so adding never overflows
-        // the range: coarse and fine histograms add into each other.
-        self.hist.add(&other.hist).expect("histograms share the upper bound");
+        // A coarse histogram's values fit a fine one's range; a fine one's
+        // beyond the coarse range are clamped to its top.
+        if self.hist.add(&other.hist).is_err() {
+            for v in other.hist.iter_recorded() {
+                self.hist.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fine_and_coarse_histograms_merge_both_ways() {
+        let mut fine = LatencyHistogram::default();
+        fine.record(2_000_000);
+        fine.record(3_000_000_000_000);
+        let mut coarse = LatencyHistogram::coarse();
+        coarse.record(5_000);
+        coarse.merge(&fine);
+        assert_eq!(coarse.count(), 3);
+        assert!(
+            coarse.max() >= COARSE_MAX && coarse.max() < 2 * COARSE_MAX,
+            "clamped to the top: {}",
+            coarse.max()
+        );
+        fine.merge(&coarse);
+        assert_eq!(fine.count(), 5);
+    }
 
     #[test]
     fn percentiles_within_three_digits() {
