@@ -181,8 +181,13 @@ impl DecisionLog {
 
 /// Where the three-sample model stands.
 enum ModelPhase {
-    /// No demand yet, or holding the matching point.
-    Holding { since: Instant, users: usize },
+    /// No demand yet, or holding the matching point. `moved_since` is when
+    /// the demand first strayed from `users` (it must stay away a while).
+    Holding {
+        since: Instant,
+        users: usize,
+        moved_since: Option<Instant>,
+    },
     /// Measuring λ at `ps[step]`.
     Sampling {
         ps: [usize; 3],
@@ -191,6 +196,14 @@ enum ModelPhase {
         completed: u64,
         samples: Vec<Sample>,
     },
+}
+
+fn holding(since: Instant, users: usize) -> ModelPhase {
+    ModelPhase::Holding {
+        since,
+        users,
+        moved_since: None,
+    }
 }
 
 struct Optimizer {
@@ -240,7 +253,7 @@ impl Optimizer {
         Ok(Optimizer {
             gradient: GradientLimiter::new(config.gradient, gate.parallelism())?,
             quota: QuotaController::new(config.quota, gate.zeta())?,
-            model: ModelPhase::Holding { since: now, users: 0 },
+            model: holding(now, 0),
             zeta_window: (now, HashMap::new()),
             slo_window_start: now,
             slos,
@@ -284,11 +297,20 @@ impl Optimizer {
     fn model_tick(&mut self, period: &Period, now: Instant) {
         let m = self.config.model.clone();
         match &mut self.model {
-            ModelPhase::Holding { since, users } => {
+            ModelPhase::Holding {
+                since,
+                users,
+                moved_since,
+            } => {
+                // A change of demand counts once it has lasted a settle
+                // time: clients connecting or leaving pass through every
+                // count on their way.
                 let demand = period.peak_demand;
                 let moved = (demand as f64 - *users as f64).abs() > m.demand_change * (*users).max(1) as f64;
+                *moved_since = if moved { moved_since.or(Some(now)) } else { None };
+                let sustained = moved_since.is_some_and(|t| now - t >= Duration::from_millis(m.settle_ms));
                 let stale = now - *since >= Duration::from_millis(m.rerun_ms);
-                if demand > 0 && (moved || stale) {
+                if demand > 0 && (sustained || stale) {
                     self.start_sampling(demand, now);
                 }
             }
@@ -308,6 +330,15 @@ impl Optimizer {
                     return;
                 }
                 let throughput = *completed as f64 / (m.sample_ms as f64 / 1e3);
+                if throughput == 0.0 {
+                    let why = format!(
+                        "model: nothing finished at P = {}; the users left, sampling abandoned",
+                        ps[*step]
+                    );
+                    self.model = holding(now, 0);
+                    self.decide("matching_point", self.gate.parallelism() as f64, why);
+                    return;
+                }
                 samples.push(Sample {
                     p: ps[*step],
                     throughput,
@@ -336,11 +367,10 @@ impl Optimizer {
     fn start_sampling(&mut self, users: usize, now: Instant) {
         let p0 = self.config.model.p0;
         if users <= p0 + 1 {
-            self.model = ModelPhase::Holding { since: now, users };
-            self.set_p(
-                users.max(1),
-                format!("model: only {users} users, no contention to model"),
-            );
+            self.model = holding(now, users);
+            if self.gate.parallelism() < users {
+                self.set_p(users, format!("model: only {users} users, no contention to model"));
+            }
             return;
         }
         let p1 = ((p0 * users) as f64).sqrt().round() as usize;
@@ -378,10 +408,7 @@ impl Optimizer {
         };
         self.decide("matching_point", mp.p as f64, why.clone());
         self.set_p(mp.p, why);
-        self.model = ModelPhase::Holding {
-            since: now,
-            users: samples[2].p,
-        };
+        self.model = holding(now, samples[2].p);
     }
 
     fn gradient_tick(&mut self, period: &Period) {
@@ -409,7 +436,9 @@ impl Optimizer {
         }
         let tenants: Vec<TenantStats> = window.drain().map(|(_, s)| s).collect();
         *since = now;
-        if tenants.len() < 2 {
+        // U_f over fewer than a couple of requests per tenant is noise.
+        let completed: u64 = tenants.iter().map(|t| t.completed).sum();
+        if tenants.len() < 2 || completed < 2 * tenants.len() as u64 {
             return;
         }
         let seen = QuotaObservation {
