@@ -6,6 +6,12 @@
 # servers in a temporary directory and stops them on exit.
 #
 #   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 15]
+#
+# Environment:
+#   SWEEP="8 16 32"   also run sluice proxies with P pinned to each value
+#                     (the hand sweep the matching point is checked against)
+#   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
+#                     through a weighted and an equal-weight sluice proxy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -60,27 +66,44 @@ chmod a+r "$work"/*.ini "$work/users.txt"
 "${as_db[@]}" pgbouncer "$work/pgbouncer.ini" >"$work/pgbouncer.out" 2>&1 &
 pids+=($!)
 bouncer_pid=$!
-
-echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"
-cat >"$work/sluice.toml" <<TOML
-[proxy]
-listen = "127.0.0.1:$SLUICE_PORT"
-upstream = "127.0.0.1:$PG_PORT"
-protocol = "pg"
-tenant_key = "connection"
-[admin]
-listen = "127.0.0.1:$ADMIN_PORT"
-[gate]
-queue_limit = 100000
-TOML
-target/release/sluice proxy --config "$work/sluice.toml" 2>"$work/sluice.log" &
-pids+=($!)
-sluice_pid=$!
 sleep 1
+kill -0 $bouncer_pid 2>/dev/null || { cat "$work/pgbouncer.log"; echo "PgBouncer did not start" >&2; exit 1; }
 
-target/release/sluice bench pg \
-    --targets "direct=127.0.0.1:$PG_PORT,pgbouncer=127.0.0.1:$BOUNCER_PORT,sluice=127.0.0.1:$SLUICE_PORT" \
-    --cpu "pgbouncer=$bouncer_pid,sluice=$sluice_pid" --out results/bench-pg "$@"
+# start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
+# of PostgreSQL; its pid is appended to cpu_args.
+start_sluice() {
+    local name=$1 port=$2 admin=$3 extra=${4:-}
+    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "127.0.0.1:%s"\nprotocol = "pg"\ntenant_key = "%s"\n[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
+        "$port" "$PG_PORT" "${TENANT_KEY:-connection}" "$admin" "$extra" >"$work/$name.toml"
+    target/release/sluice proxy --config "$work/$name.toml" 2>"$work/$name.log" &
+    pids+=($!)
+    local pid=$!
+    sleep 1
+    kill -0 $pid 2>/dev/null || { cat "$work/$name.log"; echo "sluice proxy $name did not start" >&2; exit 1; }
+    targets+=",$name=127.0.0.1:$port"
+    cpu_args+=",$name=$pid"
+}
+
+targets="direct=127.0.0.1:$PG_PORT,pgbouncer=127.0.0.1:$BOUNCER_PORT"
+cpu_args="pgbouncer=$bouncer_pid"
+tenant_args=()
+if [[ -n "${WEIGHTS:-}" ]]; then
+    echo "== tenants $WEIGHTS: weighted and equal-weight sluice proxies"
+    weights_toml="[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n"
+    TENANT_KEY=application_name start_sluice sluice-weighted $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$weights_toml"
+    TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) ""
+    tenant_args=(--tenants "$WEIGHTS")
+else
+    echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"
+    start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
+    i=11
+    for p in ${SWEEP:-}; do
+        start_sluice "sluice-p$p" $((SLUICE_PORT + i)) "" "parallelism = $p\n[optimizer]\nparallelism = \"fixed\"\n"
+        i=$((i + 1))
+    done
+fi
+
+target/release/sluice bench pg --targets "$targets" --cpu "$cpu_args" "${tenant_args[@]}" --out results/bench-pg "$@"
 echo "== the proxy's decisions"
 curl -s "http://127.0.0.1:$ADMIN_PORT/stats" | python3 -c '
 import json, sys

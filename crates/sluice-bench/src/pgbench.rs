@@ -31,6 +31,8 @@ pub struct PgbenchSpec {
     pub protocol: String,
     /// pgbench's `-b`: tpcb-like, simple-update or select-only.
     pub script: String,
+    /// application_name of every connection (a proxy may name tenants by it).
+    pub application_name: Option<String>,
 }
 
 /// What the users got in the measured window.
@@ -47,6 +49,14 @@ pub struct PgbenchResult {
 }
 
 impl PgbenchResult {
+    /// Adds the users of a run that ran at the same time (another tenant).
+    pub fn merge(&mut self, other: PgbenchResult) {
+        self.users.extend(other.users);
+        self.latency.merge(&other.latency);
+        self.failed += other.failed;
+        self.finished_in_run += other.finished_in_run;
+    }
+
     pub fn transactions(&self) -> u64 {
         self.users.iter().map(|u| u.completed).sum()
     }
@@ -72,7 +82,11 @@ pub fn run(spec: &PgbenchSpec, log_dir: &Path) -> Result<PgbenchResult> {
     let prefix = log_dir.join("pgbench_log");
     let total = spec.warmup + spec.measure;
     let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let output = Command::new("pgbench")
+    let mut command = Command::new("pgbench");
+    if let Some(name) = &spec.application_name {
+        command.env("PGAPPNAME", name);
+    }
+    let output = command
         .args(["-h", &spec.host, "-p", &spec.port.to_string(), "-U", &spec.user])
         .args(["-c", &spec.users.to_string(), "-j", &spec.threads.to_string()])
         .args(["-T", &total.as_secs().max(1).to_string(), "-n", "-l"])

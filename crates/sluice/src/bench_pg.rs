@@ -61,9 +61,23 @@ pub struct PgBench {
     /// Set aside rounds whose CPU steal exceeds this fraction
     #[arg(long, default_value_t = 0.10)]
     pub max_steal: f64,
+    /// Tenants as NAME:WEIGHT, comma-separated: the users are split evenly
+    /// among them, each tenant's connections carry its name as
+    /// application_name, and each tenant's share of throughput is reported
+    /// against its share of the weights
+    #[arg(long, value_delimiter = ',')]
+    pub tenants: Vec<String>,
     /// Write every run as JSON here
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// One tenant's throughput in a run.
+#[derive(Clone, Debug, Serialize)]
+struct TenantTps {
+    name: String,
+    weight: f64,
+    tps: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -81,6 +95,7 @@ struct RunRecord {
     steal: f64,
     /// CPU milliseconds per transaction of the target's process, if given.
     cpu_ms_per_txn: Option<f64>,
+    tenants: Vec<TenantTps>,
 }
 
 pub fn run(args: PgBench) -> Result<()> {
@@ -98,26 +113,15 @@ pub fn run(args: PgBench) -> Result<()> {
             ))
         })
         .collect::<Result<_>>()?;
-    let logs = tempfile::tempdir()?;
+    let tenants = args.tenants.iter().map(|t| tenant(t)).collect::<Result<Vec<_>>>()?;
     let mut records = Vec::new();
     for &users in &args.users {
         for round in 1..=args.rounds {
             for (name, host, port) in &targets {
-                let spec = PgbenchSpec {
-                    host: host.clone(),
-                    port: *port,
-                    user: args.user.clone(),
-                    database: args.database.clone(),
-                    users,
-                    threads: args.threads.min(users),
-                    warmup: Duration::from_secs(args.warmup),
-                    measure: Duration::from_secs(args.seconds),
-                    protocol: args.protocol.clone(),
-                    script: args.script.clone(),
-                };
                 let cpu_before = pids.get(name).map(|&p| process_cpu(p)).transpose()?;
                 let steal_before = CpuTimes::now();
-                let result = pgbench::run(&spec, logs.path()).with_context(|| format!("{name}, {users} users"))?;
+                let (result, tenants) = run_tenants(&args, &tenants, host, *port, users)
+                    .with_context(|| format!("{name}, {users} users"))?;
                 let steal = steal_before.steal_until(&CpuTimes::now());
                 let cpu_ms_per_txn = match (cpu_before, pids.get(name)) {
                     (Some(before), Some(&pid)) => {
@@ -138,6 +142,7 @@ pub fn run(args: PgBench) -> Result<()> {
                     failed: result.failed,
                     steal,
                     cpu_ms_per_txn,
+                    tenants,
                 };
                 eprintln!(
                     "{users:>4} users  round {round}  {name:<12} {:>8.0} tps  U_f {:.3}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%",
@@ -159,6 +164,81 @@ pub fn run(args: PgBench) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// One run: every tenant's pgbench at once (or one pgbench if there are no
+/// tenants), merged, with each tenant's throughput.
+fn run_tenants(
+    args: &PgBench,
+    tenants: &[(String, f64)],
+    host: &str,
+    port: u16,
+    users: usize,
+) -> Result<(pgbench::PgbenchResult, Vec<TenantTps>)> {
+    let groups: Vec<(Option<String>, f64)> = if tenants.is_empty() {
+        vec![(None, 1.0)]
+    } else {
+        tenants.iter().map(|(n, w)| (Some(n.clone()), *w)).collect()
+    };
+    let per_group = (users / groups.len()).max(1);
+    let results: Vec<Result<pgbench::PgbenchResult>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = groups
+            .iter()
+            .map(|(name, _)| {
+                let spec = PgbenchSpec {
+                    host: host.to_string(),
+                    port,
+                    user: args.user.clone(),
+                    database: args.database.clone(),
+                    users: per_group,
+                    threads: args.threads.min(per_group),
+                    warmup: Duration::from_secs(args.warmup),
+                    measure: Duration::from_secs(args.seconds),
+                    protocol: args.protocol.clone(),
+                    script: args.script.clone(),
+                    application_name: name.clone(),
+                };
+                scope.spawn(move || {
+                    let logs = tempfile::tempdir()?;
+                    Ok(pgbench::run(&spec, logs.path())?)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or_else(|_| Err(anyhow!("a pgbench runner panicked"))))
+            .collect()
+    });
+    let mut merged: Option<pgbench::PgbenchResult> = None;
+    let mut shares = Vec::new();
+    for ((name, weight), result) in groups.into_iter().zip(results) {
+        let result = result?;
+        if let Some(name) = name {
+            shares.push(TenantTps {
+                name,
+                weight,
+                tps: result.tps(),
+            });
+        }
+        match &mut merged {
+            Some(m) => m.merge(result),
+            None => merged = Some(result),
+        }
+    }
+    Ok((merged.expect("at least one group"), shares))
+}
+
+fn tenant(spec: &str) -> Result<(String, f64)> {
+    let (name, weight) = spec
+        .split_once(':')
+        .ok_or_else(|| anyhow!("--tenants wants NAME:WEIGHT, got `{spec}`"))?;
+    let weight: f64 = weight
+        .parse()
+        .with_context(|| format!("tenant `{name}`: bad weight `{weight}`"))?;
+    anyhow::ensure!(
+        weight.is_finite() && weight > 0.0,
+        "tenant `{name}`: weight must be > 0, got {weight}"
+    );
+    Ok((name.to_string(), weight))
 }
 
 fn target(spec: &str) -> Result<(String, String, u16)> {
@@ -247,4 +327,57 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
             max_steal * 100.0
         );
     }
+    print_shares(&kept);
+}
+
+/// Per tenant: its share of the weights and its median share of the
+/// throughput; per target, the largest relative error of any tenant's share
+/// in each run (median and max over the runs).
+fn print_shares(kept: &[&RunRecord]) {
+    if kept.iter().all(|r| r.tenants.is_empty()) {
+        return;
+    }
+    println!("\nusers  target           tenant  weight share  throughput share  worst error (median, max)");
+    let mut done = std::collections::BTreeSet::new();
+    for r in kept {
+        if !done.insert((r.users, r.target.clone())) {
+            continue;
+        }
+        let runs: Vec<&&RunRecord> = kept
+            .iter()
+            .filter(|x| x.users == r.users && x.target == r.target)
+            .collect();
+        let worst: Vec<f64> = runs
+            .iter()
+            .map(|x| share_errors(&x.tenants).into_iter().fold(0.0, f64::max))
+            .collect();
+        let total_weight: f64 = r.tenants.iter().map(|t| t.weight).sum();
+        for (i, t) in r.tenants.iter().enumerate() {
+            let share = |x: &RunRecord| x.tenants[i].tps / x.tenants.iter().map(|t| t.tps).sum::<f64>();
+            let got = median(runs.iter().map(|x| share(x)).collect());
+            let tail = if i == 0 {
+                let max = worst.iter().copied().fold(0.0, f64::max);
+                format!("{:.1}%, {:.1}%", median(worst.clone()) * 100.0, max * 100.0)
+            } else {
+                String::new()
+            };
+            println!(
+                "{:>5}  {:<15}  {:<6}  {:>12.3}  {got:>16.3}  {tail}",
+                r.users,
+                r.target,
+                t.name,
+                t.weight / total_weight
+            );
+        }
+    }
+}
+
+/// Relative error of each tenant's throughput share against its weight share.
+fn share_errors(tenants: &[TenantTps]) -> Vec<f64> {
+    let total_weight: f64 = tenants.iter().map(|t| t.weight).sum();
+    let total_tps: f64 = tenants.iter().map(|t| t.tps).sum();
+    tenants
+        .iter()
+        .map(|t| ((t.tps / total_tps) / (t.weight / total_weight) - 1.0).abs())
+        .collect()
 }

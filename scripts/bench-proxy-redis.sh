@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# sluice proxy in front of Redis (issue 5 acceptance): redis-benchmark
+# GET/SET with 50 clients directly, through sluice proxy and through
+# twemproxy (nutcracker), interleaved and repeated, with CPU steal per run;
+# then the proxy's memory with 5,000 idle client connections.
+#
+#   scripts/bench-proxy-redis.sh [ROUNDS] [REQUESTS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+ensure_rust
+apt_install redis-server redis-tools nutcracker
+cargo build --release -p sluice
+rounds=${1:-3} requests=${2:-100000}
+
+# Below the ephemeral range, so that no client connection holds them.
+REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 TWEM_PORT=28379
+work=$(mktemp -d /tmp/sluice-bench-redis.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)"
+
+redis-server --port $REDIS_PORT --save '' --appendonly no --maxclients 10000 >"$work/redis.log" 2>&1 &
+pids+=($!)
+cat >"$work/sluice.toml" <<TOML
+[proxy]
+listen = "127.0.0.1:$SLUICE_PORT"
+upstream = "127.0.0.1:$REDIS_PORT"
+protocol = "redis"
+tenant_key = "connection"
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+[gate]
+parallelism = 64     # more than the clients: this measures the proxy's own cost
+[optimizer]
+parallelism = "fixed"
+TOML
+target/release/sluice proxy --config "$work/sluice.toml" 2>"$work/sluice.log" &
+pids+=($!)
+sluice_pid=$!
+cat >"$work/twemproxy.yml" <<YML
+sluice:
+  listen: 127.0.0.1:$TWEM_PORT
+  redis: true
+  servers:
+   - 127.0.0.1:$REDIS_PORT:1
+YML
+nutcracker -c "$work/twemproxy.yml" -o "$work/twemproxy.log" &
+pids+=($!)
+sleep 1
+for p in "${pids[@]}"; do kill -0 "$p" || { cat "$work"/*.log; echo "a server did not start" >&2; exit 1; }; done
+
+steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+echo "round target      SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
+for round in $(seq "$rounds"); do
+    for target in direct:$REDIS_PORT sluice:$SLUICE_PORT twemproxy:$TWEM_PORT; do
+        read -r t0 s0 < <(steal_ticks)
+        csv=$(redis-benchmark -p "${target#*:}" -t set,get -c 50 -n "$requests" --csv)
+        read -r t1 s1 < <(steal_ticks)
+        CSV="$csv" python3 - "$round" "${target%%:*}" "$t0" "$s0" "$t1" "$s1" <<'PY'
+import csv, os, sys
+round_, name, t0, s0, t1, s1 = sys.argv[1:]
+rows = {r[0]: r for r in csv.reader(os.environ["CSV"].splitlines()) if r and r[0] in ("SET", "GET")}
+steal = (int(s1) - int(s0)) / max(1, int(t1) - int(t0))
+print(f"{round_:>5} {name:<10} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
+PY
+    done
+done
+
+echo "== idle connections: proxy RSS"
+python3 - "$SLUICE_PORT" "$sluice_pid" <<'PY'
+import socket, sys
+port, pid = int(sys.argv[1]), sys.argv[2]
+def rss_kib():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+before = rss_kib()
+conns = []
+for _ in range(5000):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"PING\r\n")
+    conns.append(s)
+for s in conns:
+    assert s.recv(16).startswith(b"+PONG"), "every connection answered"
+after = rss_kib()
+print(f"RSS {before} KiB with no clients, {after} KiB with {len(conns)} idle connections: "
+      f"{(after - before) / len(conns):.1f} KiB per idle connection (target <= 64)")
+PY
