@@ -15,15 +15,7 @@ rounds=${1:-3} requests=${2:-100000}
 
 # Below the ephemeral range, so that no client connection holds them.
 REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 TWEM_PORT=28379
-work=$(mktemp -d /tmp/sluice-bench-redis.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
+bench_scratch sluice-bench-redis
 
 redis-server --port $REDIS_PORT --save '' --appendonly no --maxclients 10000 >"$work/redis.log" 2>&1 &
 pids+=($!)

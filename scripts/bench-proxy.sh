@@ -22,21 +22,12 @@ cargo build --release -p sluice
 PGBIN=/usr/lib/postgresql/15/bin
 # Below the ephemeral range, so that no client connection holds them.
 PG_PORT=25432 BOUNCER_PORT=26432 SLUICE_PORT=27432 ADMIN_PORT=27433
-work=$(mktemp -d /tmp/sluice-bench-pg.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+bench_scratch sluice-bench-pg
 # PostgreSQL and PgBouncer refuse to run as root. setpriv execs in place
 # (so $! is the server's pid) and keeps the raised descriptor limit.
 as_db=()
 [[ $(id -u) -eq 0 ]] && as_db=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 [[ $(id -u) -eq 0 ]] && chown postgres "$work"
-# Every client costs the proxies two descriptors.
-ulimit -n "$(ulimit -Hn)"
 
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null

@@ -25,3 +25,14 @@ apt_install() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
+
+# For benchmark scripts that start servers: makes a scratch directory
+# ($work) and stops every process whose pid is added to $pids, then removes
+# $work, when the script exits however it exits. Raises the descriptor
+# limit: every client costs a proxy two.
+bench_scratch() {
+    work=$(mktemp -d "/tmp/$1.XXXXXX")
+    pids=()
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+    ulimit -n "$(ulimit -Hn)"
+}
