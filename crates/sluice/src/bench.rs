@@ -23,6 +23,8 @@ pub enum BenchCommand {
     Io(crate::bench_io::IoBench),
     /// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
     Pg(crate::bench_pg::PgBench),
+    /// Redis users (YCSB, one connection each) directly and through proxies
+    Redis(crate::bench_redis::RedisBench),
 }
 
 #[derive(Args)]
@@ -59,6 +61,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Sim(b) => sim(b),
         BenchCommand::Io(b) => crate::bench_io::run(b),
         BenchCommand::Pg(b) => crate::bench_pg::run(b),
+        BenchCommand::Redis(b) => crate::bench_redis::run(b),
     }
 }
 

@@ -275,7 +275,7 @@ fn process_cpu(pid: u32) -> Result<f64> {
     Ok(ticks / hz)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
     }

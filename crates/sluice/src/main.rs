@@ -8,6 +8,7 @@
 mod bench;
 mod bench_io;
 mod bench_pg;
+mod bench_redis;
 mod demo;
 mod demo_report;
 mod proxy;

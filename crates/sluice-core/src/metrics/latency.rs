@@ -45,6 +45,10 @@ impl LatencyHistogram {
         self.hist.mean()
     }
 
+    pub fn std_dev(&self) -> f64 {
+        self.hist.stdev()
+    }
+
     /// The latency at quantile `q` in [0, 1].
     pub fn quantile(&self, q: f64) -> Nanos {
         self.hist.value_at_quantile(q)
