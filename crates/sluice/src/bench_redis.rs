@@ -56,7 +56,7 @@ struct Run {
 pub fn run(args: RedisBench) -> Result<()> {
     let workload = Workload::core(args.workload, args.records).context("--workload")?;
     anyhow::ensure!(
-        args.workload.to_ascii_uppercase() != 'E',
+        !args.workload.eq_ignore_ascii_case(&'E'),
         "--workload E needs a range-scan command, which Redis lacks"
     );
     let targets = args.targets.iter().map(|t| target(t)).collect::<Result<Vec<_>>>()?;
