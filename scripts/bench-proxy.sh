@@ -10,6 +10,8 @@
 # Environment:
 #   SWEEP="8 16 32"   also run sluice proxies with P pinned to each value
 #                     (the hand sweep the matching point is checked against)
+#   GRADIENT=1        also run a sluice proxy whose P is set by the gradient
+#                     limiter instead of the three-sample model
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
 set -euo pipefail
@@ -87,6 +89,9 @@ if [[ -n "${WEIGHTS:-}" ]]; then
 else
     echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"
     start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
+    if [[ -n "${GRADIENT:-}" ]]; then
+        start_sluice sluice-gradient $((SLUICE_PORT + 10)) "" '[optimizer]\nparallelism = "gradient"\n'
+    fi
     i=11
     for p in ${SWEEP:-}; do
         start_sluice "sluice-p$p" $((SLUICE_PORT + i)) "" "parallelism = $p\n[optimizer]\nparallelism = \"fixed\"\n"
