@@ -12,6 +12,8 @@
 #                     (the hand sweep the matching point is checked against)
 #   GRADIENT=1        also run a sluice proxy whose P is set by the gradient
 #                     limiter instead of the three-sample model
+#   PLAIN=1           also run a sluice proxy with the paper's model alone
+#                     (no refinement of the matching point)
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
 set -euo pipefail
@@ -91,6 +93,9 @@ else
     start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
     if [[ -n "${GRADIENT:-}" ]]; then
         start_sluice sluice-gradient $((SLUICE_PORT + 10)) "" '[optimizer]\nparallelism = "gradient"\n'
+    fi
+    if [[ -n "${PLAIN:-}" ]]; then
+        start_sluice sluice-plain $((SLUICE_PORT + 9)) "" '[optimizer.model]\nrefine = false\n'
     fi
     i=11
     for p in ${SWEEP:-}; do

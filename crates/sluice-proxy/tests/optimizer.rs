@@ -34,7 +34,7 @@ fn spawn_users(gate: &Gate, users: usize) {
     }
 }
 
-async fn settled_p(mode: ParallelismMode, run_for: Duration) -> (usize, DecisionLog) {
+async fn settled_p(mode: ParallelismMode, refine: bool, run_for: Duration) -> (usize, DecisionLog) {
     let gate = Gate::new(GateConfig {
         parallelism: 64,
         ..GateConfig::default()
@@ -49,6 +49,7 @@ async fn settled_p(mode: ParallelismMode, run_for: Duration) -> (usize, Decision
             p0: 2,
             settle_ms: 100,
             sample_ms: 600,
+            refine,
             ..ModelConfig::default()
         },
         ..OptimizerConfig::default()
@@ -63,7 +64,7 @@ async fn settled_p(mode: ParallelismMode, run_for: Duration) -> (usize, Decision
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_matching_point_gives_near_peak_throughput() {
-    let (p, log) = settled_p(ParallelismMode::Model, Duration::from_millis(2_600)).await;
+    let (p, log) = settled_p(ParallelismMode::Model, false, Duration::from_millis(2_600)).await;
     let decisions = log.recent();
     assert!(
         decisions.iter().any(|d| d.knob == "matching_point"),
@@ -79,7 +80,21 @@ async fn the_matching_point_gives_near_peak_throughput() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gradient_limiter_backs_off_from_collapse() {
-    let (p, log) = settled_p(ParallelismMode::Gradient, Duration::from_millis(3_000)).await;
+    let (p, log) = settled_p(ParallelismMode::Gradient, false, Duration::from_millis(3_000)).await;
     assert!(p < 64, "P = {p} never came down from 64: {:?}", log.recent());
     assert!(throughput(p) > throughput(64), "P = {p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refinement_keeps_the_best_measured_p() {
+    let (p, log) = settled_p(ParallelismMode::Model, true, Duration::from_millis(4_200)).await;
+    let decisions = log.recent();
+    assert!(
+        decisions.iter().any(|d| d.why.contains("refined")),
+        "no refinement decided: {decisions:?}"
+    );
+    assert!(
+        throughput(p) >= 0.85 * throughput(16),
+        "P = {p}; decisions {decisions:?}"
+    );
 }
