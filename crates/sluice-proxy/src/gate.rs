@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use sluice_core::controller::check_positive;
 use sluice_core::device::FlatDevice;
 use sluice_core::metrics::{LatencyHistogram, Moments, TenantStats};
 use sluice_core::policy::wrr::Wrr;
@@ -108,14 +109,6 @@ impl GateConfig {
             check_positive(&format!("gate.weights.{tenant}"), w)?;
         }
         Ok(())
-    }
-}
-
-pub(crate) fn check_positive(name: &str, v: f64) -> Result<(), String> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err(format!("{name} must be a finite number > 0, got {v}"))
     }
 }
 
@@ -333,7 +326,7 @@ impl Gate {
     }
 
     /// Requests inside the database now.
-    pub fn snapshot_in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.shared.lock().stage.in_service()
     }
 

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::controller::{
-    matching_point, GradientConfig, GradientLimiter, GradientObservation, QuotaController, QuotaControllerConfig,
-    QuotaObservation, Sample, SloController, SloControllerConfig,
+    check_positive, matching_point, GradientConfig, GradientLimiter, GradientObservation, QuotaController,
+    QuotaControllerConfig, QuotaObservation, Sample, SloController, SloControllerConfig,
 };
 use sluice_core::metrics::{latency_cv, unfairness, LatencyHistogram, TenantStats};
 use tokio::sync::watch;
@@ -136,7 +136,7 @@ impl OptimizerConfig {
         if m.p0 == 0 || m.sample_ms == 0 {
             return Err("optimizer.model.p0 and optimizer.model.sample_ms must be at least 1".into());
         }
-        crate::gate::check_positive("optimizer.model.demand_change", m.demand_change)?;
+        check_positive("optimizer.model.demand_change", m.demand_change)?;
         QuotaController::new(self.quota, 1.0).map_err(|e| format!("optimizer.quota: {e}"))?;
         GradientLimiter::new(self.gradient, 1).map_err(|e| format!("optimizer.gradient: {e}"))?;
         SloController::new(self.slo_control, 1.0).map_err(|e| format!("optimizer.slo_control: {e}"))?;
@@ -147,7 +147,7 @@ impl OptimizerConfig {
                     s.tenant, s.percentile
                 ));
             }
-            crate::gate::check_positive(&format!("slo for `{}`: target_ms", s.tenant), s.target_ms)?;
+            check_positive(&format!("slo for `{}`: target_ms", s.tenant), s.target_ms)?;
         }
         Ok(())
     }
@@ -504,6 +504,7 @@ impl Optimizer {
             return;
         }
         self.slo_window_start = now;
+        let mut changed = Vec::new();
         for (slo, controller, window) in &mut self.slos {
             let measured = (window.count() > 0).then(|| window.quantile(slo.percentile / 100.0) as f64 / 1e6);
             let before = controller.weight();
@@ -516,13 +517,11 @@ impl Optimizer {
                     measured.unwrap_or(0.0),
                     slo.target_ms
                 );
-                self.log.push(Decision {
-                    at: self.start.elapsed().as_secs_f64(),
-                    knob: format!("weight.{}", slo.tenant),
-                    value: weight,
-                    why,
-                });
+                changed.push((format!("weight.{}", slo.tenant), weight, why));
             }
+        }
+        for (knob, weight, why) in changed {
+            self.decide(&knob, weight, why);
         }
     }
 }

@@ -26,7 +26,7 @@ fn spawn_users(gate: &Gate, users: usize) {
         tokio::spawn(async move {
             loop {
                 let slot = gate.admit(&tenant).await.unwrap();
-                let inside = gate.snapshot_in_flight();
+                let inside = gate.in_flight();
                 tokio::time::sleep(service(inside)).await;
                 drop(slot);
             }

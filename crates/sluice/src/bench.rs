@@ -86,6 +86,13 @@ struct Summary {
     ratio_to_baseline_max: f64,
 }
 
+/// Median, min and max of ratios paired by round.
+pub(crate) fn median_min_max(xs: Vec<f64>) -> (f64, f64, f64) {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(xs), lo, hi)
+}
+
 pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     if xs.is_empty() {

@@ -13,6 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use sluice_bench::pgbench::{self, PgbenchSpec};
 
+use crate::bench::{median, median_min_max};
 use crate::steal::CpuTimes;
 
 #[derive(Args)]
@@ -241,7 +242,8 @@ fn tenant(spec: &str) -> Result<(String, f64)> {
     Ok((name.to_string(), weight))
 }
 
-fn target(spec: &str) -> Result<(String, String, u16)> {
+/// A `NAME=HOST:PORT` target of `--targets`.
+pub(crate) fn target(spec: &str) -> Result<(String, String, u16)> {
     let (name, addr) = spec
         .split_once('=')
         .ok_or_else(|| anyhow!("--targets wants NAME=HOST:PORT, got `{spec}`"))?;
@@ -275,12 +277,19 @@ fn process_cpu(pid: u32) -> Result<f64> {
     Ok(ticks / hz)
 }
 
-pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
+/// The kept runs grouped by (users, target), in the order first run.
+fn groups<'a>(kept: &[&'a RunRecord]) -> Vec<Vec<&'a RunRecord>> {
+    let mut groups: Vec<Vec<&RunRecord>> = Vec::new();
+    for &r in kept {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].users == r.users && g[0].target == r.target)
+        {
+            Some(g) => g.push(r),
+            None => groups.push(vec![r]),
+        }
     }
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+    groups
 }
 
 fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
@@ -289,14 +298,8 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
     println!(
         "\nusers  target        tps (median)  vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn"
     );
-    let mut keys: Vec<(usize, String)> = kept.iter().map(|r| (r.users, r.target.clone())).collect();
-    keys.dedup();
-    let mut seen = std::collections::BTreeSet::new();
-    for (users, target) in keys {
-        if !seen.insert((users, target.clone())) {
-            continue;
-        }
-        let runs: Vec<&&RunRecord> = kept.iter().filter(|r| r.users == users && r.target == target).collect();
+    for runs in groups(&kept) {
+        let (users, target) = (runs[0].users, &runs[0].target);
         let ratios: Vec<f64> = runs
             .iter()
             .filter_map(|r| {
@@ -306,14 +309,11 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
             })
             .collect();
         let col = |f: &dyn Fn(&RunRecord) -> f64| median(runs.iter().map(|r| f(r)).collect());
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let (ratio, lo, hi) = median_min_max(ratios);
         let cpu = col(&|r| r.cpu_ms_per_txn.unwrap_or(f64::NAN));
         println!(
-            "{users:>5}  {target:<12} {:>12.0}  {:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {}",
+            "{users:>5}  {target:<12} {:>12.0}  {ratio:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {}",
             col(&|r| r.tps),
-            median(ratios.clone()),
             col(&|r| r.unfairness),
             col(&|r| r.latency_cv),
             col(&|r| r.p99_ms),
@@ -338,15 +338,8 @@ fn print_shares(kept: &[&RunRecord]) {
         return;
     }
     println!("\nusers  target           tenant  weight share  throughput share  worst error (median, max)");
-    let mut done = std::collections::BTreeSet::new();
-    for r in kept {
-        if !done.insert((r.users, r.target.clone())) {
-            continue;
-        }
-        let runs: Vec<&&RunRecord> = kept
-            .iter()
-            .filter(|x| x.users == r.users && x.target == r.target)
-            .collect();
+    for runs in groups(kept) {
+        let r = runs[0];
         let worst: Vec<f64> = runs
             .iter()
             .map(|x| share_errors(&x.tenants).into_iter().fold(0.0, f64::max))
@@ -354,7 +347,7 @@ fn print_shares(kept: &[&RunRecord]) {
         let total_weight: f64 = r.tenants.iter().map(|t| t.weight).sum();
         for (i, t) in r.tenants.iter().enumerate() {
             let share = |x: &RunRecord| x.tenants[i].tps / x.tenants.iter().map(|t| t.tps).sum::<f64>();
-            let got = median(runs.iter().map(|x| share(x)).collect());
+            let got = median(runs.iter().map(|&x| share(x)).collect());
             let tail = if i == 0 {
                 let max = worst.iter().copied().fold(0.0, f64::max);
                 format!("{:.1}%, {:.1}%", median(worst.clone()) * 100.0, max * 100.0)

@@ -4,11 +4,13 @@
 //! proxy`, through another proxy) interleaved round by round, with per-user
 //! throughput, U_f, V_l, latency percentiles and CPU steal.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sluice_bench::{load, run as run_ycsb, Resp, TenantResult, TenantSpec, Workload};
 use sluice_core::metrics::{unfairness, TenantStats};
 
+use crate::bench::{median, median_min_max};
+use crate::bench_pg;
 use crate::steal::CpuTimes;
 
 #[derive(Args)]
@@ -59,7 +61,11 @@ pub fn run(args: RedisBench) -> Result<()> {
         !args.workload.eq_ignore_ascii_case(&'E'),
         "--workload E needs a range-scan command, which Redis lacks"
     );
-    let targets = args.targets.iter().map(|t| target(t)).collect::<Result<Vec<_>>>()?;
+    let targets = args
+        .targets
+        .iter()
+        .map(|t| bench_pg::target(t).map(|(name, host, port)| (name, format!("{host}:{port}"))))
+        .collect::<Result<Vec<_>>>()?;
     eprintln!("loading {} records through {}", args.records, targets[0].0);
     load(&Resp::new(targets[0].1.as_str())?, &workload, 8, 1)?;
     let users: Vec<TenantSpec> = (0..args.users.max(1))
@@ -130,17 +136,6 @@ fn summarize(round: usize, target: &str, users: &[TenantResult], seconds: f64, s
     }
 }
 
-fn target(spec: &str) -> Result<(String, String)> {
-    let (name, addr) = spec
-        .split_once('=')
-        .ok_or_else(|| anyhow!("--targets wants NAME=HOST:PORT, got `{spec}`"))?;
-    anyhow::ensure!(
-        addr.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()),
-        "target `{name}`: `{addr}` is not HOST:PORT"
-    );
-    Ok((name.to_string(), addr.to_string()))
-}
-
 fn print_table(runs: &[Run], baseline: &str, max_steal: f64) {
     let kept: Vec<&Run> = runs.iter().filter(|r| r.steal <= max_steal).collect();
     println!("\ntarget        ops/s (median)  vs {baseline} (min-max)   U_f    V_l    p50 µs  p99 µs");
@@ -160,14 +155,12 @@ fn print_table(runs: &[Run], baseline: &str, max_steal: f64) {
                     .map(|b| r.ops_per_sec / b.ops_per_sec)
             })
             .collect();
-        let med = |f: &dyn Fn(&Run) -> f64| crate::bench_pg::median(mine.iter().map(|r| f(r)).collect());
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let med = |f: &dyn Fn(&Run) -> f64| median(mine.iter().map(|r| f(r)).collect());
+        let (ratio, lo, hi) = median_min_max(ratios);
         println!(
             "{name:<12} {:>15.0}  {:>5.2} ({lo:.2}-{hi:.2})        {:.3}  {:.3}  {:>6.0}  {:>6.0}",
             med(&|r| r.ops_per_sec),
-            crate::bench_pg::median(ratios.clone()),
+            ratio,
             med(&|r| r.unfairness),
             med(&|r| r.latency_cv),
             med(&|r| r.p50_us),

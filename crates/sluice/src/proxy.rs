@@ -52,8 +52,8 @@ pub fn run(args: ProxyArgs) -> Result<()> {
 /// The file's settings (or a minimal file built from the flags) with the
 /// flags applied on top.
 fn settings(args: &ProxyArgs) -> Result<Settings> {
-    let text = match &args.config {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?,
+    let mut settings = match &args.config {
+        Some(path) => Settings::load(path).map_err(|e| anyhow!(e))?,
         None => {
             let (Some(listen), Some(upstream), Some(_)) = (&args.listen, &args.upstream, &args.protocol) else {
                 return Err(anyhow!(
@@ -61,15 +61,10 @@ fn settings(args: &ProxyArgs) -> Result<Settings> {
                 ));
             };
             // The protocol flag is applied below, with the other overrides.
-            format!("[proxy]\nlisten = {listen:?}\nupstream = {upstream:?}\nprotocol = \"redis\"\n")
+            let text = format!("[proxy]\nlisten = {listen:?}\nupstream = {upstream:?}\nprotocol = \"redis\"\n");
+            Settings::parse(&text).map_err(|e| anyhow!("flags: {e}"))?
         }
     };
-    let mut settings = Settings::parse(&text).map_err(|e| {
-        anyhow!(
-            "{}: {e}",
-            args.config.as_ref().map_or("flags".into(), |p| p.display().to_string())
-        )
-    })?;
     if let Some(listen) = &args.listen {
         settings.proxy.listen = listen.clone();
     }

@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::check_positive;
+
 use crate::time::Nanos;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -67,9 +69,7 @@ impl BackgroundController {
     /// Rejects settings that make the loop meaningless, naming the field.
     pub fn new(config: BackgroundControllerConfig) -> Result<Self, String> {
         let c = &config;
-        if !(c.min_rate.is_finite() && c.min_rate > 0.0) {
-            return Err(format!("min_rate must be a finite number > 0, got {}", c.min_rate));
-        }
+        check_positive("min_rate", c.min_rate)?;
         if !(c.max_rate.is_finite() && c.max_rate >= c.min_rate) {
             return Err(format!("max_rate must be finite and >= min_rate, got {}", c.max_rate));
         }

@@ -16,6 +16,16 @@ pub mod matching_point;
 pub mod quota;
 pub mod slo;
 
+/// Checks a setting that must be a finite number above zero, naming it in
+/// the error.
+pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{name} must be a finite number > 0, got {v}"))
+    }
+}
+
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
 pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};

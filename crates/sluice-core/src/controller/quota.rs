@@ -12,6 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::check_positive;
+
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuotaControllerConfig {
@@ -67,9 +69,7 @@ impl QuotaController {
             ("min_zeta", c.min_zeta),
             ("step", c.step),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{name} must be a finite number > 0, got {v}"));
-            }
+            check_positive(name, v)?;
         }
         if !(c.max_zeta.is_finite() && c.max_zeta >= c.min_zeta) {
             return Err(format!("max_zeta must be finite and >= min_zeta, got {}", c.max_zeta));

@@ -31,7 +31,7 @@ use serde::Serialize;
 use sluice_core::device::{DeviceProfile, SsdConfig};
 use sluice_io::{AlignedBuf, DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
 
-use crate::bench::median;
+use crate::bench::{median, median_min_max};
 use crate::steal::CpuTimes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -216,9 +216,8 @@ fn ratio(runs: &[Run], label: &str, num: (&str, &str), den: (&str, &str)) -> Rat
         .into_iter()
         .filter_map(|r| Some(get(r, num)? / get(r, den)?))
         .collect();
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (label.to_string(), median(xs), lo, hi)
+    let (mid, lo, hi) = median_min_max(xs);
+    (label.to_string(), mid, lo, hi)
 }
 
 fn ratios(runs: &[Run]) -> Vec<Ratio> {
