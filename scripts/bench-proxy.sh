@@ -16,6 +16,13 @@
 #                     (no refinement of the matching point)
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
+#   SLO=60            instead, the SLO experiment (AppleS §5.3): 10
+#                     latency-sensitive users (tenant ls) with a p99.9
+#                     target of SLO ms and the rest best effort (tenant be),
+#                     through three proxies with P pinned to SLO_P (16):
+#                     fair (per-user shares), strict (ls strict priority)
+#                     and slo (ls weight set by the SLO controller); first
+#                     the ls users alone. SLO_USERS (100) users in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -82,7 +89,23 @@ start_sluice() {
 targets="direct=127.0.0.1:$PG_PORT,pgbouncer=127.0.0.1:$BOUNCER_PORT"
 cpu_args="pgbouncer=$bouncer_pid"
 tenant_args=()
-if [[ -n "${WEIGHTS:-}" ]]; then
+if [[ -n "${SLO:-}" ]]; then
+    echo "== SLO experiment: ls p99.9 <= $SLO ms; fair, strict and slo proxies with P = ${SLO_P:-16}"
+    targets="" cpu_args=""
+    pinned="parallelism = ${SLO_P:-16}\n"
+    fixed='[optimizer]\nparallelism = "fixed"\nzeta = "fixed"\n'
+    # Fair: per-user shares, ls's 10 users against be's 90 (weights by users).
+    fair="${pinned}[gate.weights]\nls = 1\nbe = 9\n$fixed"
+    TENANT_KEY=application_name start_sluice fair $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$fair"
+    TENANT_KEY=application_name start_sluice strict $((SLUICE_PORT + 10)) "" "${pinned}strict = [\"ls\"]\n$fixed"
+    slo="$fair[[optimizer.slo]]\ntenant = \"ls\"\npercentile = 99.9\ntarget_ms = $SLO\n"
+    TENANT_KEY=application_name start_sluice slo $((SLUICE_PORT + 11)) "127.0.0.1:$((ADMIN_PORT + 11))" "$slo"
+    targets=${targets#,} cpu_args=${cpu_args#,}
+    echo "== the latency-sensitive users alone"
+    target/release/sluice bench pg --targets "${targets%%,*}" --tenants ls:1:10 --users 10 --out results/bench-slo-alone "$@"
+    tenant_args=(--tenants "ls:1:10,be:9" --users "${SLO_USERS:-100}")
+    decisions_port=$((ADMIN_PORT + 11))
+elif [[ -n "${WEIGHTS:-}" ]]; then
     echo "== tenants $WEIGHTS: weighted and equal-weight sluice proxies"
     weights_toml="[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n"
     TENANT_KEY=application_name start_sluice sluice-weighted $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$weights_toml"
@@ -106,7 +129,7 @@ fi
 
 target/release/sluice bench pg --targets "$targets" --cpu "$cpu_args" "${tenant_args[@]}" --out results/bench-pg "$@"
 echo "== the proxy's decisions"
-curl -s "http://127.0.0.1:$ADMIN_PORT/stats" | python3 -c '
+curl -s "http://127.0.0.1:${decisions_port:-$ADMIN_PORT}/stats" | python3 -c '
 import json, sys
 for d in json.load(sys.stdin)["decisions"]:
     print("%8.1fs  %s = %s: %s" % (d["at"], d["knob"], d["value"], d["why"]))'

@@ -2,7 +2,8 @@
 //! quota ζ and interleaving of arrivals, cancellations and pops: each job
 //! leaves exactly once, each tenant's jobs leave in arrival order, and while
 //! tenants stay backlogged their normalised service N_i/L_i never drifts
-//! apart by more than about one round (L_i = φ_i·ζ).
+//! apart by more than about one round (L_i = φ_i·ζ). A strict tenant with a
+//! job waiting is always served before any other.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,6 +17,7 @@ enum Op {
     Push { tenant: u8 },
     Pop,
     Cancel { tenant: u8, nth: u8 },
+    Strict { tenant: u8, strict: bool },
 }
 
 fn op(tenants: u8) -> impl Strategy<Value = Op> {
@@ -23,6 +25,7 @@ fn op(tenants: u8) -> impl Strategy<Value = Op> {
         4 => (0..tenants).prop_map(|tenant| Op::Push { tenant }),
         3 => Just(Op::Pop),
         1 => (0..tenants, any::<u8>()).prop_map(|(tenant, nth)| Op::Cancel { tenant, nth }),
+        1 => (0..tenants, any::<bool>()).prop_map(|(tenant, strict)| Op::Strict { tenant, strict }),
     ]
 }
 
@@ -32,7 +35,7 @@ fn job(seq: u64, tenant: u8, weight: f64) -> Job {
 
 proptest! {
     #[test]
-    fn every_job_leaves_once_in_tenant_order(
+    fn every_job_leaves_once_in_tenant_order_strict_first(
         weights in prop::collection::vec(0.1f64..8.0, 1..6),
         zeta in 0.05f64..16.0,
         ops in prop::collection::vec(op(5), 0..400),
@@ -40,6 +43,7 @@ proptest! {
         let mut p = Wrr::new(zeta);
         let mut waiting: HashMap<u8, Vec<u64>> = HashMap::new();
         let mut left = HashSet::new();
+        let mut strict = HashSet::new();
         for (seq, op) in (0u64..).zip(ops) {
             match op {
                 Op::Push { tenant } => {
@@ -49,7 +53,10 @@ proptest! {
                 }
                 Op::Pop => {
                     if let Some(j) = p.pop(0, &FlatDevice::default()) {
-                        let q = waiting.get_mut(&(j.ctx.tenant.0 as u8)).unwrap();
+                        let tenant = j.ctx.tenant.0 as u8;
+                        let strict_waiting = strict.iter().any(|t| waiting.get(t).is_some_and(|q| !q.is_empty()));
+                        prop_assert!(!strict_waiting || strict.contains(&tenant), "strict tenants first");
+                        let q = waiting.get_mut(&tenant).unwrap();
                         prop_assert_eq!(q.remove(0), j.seq, "tenant order");
                         prop_assert!(left.insert(j.seq));
                     } else {
@@ -63,6 +70,14 @@ proptest! {
                         let gone = p.cancel(TenantId(u32::from(tenant)), seq);
                         prop_assert_eq!(gone.map(|j| j.seq), Some(seq));
                         prop_assert!(left.insert(seq));
+                    }
+                }
+                Op::Strict { tenant, strict: on } => {
+                    p.set_strict(TenantId(u32::from(tenant)), on);
+                    if on {
+                        strict.insert(tenant);
+                    } else {
+                        strict.remove(&tenant);
                     }
                 }
             }

@@ -9,13 +9,16 @@
 //!   `POST /weight` with `{"tenant": "alice", "weight": 2}`: live changes.
 //!   A bad value gets a 400 naming it. An optimizer tuning the same knob
 //!   will move it again; pin it in the configuration to keep it.
+//! - `POST /slo` with `{"tenant": "alice", "percentile": 99.9, "target_ms":
+//!   60}` sets a latency SLO (AppleS §5.3), `DELETE /slo/alice` drops it;
+//!   both answer with the targets as they then stand (also in `/stats`).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -27,7 +30,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::gate::{Gate, GateSnapshot};
-use crate::optimizer::DecisionLog;
+use crate::optimizer::{DecisionLog, Slo, SloTargets};
 use crate::stats::Stats;
 
 /// What the admin port reads and changes.
@@ -36,6 +39,7 @@ pub struct Admin {
     pub gate: Gate,
     pub stats: Arc<Stats>,
     pub decisions: DecisionLog,
+    pub slo_targets: SloTargets,
 }
 
 /// Serves the admin port on `listener` until `shutdown` completes.
@@ -49,6 +53,8 @@ pub async fn serve(
         .route("/stats", get(stats))
         .route("/gate", post(set_gate))
         .route("/weight", post(set_weight))
+        .route("/slo", post(set_slo))
+        .route("/slo/:tenant", delete(remove_slo))
         .with_state(admin);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
@@ -64,6 +70,7 @@ async fn stats(State(admin): State<Admin>) -> Json<serde_json::Value> {
         "gate": admin.gate.snapshot(),
         "sessions": sessions,
         "decisions": admin.decisions.recent(),
+        "slo": admin.slo_targets.list(),
     }))
 }
 
@@ -91,6 +98,22 @@ struct WeightChange {
 
 async fn set_weight(State(admin): State<Admin>, Json(change): Json<WeightChange>) -> Response {
     answer(admin.gate.set_weight(&change.tenant, change.weight), &admin.gate)
+}
+
+async fn set_slo(State(admin): State<Admin>, Json(slo): Json<Slo>) -> Response {
+    match admin.slo_targets.set(slo) {
+        Ok(()) => Json(admin.slo_targets.list()).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response(),
+    }
+}
+
+async fn remove_slo(State(admin): State<Admin>, Path(tenant): Path<String>) -> Response {
+    if admin.slo_targets.remove(&tenant) {
+        Json(admin.slo_targets.list()).into_response()
+    } else {
+        let e = format!("tenant `{tenant}` has no SLO");
+        (StatusCode::NOT_FOUND, Json(json!({ "error": e }))).into_response()
+    }
 }
 
 fn answer(applied: Result<(), String>, gate: &Gate) -> Response {

@@ -69,6 +69,10 @@ pub struct GateConfig {
     /// φ by tenant name; tenants not listed get `default_weight`.
     pub weights: HashMap<String, f64>,
     pub default_weight: f64,
+    /// Tenants served before all others whenever they have a request
+    /// waiting (strict priority; the baseline AppleS §5.3's SLO control is
+    /// measured against).
+    pub strict: Vec<String>,
 }
 
 mod millis {
@@ -90,6 +94,7 @@ impl Default for GateConfig {
             wait_timeout: Duration::from_secs(30),
             weights: HashMap::new(),
             default_weight: 1.0,
+            strict: Vec::new(),
         }
     }
 }
@@ -158,6 +163,7 @@ struct Shared {
     wait_timeout: Duration,
     default_weight: f64,
     weights: HashMap<String, f64>,
+    strict: Vec<String>,
 }
 
 /// The admission gate, shared by every connection.
@@ -207,6 +213,7 @@ impl Gate {
             wait_timeout: config.wait_timeout,
             default_weight: config.default_weight,
             weights: config.weights,
+            strict: config.strict,
         };
         Ok(Gate {
             shared: Arc::new(shared),
@@ -235,6 +242,9 @@ impl Gate {
         let id = TenantId(st.tenants.len() as u32);
         st.tenants.push(TenantRecord::new(Arc::clone(&name), weight));
         st.by_name.insert(Arc::clone(&name), id);
+        if self.shared.strict.iter().any(|s| **s == *name) {
+            st.stage.policy_mut().set_strict(id, true);
+        }
         Tenant { name, weight, id }
     }
 
@@ -609,6 +619,28 @@ mod tests {
         let heavy_in_first_six = order[..6].iter().filter(|t| *t == "heavy").count();
         assert_eq!(heavy_in_first_six, 4, "order {order:?}");
         assert_eq!(g.snapshot().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_strict_tenant_is_let_in_before_heavier_ones() {
+        let g = Gate::new(GateConfig {
+            parallelism: 1,
+            weights: HashMap::from([("heavy".to_string(), 100.0)]),
+            strict: vec!["ls".to_string()],
+            ..GateConfig::default()
+        })
+        .unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let blocker = g.admit(&g.tenant("heavy")).await.unwrap();
+        spawn_requests(&g, "heavy", 3, &tx, false);
+        spawn_requests(&g, "ls", 3, &tx, false);
+        settle().await;
+        drop(blocker);
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            order.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(order, ["ls", "ls", "ls", "heavy", "heavy", "heavy"]);
     }
 
     #[tokio::test]

@@ -15,7 +15,9 @@
 //!   with hundreds of users each finishes 0–2 requests in 100 ms and U_f is
 //!   noise at that scale.
 //! - SLO weights (§5.3): each latency-sensitive tenant's weight follows its
-//!   percentile target, measured over `slo_window_ms`.
+//!   percentile target, measured over `slo_window_ms`. Targets start from
+//!   the configuration and change live through [`SloTargets`] (the admin
+//!   port, a reload); a tenant whose target is removed keeps its weight.
 //!
 //! Every change is logged as a [`Decision`] that the admin port shows.
 
@@ -94,6 +96,63 @@ pub struct Slo {
     pub target_ms: f64,
 }
 
+impl Slo {
+    /// Rejects a target the controller cannot follow, naming the tenant.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.percentile > 0.0 && self.percentile < 100.0) {
+            return Err(format!(
+                "slo for `{}`: percentile must lie in (0, 100), got {}",
+                self.tenant, self.percentile
+            ));
+        }
+        check_positive(&format!("slo for `{}`: target_ms", self.tenant), self.target_ms)
+    }
+}
+
+/// The latency-sensitive tenants' targets as they stand, shared by the
+/// optimizer (which follows them from its next tick), the admin port and
+/// reloads.
+#[derive(Clone)]
+pub struct SloTargets(Arc<watch::Sender<Vec<Slo>>>);
+
+impl SloTargets {
+    /// Starts from `slos`, which must be valid (see [`Slo::validate`]).
+    pub fn new(slos: Vec<Slo>) -> Self {
+        SloTargets(Arc::new(watch::Sender::new(slos)))
+    }
+
+    pub fn list(&self) -> Vec<Slo> {
+        self.0.borrow().clone()
+    }
+
+    /// Sets `slo.tenant`'s target, replacing any it had.
+    pub fn set(&self, slo: Slo) -> Result<(), String> {
+        slo.validate()?;
+        self.0
+            .send_modify(|slos| match slos.iter_mut().find(|s| s.tenant == slo.tenant) {
+                Some(s) => *s = slo,
+                None => slos.push(slo),
+            });
+        Ok(())
+    }
+
+    /// Drops `tenant`'s target; false if it had none.
+    pub fn remove(&self, tenant: &str) -> bool {
+        self.0.send_if_modified(|slos| {
+            let before = slos.len();
+            slos.retain(|s| s.tenant != tenant);
+            slos.len() != before
+        })
+    }
+
+    /// Replaces every target at once (a reload).
+    pub fn replace(&self, slos: Vec<Slo>) -> Result<(), String> {
+        slos.iter().try_for_each(Slo::validate)?;
+        self.0.send_if_modified(|old| std::mem::replace(old, slos) != *old);
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OptimizerConfig {
@@ -140,16 +199,7 @@ impl OptimizerConfig {
         QuotaController::new(self.quota, 1.0).map_err(|e| format!("optimizer.quota: {e}"))?;
         GradientLimiter::new(self.gradient, 1).map_err(|e| format!("optimizer.gradient: {e}"))?;
         SloController::new(self.slo_control, 1.0).map_err(|e| format!("optimizer.slo_control: {e}"))?;
-        for s in &self.slo {
-            if !(s.percentile > 0.0 && s.percentile < 100.0) {
-                return Err(format!(
-                    "slo for `{}`: percentile must lie in (0, 100), got {}",
-                    s.tenant, s.percentile
-                ));
-            }
-            check_positive(&format!("slo for `{}`: target_ms", s.tenant), s.target_ms)?;
-        }
-        Ok(())
+        self.slo.iter().try_for_each(Slo::validate)
     }
 }
 
@@ -226,13 +276,20 @@ struct Optimizer {
     gradient: GradientLimiter,
     quota: QuotaController,
     zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
+    slo_targets: watch::Receiver<Vec<Slo>>,
     slos: Vec<(Slo, SloController, LatencyHistogram)>,
     slo_window_start: Instant,
 }
 
 /// Runs the optimizer until `shutdown` turns true.
-pub async fn run(config: OptimizerConfig, gate: Gate, log: DecisionLog, mut shutdown: watch::Receiver<bool>) {
-    let mut opt = match Optimizer::new(config, gate, log) {
+pub async fn run(
+    config: OptimizerConfig,
+    gate: Gate,
+    log: DecisionLog,
+    slo_targets: SloTargets,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut opt = match Optimizer::new(config, gate, log, slo_targets.0.subscribe()) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("optimizer not started: {e}");
@@ -249,30 +306,47 @@ pub async fn run(config: OptimizerConfig, gate: Gate, log: DecisionLog, mut shut
 }
 
 impl Optimizer {
-    fn new(config: OptimizerConfig, gate: Gate, log: DecisionLog) -> Result<Self, String> {
+    fn new(
+        config: OptimizerConfig,
+        gate: Gate,
+        log: DecisionLog,
+        slo_targets: watch::Receiver<Vec<Slo>>,
+    ) -> Result<Self, String> {
         config.validate()?;
         let now = Instant::now();
-        let slos = config
-            .slo
-            .iter()
-            .map(|s| {
-                gate.track_percentiles(&s.tenant);
-                let weight = gate.tenant(&s.tenant).weight;
-                SloController::new(config.slo_control, weight).map(|c| (s.clone(), c, LatencyHistogram::coarse()))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Optimizer {
+        let mut opt = Optimizer {
             gradient: GradientLimiter::new(config.gradient, gate.parallelism())?,
             quota: QuotaController::new(config.quota, gate.zeta())?,
             model: holding(now, 0),
             zeta_window: (now, HashMap::new()),
             slo_window_start: now,
-            slos,
+            slo_targets,
+            slos: Vec::new(),
             start: now,
             config,
             gate,
             log,
-        })
+        };
+        opt.follow_slo_targets()?;
+        Ok(opt)
+    }
+
+    /// Takes up the targets as they stand: a tenant keeps its controller
+    /// (and weight) when only its target changes.
+    fn follow_slo_targets(&mut self) -> Result<(), String> {
+        let targets = self.slo_targets.borrow_and_update().clone();
+        self.slos.retain(|(s, ..)| targets.iter().any(|t| t.tenant == s.tenant));
+        for target in targets {
+            if let Some(entry) = self.slos.iter_mut().find(|(s, ..)| s.tenant == target.tenant) {
+                entry.0 = target;
+                continue;
+            }
+            self.gate.track_percentiles(&target.tenant);
+            let weight = self.gate.tenant(&target.tenant).weight;
+            let controller = SloController::new(self.config.slo_control, weight)?;
+            self.slos.push((target, controller, LatencyHistogram::coarse()));
+        }
+        Ok(())
     }
 
     fn decide(&self, knob: &str, value: f64, why: String) {
@@ -293,6 +367,11 @@ impl Optimizer {
         }
         if self.config.zeta == ZetaMode::Feedback {
             self.zeta_tick(&period, now);
+        }
+        if self.slo_targets.has_changed().unwrap_or(false) {
+            if let Err(e) = self.follow_slo_targets() {
+                tracing::error!("slo targets not taken up: {e}");
+            }
         }
         if !self.slos.is_empty() {
             self.slo_tick(&period, now);

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, Admin};
 use crate::gate::Gate;
-use crate::optimizer::{self, DecisionLog, ParallelismMode, ZetaMode};
+use crate::optimizer::{self, DecisionLog, ParallelismMode, SloTargets, ZetaMode};
 use crate::server::Proxy;
 use crate::settings::Settings;
 
@@ -37,13 +37,21 @@ pub async fn run(
         .await
         .map_err(|e| e.to_string())?;
     let decisions = DecisionLog::default();
+    let slo_targets = SloTargets::new(settings.optimizer.slo.clone());
     let (stop, stopped) = watch::channel(false);
-    let admin_addr = start_admin(&settings, &gate, &proxy, &decisions, stopped.clone()).await?;
+    let admin = Admin {
+        gate: gate.clone(),
+        stats: proxy.stats(),
+        decisions: decisions.clone(),
+        slo_targets: slo_targets.clone(),
+    };
+    let admin_addr = start_admin(&settings, admin, stopped.clone()).await?;
     let proxy_addr = proxy.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(optimizer::run(
         settings.optimizer.clone(),
         gate.clone(),
         decisions,
+        slo_targets.clone(),
         stopped,
     ));
     let _ = started.send(Addresses {
@@ -53,7 +61,7 @@ pub async fn run(
     let reloading = async {
         while reload.recv().await.is_some() {
             match settings_path.as_deref().map(Settings::load) {
-                Some(Ok(new)) => apply(&gate, &settings, &new),
+                Some(Ok(new)) => apply(&gate, &slo_targets, &settings, &new),
                 Some(Err(e)) => tracing::error!("reload refused, settings unchanged: {e}"),
                 None => tracing::warn!("reload asked but the proxy was started without a settings file"),
             }
@@ -70,9 +78,7 @@ pub async fn run(
 
 async fn start_admin(
     settings: &Settings,
-    gate: &Gate,
-    proxy: &Proxy,
-    decisions: &DecisionLog,
+    admin: Admin,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<Option<SocketAddr>, String> {
     if settings.admin.listen.trim().is_empty() {
@@ -82,11 +88,6 @@ async fn start_admin(
         .await
         .map_err(|e| format!("cannot listen on the admin address {}: {e}", settings.admin.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let admin = Admin {
-        gate: gate.clone(),
-        stats: proxy.stats(),
-        decisions: decisions.clone(),
-    };
     tokio::spawn(async move {
         let stop = async move {
             let _ = stopped.wait_for(|s| *s).await;
@@ -99,10 +100,11 @@ async fn start_admin(
 }
 
 /// Applies what a reload may change while connections stay open: weights,
-/// and P and ζ where the optimizer does not tune them. Listener, upstream,
-/// protocol, tenant key, queue bounds and the optimizer's settings need a
-/// restart; a change there is reported, not applied.
-fn apply(gate: &Gate, old: &Settings, new: &Settings) {
+/// SLO targets, and P and ζ where the optimizer does not tune them.
+/// Listener, upstream, protocol, tenant key, queue bounds, strict tenants
+/// and the optimizer's other settings need a restart; a change there is
+/// reported, not applied.
+fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) {
     for (tenant, &weight) in &new.gate.weights {
         if let Err(e) = gate.set_weight(tenant, weight) {
             tracing::error!("reload: {e}");
@@ -118,8 +120,11 @@ fn apply(gate: &Gate, old: &Settings, new: &Settings) {
             tracing::error!("reload: {e}");
         }
     }
-    if old.proxy != new.proxy || old.admin.listen != new.admin.listen {
-        tracing::warn!("reload: [proxy] and [admin] changes take effect at the next start");
+    if let Err(e) = slo_targets.replace(new.optimizer.slo.clone()) {
+        tracing::error!("reload: {e}");
+    }
+    if old.proxy != new.proxy || old.admin.listen != new.admin.listen || old.gate.strict != new.gate.strict {
+        tracing::warn!("reload: [proxy], [admin] and gate.strict changes take effect at the next start");
     }
     tracing::info!("settings reloaded");
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sluice_proxy::gate::{Gate, GateConfig};
-use sluice_proxy::optimizer::{self, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, ZetaMode};
+use sluice_proxy::optimizer::{self, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, SloTargets, ZetaMode};
 use tokio::sync::watch;
 
 fn throughput(p: usize) -> f64 {
@@ -56,7 +56,8 @@ async fn settled_p(mode: ParallelismMode, refine: bool, run_for: Duration) -> (u
     };
     let log = DecisionLog::default();
     let (stop, stopped) = watch::channel(false);
-    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), stopped));
+    let slo = SloTargets::new(Vec::new());
+    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo, stopped));
     tokio::time::sleep(run_for).await;
     stop.send(true).unwrap();
     (gate.parallelism(), log)
@@ -97,4 +98,70 @@ async fn refinement_keeps_the_best_measured_p() {
         throughput(p) >= 0.85 * throughput(16),
         "P = {p}; decisions {decisions:?}"
     );
+}
+
+/// Closed-loop users of `tenant` whose requests take 5 ms inside.
+fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
+    for _ in 0..users {
+        let (gate, tenant) = (gate.clone(), gate.tenant(tenant));
+        tokio::spawn(async move {
+            loop {
+                let slot = gate.admit(&tenant).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(slot);
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_set_live_raises_the_tenants_share_until_met() {
+    let gate = Gate::new(GateConfig {
+        parallelism: 4,
+        weights: [("ls".to_string(), 0.1)].into(),
+        ..GateConfig::default()
+    })
+    .unwrap();
+    spawn_tenant(&gate, "ls", 2);
+    for b in 0..8 {
+        spawn_tenant(&gate, &format!("be{b}"), 2);
+    }
+    let config = OptimizerConfig {
+        period_ms: 20,
+        parallelism: ParallelismMode::Fixed,
+        zeta: ZetaMode::Fixed,
+        slo_window_ms: 200,
+        ..OptimizerConfig::default()
+    };
+    let (log, slo) = (DecisionLog::default(), SloTargets::new(Vec::new()));
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo.clone(), stopped));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let weight = |g: &Gate| g.snapshot().tenants.iter().find(|t| t.name == "ls").unwrap().weight;
+    assert_eq!(weight(&gate), 0.1, "no target yet: the weight stays");
+    let target = optimizer::Slo {
+        tenant: "ls".into(),
+        percentile: 99.0,
+        target_ms: 25.0,
+    };
+    assert!(slo
+        .set(optimizer::Slo {
+            percentile: 100.0,
+            ..target.clone()
+        })
+        .unwrap_err()
+        .contains("percentile"));
+    slo.set(target).unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    stop.send(true).unwrap();
+    let raised = weight(&gate);
+    assert!(
+        raised > 1.0,
+        "p99 of ls at weight 0.1 is ~100 ms, far above 25 ms; weight now {raised}: {:?}",
+        log.recent()
+    );
+    assert!(log
+        .recent()
+        .iter()
+        .any(|d| d.knob == "weight.ls" && d.why.contains("target 25")));
 }

@@ -62,10 +62,11 @@ pub struct PgBench {
     /// Set aside rounds whose CPU steal exceeds this fraction
     #[arg(long, default_value_t = 0.10)]
     pub max_steal: f64,
-    /// Tenants as NAME:WEIGHT, comma-separated: the users are split evenly
-    /// among them, each tenant's connections carry its name as
-    /// application_name, and each tenant's share of throughput is reported
-    /// against its share of the weights
+    /// Tenants as NAME:WEIGHT[:USERS], comma-separated: each tenant runs
+    /// USERS users (default: an even split of what the others leave of
+    /// --users), its connections carry its name as application_name, and
+    /// its share of throughput is reported against its share of the
+    /// weights, with its own latency percentiles
     #[arg(long, value_delimiter = ',')]
     pub tenants: Vec<String>,
     /// Write every run as JSON here
@@ -73,12 +74,23 @@ pub struct PgBench {
     pub out: Option<PathBuf>,
 }
 
-/// One tenant's throughput in a run.
+/// A tenant of `--tenants`.
+#[derive(Clone, Debug, PartialEq)]
+struct TenantSpec {
+    name: String,
+    weight: f64,
+    users: Option<usize>,
+}
+
+/// One tenant's throughput and latency in a run.
 #[derive(Clone, Debug, Serialize)]
 struct TenantTps {
     name: String,
     weight: f64,
+    users: usize,
     tps: f64,
+    p99_ms: f64,
+    p999_ms: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -168,31 +180,26 @@ pub fn run(args: PgBench) -> Result<()> {
 }
 
 /// One run: every tenant's pgbench at once (or one pgbench if there are no
-/// tenants), merged, with each tenant's throughput.
+/// tenants), merged, with each tenant's throughput and latency.
 fn run_tenants(
     args: &PgBench,
-    tenants: &[(String, f64)],
+    tenants: &[TenantSpec],
     host: &str,
     port: u16,
     users: usize,
 ) -> Result<(pgbench::PgbenchResult, Vec<TenantTps>)> {
-    let groups: Vec<(Option<String>, f64)> = if tenants.is_empty() {
-        vec![(None, 1.0)]
-    } else {
-        tenants.iter().map(|(n, w)| (Some(n.clone()), *w)).collect()
-    };
-    let per_group = (users / groups.len()).max(1);
+    let groups = user_split(tenants, users)?;
     let results: Vec<Result<pgbench::PgbenchResult>> = std::thread::scope(|scope| {
         let runs: Vec<_> = groups
             .iter()
-            .map(|(name, _)| {
+            .map(|(name, _, users)| {
                 let spec = PgbenchSpec {
                     host: host.to_string(),
                     port,
                     user: args.user.clone(),
                     database: args.database.clone(),
-                    users: per_group,
-                    threads: args.threads.min(per_group),
+                    users: *users,
+                    threads: args.threads.min(*users),
                     warmup: Duration::from_secs(args.warmup),
                     measure: Duration::from_secs(args.seconds),
                     protocol: args.protocol.clone(),
@@ -211,13 +218,16 @@ fn run_tenants(
     });
     let mut merged: Option<pgbench::PgbenchResult> = None;
     let mut shares = Vec::new();
-    for ((name, weight), result) in groups.into_iter().zip(results) {
+    for ((name, weight, users), result) in groups.into_iter().zip(results) {
         let result = result?;
         if let Some(name) = name {
             shares.push(TenantTps {
                 name,
                 weight,
+                users,
                 tps: result.tps(),
+                p99_ms: result.quantile_ms(0.99),
+                p999_ms: result.quantile_ms(0.999),
             });
         }
         match &mut merged {
@@ -228,10 +238,31 @@ fn run_tenants(
     Ok((merged.expect("at least one group"), shares))
 }
 
-fn tenant(spec: &str) -> Result<(String, f64)> {
-    let (name, weight) = spec
-        .split_once(':')
-        .ok_or_else(|| anyhow!("--tenants wants NAME:WEIGHT, got `{spec}`"))?;
+/// The pgbench groups of a run as (application_name, weight, users): one
+/// unnamed group without tenants; else each tenant with its own user count
+/// or an even share of what the others leave of `users`.
+fn user_split(tenants: &[TenantSpec], users: usize) -> Result<Vec<(Option<String>, f64, usize)>> {
+    if tenants.is_empty() {
+        return Ok(vec![(None, 1.0, users)]);
+    }
+    let fixed: usize = tenants.iter().filter_map(|t| t.users).sum();
+    let even = tenants.iter().filter(|t| t.users.is_none()).count();
+    anyhow::ensure!(
+        even == 0 || fixed < users,
+        "--users {users}: the tenants with a user count take {fixed}, none left for the others"
+    );
+    let rest = users.saturating_sub(fixed) / even.max(1);
+    Ok(tenants
+        .iter()
+        .map(|t| (Some(t.name.clone()), t.weight, t.users.unwrap_or(rest.max(1))))
+        .collect())
+}
+
+fn tenant(spec: &str) -> Result<TenantSpec> {
+    let mut parts = spec.split(':');
+    let (Some(name), Some(weight)) = (parts.next(), parts.next()) else {
+        anyhow::bail!("--tenants wants NAME:WEIGHT[:USERS], got `{spec}`");
+    };
     let weight: f64 = weight
         .parse()
         .with_context(|| format!("tenant `{name}`: bad weight `{weight}`"))?;
@@ -239,7 +270,22 @@ fn tenant(spec: &str) -> Result<(String, f64)> {
         weight.is_finite() && weight > 0.0,
         "tenant `{name}`: weight must be > 0, got {weight}"
     );
-    Ok((name.to_string(), weight))
+    let users = parts
+        .next()
+        .map(|u| match u.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(anyhow!("tenant `{name}`: users must be a whole number > 0, got `{u}`")),
+        })
+        .transpose()?;
+    anyhow::ensure!(
+        parts.next().is_none(),
+        "--tenants wants NAME:WEIGHT[:USERS], got `{spec}`"
+    );
+    Ok(TenantSpec {
+        name: name.to_string(),
+        weight,
+        users,
+    })
 }
 
 /// A `NAME=HOST:PORT` target of `--targets`.
@@ -330,14 +376,17 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
     print_shares(&kept);
 }
 
-/// Per tenant: its share of the weights and its median share of the
-/// throughput; per target, the largest relative error of any tenant's share
+/// Per tenant: its users, its share of the weights and its median share of
+/// the throughput, its median throughput and p99.9 (and the worst p99.9 of
+/// the runs); per target, the largest relative error of any tenant's share
 /// in each run (median and max over the runs).
 fn print_shares(kept: &[&RunRecord]) {
     if kept.iter().all(|r| r.tenants.is_empty()) {
         return;
     }
-    println!("\nusers  target           tenant  weight share  throughput share  worst error (median, max)");
+    println!(
+        "\nusers  target           tenant  users  weight share  throughput share      tps  p99.9 ms (max)  worst share error (median, max)"
+    );
     for runs in groups(kept) {
         let r = runs[0];
         let worst: Vec<f64> = runs
@@ -348,6 +397,8 @@ fn print_shares(kept: &[&RunRecord]) {
         for (i, t) in r.tenants.iter().enumerate() {
             let share = |x: &RunRecord| x.tenants[i].tps / x.tenants.iter().map(|t| t.tps).sum::<f64>();
             let got = median(runs.iter().map(|&x| share(x)).collect());
+            let tps = median(runs.iter().map(|x| x.tenants[i].tps).collect());
+            let (p999, _, p999_max) = median_min_max(runs.iter().map(|x| x.tenants[i].p999_ms).collect());
             let tail = if i == 0 {
                 let max = worst.iter().copied().fold(0.0, f64::max);
                 format!("{:.1}%, {:.1}%", median(worst.clone()) * 100.0, max * 100.0)
@@ -355,10 +406,11 @@ fn print_shares(kept: &[&RunRecord]) {
                 String::new()
             };
             println!(
-                "{:>5}  {:<15}  {:<6}  {:>12.3}  {got:>16.3}  {tail}",
+                "{:>5}  {:<15}  {:<6}  {:>5}  {:>12.3}  {got:>16.3}  {tps:>7.0}  {p999:>7.1} ({p999_max:.1})  {tail}",
                 r.users,
                 r.target,
                 t.name,
+                t.users,
                 t.weight / total_weight
             );
         }
@@ -373,4 +425,31 @@ fn share_errors(tenants: &[TenantTps]) -> Vec<f64> {
         .iter()
         .map(|t| ((t.tps / total_tps) / (t.weight / total_weight) - 1.0).abs())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_take_their_own_user_count_or_an_even_share() {
+        let ls = tenant("ls:1:10").unwrap();
+        assert_eq!(ls.users, Some(10));
+        let be = tenant("be:9").unwrap();
+        let split = user_split(&[ls.clone(), be], 100).unwrap();
+        let users: Vec<usize> = split.iter().map(|g| g.2).collect();
+        assert_eq!(users, [10, 90]);
+        assert!(
+            user_split(&[ls, tenant("be:1").unwrap()], 10).is_err(),
+            "nothing left for be"
+        );
+    }
+
+    #[test]
+    fn bad_tenants_are_named() {
+        for bad in ["ls", "ls:x", "ls:0", "ls:1:0", "ls:1:ten", "ls:1:2:3"] {
+            let e = tenant(bad).unwrap_err().to_string();
+            assert!(e.contains("ls") || e.contains("NAME:WEIGHT"), "{bad}: {e}");
+        }
+    }
 }

@@ -19,7 +19,7 @@ use tokio::signal::unix::{signal, SignalKind};
     by their SLOs. Every client connection gets its own server connection.\n\n\
     Quick start: sluice proxy --protocol pg --listen 127.0.0.1:6432 --upstream 127.0.0.1:5432\n\
     With a file: sluice proxy --config docs/proxy.example.toml (every setting documented there).\n\
-    The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate and POST /weight. \
+    The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate, POST /weight, POST /slo and DELETE /slo/NAME. \
     SIGHUP reloads the file; SIGINT or SIGTERM drains requests in flight and stops.")]
 pub struct ProxyArgs {
     /// Settings file (TOML; see docs/proxy.example.toml)

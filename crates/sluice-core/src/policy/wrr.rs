@@ -9,6 +9,12 @@
 //! round robin (Shreedhar & Varghese), so fractional weights get their exact
 //! long-run share; a tenant whose queue empties forfeits its leftover credit,
 //! so idling never banks a burst.
+//!
+//! Addition: tenants may be marked strict ([`Wrr::set_strict`]). A strict
+//! tenant with a request waiting is always served before every other
+//! tenant (strict priority, with the same round robin among strict
+//! tenants). AppleS §5.3 has no such class; it is the baseline its SLO
+//! control is measured against — latency-sensitive users simply put first.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -23,6 +29,7 @@ struct TenantQueue {
     jobs: VecDeque<Job>,
     credit: f64,
     weight: f64,
+    strict: bool,
 }
 
 impl TenantQueue {
@@ -32,13 +39,77 @@ impl TenantQueue {
     }
 }
 
-pub struct Wrr {
-    zeta: f64,
-    queues: HashMap<TenantId, TenantQueue>,
-    /// Backlogged tenants in round-robin order; the front one has the turn.
+/// The backlogged tenants of one priority class, in round-robin order; the
+/// front one has the turn.
+#[derive(Default)]
+struct Round {
     active: VecDeque<TenantId>,
     /// Whether the front tenant's turn has been credited already.
     turn_open: bool,
+}
+
+impl Round {
+    fn leave(&mut self, tenant: TenantId) {
+        if let Some(at) = self.active.iter().position(|&t| t == tenant) {
+            self.active.remove(at);
+            if at == 0 {
+                self.turn_open = false;
+            }
+        }
+    }
+
+    /// The next job of this class, by deficit round robin.
+    fn pop(&mut self, queues: &mut HashMap<TenantId, TenantQueue>, zeta: f64) -> Option<Job> {
+        let mut passed = 0;
+        loop {
+            let tenant = *self.active.front()?;
+            if passed == self.active.len() {
+                self.fast_forward(queues, zeta);
+                passed = 0;
+            }
+            let q = queues.get_mut(&tenant).expect("active tenants have queues");
+            if !self.turn_open {
+                q.credit += q.quantum(zeta);
+                self.turn_open = true;
+            }
+            if q.credit >= 1.0 {
+                q.credit -= 1.0;
+                let job = q.jobs.pop_front();
+                if q.jobs.is_empty() {
+                    q.credit = 0.0;
+                    self.leave(tenant);
+                }
+                return job;
+            }
+            self.active.rotate_left(1);
+            self.turn_open = false;
+            passed += 1;
+        }
+    }
+
+    /// Every backlogged tenant is short of a whole request: skip the rounds
+    /// in which nobody could issue one, instead of spinning through them.
+    fn fast_forward(&self, queues: &mut HashMap<TenantId, TenantQueue>, zeta: f64) {
+        let rounds = self
+            .active
+            .iter()
+            .map(|t| {
+                let q = &queues[t];
+                ((1.0 - q.credit) / q.quantum(zeta)).ceil().max(1.0) - 1.0
+            })
+            .fold(f64::INFINITY, f64::min);
+        for t in &self.active {
+            let q = queues.get_mut(t).expect("active tenants have queues");
+            q.credit += rounds * q.quantum(zeta);
+        }
+    }
+}
+
+pub struct Wrr {
+    zeta: f64,
+    queues: HashMap<TenantId, TenantQueue>,
+    /// Strict tenants' round, then everyone else's.
+    rounds: [Round; 2],
     len: usize,
 }
 
@@ -48,8 +119,7 @@ impl Wrr {
         Wrr {
             zeta: positive(zeta),
             queues: HashMap::new(),
-            active: VecDeque::new(),
-            turn_open: false,
+            rounds: Default::default(),
             len: 0,
         }
     }
@@ -61,6 +131,22 @@ impl Wrr {
     /// Changes ζ; it applies from the next turn.
     pub fn set_zeta(&mut self, zeta: f64) {
         self.zeta = positive(zeta);
+    }
+
+    /// Puts `tenant` before all non-strict tenants (or back among them);
+    /// requests already waiting move with it.
+    pub fn set_strict(&mut self, tenant: TenantId, strict: bool) {
+        let q = self.queues.entry(tenant).or_default();
+        if q.strict == strict {
+            return;
+        }
+        q.strict = strict;
+        q.credit = 0.0;
+        if !q.jobs.is_empty() {
+            let to = round_of(q);
+            self.rounds[1 - to].leave(tenant);
+            self.rounds[to].active.push_back(tenant);
+        }
     }
 
     /// Jobs waiting for `tenant`.
@@ -76,41 +162,17 @@ impl Wrr {
         let job = q.jobs.remove(at);
         self.len -= 1;
         if q.jobs.is_empty() {
-            self.leave(tenant);
+            // An emptied queue leaves the round and loses its credit.
+            q.credit = 0.0;
+            self.rounds[round_of(q)].leave(tenant);
         }
         job
     }
+}
 
-    /// `tenant`'s queue emptied: it leaves the round and loses its credit.
-    fn leave(&mut self, tenant: TenantId) {
-        if let Some(q) = self.queues.get_mut(&tenant) {
-            q.credit = 0.0;
-        }
-        if let Some(at) = self.active.iter().position(|&t| t == tenant) {
-            self.active.remove(at);
-            if at == 0 {
-                self.turn_open = false;
-            }
-        }
-    }
-
-    /// Every backlogged tenant is short of a whole request: skip the rounds
-    /// in which nobody could issue one, instead of spinning through them.
-    fn fast_forward(&mut self) {
-        let zeta = self.zeta;
-        let rounds = self
-            .active
-            .iter()
-            .map(|t| {
-                let q = &self.queues[t];
-                ((1.0 - q.credit) / q.quantum(zeta)).ceil().max(1.0) - 1.0
-            })
-            .fold(f64::INFINITY, f64::min);
-        for t in &self.active {
-            let q = self.queues.get_mut(t).expect("active tenants have queues");
-            q.credit += rounds * q.quantum(zeta);
-        }
-    }
+/// Index into `Wrr::rounds` of the tenant's class.
+fn round_of(q: &TenantQueue) -> usize {
+    usize::from(!q.strict)
 }
 
 fn positive(x: f64) -> f64 {
@@ -131,39 +193,17 @@ impl Policy for Wrr {
         let q = self.queues.entry(tenant).or_default();
         q.weight = positive(job.ctx.weight);
         if q.jobs.is_empty() {
-            self.active.push_back(tenant);
+            self.rounds[round_of(q)].active.push_back(tenant);
         }
         q.jobs.push_back(job);
         self.len += 1;
     }
 
     fn pop(&mut self, _now: Nanos, _device: &dyn DeviceView) -> Option<Job> {
-        let mut passed = 0;
-        loop {
-            let tenant = *self.active.front()?;
-            if passed == self.active.len() {
-                self.fast_forward();
-                passed = 0;
-            }
-            let zeta = self.zeta;
-            let q = self.queues.get_mut(&tenant).expect("active tenants have queues");
-            if !self.turn_open {
-                q.credit += q.quantum(zeta);
-                self.turn_open = true;
-            }
-            if q.credit >= 1.0 {
-                q.credit -= 1.0;
-                let job = q.jobs.pop_front();
-                self.len -= 1;
-                if q.jobs.is_empty() {
-                    self.leave(tenant);
-                }
-                return job;
-            }
-            self.active.rotate_left(1);
-            self.turn_open = false;
-            passed += 1;
-        }
+        let zeta = self.zeta;
+        let job = self.rounds.iter_mut().find_map(|r| r.pop(&mut self.queues, zeta))?;
+        self.len -= 1;
+        Some(job)
     }
 
     fn len(&self) -> usize {
@@ -227,6 +267,30 @@ mod tests {
         p.push(job(6, 1, 1.0), 0);
         // Tenant 1 left with 9 credits unspent; it starts over behind tenant 2.
         assert_eq!(tenants_served(&mut p, 5), [2, 2, 2, 2, 1]);
+    }
+
+    #[test]
+    fn a_strict_tenant_goes_before_everyone_else() {
+        let mut p = Wrr::new(1.0);
+        for seq in 0..4 {
+            p.push(job(seq, 1, 100.0), 0);
+        }
+        for seq in 4..6 {
+            p.push(job(seq, 2, 1.0), 0);
+        }
+        assert_eq!(tenants_served(&mut p, 1), [1]);
+        p.set_strict(TenantId(2), true);
+        assert_eq!(
+            tenants_served(&mut p, 3),
+            [2, 2, 1],
+            "waiting requests move with the tenant"
+        );
+        p.push(job(6, 2, 1.0), 0);
+        assert_eq!(tenants_served(&mut p, 2), [2, 1]);
+        p.set_strict(TenantId(2), false);
+        p.push(job(7, 2, 1.0), 0);
+        assert_eq!(tenants_served(&mut p, 2), [1, 2], "back in the round behind tenant 1");
+        assert_eq!(p.len(), 0);
     }
 
     #[test]
