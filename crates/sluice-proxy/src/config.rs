@@ -55,6 +55,15 @@ pub struct ProxyConfig {
     /// closes the connections that still have one.
     #[serde(default = "default_drain_timeout_secs")]
     pub drain_timeout_secs: u64,
+    /// Redis: upstream connections shared by the clients whose session is
+    /// still in its default state (see `redis::shared`); 0 gives every
+    /// client its own from the start.
+    #[serde(default = "default_shared_upstreams")]
+    pub shared_upstreams: usize,
+}
+
+fn default_shared_upstreams() -> usize {
+    2
 }
 
 fn default_drain_timeout_secs() -> u64 {
@@ -78,6 +87,7 @@ impl ProxyConfig {
             protocol,
             tenant_key: TenantKey::default(),
             drain_timeout_secs: default_drain_timeout_secs(),
+            shared_upstreams: default_shared_upstreams(),
         }
     }
 

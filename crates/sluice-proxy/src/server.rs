@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use crate::config::{ConfigError, Protocol, ProxyConfig};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
+use crate::redis::mux::Mux;
 use crate::session::Context;
 use crate::stats::Stats;
 use crate::{pg, redis};
@@ -52,6 +53,8 @@ impl Proxy {
             cancels: Arc::default(),
             upstream: config.upstream.clone(),
             tenant_key: config.tenant_key,
+            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
+                .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
         });
         Ok(Proxy { listener, config, ctx })
     }

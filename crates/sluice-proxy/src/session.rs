@@ -36,6 +36,8 @@ pub(crate) struct Context {
     pub cancels: Arc<CancelRegistry>,
     pub upstream: String,
     pub tenant_key: TenantKey,
+    /// Redis: upstream connections shared by clients in the default state.
+    pub mux: Option<crate::redis::mux::Mux>,
 }
 
 /// The tenant a connection belongs to, and its statistics.
@@ -103,6 +105,12 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
             (admission.await, true)
         }
     };
+    Ok((admitted(who, answer), flushed))
+}
+
+/// The gate's answer for `who`'s request: with an outcome to count when it
+/// was let in, counted as refused when not.
+pub(crate) fn admitted(who: &Who, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
     let answer = answer.map(|slot| {
         let outcome = Outcome {
             stats: Arc::clone(&who.stats),
@@ -112,7 +120,7 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
     if answer.is_err() {
         who.stats.record_refused();
     }
-    Ok((answer, flushed))
+    answer
 }
 
 /// Why the client → upstream direction stopped.

@@ -306,10 +306,45 @@ fn a_dead_upstream_gives_its_clients_a_clear_error() {
         Some("-ERR sluice: the upstream server closed the connection\r\n")
     );
     assert_eq!(blocked.reply(), None);
-    let mut late = RespConn::connect(proxy.addr);
-    let err = late.reply().expect("an error instead of silence");
+    // A client in the default state dials nothing until it sends a command
+    // (it would use a shared connection); one that needs its own is told at
+    // once.
+    for first in [&["PING"][..], &["SELECT", "1"][..]] {
+        let mut late = RespConn::connect(proxy.addr);
+        let err = late.call(first);
+        assert!(
+            err.starts_with("-ERR sluice: cannot reach the upstream server 127.0.0.1:"),
+            "{first:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn default_state_clients_share_upstream_connections_until_they_need_their_own() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, GateConfig::default());
+    let mut clients: Vec<RespConn> = (0..10).map(|_| RespConn::connect(proxy.addr)).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        assert_eq!(c.call(&["SET", &format!("k{i}"), "v"]), "+OK\r\n");
+    }
+    let mut direct = RespConn::connect(server.addr().parse().unwrap());
+    let list = direct.call(&["CLIENT", "LIST"]);
+    let upstream_connections = list.lines().filter(|l| l.contains("addr=")).count() - 1;
     assert!(
-        err.starts_with("-ERR sluice: cannot reach the upstream server 127.0.0.1:"),
-        "{err}"
+        upstream_connections <= 2,
+        "10 clients, 2 shared lanes, yet the server sees {upstream_connections}: {list}"
+    );
+
+    // A stateful command in a pipeline: earlier commands answered on the
+    // shared lane, the rest on the client's own connection, in order.
+    let c = &mut clients[0];
+    c.send_raw(b"GET k0\r\nSELECT 1\r\nGET k0\r\nSET k0 db1\r\n");
+    let replies: Vec<String> = (0..4).map(|_| c.reply().unwrap()).collect();
+    assert_eq!(replies, ["$1\r\nv\r\n", "+OK\r\n", "$-1\r\n", "+OK\r\n"]);
+    assert_eq!(c.call(&["GET", "k0"]), "$3\r\ndb1\r\n", "still in database 1");
+    assert_eq!(
+        clients[1].call(&["GET", "k0"]),
+        "$1\r\nv\r\n",
+        "others stay in database 0"
     );
 }

@@ -103,6 +103,132 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
     }
 }
 
+/// Whether a command neither reads nor changes the state of its connection
+/// (database, user, protocol, name, transaction, tracking, blocking,
+/// subscriptions), so that any connection in the default state answers it
+/// as the client's own would. A list of what is known to be so: a command
+/// not listed is treated as stateful.
+pub fn shareable(args: Args<'_, '_>) -> bool {
+    let Some(name) = args.get(0) else {
+        return false;
+    };
+    let mut upper = [0u8; 16];
+    let Some(upper) = upper.get_mut(..name.len()) else {
+        return false;
+    };
+    upper.copy_from_slice(name);
+    upper.make_ascii_uppercase();
+    matches!(
+        &*upper,
+        b"GET"
+            | b"SET"
+            | b"SETNX"
+            | b"SETEX"
+            | b"PSETEX"
+            | b"GETSET"
+            | b"GETDEL"
+            | b"GETEX"
+            | b"MGET"
+            | b"MSET"
+            | b"MSETNX"
+            | b"DEL"
+            | b"UNLINK"
+            | b"EXISTS"
+            | b"TYPE"
+            | b"TTL"
+            | b"PTTL"
+            | b"EXPIRE"
+            | b"PEXPIRE"
+            | b"EXPIREAT"
+            | b"PEXPIREAT"
+            | b"PERSIST"
+            | b"INCR"
+            | b"DECR"
+            | b"INCRBY"
+            | b"DECRBY"
+            | b"INCRBYFLOAT"
+            | b"APPEND"
+            | b"STRLEN"
+            | b"GETRANGE"
+            | b"SETRANGE"
+            | b"SETBIT"
+            | b"GETBIT"
+            | b"BITCOUNT"
+            | b"HGET"
+            | b"HSET"
+            | b"HSETNX"
+            | b"HMGET"
+            | b"HMSET"
+            | b"HDEL"
+            | b"HGETALL"
+            | b"HKEYS"
+            | b"HVALS"
+            | b"HLEN"
+            | b"HEXISTS"
+            | b"HINCRBY"
+            | b"HINCRBYFLOAT"
+            | b"HSTRLEN"
+            | b"HSCAN"
+            | b"LPUSH"
+            | b"RPUSH"
+            | b"LPUSHX"
+            | b"RPUSHX"
+            | b"LPOP"
+            | b"RPOP"
+            | b"LLEN"
+            | b"LRANGE"
+            | b"LINDEX"
+            | b"LSET"
+            | b"LREM"
+            | b"LTRIM"
+            | b"LINSERT"
+            | b"LPOS"
+            | b"LMOVE"
+            | b"RPOPLPUSH"
+            | b"SADD"
+            | b"SREM"
+            | b"SMEMBERS"
+            | b"SISMEMBER"
+            | b"SMISMEMBER"
+            | b"SCARD"
+            | b"SPOP"
+            | b"SRANDMEMBER"
+            | b"SINTER"
+            | b"SUNION"
+            | b"SDIFF"
+            | b"SSCAN"
+            | b"ZADD"
+            | b"ZREM"
+            | b"ZRANGE"
+            | b"ZREVRANGE"
+            | b"ZRANGEBYSCORE"
+            | b"ZREVRANGEBYSCORE"
+            | b"ZRANGEBYLEX"
+            | b"ZSCORE"
+            | b"ZMSCORE"
+            | b"ZCARD"
+            | b"ZCOUNT"
+            | b"ZINCRBY"
+            | b"ZRANK"
+            | b"ZREVRANK"
+            | b"ZPOPMIN"
+            | b"ZPOPMAX"
+            | b"ZSCAN"
+            | b"XADD"
+            | b"XLEN"
+            | b"XRANGE"
+            | b"XREVRANGE"
+            | b"PFADD"
+            | b"PFCOUNT"
+            | b"PING"
+            | b"ECHO"
+            | b"SCAN"
+            | b"KEYS"
+            | b"DBSIZE"
+            | b"TIME"
+    )
+}
+
 /// XREAD and XREADGROUP block only with a BLOCK option, which comes before
 /// STREAMS (after STREAMS every argument is a key or an id).
 fn xread<'a>(args: Args<'a, '_>) -> Kind<'a> {
@@ -170,6 +296,34 @@ mod tests {
         assert_eq!(kind("XREADGROUP GROUP g c BLOCK 10 STREAMS s >"), Kind::Blocking);
         assert_eq!(kind("XREAD STREAMS BLOCK 0"), Kind::Plain, "BLOCK is a stream key here");
         assert_eq!(kind("XREAD COUNT 1 STREAMS s 0"), Kind::Plain);
+    }
+
+    #[test]
+    fn only_stateless_commands_are_shareable() {
+        let share = |line: &str| {
+            let mut parser = crate::redis::resp::CommandParser::default();
+            let inline = format!("{line}\r\n");
+            assert!(parser.parse(inline.as_bytes()).unwrap().is_some());
+            shareable(Args::new(line.as_bytes(), parser.args()))
+        };
+        for yes in ["get k", "SET k v", "Mget a b", "PING", "hset h f v", "ZADD z 1 m"] {
+            assert!(share(yes), "{yes}");
+        }
+        for no in [
+            "SELECT 1",
+            "AUTH pw",
+            "HELLO 3",
+            "CLIENT SETNAME x",
+            "MULTI",
+            "WATCH k",
+            "BLPOP q 0",
+            "SUBSCRIBE c",
+            "READONLY",
+            "RESET",
+            "A_COMMAND_NAME_LONGER_THAN_16",
+        ] {
+            assert!(!share(no), "{no}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use super::command::{classify, Args, Kind};
 use super::resp::{CommandParser, Reply, ReplyScanner};
+use super::shared::{self, Phase};
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
 use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
@@ -82,6 +83,16 @@ pub(crate) async fn serve(
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    let name = ctx.tenant_by_address(peer).unwrap_or_else(|| "default".into());
+    let who = ctx.who(&name);
+    let mut buf = BytesMut::new();
+    if let Some(mux) = &ctx.mux {
+        let lane = usize::from(peer.port()) % mux.lanes();
+        let phase = shared::serve(&mut client, &mut buf, &who, ctx, (mux, lane), shutdown.clone()).await?;
+        if let Phase::Done = phase {
+            return Ok(());
+        }
+    }
     let mut upstream = match ctx.connect_upstream().await {
         Ok(upstream) => upstream,
         Err(e) => {
@@ -92,7 +103,6 @@ pub(crate) async fn serve(
             return client.write_all(msg.as_bytes()).await;
         }
     };
-    let name = ctx.tenant_by_address(peer).unwrap_or_else(|| "default".into());
     let shared = Shared {
         state: Mutex::default(),
         flags: Flags::default(),
@@ -102,11 +112,11 @@ pub(crate) async fn serve(
     let up = Up {
         client: client_rd,
         upstream: upstream_wr,
-        buf: BytesMut::new(),
+        buf,
         parser: CommandParser::default(),
         shared: &shared,
         ctx,
-        who: ctx.who(&name),
+        who,
         tx: None,
         refused_tx: None,
     };
@@ -153,12 +163,9 @@ enum Exit {
 }
 
 impl Up<'_> {
+    /// Starts with what the shared phase left in the buffer, if anything.
     async fn run(mut self) -> io::Result<ClientEnd> {
         loop {
-            self.buf.reserve(READ_SIZE);
-            if self.client.read_buf(&mut self.buf).await? == 0 {
-                return Ok(ClientEnd::Closed);
-            }
             match self.forward().await? {
                 None => {}
                 Some(Exit::Stream) => {
@@ -166,6 +173,10 @@ impl Up<'_> {
                     return Ok(ClientEnd::Closed);
                 }
                 Some(Exit::Stop(end)) => return Ok(end),
+            }
+            self.buf.reserve(READ_SIZE);
+            if self.client.read_buf(&mut self.buf).await? == 0 {
+                return Ok(ClientEnd::Closed);
             }
         }
     }
@@ -361,7 +372,7 @@ impl Up<'_> {
 }
 
 /// A RESP error line; CR and LF, which would end it early, become spaces.
-fn error_reply(message: &str) -> Bytes {
+pub(crate) fn error_reply(message: &str) -> Bytes {
     let clean: String = message
         .chars()
         .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
@@ -369,7 +380,7 @@ fn error_reply(message: &str) -> Bytes {
     Bytes::from(format!("-ERR {clean}\r\n"))
 }
 
-fn refusal_reply(refusal: &Refusal) -> Bytes {
+pub(crate) fn refusal_reply(refusal: &Refusal) -> Bytes {
     error_reply(&refusal.to_string())
 }
 

@@ -1,0 +1,184 @@
+//! Upstream connections shared by Redis clients whose session is still in
+//! its default state (a departure from issue 5 §1, "each client connection
+//! gets its own upstream connection"; see [`super::shared`]).
+//!
+//! Each lane is one upstream connection with a writer task, which sends the
+//! commands queued for it in as few writes as it can, and a reader task,
+//! which frames the replies and hands each to the command that waits for it,
+//! in order. Fifty clients' commands then cost the proxy and Redis one read
+//! and one write per batch instead of one per command, which is what
+//! twemproxy does; a client always uses the same lane, so its own commands
+//! run in the order it sent them. A lane that fails answers its waiting
+//! commands with an error and is dialled again by the next command.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use super::resp::ReplyScanner;
+use crate::session::READ_SIZE;
+
+/// A command's reply, or why there is none.
+pub(crate) type Answer = Result<Bytes, Arc<str>>;
+
+/// One command on its way to a lane.
+struct Call {
+    command: Bytes,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// Written commands waiting for their replies, oldest first.
+type InFlight = Arc<Mutex<VecDeque<oneshot::Sender<Answer>>>>;
+
+/// Largest batch the writer gathers before it writes.
+const BATCH_BYTES: usize = 64 * 1024;
+
+pub(crate) struct Mux {
+    upstream: String,
+    lanes: Vec<Mutex<Option<mpsc::UnboundedSender<Call>>>>,
+}
+
+impl Mux {
+    /// `lanes` shared connections to `upstream`, dialled on first use.
+    pub fn new(upstream: String, lanes: usize) -> Self {
+        Mux {
+            upstream,
+            lanes: (0..lanes.max(1)).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Queues `command` on lane `lane`; the receiver gets its reply.
+    pub fn call(&self, lane: usize, command: Bytes) -> oneshot::Receiver<Answer> {
+        let (reply, answer) = oneshot::channel();
+        let mut call = Call { command, reply };
+        let mut tx = self.lanes[lane % self.lanes.len()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = tx.as_ref() {
+            match sender.send(call) {
+                Ok(()) => return answer,
+                // The lane failed since: dial it again.
+                Err(mpsc::error::SendError(back)) => call = back,
+            }
+        }
+        let (sender, calls) = mpsc::unbounded_channel();
+        sender
+            .send(call)
+            .unwrap_or_else(|_| unreachable!("the receiver is alive"));
+        tokio::spawn(lane_task(self.upstream.clone(), calls));
+        *tx = Some(sender);
+        answer
+    }
+}
+
+/// Dials the upstream, then writes and reads until the connection fails.
+async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
+    let stream = match TcpStream::connect(&upstream)
+        .await
+        .and_then(|s| s.set_nodelay(true).map(|()| s))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let why = format!("sluice: cannot reach the upstream server {upstream}: {e}");
+            return fail(&mut calls, Vec::new(), why);
+        }
+    };
+    let (rd, wr) = stream.into_split();
+    let in_flight = InFlight::default();
+    let failure = tokio::select! {
+        e = write_calls(wr, &mut calls, &in_flight) => e,
+        e = read_replies(rd, &in_flight) => e,
+    };
+    let waiting = std::mem::take(&mut *in_flight.lock().unwrap_or_else(PoisonError::into_inner));
+    fail(
+        &mut calls,
+        waiting.into(),
+        format!("sluice: the shared upstream connection failed: {failure}"),
+    );
+}
+
+/// Closes the lane (the next command dials a new one) and answers every
+/// command written or queued on it with `why`.
+fn fail(calls: &mut mpsc::UnboundedReceiver<Call>, written: Vec<oneshot::Sender<Answer>>, why: String) {
+    calls.close();
+    let why: Arc<str> = why.into();
+    let queued = std::iter::from_fn(|| calls.try_recv().ok().map(|c| c.reply));
+    for reply in written.into_iter().chain(queued) {
+        let _ = reply.send(Err(Arc::clone(&why)));
+    }
+}
+
+/// Gathers queued commands into batches and writes them.
+async fn write_calls(
+    mut wr: OwnedWriteHalf,
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    in_flight: &InFlight,
+) -> io::Error {
+    let mut batch = BytesMut::new();
+    loop {
+        let Some(first) = calls.recv().await else {
+            return io::Error::new(io::ErrorKind::BrokenPipe, "no more clients");
+        };
+        let mut next = Some(first);
+        {
+            let mut waiting = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+            while let Some(call) = next {
+                batch.extend_from_slice(&call.command);
+                waiting.push_back(call.reply);
+                next = if batch.len() < BATCH_BYTES {
+                    calls.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+        }
+        if let Err(e) = wr.write_all(&batch).await {
+            return e;
+        }
+        batch.clear();
+    }
+}
+
+/// Frames replies and hands each to the oldest waiting command.
+async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight) -> io::Error {
+    let mut buf = BytesMut::new();
+    let mut scanner = ReplyScanner::default();
+    let mut scanned = 0;
+    loop {
+        buf.reserve(READ_SIZE);
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => return io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed it"),
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+        loop {
+            let (n, reply) = match scanner.advance(&buf[scanned..]) {
+                Ok(r) => r,
+                Err(e) => return io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+            };
+            scanned += n;
+            if reply.is_none() {
+                break;
+            }
+            let bytes = buf.split_to(scanned).freeze();
+            scanned = 0;
+            let waiter = in_flight.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+            match waiter {
+                Some(w) => {
+                    let _ = w.send(Ok(bytes));
+                }
+                None => return io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for"),
+            }
+        }
+    }
+}
