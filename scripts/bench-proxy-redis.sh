@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # sluice proxy in front of Redis (issue 5 acceptance): redis-benchmark
-# GET/SET with 50 clients directly, through sluice proxy and through
-# twemproxy (nutcracker), interleaved and repeated, with CPU steal per run;
-# then the proxy's memory with 5,000 idle client connections.
+# GET/SET with 50 clients directly, through sluice proxy (default: shared
+# upstream lanes for clients in the default session state), through sluice
+# proxy with a connection of its own per client (`sluice-own`,
+# shared_upstreams = 0) and through twemproxy (nutcracker), interleaved and
+# repeated, with CPU steal per run; then the proxy's memory with 5,000 idle
+# client connections.
 #
 #   scripts/bench-proxy-redis.sh [ROUNDS] [REQUESTS]
+#
+# Environment: CLIENTS="1 50" runs each client count (default 50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -14,7 +19,7 @@ cargo build --release -p sluice
 rounds=${1:-3} requests=${2:-100000}
 
 # Below the ephemeral range, so that no client connection holds them.
-REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 TWEM_PORT=28379
+REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 OWN_PORT=27389 TWEM_PORT=28379
 bench_scratch sluice-bench-redis
 
 redis-server --port $REDIS_PORT --save '' --appendonly no --maxclients 10000 >"$work/redis.log" 2>&1 &
@@ -35,6 +40,10 @@ TOML
 target/release/sluice proxy --config "$work/sluice.toml" 2>"$work/sluice.log" &
 pids+=($!)
 sluice_pid=$!
+sed -e "s/:$SLUICE_PORT\"/:$OWN_PORT\"/" -e 's/^listen = "127.0.0.1:'$ADMIN_PORT'"/listen = ""/' \
+    -e 's/^tenant_key = .*/&\nshared_upstreams = 0/' "$work/sluice.toml" >"$work/sluice-own.toml"
+target/release/sluice proxy --config "$work/sluice-own.toml" 2>"$work/sluice-own.log" &
+pids+=($!)
 cat >"$work/twemproxy.yml" <<YML
 sluice:
   listen: 127.0.0.1:$TWEM_PORT
@@ -48,20 +57,22 @@ sleep 1
 for p in "${pids[@]}"; do kill -0 "$p" || { cat "$work"/*.log; echo "a server did not start" >&2; exit 1; }; done
 
 steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
-echo "round target      SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
+echo "clients round target      SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
+for clients in ${CLIENTS:-50}; do
 for round in $(seq "$rounds"); do
-    for target in direct:$REDIS_PORT sluice:$SLUICE_PORT twemproxy:$TWEM_PORT; do
+    for target in direct:$REDIS_PORT sluice:$SLUICE_PORT sluice-own:$OWN_PORT twemproxy:$TWEM_PORT; do
         read -r t0 s0 < <(steal_ticks)
-        csv=$(redis-benchmark -p "${target#*:}" -t set,get -c 50 -n "$requests" --csv)
+        csv=$(redis-benchmark -p "${target#*:}" -t set,get -c "$clients" -n "$requests" --csv)
         read -r t1 s1 < <(steal_ticks)
-        CSV="$csv" python3 - "$round" "${target%%:*}" "$t0" "$s0" "$t1" "$s1" <<'PY'
+        CSV="$csv" python3 - "$clients" "$round" "${target%%:*}" "$t0" "$s0" "$t1" "$s1" <<'PY'
 import csv, os, sys
-round_, name, t0, s0, t1, s1 = sys.argv[1:]
+clients, round_, name, t0, s0, t1, s1 = sys.argv[1:]
 rows = {r[0]: r for r in csv.reader(os.environ["CSV"].splitlines()) if r and r[0] in ("SET", "GET")}
 steal = (int(s1) - int(s0)) / max(1, int(t1) - int(t0))
-print(f"{round_:>5} {name:<10} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
+print(f"{clients:>7} {round_:>5} {name:<10} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
 PY
     done
+done
 done
 
 echo "== idle connections: proxy RSS"

@@ -16,6 +16,8 @@
 #                     (no refinement of the matching point)
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
+#                     (WEIGHTS_P=16 pins P in both, to compare the totals
+#                     at the same P)
 #   SLO=60            instead, the SLO experiment (AppleS §5.3): 10
 #                     latency-sensitive users (tenant ls) with a p99.9
 #                     target of SLO ms and the rest best effort (tenant be),
@@ -107,9 +109,14 @@ if [[ -n "${SLO:-}" ]]; then
     decisions_port=$((ADMIN_PORT + 11))
 elif [[ -n "${WEIGHTS:-}" ]]; then
     echo "== tenants $WEIGHTS: weighted and equal-weight sluice proxies"
-    weights_toml="[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n"
+    pin=""
+    [[ -n "${WEIGHTS_P:-}" ]] && pin="parallelism = $WEIGHTS_P\n"
+    weights_toml="$pin[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n"
+    [[ -n "$pin" ]] && weights_toml+='[optimizer]\nparallelism = "fixed"\n'
+    equal_toml=""
+    [[ -n "$pin" ]] && equal_toml="$pin"'[optimizer]\nparallelism = "fixed"\n'
     TENANT_KEY=application_name start_sluice sluice-weighted $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$weights_toml"
-    TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) ""
+    TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) "" "$equal_toml"
     tenant_args=(--tenants "$WEIGHTS")
 else
     echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"

@@ -9,12 +9,18 @@
 //! Every request's life is: `admit` (queued) → slot granted (in the
 //! database) → `Slot` dropped (done, failed or disconnected). The state sits
 //! behind one short-held mutex: each request takes it three times.
+//!
+//! Tenants are kept once seen, except that [`Gate::forget`] drops an idle
+//! one that nothing configures (the proxy forgets a tenant named by its
+//! connection when the connection closes; otherwise a proxy serving
+//! millions of short connections would keep a record of each).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use slab::Slab;
 use sluice_core::controller::check_positive;
 use sluice_core::device::FlatDevice;
 use sluice_core::metrics::{LatencyHistogram, Moments, TenantStats};
@@ -140,11 +146,14 @@ struct TenantRecord {
     /// Kept only for tenants with a latency SLO (see `track_percentiles`).
     period_latency: Option<Box<LatencyHistogram>>,
     track_percentiles: bool,
+    /// Given a weight or an SLO while running: never forgotten.
+    pinned: bool,
 }
 
 struct State {
     stage: Stage<Wrr>,
-    tenants: Vec<TenantRecord>,
+    /// By `TenantId`; a forgotten tenant's id is given to the next new one.
+    tenants: Slab<TenantRecord>,
     by_name: HashMap<Arc<str>, TenantId>,
     waiters: HashMap<u64, oneshot::Sender<()>>,
     next_tag: u64,
@@ -198,7 +207,7 @@ impl Gate {
         let stage = Stage::new(Box::new(Wrr::new(config.zeta)), config.parallelism).map_err(|e| e.to_string())?;
         let state = State {
             stage,
-            tenants: Vec::new(),
+            tenants: Slab::new(),
             by_name: HashMap::new(),
             waiters: HashMap::new(),
             next_tag: 0,
@@ -239,8 +248,7 @@ impl Gate {
             .copied()
             .unwrap_or(self.shared.default_weight);
         let name: Arc<str> = Arc::from(name);
-        let id = TenantId(st.tenants.len() as u32);
-        st.tenants.push(TenantRecord::new(Arc::clone(&name), weight));
+        let id = TenantId(st.tenants.insert(TenantRecord::new(Arc::clone(&name), weight)) as u32);
         st.by_name.insert(Arc::clone(&name), id);
         if self.shared.strict.iter().any(|s| **s == *name) {
             st.stage.policy_mut().set_strict(id, true);
@@ -327,8 +335,32 @@ impl Gate {
     pub fn set_weight(&self, name: &str, weight: f64) -> Result<(), String> {
         check_positive(&format!("weight of `{name}`"), weight)?;
         let id = self.tenant(name).id;
-        self.shared.lock().tenants[id.0 as usize].weight = weight;
+        let rec = &mut self.shared.lock().tenants[id.0 as usize];
+        rec.weight = weight;
+        rec.pinned = true;
         Ok(())
+    }
+
+    /// Drops tenant `name`'s record if nothing waits or runs for it and
+    /// nothing configures it (a weight, strict priority, an SLO). Returns
+    /// whether it was dropped.
+    pub fn forget(&self, name: &str) -> bool {
+        let mut st = self.shared.lock();
+        let Some(&id) = st.by_name.get(name) else {
+            return false;
+        };
+        let rec = &st.tenants[id.0 as usize];
+        let configured = rec.pinned
+            || rec.track_percentiles
+            || self.shared.weights.contains_key(name)
+            || self.shared.strict.iter().any(|s| s == name);
+        if configured || rec.in_flight > 0 || st.stage.policy().queued(id) > 0 {
+            return false;
+        }
+        st.tenants.remove(id.0 as usize);
+        st.by_name.remove(name);
+        st.stage.policy_mut().forget(id);
+        true
     }
 
     pub fn parallelism(&self) -> usize {
@@ -348,7 +380,9 @@ impl Gate {
     /// controller needs its percentiles.
     pub fn track_percentiles(&self, name: &str) {
         let id = self.tenant(name).id;
-        self.shared.lock().tenants[id.0 as usize].track_percentiles = true;
+        let rec = &mut self.shared.lock().tenants[id.0 as usize];
+        rec.track_percentiles = true;
+        rec.pinned = true;
     }
 
     /// What happened since the last call, for the optimizers (one caller
@@ -357,7 +391,7 @@ impl Gate {
         let mut guard = self.shared.lock();
         let st = &mut *guard;
         let mut tenants = Vec::new();
-        for (i, t) in st.tenants.iter_mut().enumerate() {
+        for (i, t) in st.tenants.iter_mut() {
             if t.busy {
                 tenants.push(PeriodTenant {
                     name: Arc::clone(&t.name),
@@ -390,7 +424,6 @@ impl Gate {
             tenants: st
                 .tenants
                 .iter()
-                .enumerate()
                 .map(|(i, t)| t.snapshot(st.stage.policy().queued(TenantId(i as u32))))
                 .collect(),
         }
@@ -447,6 +480,7 @@ impl TenantRecord {
             busy: false,
             period_latency: None,
             track_percentiles: false,
+            pinned: false,
         }
     }
 
@@ -641,6 +675,37 @@ mod tests {
             order.push(rx.recv().await.unwrap());
         }
         assert_eq!(order, ["ls", "ls", "ls", "heavy", "heavy", "heavy"]);
+    }
+
+    #[tokio::test]
+    async fn only_idle_unconfigured_tenants_are_forgotten_and_ids_are_reused() {
+        let g = Gate::new(GateConfig {
+            parallelism: 1,
+            strict: vec!["ls".to_string()],
+            ..GateConfig::default()
+        })
+        .unwrap();
+        let inside = g.admit(&g.tenant("conn-1")).await.unwrap();
+        assert!(!g.forget("conn-1"), "a request is inside");
+        drop(inside);
+        g.tenant("ls");
+        g.tenant("heavy");
+        g.set_weight("live", 3.0).unwrap();
+        assert!(!g.forget("ls") && !g.forget("live"), "configured tenants stay");
+        assert!(g.forget("conn-1"));
+        assert!(!g.forget("conn-1"), "already gone");
+        assert!(g.snapshot().tenants.iter().all(|t| t.name != "conn-1"));
+        // The freed id goes to a new tenant, served like any other.
+        let fresh = g.tenant("conn-2");
+        let blocker = g.admit(&g.tenant("heavy")).await.unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spawn_requests(&g, "conn-2", 1, &tx, false);
+        settle().await;
+        spawn_requests(&g, "ls", 1, &tx, false);
+        settle().await;
+        drop(blocker);
+        let order = [rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        assert_eq!(order, ["ls", "conn-2"], "strict ls first; {fresh:?}");
     }
 
     #[tokio::test]

@@ -19,7 +19,8 @@
 //! from one thread with blocking calls (pgbench -M prepared with fewer
 //! threads than clients) can deadlock against any admission limit: a
 //! blocked call waits at the gate while the thread's other connections hold
-//! slots. Tenants, once seen, are kept until the proxy restarts.
+//! slots. Tenants, once seen, are kept until the proxy restarts, but for
+//! tenants named by their connection, forgotten when it closes.
 
 pub mod admin;
 pub mod config;

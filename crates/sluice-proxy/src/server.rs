@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::config::{ConfigError, Protocol, ProxyConfig};
+use crate::config::{ConfigError, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
 use crate::redis::mux::Mux;
@@ -134,5 +134,11 @@ async fn session(
     };
     if let Err(e) = served {
         tracing::debug!("client {peer}: session ended: {e}");
+    }
+    // A tenant named by its connection is never seen again.
+    if let (TenantKey::Connection, Some(name)) = (ctx.tenant_key, ctx.tenant_by_address(peer)) {
+        if ctx.gate.forget(&name) {
+            ctx.stats.forget(&name);
+        }
     }
 }

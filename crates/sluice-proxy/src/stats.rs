@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Counters of every tenant seen since the proxy started.
+/// Counters of every tenant seen since the proxy started (but for those
+/// forgotten with their connection).
 #[derive(Debug, Default)]
 pub struct Stats {
     tenants: Mutex<HashMap<Arc<str>, Arc<TenantStats>>>,
@@ -43,6 +44,14 @@ impl Stats {
     pub fn tenant(&self, tenant: &Arc<str>) -> Arc<TenantStats> {
         let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(tenants.entry(Arc::clone(tenant)).or_default())
+    }
+
+    /// Drops `tenant`'s counters (see [`crate::gate::Gate::forget`]).
+    pub fn forget(&self, tenant: &str) {
+        self.tenants
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(tenant);
     }
 
     /// Every tenant's counters, sorted by name.

@@ -348,3 +348,23 @@ fn default_state_clients_share_upstream_connections_until_they_need_their_own() 
         "others stay in database 0"
     );
 }
+
+#[test]
+fn tenants_named_by_connection_are_forgotten_when_it_closes() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, GateConfig::default());
+    for _ in 0..200 {
+        let mut c = RespConn::connect(proxy.addr);
+        assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    }
+    let mut kept = usize::MAX;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        kept = proxy.gate.snapshot().tenants.len() + proxy.stats.snapshot().len();
+        if kept == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(kept, 0, "200 closed connections should leave no tenant behind");
+}

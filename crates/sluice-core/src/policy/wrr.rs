@@ -149,6 +149,14 @@ impl Wrr {
         }
     }
 
+    /// Drops what is kept about `tenant` (its weight, credit and class) if
+    /// nothing of it waits: its id may be given to a new tenant.
+    pub fn forget(&mut self, tenant: TenantId) {
+        if self.queues.get(&tenant).is_some_and(|q| q.jobs.is_empty()) {
+            self.queues.remove(&tenant);
+        }
+    }
+
     /// Jobs waiting for `tenant`.
     pub fn queued(&self, tenant: TenantId) -> usize {
         self.queues.get(&tenant).map_or(0, |q| q.jobs.len())
