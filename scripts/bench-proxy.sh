@@ -25,6 +25,10 @@
 #                     fair (per-user shares), strict (ls strict priority)
 #                     and slo (ls weight set by the SLO controller); first
 #                     the ls users alone. SLO_USERS (100) users in all.
+#                     PostgreSQL checkpoints are pushed past the run
+#                     (checkpoint_timeout 1h, max_wal_size 16GB): a
+#                     checkpoint's stall set every p99.9 it fell into,
+#                     whatever the scheduling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -42,10 +46,12 @@ as_db=()
 [[ $(id -u) -eq 0 ]] && as_db=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 [[ $(id -u) -eq 0 ]] && chown postgres "$work"
 
+pg_opts=()
+[[ -n "${SLO:-}" ]] && pg_opts=(-c checkpoint_timeout=1h -c max_wal_size=16GB)
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
 "${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
-    -c max_connections=600 -c shared_buffers=256MB >"$work/pg.log" 2>&1 &
+    -c max_connections=600 -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres

@@ -37,6 +37,9 @@ pub struct ProxyArgs {
     /// Pin P to this value instead of tuning it
     #[arg(long)]
     pub parallelism: Option<usize>,
+    /// Worker threads (overrides the file; default 1)
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 pub fn run(args: ProxyArgs) -> Result<()> {
@@ -45,7 +48,10 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let settings = settings(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.proxy.threads)
+        .enable_all()
+        .build()?;
     runtime.block_on(serve(settings, args.config))
 }
 
@@ -77,6 +83,9 @@ fn settings(args: &ProxyArgs) -> Result<Settings> {
             "redis" => Protocol::Redis,
             other => return Err(anyhow!("--protocol must be pg or redis, got `{other}`")),
         };
+    }
+    if let Some(threads) = args.threads {
+        settings.proxy.threads = threads;
     }
     if let Some(p) = args.parallelism {
         settings.gate.parallelism = p;

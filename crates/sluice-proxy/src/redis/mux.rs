@@ -129,6 +129,10 @@ async fn write_calls(
         let Some(first) = calls.recv().await else {
             return io::Error::new(io::ErrorKind::BrokenPipe, "no more clients");
         };
+        // Woken by the first command, this task would otherwise run at once
+        // and write it alone; yielding lets the other clients whose commands
+        // have arrived run first and join the batch.
+        tokio::task::yield_now().await;
         let mut next = Some(first);
         {
             let mut waiting = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
