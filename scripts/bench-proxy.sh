@@ -14,6 +14,7 @@
 #                     limiter instead of the three-sample model
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
+#   THREADS2=1        also run a sluice proxy with two worker threads
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
 #                     (WEIGHTS_P=16 pins P in both, to compare the totals
@@ -80,11 +81,12 @@ sleep 1
 kill -0 $bouncer_pid 2>/dev/null || { cat "$work/pgbouncer.log"; echo "PgBouncer did not start" >&2; exit 1; }
 
 # start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
-# of PostgreSQL; its pid is appended to cpu_args.
+# of PostgreSQL ($PROXY_TOML goes into its [proxy] section); its pid is
+# appended to cpu_args.
 start_sluice() {
     local name=$1 port=$2 admin=$3 extra=${4:-}
-    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "127.0.0.1:%s"\nprotocol = "pg"\ntenant_key = "%s"\n[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
-        "$port" "$PG_PORT" "${TENANT_KEY:-connection}" "$admin" "$extra" >"$work/$name.toml"
+    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "127.0.0.1:%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
+        "$port" "$PG_PORT" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
     target/release/sluice proxy --config "$work/$name.toml" 2>"$work/$name.log" &
     pids+=($!)
     local pid=$!
@@ -129,6 +131,9 @@ else
     start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
     if [[ -n "${GRADIENT:-}" ]]; then
         start_sluice sluice-gradient $((SLUICE_PORT + 10)) "" '[optimizer]\nparallelism = "gradient"\n'
+    fi
+    if [[ -n "${THREADS2:-}" ]]; then
+        PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""
     fi
     if [[ -n "${PLAIN:-}" ]]; then
         start_sluice sluice-plain $((SLUICE_PORT + 9)) "" '[optimizer.model]\nrefine = false\n'

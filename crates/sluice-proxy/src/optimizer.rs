@@ -524,7 +524,10 @@ impl Optimizer {
             .iter()
             .map(|s| format!("λ({})={:.0}/s", s.p, s.throughput))
             .collect();
-        self.set_p(best.p, format!("model, refined: {}; best measured", shown.join(" ")));
+        let why = format!("model, refined: {}; best measured", shown.join(" "));
+        // Logged even when P stays: the log shows where each sampling ended.
+        self.decide("matching_point", best.p as f64, why.clone());
+        self.set_p(best.p, why);
         self.model = holding(now, samples[2].p);
     }
 

@@ -37,7 +37,7 @@ pub struct ProxyArgs {
     /// Pin P to this value instead of tuning it
     #[arg(long)]
     pub parallelism: Option<usize>,
-    /// Worker threads (overrides the file; default 1)
+    /// Worker threads (overrides the file; default: 1 for Redis, one per core for PostgreSQL)
     #[arg(long)]
     pub threads: Option<usize>,
 }
@@ -49,7 +49,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .init();
     let settings = settings(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.proxy.threads)
+        .worker_threads(settings.proxy.worker_threads())
         .enable_all()
         .build()?;
     runtime.block_on(serve(settings, args.config))
