@@ -1,7 +1,8 @@
 //! The listener (issue 5, §1 and §7 "graceful shutdown that drains requests
-//! in flight"): accepts clients, gives each its own upstream connection and
-//! session task, and on shutdown stops accepting, lets every request in
-//! flight finish (up to the drain timeout), then closes the connections.
+//! in flight"): accepts clients, gives each a session task (with its own
+//! upstream connection, or for Redis a shared one until it needs its own),
+//! and on shutdown stops accepting, lets every request in flight finish (up
+//! to the drain timeout), then closes the connections.
 
 use std::future::Future;
 use std::io;

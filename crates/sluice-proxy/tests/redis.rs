@@ -368,3 +368,24 @@ fn tenants_named_by_connection_are_forgotten_when_it_closes() {
     }
     assert_eq!(kept, 0, "200 closed connections should leave no tenant behind");
 }
+
+#[test]
+fn a_client_on_a_shared_lane_is_served_again_when_the_upstream_returns() {
+    let Some(server) = RedisServer::start() else { return };
+    let port = server.port;
+    let proxy = proxy(&server, TenantKey::Connection, GateConfig::default());
+    let mut client = RespConn::connect(proxy.addr);
+    assert_eq!(client.call(&["SET", "k", "v"]), "+OK\r\n");
+    drop(server);
+    let err = client.call(&["GET", "k"]);
+    assert!(
+        err.starts_with("-ERR sluice: "),
+        "a clear error while Redis is down: {err}"
+    );
+    let _back = RedisServer::start_on(port).expect("Redis restarts on its port");
+    assert_eq!(
+        client.call(&["GET", "k"]),
+        "$-1\r\n",
+        "the same client connection is served by the new server"
+    );
+}

@@ -1,4 +1,6 @@
-//! One Redis client connection through the proxy (issue 5, §2 "Requests"):
+//! One Redis client connection through the proxy (issue 5, §2 "Requests"),
+//! on its own upstream connection once the shared phase ([`super::shared`])
+//! has handed it over (or from the start with `shared_upstreams = 0`):
 //! every command is admitted by the gate before it is forwarded and holds
 //! its slot until its reply is complete; MULTI…EXEC holds one slot from
 //! MULTI to the reply of EXEC or DISCARD; pipelined commands are admitted

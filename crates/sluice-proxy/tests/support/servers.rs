@@ -234,9 +234,13 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts one, or returns `None` (outside CI) when Redis is not installed.
     pub fn start() -> Option<RedisServer> {
+        Self::start_on(free_port())
+    }
+
+    /// Starts one on `port` (say, where an earlier one was stopped).
+    pub fn start_on(port: u16) -> Option<RedisServer> {
         let program = require("redis-server")?;
         let dir = tempfile::tempdir().expect("creating a temporary directory");
-        let port = free_port();
         let mut command = Command::new(program);
         command.args([
             "--port",
