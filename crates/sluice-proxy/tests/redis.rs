@@ -389,3 +389,47 @@ fn a_client_on_a_shared_lane_is_served_again_when_the_upstream_returns() {
         "the same client connection is served by the new server"
     );
 }
+
+#[test]
+fn clients_that_vanish_mid_request_give_back_every_slot() {
+    let Some(server) = RedisServer::start() else { return };
+    let proxy = proxy(&server, TenantKey::Connection, gate(1, 10_000, 10_000));
+    let mut holder = RespConn::connect(proxy.addr);
+    assert_eq!(holder.call(&["MULTI"]), "+OK\r\n", "holds the only slot");
+    let value = "x".repeat(1024);
+    // Half the clients start with SELECT, which gives them their own
+    // upstream connection: both the shared lanes and the dedicated path
+    // lose clients whose requests wait at the gate.
+    let clients: Vec<RespConn> = (0..20)
+        .map(|c| {
+            let mut conn = RespConn::connect(proxy.addr);
+            if c % 2 == 0 {
+                conn.send(&["SELECT", "1"]);
+            }
+            for i in 0..20 {
+                conn.send(&["SET", &format!("k{i}"), &value]);
+            }
+            conn
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.gate.snapshot().queued < 20 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(proxy.gate.snapshot().queued >= 20, "every client has a request waiting");
+    drop(clients);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(holder.call(&["EXEC"]), "*0\r\n");
+    let mut gate = proxy.gate.snapshot();
+    while (gate.in_flight, gate.queued) != (0, 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        gate = proxy.gate.snapshot();
+    }
+    assert_eq!(
+        (gate.in_flight, gate.queued),
+        (0, 0),
+        "slots held after the clients left"
+    );
+    let mut after = RespConn::connect(proxy.addr);
+    assert_eq!(after.call(&["PING"]), "+PONG\r\n", "the gate still lets requests in");
+}
