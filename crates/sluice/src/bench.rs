@@ -17,16 +17,13 @@ use crate::steal::CpuTimes;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// Simulator speed: simulated I/O completions per second on one core
     Sim(SimBench),
-    /// The I/O runtime on an emulated SSD: RCP against FIFO, and overhead
     Io(crate::bench_io::IoBench),
-    /// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
     Pg(crate::bench_pg::PgBench),
-    /// Redis users (YCSB, one connection each) directly and through proxies
     Redis(crate::bench_redis::RedisBench),
 }
 
+/// Simulator speed: simulated I/O completions per second on one core
 #[derive(Args)]
 #[command(
     long_about = "Simulator speed: simulated I/O completions per second on one core.\n\n\

@@ -16,6 +16,7 @@ use sluice_bench::pgbench::{self, PgbenchSpec};
 use crate::bench::{median, median_min_max};
 use crate::steal::CpuTimes;
 
+/// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
 #[derive(Args)]
 #[command(long_about = "PostgreSQL users against several targets, interleaved.\n\n\
     Each user is one connection running pgbench's script in a closed loop. Every round runs \

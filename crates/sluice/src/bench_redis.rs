@@ -13,6 +13,7 @@ use crate::bench::{median, median_min_max};
 use crate::bench_pg;
 use crate::steal::CpuTimes;
 
+/// Redis users (YCSB, one connection each) directly and through proxies
 #[derive(Args)]
 #[command(long_about = "Redis users against several RESP targets, interleaved.\n\n\
     Each user is one connection running a YCSB core workload (A, B, C, D or F; E needs a \

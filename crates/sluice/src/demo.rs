@@ -20,6 +20,7 @@ use sluice_kv::{Db, Options};
 
 use crate::demo_report;
 
+/// YCSB-A on sluice-kv with compaction active: FIFO against Sluice
 #[derive(Args)]
 #[command(long_about = "Sluice end to end, in about two minutes.\n\n\
     sluice-kv runs on an emulated cloud volume (3000 IOPS, 125 MB/s, 1 ms per operation). \

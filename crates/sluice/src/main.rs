@@ -40,16 +40,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run an experiment file on the deterministic simulator
     Sim(sim::SimArgs),
     /// Run a benchmark of Sluice itself and report ratios to its baseline
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Serve a sluice-kv store over RESP2 (the Redis protocol)
     Serve(serve::ServeArgs),
-    /// YCSB-A on sluice-kv with compaction active: FIFO against Sluice
     Demo(demo::DemoArgs),
-    /// Admission control and fair scheduling (AppleS) in front of PostgreSQL or Redis
     Proxy(proxy::ProxyArgs),
 }
 

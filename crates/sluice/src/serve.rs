@@ -10,6 +10,7 @@ use clap::Args;
 use sluice_io::{Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options, Server, ServerOptions};
 
+/// Serve a sluice-kv store over RESP2 (the Redis protocol)
 #[derive(Args)]
 #[command(long_about = "Serve a sluice-kv store over RESP2, the Redis protocol.\n\n\
     Commands: GET, SET, DEL, EXISTS, MGET, MSET, PING, ECHO, INFO, AUTH, SELECT 0, QUIT, \

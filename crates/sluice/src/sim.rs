@@ -11,6 +11,7 @@ use sluice_sim::report;
 use sluice_sim::sweep::run_experiment;
 use sluice_sim::Experiment;
 
+/// Run an experiment file on the deterministic simulator
 #[derive(Args)]
 #[command(long_about = "Run an experiment file on the deterministic simulator.\n\n\
     The file (TOML, see scenarios/README.md) sweeps one workload parameter over \

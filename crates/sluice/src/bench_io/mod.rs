@@ -63,6 +63,7 @@ impl Medium {
     }
 }
 
+/// The I/O runtime on an emulated SSD: RCP against FIFO, and overhead
 #[derive(Args)]
 #[command(
     long_about = "The I/O runtime on an emulated SSD (4 channels, 80 us reads, 30 us writes \
