@@ -117,14 +117,13 @@ if [[ -n "${SLO:-}" ]]; then
     decisions_port=$((ADMIN_PORT + 11))
 elif [[ -n "${WEIGHTS:-}" ]]; then
     echo "== tenants $WEIGHTS: weighted and equal-weight sluice proxies"
-    pin=""
-    [[ -n "${WEIGHTS_P:-}" ]] && pin="parallelism = $WEIGHTS_P\n"
-    weights_toml="$pin[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n"
-    [[ -n "$pin" ]] && weights_toml+='[optimizer]\nparallelism = "fixed"\n'
-    equal_toml=""
-    [[ -n "$pin" ]] && equal_toml="$pin"'[optimizer]\nparallelism = "fixed"\n'
+    pin="" fixed=""
+    if [[ -n "${WEIGHTS_P:-}" ]]; then
+        pin="parallelism = $WEIGHTS_P\n" fixed='[optimizer]\nparallelism = "fixed"\n'
+    fi
+    weights_toml="$pin[gate.weights]\n$(tr ',' '\n' <<<"$WEIGHTS" | sed 's/:/ = /')\n$fixed"
     TENANT_KEY=application_name start_sluice sluice-weighted $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$weights_toml"
-    TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) "" "$equal_toml"
+    TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) "" "$pin$fixed"
     tenant_args=(--tenants "$WEIGHTS")
 else
     echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"

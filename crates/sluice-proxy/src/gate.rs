@@ -146,7 +146,8 @@ struct TenantRecord {
     /// Kept only for tenants with a latency SLO (see `track_percentiles`).
     period_latency: Option<Box<LatencyHistogram>>,
     track_percentiles: bool,
-    /// Given a weight or an SLO while running: never forgotten.
+    /// Configured (a weight, strict priority) or given a weight or an SLO
+    /// while running: never forgotten.
     pinned: bool,
 }
 
@@ -241,16 +242,15 @@ impl Gate {
                 id,
             };
         }
-        let weight = self
-            .shared
-            .weights
-            .get(name)
-            .copied()
-            .unwrap_or(self.shared.default_weight);
+        let configured = self.shared.weights.get(name).copied();
+        let strict = self.shared.strict.iter().any(|s| s == name);
+        let weight = configured.unwrap_or(self.shared.default_weight);
         let name: Arc<str> = Arc::from(name);
-        let id = TenantId(st.tenants.insert(TenantRecord::new(Arc::clone(&name), weight)) as u32);
+        let mut record = TenantRecord::new(Arc::clone(&name), weight);
+        record.pinned = configured.is_some() || strict;
+        let id = TenantId(st.tenants.insert(record) as u32);
         st.by_name.insert(Arc::clone(&name), id);
-        if self.shared.strict.iter().any(|s| **s == *name) {
+        if strict {
             st.stage.policy_mut().set_strict(id, true);
         }
         Tenant { name, weight, id }
@@ -350,11 +350,7 @@ impl Gate {
             return false;
         };
         let rec = &st.tenants[id.0 as usize];
-        let configured = rec.pinned
-            || rec.track_percentiles
-            || self.shared.weights.contains_key(name)
-            || self.shared.strict.iter().any(|s| s == name);
-        if configured || rec.in_flight > 0 || st.stage.policy().queued(id) > 0 {
+        if rec.pinned || rec.in_flight > 0 || st.stage.policy().queued(id) > 0 {
             return false;
         }
         st.tenants.remove(id.0 as usize);

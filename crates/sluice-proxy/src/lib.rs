@@ -18,11 +18,10 @@
 //! own from then on (`redis::shared`; the issue asks for one per client,
 //! which cost two reads and two writes per command). The runtime's threads
 //! default by protocol (`ProxyConfig::worker_threads`). A client that
-//! drives several connections
-//! from one thread with blocking calls (pgbench -M prepared with fewer
-//! threads than clients) can deadlock against any admission limit: a
-//! blocked call waits at the gate while the thread's other connections hold
-//! slots. Tenants, once seen, are kept until the proxy restarts, but for
+//! drives several connections from one thread with blocking calls (pgbench
+//! -M prepared with fewer threads than clients) can deadlock against any
+//! admission limit: a blocked call waits at the gate while the thread's
+//! other connections hold slots. Tenants, once seen, are kept until the proxy restarts, but for
 //! tenants named by their connection, forgotten when it closes.
 
 pub mod admin;

@@ -10,13 +10,16 @@ use sluice_proxy::settings::Settings;
 use sluice_proxy::Protocol;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// Admission control and fair scheduling (AppleS) in front of PostgreSQL or Redis
 #[derive(Args)]
 #[command(long_about = "Put Sluice in front of PostgreSQL or Redis.\n\n\
     Requests wait in per-tenant queues; at most P of them are inside the database at once, \
     and tenants take turns by weighted round robin with round quota zeta (AppleS). P is tuned \
     by AppleS's three-sample throughput model (or a gradient limiter, or pinned), zeta by \
     feedback on unfairness and latency variability, and latency-sensitive tenants' weights \
-    by their SLOs. Every client connection gets its own server connection.\n\n\
+    by their SLOs. A PostgreSQL client gets its own server connection; Redis clients share a few \
+    until their first command that touches session state (SELECT, AUTH, MULTI, ...), then get \
+    their own.\n\n\
     Quick start: sluice proxy --protocol pg --listen 127.0.0.1:6432 --upstream 127.0.0.1:5432\n\
     With a file: sluice proxy --config docs/proxy.example.toml (every setting documented there).\n\
     The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate, POST /weight, POST /slo and DELETE /slo/NAME. \

@@ -18,11 +18,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
-use crate::session::READ_SIZE;
+use crate::session::{connect, READ_SIZE};
 
 /// A command's reply, or why there is none.
 pub(crate) type Answer = Result<Bytes, Arc<str>>;
@@ -83,10 +82,7 @@ impl Mux {
 
 /// Dials the upstream, then writes and reads until the connection fails.
 async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
-    let stream = match TcpStream::connect(&upstream)
-        .await
-        .and_then(|s| s.set_nodelay(true).map(|()| s))
-    {
+    let stream = match connect(&upstream).await {
         Ok(s) => s,
         Err(e) => {
             let why = format!("sluice: cannot reach the upstream server {upstream}: {e}");

@@ -173,17 +173,18 @@ async fn answer(mut client: WriteHalf<'_>, mut heard: mpsc::UnboundedReceiver<En
                 outcome,
             } => {
                 let reply = match answer.try_recv() {
-                    Ok(reply) => reply,
                     Err(oneshot::error::TryRecvError::Empty) => {
                         flush(&mut client, &mut out).await?;
-                        (&mut answer)
-                            .await
-                            .unwrap_or_else(|_| Err("sluice: the shared upstream went away".into()))
+                        (&mut answer).await.ok()
                     }
-                    Err(oneshot::error::TryRecvError::Closed) => Err("sluice: the shared upstream went away".into()),
+                    received => received.ok(),
                 };
                 drop(slot);
-                let reply = reply.unwrap_or_else(|why| error_reply(&why));
+                let reply = match reply {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(why)) => error_reply(&why),
+                    None => error_reply("sluice: the shared upstream went away"),
+                };
                 outcome.finish(reply.first() == Some(&b'-'));
                 out.extend_from_slice(&reply);
             }
