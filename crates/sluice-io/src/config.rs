@@ -22,6 +22,7 @@
 //! policy = "fifo"            # order within each queue: any sluice-core policy
 //! starvation_ms = 10.0       # at least one non-critical I/O per this interval
 //! noncritical_device_bound = 1   # non-critical I/Os at the device; 0 = unbounded
+//! noncritical_piece_kb = 64  # a larger non-critical I/O holds the device a piece at a time; 0 = whole
 //! inheritance = true         # locks, condition variables, I/O dependencies (§4.2)
 //! ```
 
@@ -80,6 +81,10 @@ pub struct RcpConfig {
     pub policy: String,
     pub starvation_ms: f64,
     pub noncritical_device_bound: usize,
+    /// Largest piece, KiB, in which a non-critical I/O holds the device: a
+    /// larger one gives the device back between pieces, so critical I/O
+    /// waits behind at most one piece (0 = whole I/Os).
+    pub noncritical_piece_kb: u64,
     pub inheritance: bool,
 }
 
@@ -98,6 +103,7 @@ impl Default for RcpConfig {
             policy: "fifo".into(),
             starvation_ms: 10.0,
             noncritical_device_bound: 1,
+            noncritical_piece_kb: 64,
             inheritance: true,
         }
     }

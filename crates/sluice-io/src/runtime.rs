@@ -156,14 +156,17 @@ impl Shared {
     }
 
     /// Runs one I/O through the stages: waits until it may enter the device,
-    /// performs it there, and leaves.
-    fn io<T>(
+    /// performs it there, and leaves. `io` performs bytes `[start, start +
+    /// len)` of the operation; a non-critical I/O larger than the piece size
+    /// is performed piece by piece, giving the device back between pieces
+    /// (see [`RcpConfig::noncritical_piece_kb`](crate::RcpConfig)).
+    fn io(
         self: &Arc<Self>,
         file: &FileInner,
         op: Op,
         seq: u64,
-        io: impl FnOnce() -> std::io::Result<T>,
-    ) -> std::io::Result<T> {
+        mut io: impl FnMut(u64, u64) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let task = Task::current();
         if let Some(bg) = current_background() {
             bg.throttle(&task, self.config.rcp.inheritance, op.len);
@@ -175,8 +178,22 @@ impl Shared {
             ..Ctx::new(seq, now)
         });
         let job = Job::new(seq, ctx, op.offset / BLOCK, now).with_tag(file.id as u64);
-        let entered = self.enter(&task, job, class, now);
-        let result = self.device.perform(entered, op, io);
+        let mut entered = self.enter(&task, job, class, now);
+        let mut result = Ok(());
+        for (i, (start, len)) in self.pieces(op.len, class).enumerate() {
+            if i > 0 {
+                entered = self.next_piece(&task, seq);
+            }
+            let piece = Op {
+                offset: op.offset + start,
+                len,
+                ..op
+            };
+            result = self.device.perform(entered, piece, || io(start, len));
+            if result.is_err() {
+                break;
+            }
+        }
         let done = self.device.now();
         let mut st = lock(&self.state);
         let ready = st.sched.complete(seq, done);
@@ -188,19 +205,54 @@ impl Shared {
         result
     }
 
+    /// The pieces `(start, len)` an I/O of `len` bytes is performed in:
+    /// one, unless it is non-critical and larger than the piece size.
+    fn pieces(&self, len: u64, class: Criticality) -> impl Iterator<Item = (u64, u64)> {
+        let piece = match class {
+            Criticality::NonCritical if self.config.rcp.enabled => self.config.rcp.noncritical_piece_kb << 10,
+            _ => 0,
+        };
+        let step = if piece == 0 { len.max(1) } else { piece };
+        (0..len.max(1))
+            .step_by(step as usize)
+            .map(move |start| (start, step.min(len - start)))
+    }
+
     /// Submits the job at `now` and waits until it is in the device;
-    /// returns when it entered. (One clock read per I/O on the fast path:
-    /// on the page cache the clock is a visible share of the runtime's cost.)
+    /// returns when it entered.
     fn enter(self: &Arc<Self>, task: &Arc<Task>, job: Job, class: Criticality, now: u64) -> u64 {
         let seq = job.seq;
         let mut st = lock(&self.state);
         let ready = st.sched.submit(job, class, now);
-        if ready.contains(&seq) {
-            wake(&mut st, &ready);
+        self.await_device(st, task, seq, &ready, now)
+    }
+
+    /// Between two pieces: gives the device back and waits to re-enter it
+    /// (at once if nothing else waits or the I/O became critical).
+    fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64) -> u64 {
+        let mut st = lock(&self.state);
+        let now = self.device.now();
+        let ready = st.sched.yield_device(seq, now);
+        self.await_device(st, task, seq, &ready, now)
+    }
+
+    /// After a scheduler step that let `ready` in: wakes them and waits
+    /// until `seq` is in the device. (One clock read per I/O on the fast
+    /// path: on the page cache the clock is a visible share of the cost.)
+    fn await_device(
+        self: &Arc<Self>,
+        mut st: MutexGuard<'_, State>,
+        task: &Arc<Task>,
+        seq: u64,
+        ready: &[u64],
+        now: u64,
+    ) -> u64 {
+        if st.sched.location(seq) == Some(Location::Device) {
+            wake(&mut st, ready);
             return now;
         }
         st.parked.insert(seq, std::thread::current());
-        wake(&mut st, &ready);
+        wake(&mut st, ready);
         drop(st);
         task.begin_wait(Blocker::Io(self.clone(), seq));
         loop {
@@ -279,27 +331,38 @@ impl SluiceFile {
             len: buf.len() as u64,
         };
         let len = buf.len();
-        s.io(&self.inner, op, s.next_seq(), || self.inner.file_read(buf, offset))
-            .map_err(|e| self.device_error("read", offset, len, e))
+        // Bytes read so far; a short piece (the end of the file) ends the read.
+        let mut done = 0;
+        s.io(&self.inner, op, s.next_seq(), |start, n| {
+            if done == start as usize {
+                let piece = &mut buf[done..done + n as usize];
+                done += self.inner.file_read(piece, offset + start)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| self.device_error("read", offset, len, e))?;
+        Ok(done)
     }
 
     /// Writes all of `data` at `offset`, to the device (for a write that
     /// may wait in memory first, see [`SluiceFile::write_buffered`]).
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<(), IoError> {
         self.check(data.as_ptr(), offset, data.len())?;
-        self.device_write(offset, data.len() as u64, || {
-            std::os::unix::fs::FileExt::write_all_at(&self.inner.file, data, offset)
+        self.device_write(offset, data.len() as u64, |start, n| {
+            let piece = &data[start as usize..(start + n) as usize];
+            std::os::unix::fs::FileExt::write_all_at(&self.inner.file, piece, offset + start)
         })
         .map_err(|e| self.device_error("write", offset, data.len(), e))
     }
 
     /// One write I/O of `len` bytes at `offset` through the stages, visible
-    /// to dependent reads and syncs while it is outstanding.
+    /// to dependent reads and syncs while it is outstanding; `io` writes
+    /// bytes `[start, start + len)` of it.
     pub(crate) fn device_write(
         &self,
         offset: u64,
         len: u64,
-        io: impl FnOnce() -> std::io::Result<()>,
+        io: impl FnMut(u64, u64) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
         let s = &self.shared;
         let seq = s.next_seq();
@@ -327,8 +390,10 @@ impl SluiceFile {
             offset: address(self.inner.id, 0),
             len: 0,
         };
-        s.io(&self.inner, op, s.next_seq(), || s.device.sync_data(&self.inner.file))
-            .map_err(|e| self.device_error("sync", 0, 0, e))
+        s.io(&self.inner, op, s.next_seq(), |_, _| {
+            s.device.sync_data(&self.inner.file)
+        })
+        .map_err(|e| self.device_error("sync", 0, 0, e))
     }
 
     /// Waits until the outstanding writes that `depends` selects are done;

@@ -159,6 +159,12 @@ impl Sched {
     fn admit(&mut self, seq: u64, now: Nanos) {
         let e = self.ios.get_mut(&seq).expect("admitted I/O is outstanding");
         self.admitted[e.pool] += 1;
+        self.enqueue(seq, now);
+    }
+
+    /// Puts an admitted I/O in its class's queue.
+    fn enqueue(&mut self, seq: u64, now: Nanos) {
+        let e = self.ios.get_mut(&seq).expect("queued I/O is outstanding");
         e.location = Location::Queued;
         let (class, job) = (e.class, e.job);
         let q = self.queue_of(class);
@@ -229,6 +235,27 @@ impl Sched {
         if let Some(next) = self.admission[e.pool].pop_front() {
             self.admit(next, now);
         }
+        self.dispatch(now)
+    }
+
+    /// A non-critical I/O in the device has done one piece and gives the
+    /// device back (RCP's device bound counted in bytes, see the runtime):
+    /// it queues again behind the I/O of its class that arrived meanwhile,
+    /// keeping its admission slot. Returns the I/Os that may now enter the
+    /// device, which include this one if nothing else waits. A critical I/O
+    /// (or one promoted since it entered) keeps the device and gets `[]`.
+    pub fn yield_device(&mut self, seq: u64, now: Nanos) -> Vec<u64> {
+        let Some(e) = self.ios.get_mut(&seq) else {
+            return Vec::new();
+        };
+        if e.class == Criticality::Critical || e.location != Location::Device {
+            return Vec::new();
+        }
+        self.in_device -= 1;
+        if std::mem::take(&mut e.bounded) {
+            self.noncritical_in_device -= 1;
+        }
+        self.enqueue(seq, now);
         self.dispatch(now)
     }
 
@@ -362,6 +389,24 @@ mod tests {
         assert_eq!(s.complete(4, MS), vec![2]);
         assert_eq!(s.complete(2, MS), vec![3]);
         assert_eq!(s.complete(3, MS), Vec::<u64>::new());
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_yielding_noncritical_io_lets_critical_io_in_first() {
+        let mut s = sched(RcpConfig::default(), 1);
+        assert_eq!(s.submit(job(1), N, 0), vec![1]);
+        s.submit(job(2), C, 0);
+        assert_eq!(s.yield_device(1, MS), vec![2], "the critical I/O that waited");
+        assert_eq!(s.location(1), Some(Location::Queued));
+        assert_eq!(s.complete(2, MS), vec![1], "back for its next piece");
+        assert_eq!(s.yield_device(1, MS), vec![1], "nothing waits: it goes on");
+        s.submit(job(3), C, MS);
+        s.promote(1, MS);
+        assert_eq!(s.yield_device(1, MS), Vec::<u64>::new(), "promoted: keeps the device");
+        assert_eq!(s.location(1), Some(Location::Device));
+        assert_eq!(s.complete(1, 2 * MS), vec![3]);
+        assert_eq!(s.complete(3, 2 * MS), Vec::<u64>::new());
         assert_eq!(s.outstanding(), 0);
     }
 

@@ -126,7 +126,7 @@ impl SluiceFile {
         let ranges = std::mem::take(&mut *lock(&self.inner.dirty));
         let mut written = 0;
         for (i, &(offset, len)) in ranges.iter().enumerate() {
-            let write_out = || self.shared.device.write_out(&self.inner.file, offset, len);
+            let write_out = |start, n| self.shared.device.write_out(&self.inner.file, offset + start, n);
             if let Err(e) = self.device_write(offset, len, write_out) {
                 // Still dirty: keep it (and what follows) for the next try.
                 lock(&self.inner.dirty).extend_from_slice(&ranges[i..]);

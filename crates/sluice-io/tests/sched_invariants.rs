@@ -1,14 +1,15 @@
 //! Property tests of RCP's stages: whatever the configuration and the
 //! interleaving of submissions, promotions and completions, every I/O enters
-//! the device exactly once, the device's depth and the non-critical bound
-//! hold, and once everything completes no slot is left taken.
+//! the device exactly once (once per piece if it yields the device between
+//! pieces), the device's depth and the non-critical bound hold, and once
+//! everything completes no slot is left taken.
 
 use std::collections::HashSet;
 
 use proptest::prelude::*;
 use sluice_core::policy::fifo::Fifo;
 use sluice_core::{Ctx, Job};
-use sluice_io::sched::{Criticality, Occupancy, Sched};
+use sluice_io::sched::{Criticality, Location, Occupancy, Sched};
 use sluice_io::RcpConfig;
 
 #[derive(Clone, Debug)]
@@ -16,6 +17,7 @@ enum Step {
     Submit(bool),
     Promote(usize),
     Complete(usize),
+    Yield(usize),
     Wait(u64),
 }
 
@@ -24,6 +26,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => any::<bool>().prop_map(Step::Submit),
         1 => any::<usize>().prop_map(Step::Promote),
         2 => any::<usize>().prop_map(Step::Complete),
+        1 => any::<usize>().prop_map(Step::Yield),
         1 => (0u64..20_000_000).prop_map(Step::Wait),
     ]
 }
@@ -65,7 +68,7 @@ proptest! {
         let mut submitted = Vec::new();
         let mut entered = HashSet::new();
         let mut in_device: Vec<u64> = Vec::new();
-        let mut record = |ready: Vec<u64>, in_device: &mut Vec<u64>| {
+        let record = |ready: Vec<u64>, entered: &mut HashSet<u64>, in_device: &mut Vec<u64>| {
             for seq in ready {
                 prop_assert!(entered.insert(seq), "{seq} entered twice");
                 in_device.push(seq);
@@ -85,10 +88,20 @@ proptest! {
                     let seq = in_device.swap_remove(i % in_device.len());
                     s.complete(seq, now)
                 }
+                Step::Yield(i) if !in_device.is_empty() => {
+                    let seq = in_device[i % in_device.len()];
+                    let ready = s.yield_device(seq, now);
+                    // It left the device, and may be back in `ready` already.
+                    if ready.contains(&seq) || s.location(seq) != Some(Location::Device) {
+                        in_device.retain(|&d| d != seq);
+                        entered.remove(&seq);
+                    }
+                    ready
+                }
                 Step::Wait(dt) => { now += dt; Vec::new() }
                 _ => Vec::new(),
             };
-            record(ready, &mut in_device)?;
+            record(ready, &mut entered, &mut in_device)?;
             let o = s.occupancy();
             prop_assert!(o.in_device <= depth);
             prop_assert_eq!(o.in_device, in_device.len());
@@ -100,7 +113,7 @@ proptest! {
         while let Some(seq) = in_device.pop() {
             now += 1_000_000;
             let ready = s.complete(seq, now);
-            record(ready, &mut in_device)?;
+            record(ready, &mut entered, &mut in_device)?;
         }
         prop_assert_eq!(entered.len(), submitted.len(), "every I/O entered the device");
         prop_assert_eq!(s.outstanding(), 0);

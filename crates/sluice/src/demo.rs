@@ -26,7 +26,8 @@ use crate::demo_report;
     sluice-kv runs on an emulated cloud volume (3000 IOPS, 125 MB/s, 1 ms per operation). \
     Each mode loads --records records of 1 KB and at once runs YCSB-A (50% reads, 50% updates, \
     Zipfian; --workload picks another core workload) from --tenants tenants at --target-ops each while flush and compaction of the load are still running:\n\n\
-    fifo: no prioritization; sluice: RCP at every layer plus the background controller \
+    fifo: no prioritization; sluice: RCP at every layer (critical I/O first; a background \
+    I/O holds the device at most --noncritical-piece-kb at a time) plus the background controller \
     (slow background work while foreground p99 is above --target-p99-ms, never let the \
     compaction backlog pass its bound); settled: sluice again once compaction has caught up.\n\n\
     Prints throughput and latency per tenant and mode, compaction backlog and bytes \
@@ -57,6 +58,10 @@ pub struct DemoArgs {
     /// full speed whatever the latency, MiB
     #[arg(long, default_value_t = 256)]
     pub max_backlog_mb: u64,
+    /// Largest piece, KiB, in which Sluice lets a background I/O hold the
+    /// device (0: whole I/Os, to see what the pieces do)
+    #[arg(long, default_value_t = RcpConfig::default().noncritical_piece_kb)]
+    pub noncritical_piece_kb: u64,
     /// Where report.html and its plots go
     #[arg(long, default_value = "results/demo")]
     pub out: PathBuf,
@@ -216,7 +221,11 @@ pub fn run_demo(a: DemoArgs) -> Result<()> {
     b.finish();
     drop(db);
 
-    let (db, rt) = loaded(&a, &scratch.join("sluice"), RcpConfig::default(), "sluice")?;
+    let rcp = RcpConfig {
+        noncritical_piece_kb: a.noncritical_piece_kb,
+        ..RcpConfig::default()
+    };
+    let (db, rt) = loaded(&a, &scratch.join("sluice"), rcp, "sluice")?;
     let b = bar(&format!("sluice: YCSB-{w}, compaction active"), ticks);
     let lp = ControlLoop::new(rt.clone(), controller(&a)?);
     modes.push(measure(&a, &db, &rt, "sluice", Some(lp), &b)?);
