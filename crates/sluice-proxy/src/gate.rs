@@ -146,6 +146,9 @@ struct TenantRecord {
     /// Kept only for tenants with a latency SLO (see `track_percentiles`).
     period_latency: Option<Box<LatencyHistogram>>,
     track_percentiles: bool,
+    /// Slots granted to other tenants this period while this one had a
+    /// request queued (tracked tenants only).
+    passed_over: u64,
     /// Configured (a weight, strict priority) or given a weight or an SLO
     /// while running: never forgotten.
     pinned: bool,
@@ -165,6 +168,8 @@ struct State {
     service: Moments,
     /// Every tenant's queue wait.
     wait: LatencyHistogram,
+    /// Tenants tracked for an SLO (see `track_percentiles`).
+    tracked: Vec<TenantId>,
 }
 
 struct Shared {
@@ -216,6 +221,7 @@ impl Gate {
             peak_in_flight: 0,
             service: Moments::default(),
             wait: LatencyHistogram::coarse(),
+            tracked: Vec::new(),
         };
         let shared = Shared {
             state: Mutex::new(state),
@@ -376,9 +382,13 @@ impl Gate {
     /// controller needs its percentiles.
     pub fn track_percentiles(&self, name: &str) {
         let id = self.tenant(name).id;
-        let rec = &mut self.shared.lock().tenants[id.0 as usize];
+        let mut st = self.shared.lock();
+        let rec = &mut st.tenants[id.0 as usize];
         rec.track_percentiles = true;
         rec.pinned = true;
+        if !st.tracked.contains(&id) {
+            st.tracked.push(id);
+        }
     }
 
     /// What happened since the last call, for the optimizers (one caller
@@ -393,6 +403,7 @@ impl Gate {
                     name: Arc::clone(&t.name),
                     stats: std::mem::replace(&mut t.period, TenantStats::new(t.weight)),
                     latencies: t.period_latency.take(),
+                    passed_over: std::mem::take(&mut t.passed_over),
                 });
             }
             t.busy = t.in_flight > 0 || st.stage.policy().queued(TenantId(i as u32)) > 0;
@@ -444,8 +455,19 @@ impl State {
                 rec.in_flight += 1;
                 rec.admitted += 1;
                 self.peak_in_flight = self.peak_in_flight.max(self.stage.in_service());
+                self.note_passed_over(job.ctx.tenant);
             } else {
                 self.stage.complete().expect("the slot was just taken");
+            }
+        }
+    }
+
+    /// A slot went to `granted`: every tracked tenant with a request
+    /// queued was passed over (what an SLO controller can change by weight).
+    fn note_passed_over(&mut self, granted: TenantId) {
+        for &id in &self.tracked {
+            if id != granted && self.stage.policy().queued(id) > 0 {
+                self.tenants[id.0 as usize].passed_over += 1;
             }
         }
     }
@@ -476,6 +498,7 @@ impl TenantRecord {
             busy: false,
             period_latency: None,
             track_percentiles: false,
+            passed_over: 0,
             pinned: false,
         }
     }
@@ -558,6 +581,9 @@ pub struct PeriodTenant {
     pub stats: TenantStats,
     /// The period's latencies, for tenants tracked for an SLO.
     pub latencies: Option<Box<LatencyHistogram>>,
+    /// Slots that went to other tenants while it had a request queued
+    /// (tenants tracked for an SLO; 0 for the others).
+    pub passed_over: u64,
 }
 
 impl Period {
@@ -649,6 +675,27 @@ mod tests {
         let heavy_in_first_six = order[..6].iter().filter(|t| *t == "heavy").count();
         assert_eq!(heavy_in_first_six, 4, "order {order:?}");
         assert_eq!(g.snapshot().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn counts_slots_a_tracked_tenant_was_passed_over_for() {
+        let g = gate(1, 100, 5_000);
+        g.track_percentiles("ls");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let blocker = g.admit(&g.tenant("heavy")).await.unwrap();
+        spawn_requests(&g, "heavy", 4, &tx, false);
+        spawn_requests(&g, "ls", 1, &tx, false);
+        settle().await;
+        g.take_period();
+        drop(blocker);
+        for _ in 0..5 {
+            rx.recv().await.unwrap();
+        }
+        let period = g.take_period();
+        let passed = |name: &str| period.tenants.iter().find(|t| &*t.name == name).unwrap().passed_over;
+        // ζ = 1, heavy weight 2: heavy, heavy, then ls.
+        assert_eq!(passed("ls"), 2, "two slots went to heavy while ls waited");
+        assert_eq!(passed("heavy"), 0, "untracked tenants are not counted");
     }
 
     #[tokio::test]

@@ -267,6 +267,16 @@ fn holding(since: Instant, users: usize) -> ModelPhase {
     }
 }
 
+/// One latency-sensitive tenant's loop: its target, its controller, and
+/// what the current window has seen.
+struct SloLoop {
+    slo: Slo,
+    controller: SloController,
+    window: LatencyHistogram,
+    /// Times it was passed over at the gate in the window.
+    passed_over: u64,
+}
+
 struct Optimizer {
     config: OptimizerConfig,
     gate: Gate,
@@ -277,7 +287,7 @@ struct Optimizer {
     quota: QuotaController,
     zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
     slo_targets: watch::Receiver<Vec<Slo>>,
-    slos: Vec<(Slo, SloController, LatencyHistogram)>,
+    slos: Vec<SloLoop>,
     slo_window_start: Instant,
 }
 
@@ -335,16 +345,20 @@ impl Optimizer {
     /// (and weight) when only its target changes.
     fn follow_slo_targets(&mut self) -> Result<(), String> {
         let targets = self.slo_targets.borrow_and_update().clone();
-        self.slos.retain(|(s, ..)| targets.iter().any(|t| t.tenant == s.tenant));
+        self.slos.retain(|l| targets.iter().any(|t| t.tenant == l.slo.tenant));
         for target in targets {
-            if let Some(entry) = self.slos.iter_mut().find(|(s, ..)| s.tenant == target.tenant) {
-                entry.0 = target;
+            if let Some(entry) = self.slos.iter_mut().find(|l| l.slo.tenant == target.tenant) {
+                entry.slo = target;
                 continue;
             }
             self.gate.track_percentiles(&target.tenant);
             let weight = self.gate.tenant(&target.tenant).weight;
-            let controller = SloController::new(self.config.slo_control, weight)?;
-            self.slos.push((target, controller, LatencyHistogram::coarse()));
+            self.slos.push(SloLoop {
+                slo: target,
+                controller: SloController::new(self.config.slo_control, weight)?,
+                window: LatencyHistogram::coarse(),
+                passed_over: 0,
+            });
         }
         Ok(())
     }
@@ -578,8 +592,9 @@ impl Optimizer {
 
     fn slo_tick(&mut self, period: &Period, now: Instant) {
         for t in &period.tenants {
-            if let (Some(h), Some(slo)) = (&t.latencies, self.slos.iter_mut().find(|s| *s.0.tenant == *t.name)) {
-                slo.2.merge(h);
+            if let (Some(h), Some(l)) = (&t.latencies, self.slos.iter_mut().find(|l| *l.slo.tenant == *t.name)) {
+                l.window.merge(h);
+                l.passed_over += t.passed_over;
             }
         }
         if now - self.slo_window_start < Duration::from_millis(self.config.slo_window_ms) {
@@ -587,18 +602,25 @@ impl Optimizer {
         }
         self.slo_window_start = now;
         let mut changed = Vec::new();
-        for (slo, controller, window) in &mut self.slos {
+        for SloLoop {
+            slo,
+            controller,
+            window,
+            passed_over,
+        } in &mut self.slos
+        {
             let measured = (window.count() > 0).then(|| window.quantile(slo.percentile / 100.0) as f64 / 1e6);
             let before = controller.weight();
-            let weight = controller.decide(measured, slo.target_ms);
+            let weight = controller.decide(measured, slo.target_ms, *passed_over > 0);
             *window = LatencyHistogram::coarse();
+            let why = format!(
+                "slo: p{} {:.1} ms vs target {} ms, passed over {} times",
+                slo.percentile,
+                measured.unwrap_or(0.0),
+                slo.target_ms,
+                std::mem::take(passed_over)
+            );
             if weight != before && self.gate.set_weight(&slo.tenant, weight).is_ok() {
-                let why = format!(
-                    "slo: p{} {:.1} ms vs target {} ms",
-                    slo.percentile,
-                    measured.unwrap_or(0.0),
-                    slo.target_ms
-                );
                 changed.push((format!("weight.{}", slo.tenant), weight, why));
             }
         }

@@ -14,6 +14,15 @@
 //! the latency-sensitive tenant at 45 ms against a 60 ms target with half
 //! the throughput. The setpoint below 1 leaves room for that noise, since
 //! the target is judged over a whole run, not per window.
+//!
+//! Anti-windup: a weight only decides who gets a free slot, so raising it
+//! helps only if the gate gave slots to other tenants while this one had a
+//! request waiting (it was *passed over*). In a window where it never was
+//! (its requests found free slots, or every slot was held while the
+//! database stalled), the miss lies inside the database and the weight is
+//! held rather than raised; it may still fall. Without this, stall windows
+//! of 150–370 ms on PostgreSQL wound the weight up to ~100, far past the
+//! weight at which the tenant is already served first.
 
 use serde::{Deserialize, Serialize};
 
@@ -79,14 +88,15 @@ impl SloController {
     }
 
     /// The weight for the next window, from the percentile measured in the
-    /// last one (`None`: the tenant sent nothing, keep the weight).
-    pub fn decide(&mut self, measured: Option<f64>, target: f64) -> f64 {
+    /// last one (`None`: the tenant sent nothing, keep the weight) and
+    /// whether the tenant was passed over at the gate in it.
+    pub fn decide(&mut self, measured: Option<f64>, target: f64, passed_over: bool) -> f64 {
         let c = &self.config;
         if let Some(m) = measured.filter(|m| m.is_finite() && *m >= 0.0) {
             let step = (m / (c.setpoint * target))
                 .powf(c.gain)
                 .clamp(1.0 / c.max_step, c.max_step);
-            self.weight *= step;
+            self.weight *= if passed_over { step } else { step.min(1.0) };
         }
         self.weight = self.weight.clamp(c.min_weight, c.max_weight);
         self.weight
@@ -102,24 +112,24 @@ mod tests {
         let mut c = SloController::new(SloControllerConfig::default(), 1.0).unwrap();
         // Setpoint 0.8 · 60 = 48 ms.
         assert!(
-            (c.decide(Some(52.8), 60.0) - 1.1).abs() < 1e-9,
+            (c.decide(Some(52.8), 60.0, true) - 1.1).abs() < 1e-9,
             "10% over the setpoint: +10%"
         );
         assert!(
-            (c.decide(Some(300.0), 60.0) - 1.375).abs() < 1e-9,
+            (c.decide(Some(300.0), 60.0, true) - 1.375).abs() < 1e-9,
             "far over: at most x1.25"
         );
         assert!(
-            (c.decide(Some(48.0), 60.0) - 1.375).abs() < 1e-9,
+            (c.decide(Some(48.0), 60.0, true) - 1.375).abs() < 1e-9,
             "at the setpoint: hold"
         );
-        assert!((c.decide(None, 60.0) - 1.375).abs() < 1e-9, "no requests: hold");
+        assert!((c.decide(None, 60.0, true) - 1.375).abs() < 1e-9, "no requests: hold");
         assert!(
-            (c.decide(Some(0.0), 60.0) - 1.1).abs() < 1e-9,
+            (c.decide(Some(0.0), 60.0, true) - 1.1).abs() < 1e-9,
             "far under: at most /1.25"
         );
         for _ in 0..100 {
-            c.decide(Some(1.0), 60.0);
+            c.decide(Some(1.0), 60.0, true);
         }
         assert_eq!(c.weight(), 0.1, "never below min_weight");
     }
@@ -130,12 +140,29 @@ mod tests {
         let mut c = SloController::new(SloControllerConfig::default(), 0.2).unwrap();
         for _ in 0..40 {
             let measured = 96.0 / c.weight();
-            c.decide(Some(measured), 60.0);
+            c.decide(Some(measured), 60.0, true);
         }
         assert!(
             (c.weight() - 2.0).abs() < 0.05,
             "96/φ = 48 at φ = 2, got {}",
             c.weight()
+        );
+    }
+
+    #[test]
+    fn a_miss_without_being_passed_over_holds_the_weight() {
+        let mut c = SloController::new(SloControllerConfig::default(), 2.0).unwrap();
+        for _ in 0..10 {
+            c.decide(Some(300.0), 60.0, false);
+        }
+        assert_eq!(c.weight(), 2.0, "a database stall: raising the weight cannot help");
+        assert!(
+            (c.decide(Some(24.0), 60.0, false) - 1.6).abs() < 1e-9,
+            "well inside: it still falls"
+        );
+        assert!(
+            (c.decide(Some(60.0), 60.0, true) - 2.0).abs() < 1e-9,
+            "passed over: it rises"
         );
     }
 
