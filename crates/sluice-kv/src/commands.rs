@@ -1,15 +1,21 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
-//! texts where Redis has the command: GET, SET, DEL, EXISTS, MGET, MSET,
-//! PING, ECHO, INFO, AUTH, SELECT 0, QUIT, and what redis-benchmark and
-//! redis-cli ask on connecting (CONFIG GET, COMMAND: answered with empty
-//! lists). `RANGE start end [count]` scans keys `start <= key < end` (an
-//! empty `end` is unbounded) and replies with a flat key, value list.
+//! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
+//! MGET, MSET, TYPE), hashes (`commands/hash.rs`), sorted sets
+//! (`commands/zset.rs`), PING, ECHO, INFO, AUTH, SELECT 0, QUIT, and what
+//! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
+//! answered with empty lists). `RANGE start end [count]` scans string keys
+//! `start <= key < end` (an empty `end` is unbounded) and replies with a
+//! flat key, value list. How the types sit in the store: `keyspace.rs`.
+
+mod hash;
+mod zset;
 
 use std::fmt::Write;
 
+use crate::keyspace::{check_user_key, tagged, untag, Tag, RESERVED, WRONGTYPE};
 use crate::resp::Reply;
 use crate::server::Shared;
-use crate::{Db, WriteBatch};
+use crate::WriteBatch;
 
 /// Keys `RANGE` returns when no count is given.
 const DEFAULT_RANGE_COUNT: usize = 100;
@@ -26,7 +32,6 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     if !session.authenticated && !matches!(name.as_str(), "auth" | "quit" | "ping") {
         return Reply::Error("NOAUTH Authentication required.".into());
     }
-    let db = &*shared.db;
     let rest = &args[1..];
     let arity = |ok: bool, f: &dyn Fn() -> Reply| {
         if ok {
@@ -36,13 +41,26 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         }
     };
     match name.as_str() {
-        "get" => arity(rest.len() == 1, &|| get(db, &rest[0])),
-        "set" => arity(rest.len() >= 2, &|| set(db, rest)),
-        "del" => arity(!rest.is_empty(), &|| del(db, rest)),
-        "exists" => arity(!rest.is_empty(), &|| exists(db, rest)),
-        "mget" => arity(!rest.is_empty(), &|| mget(db, rest)),
-        "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(db, rest)),
-        "range" => arity((2..=3).contains(&rest.len()), &|| range(db, rest)),
+        "get" => arity(rest.len() == 1, &|| get(shared, &rest[0])),
+        "set" => arity(rest.len() >= 2, &|| set(shared, rest)),
+        "del" => arity(!rest.is_empty(), &|| del(shared, rest)),
+        "exists" => arity(!rest.is_empty(), &|| exists(shared, rest)),
+        "mget" => arity(!rest.is_empty(), &|| mget(shared, rest)),
+        "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(shared, rest)),
+        "type" => arity(rest.len() == 1, &|| type_of(shared, &rest[0])),
+        "range" => arity((2..=3).contains(&rest.len()), &|| range(shared, rest)),
+        "hset" | "hmset" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| {
+            hash::hset(shared, rest, name == "hmset")
+        }),
+        "hdel" => arity(rest.len() >= 2, &|| hash::hdel(shared, rest)),
+        "hget" | "hexists" => arity(rest.len() == 2, &|| hash::read_hash(shared, &name, rest)),
+        "hmget" => arity(rest.len() >= 2, &|| hash::read_hash(shared, &name, rest)),
+        "hgetall" | "hlen" => arity(rest.len() == 1, &|| hash::read_hash(shared, &name, rest)),
+        "zadd" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| zset::zadd(shared, rest)),
+        "zrem" => arity(rest.len() >= 2, &|| zset::zrem(shared, rest)),
+        "zcard" => arity(rest.len() == 1, &|| zset::read_zset(shared, &name, rest)),
+        "zscore" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
+        "zrangebyscore" => arity(rest.len() >= 3, &|| zset::zrangebyscore(shared, rest)),
         "ping" => match rest {
             [] => Reply::Simple("PONG".into()),
             [msg] => Reply::Bulk(Some(msg.clone())),
@@ -64,55 +82,131 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     }
 }
 
-fn get(db: &Db, key: &[u8]) -> Reply {
-    db.get(key).map_or_else(Reply::error, Reply::Bulk)
+/// A stored value, read by its type.
+pub(super) enum Typed {
+    Absent,
+    Found(Tag, Vec<u8>),
 }
 
-fn set(db: &Db, args: &[Vec<u8>]) -> Reply {
+/// Reads `key` for a command; refuses reserved keys and values this
+/// server did not write.
+pub(super) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
+    check_user_key(key).map_err(Reply::error)?;
+    match shared.db.get(key).map_err(Reply::error)? {
+        None => Ok(Typed::Absent),
+        Some(v) => match untag(&v) {
+            Some((tag, body)) => Ok(Typed::Found(tag, body.to_vec())),
+            None => Err(Reply::error("the value at this key was not written by sluice serve")),
+        },
+    }
+}
+
+/// A command's outcome, whichever way it ended.
+pub(super) fn run(f: impl FnOnce() -> Result<Reply, Reply>) -> Reply {
+    f().unwrap_or_else(|e| e)
+}
+
+fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    match read(shared, key)? {
+        Typed::Absent => Ok(None),
+        Typed::Found(Tag::String, body) => Ok(Some(body)),
+        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
+    }
+}
+
+fn get(shared: &Shared, key: &[u8]) -> Reply {
+    run(|| Ok(Reply::Bulk(string(shared, key)?)))
+}
+
+/// Writes string `pairs` (key, value, key, value, ...) in one batch,
+/// holding their keys' stripes.
+fn put_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Reply> {
+    // The stored value is one byte longer than the client's (its tag):
+    // the limit a client sees is one byte lower, and named as such.
+    let limit = shared.db.options().max_value_bytes - 1;
+    let mut batch = WriteBatch::new();
+    for kv in pairs.chunks(2) {
+        check_user_key(&kv[0]).map_err(Reply::error)?;
+        if kv[1].len() > limit {
+            return Err(Reply::error(crate::KvError::ValueTooLarge {
+                len: kv[1].len(),
+                limit,
+            }));
+        }
+        batch.put(kv[0].clone(), tagged(Tag::String, &kv[1]));
+    }
+    let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
+    shared.db.write(batch).map_err(Reply::error)
+}
+
+fn set(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     if args.len() > 2 {
         return Reply::error("SET options (EX, PX, NX, XX, ...) are not supported");
     }
-    db.put(&args[0], &args[1]).map_or_else(Reply::error, |()| Reply::ok())
+    run(|| put_strings(shared, args).map(|()| Reply::ok()))
 }
 
-fn count_existing(db: &Db, keys: &[Vec<u8>]) -> Result<i64, crate::KvError> {
-    let mut n = 0;
-    for k in keys {
-        n += i64::from(db.get(k)?.is_some());
-    }
-    Ok(n)
+fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
+    run(|| put_strings(shared, pairs).map(|()| Reply::ok()))
 }
 
-fn del(db: &Db, keys: &[Vec<u8>]) -> Reply {
-    let existing = match count_existing(db, keys) {
-        Ok(n) => n,
-        Err(e) => return Reply::error(e),
-    };
-    let mut batch = WriteBatch::new();
-    for k in keys {
-        batch.delete(k.clone());
-    }
-    db.write(batch).map_or_else(Reply::error, |()| Reply::Integer(existing))
+fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let _locks = shared.locks.lock(keys.iter().map(Vec::as_slice));
+        let mut batch = WriteBatch::new();
+        let mut existing = 0;
+        for k in keys {
+            match read(shared, k)? {
+                Typed::Absent => continue,
+                Typed::Found(Tag::Zset, body) => zset::delete_members(shared, &body, &mut batch)?,
+                Typed::Found(..) => {}
+            }
+            existing += 1;
+            batch.delete(k.clone());
+        }
+        shared.db.write(batch).map_err(Reply::error)?;
+        Ok(Reply::Integer(existing))
+    })
 }
 
-fn exists(db: &Db, keys: &[Vec<u8>]) -> Reply {
-    count_existing(db, keys).map_or_else(Reply::error, Reply::Integer)
+fn exists(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let mut n = 0;
+        for k in keys {
+            n += i64::from(!matches!(read(shared, k)?, Typed::Absent));
+        }
+        Ok(Reply::Integer(n))
+    })
 }
 
-fn mget(db: &Db, keys: &[Vec<u8>]) -> Reply {
-    let values: Result<Vec<Reply>, crate::KvError> = keys.iter().map(|k| Ok(Reply::Bulk(db.get(k)?))).collect();
-    values.map_or_else(Reply::error, Reply::Array)
+/// MGET: a key that holds no string is nil, as in Redis.
+fn mget(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let mut values = Vec::with_capacity(keys.len());
+        for k in keys {
+            let v = match read(shared, k)? {
+                Typed::Found(Tag::String, body) => Some(body),
+                _ => None,
+            };
+            values.push(Reply::Bulk(v));
+        }
+        Ok(Reply::Array(values))
+    })
 }
 
-fn mset(db: &Db, pairs: &[Vec<u8>]) -> Reply {
-    let mut batch = WriteBatch::new();
-    for kv in pairs.chunks(2) {
-        batch.put(kv[0].clone(), kv[1].clone());
-    }
-    db.write(batch).map_or_else(Reply::error, |()| Reply::ok())
+fn type_of(shared: &Shared, key: &[u8]) -> Reply {
+    run(|| {
+        let name = match read(shared, key)? {
+            Typed::Absent => "none",
+            Typed::Found(Tag::String, _) => "string",
+            Typed::Found(Tag::Hash, _) => "hash",
+            Typed::Found(Tag::Zset, _) => "zset",
+        };
+        Ok(Reply::Simple(name.into()))
+    })
 }
 
-fn range(db: &Db, args: &[Vec<u8>]) -> Reply {
+fn range(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     let count = match args
         .get(2)
         .map(|c| std::str::from_utf8(c).ok().and_then(|s| s.parse().ok()))
@@ -121,12 +215,20 @@ fn range(db: &Db, args: &[Vec<u8>]) -> Reply {
         Some(Some(n)) => n,
         Some(None) => return Reply::error("value is not an integer or out of range"),
     };
-    let end = Some(args[1].as_slice()).filter(|e| !e.is_empty());
-    match db.scan(&args[0], end, count) {
+    // Never into the internal key space; an empty end is its start.
+    let end = match args[1].as_slice() {
+        [] => &[RESERVED][..],
+        e => e.min(&[RESERVED][..]),
+    };
+    match shared.db.scan(&args[0], Some(end), count) {
         Ok(entries) => Reply::Array(
             entries
                 .into_iter()
-                .flat_map(|(k, v)| [Reply::Bulk(Some(k)), Reply::Bulk(Some(v))])
+                .filter_map(|(k, v)| match untag(&v) {
+                    Some((Tag::String, body)) => Some([Reply::Bulk(Some(k)), Reply::Bulk(Some(body.to_vec()))]),
+                    _ => None,
+                })
+                .flatten()
                 .collect(),
         ),
         Err(e) => Reply::error(e),
@@ -163,7 +265,7 @@ fn info(shared: &Shared) -> String {
     s.push_str(env!("CARGO_PKG_VERSION"));
     s.push_str("\r\n\r\n# Tenants\r\n");
     shared.with_tenants(|tenants| {
-        for t in tenants.iter().filter(|t| t.ops > 0) {
+        for t in tenants.filter(|t| t.ops > 0) {
             let _ = write!(
                 s,
                 "tenant_{}:ops={},errors={},mean_us={:.1},p99_us={:.1}\r\n",

@@ -330,6 +330,10 @@ impl Db {
         }
     }
 
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
     pub fn flush_task(&self) -> &Arc<Background> {
         &self.inner.flush_task
     }

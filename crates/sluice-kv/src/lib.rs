@@ -19,10 +19,11 @@
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
 //! | RESP2 protocol | `resp.rs` |
-//! | the server of `sluice serve`; its commands | `server.rs`, `commands.rs` |
+//! | the server of `sluice serve`; its commands | `server.rs`, `commands.rs`, `commands/` |
+//! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |
 //!
-//! Not built yet: the YCSB drivers and `sluice demo` (the rest of the
-//! sluice-kv issue), and the YCSB Redis client's hash commands.
+//! The YCSB drivers are in `sluice-bench`; `sluice demo` runs them on this
+//! store.
 
 mod batch;
 mod codec;
@@ -31,6 +32,7 @@ mod compaction;
 mod db;
 pub mod error;
 mod flush;
+mod keyspace;
 mod manifest;
 mod memtable;
 pub mod merge;

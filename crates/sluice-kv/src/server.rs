@@ -16,12 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 
 use crate::commands::{execute, Session};
+use crate::keyspace::KeyLocks;
 use crate::resp::{parse, Limits, Reply};
 use crate::Db;
+
+/// Stripes of the per-key write locks: enough that unrelated keys rarely
+/// share one among a few hundred connections.
+const KEY_LOCK_STRIPES: usize = 1024;
 
 #[derive(Clone, Debug, Default)]
 pub struct ServerOptions {
@@ -41,7 +47,11 @@ pub(crate) struct TenantStats {
 pub(crate) struct Shared {
     pub db: Arc<Db>,
     pub options: ServerOptions,
-    tenants: Mutex<(HashMap<String, u32>, Vec<TenantStats>)>,
+    /// Per-key write locks for read-modify-write commands.
+    pub locks: KeyLocks,
+    /// Live tenants by name and id; a connection's own tenant is forgotten
+    /// when it closes, so connection churn does not grow the server.
+    tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
     next_request: AtomicU64,
     next_client: AtomicU64,
     clock: Instant,
@@ -58,15 +68,22 @@ impl Shared {
         if let Some(&id) = t.0.get(name) {
             return id;
         }
-        let id = t.1.len() as u32;
-        t.0.insert(name.to_string(), id);
-        t.1.push(TenantStats {
+        let id = t.1.insert(TenantStats {
             name: name.to_string(),
             ops: 0,
             errors: 0,
-            latency: LatencyHistogram::default(),
-        });
+            latency: LatencyHistogram::coarse(),
+        }) as u32;
+        t.0.insert(name.to_string(), id);
         id
+    }
+
+    /// Drops a tenant and its statistics.
+    fn forget(&self, tenant: u32) {
+        let mut t = lock(&self.tenants);
+        if let Some(stats) = t.1.try_remove(tenant as usize) {
+            t.0.remove(&stats.name);
+        }
     }
 
     fn record(&self, tenant: u32, nanos: u64, failed: bool) {
@@ -78,9 +95,9 @@ impl Shared {
         }
     }
 
-    /// Runs `f` on every tenant's statistics, in registration order.
-    pub fn with_tenants<R>(&self, f: impl FnOnce(&[TenantStats]) -> R) -> R {
-        f(&lock(&self.tenants).1)
+    /// Runs `f` on every live tenant's statistics.
+    pub fn with_tenants<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &TenantStats>) -> R) -> R {
+        f(&mut lock(&self.tenants).1.iter().map(|(_, t)| t))
     }
 }
 
@@ -96,7 +113,8 @@ impl Server {
             shared: Arc::new(Shared {
                 db,
                 options,
-                tenants: Mutex::new((HashMap::new(), Vec::new())),
+                locks: KeyLocks::new(KEY_LOCK_STRIPES),
+                tenants: Mutex::new((HashMap::new(), Slab::new())),
                 next_request: AtomicU64::new(0),
                 next_client: AtomicU64::new(1),
                 clock: Instant::now(),
@@ -120,22 +138,29 @@ impl Server {
 }
 
 /// Serves one client until it quits, disconnects or breaks the protocol
-/// (answered with the protocol error, then closed).
-fn connection(shared: &Shared, mut stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
+/// (answered with the protocol error, then closed); then forgets the
+/// tenant named by the connection (a tenant named by AUTH stays).
+fn connection(shared: &Shared, stream: TcpStream) {
     let client = shared.next_client.fetch_add(1, Ordering::Relaxed);
+    let own = shared.tenant(&format!("client-{client}"));
     let mut session = Session {
-        tenant: shared.tenant(&format!("client-{client}")),
+        tenant: own,
         authenticated: shared.options.password.is_none(),
         quit: false,
     };
+    serve(shared, &mut session, stream);
+    shared.forget(own);
+}
+
+fn serve(shared: &Shared, session: &mut Session, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
     let (mut buf, mut chunk, mut out) = (Vec::new(), vec![0u8; 64 << 10], Vec::new());
     while !session.quit {
         match stream.read(&mut chunk) {
             Ok(0) | Err(_) => return,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
-        let used = match serve_buffered(shared, &mut session, &buf, &mut out) {
+        let used = match serve_buffered(shared, session, &buf, &mut out) {
             Ok(used) => used,
             Err(reply) => {
                 reply.encode(&mut out);

@@ -109,14 +109,136 @@ fn bad_input_gets_an_error_for_that_client_only() {
     let mut good = Client::connect(addr);
     let mut bad = Client::connect(addr);
     assert_eq!(good.call(&["SET", "k", "before"]), "+OK\r\n");
-    let big = "x".repeat(101);
+    let big = "x".repeat(100);
     let refused = bad.call(&["SET", "k", &big]);
-    assert!(refused.starts_with("-ERR value of 101 bytes"), "{refused}");
+    assert!(
+        refused.starts_with("-ERR value of 100 bytes is longer than the limit of 99 bytes"),
+        "{refused}"
+    );
+    bad.send_raw(b"*3\r\n$3\r\nSET\r\n$2\r\n\xffk\r\n$1\r\nv\r\n");
+    let refused = bad.reply();
+    assert!(
+        refused.contains("keys starting with byte 0xff are reserved"),
+        "{refused}"
+    );
     bad.send_raw(b"*1\r\n:oops\r\n");
     assert_eq!(bad.reply(), "-ERR Protocol error: expected '$', got ':'\r\n");
     assert_eq!(bad.line(), "", "the server closes a connection that broke the protocol");
     assert_eq!(good.call(&["GET", "k"]), "$6\r\nbefore\r\n");
     assert_eq!(good.call(&["SET", "k", "after"]), "+OK\r\n");
+}
+
+#[test]
+fn hashes_and_sorted_sets_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    // YCSB's Redis client: HMSET per record, ZADD into an index, HGETALL
+    // or HMGET to read, ZRANGEBYSCORE ... LIMIT to scan, DEL + ZREM.
+    assert_eq!(c.call(&["HMSET", "user1", "f0", "a", "f1", "b"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["HSET", "user1", "f1", "B", "f2", "c"]),
+        ":1\r\n",
+        "one new field"
+    );
+    assert_eq!(
+        c.call(&["HGETALL", "user1"]),
+        "*6\r\n$2\r\nf0\r\n$1\r\na\r\n$2\r\nf1\r\n$1\r\nB\r\n$2\r\nf2\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(c.call(&["HMGET", "user1", "f2", "nope"]), "*2\r\n$1\r\nc\r\n$-1\r\n");
+    assert_eq!(c.call(&["HGET", "user1", "f0"]), "$1\r\na\r\n");
+    assert_eq!(c.call(&["HLEN", "user1"]), ":3\r\n");
+    assert_eq!(c.call(&["HDEL", "user1", "f0", "nope"]), ":1\r\n");
+    assert_eq!(c.call(&["HEXISTS", "user1", "f0"]), ":0\r\n");
+    for (score, member) in [("3", "c"), ("1", "a"), ("2.5", "b"), ("-1e3", "neg"), ("1", "a2")] {
+        assert_eq!(c.call(&["ZADD", "_indices", score, member]), ":1\r\n");
+    }
+    assert_eq!(
+        c.call(&["ZADD", "_indices", "4", "c"]),
+        ":0\r\n",
+        "a new score, not a new member"
+    );
+    assert_eq!(c.call(&["ZCARD", "_indices"]), ":5\r\n");
+    assert_eq!(c.call(&["ZSCORE", "_indices", "b"]), "$3\r\n2.5\r\n");
+    let scan = |c: &mut Client, args: &[&str]| {
+        let mut full = vec!["ZRANGEBYSCORE", "_indices"];
+        full.extend_from_slice(args);
+        c.call(&full)
+    };
+    assert_eq!(
+        scan(&mut c, &["1", "Infinity", "LIMIT", "0", "3"]),
+        "*3\r\n$1\r\na\r\n$2\r\na2\r\n$1\r\nb\r\n",
+        "Java's Infinity, as Jedis sends it; ties by member"
+    );
+    assert_eq!(
+        scan(&mut c, &["(1", "+inf", "WITHSCORES"]),
+        "*4\r\n$1\r\nb\r\n$3\r\n2.5\r\n$1\r\nc\r\n$1\r\n4\r\n"
+    );
+    assert_eq!(scan(&mut c, &["-inf", "(1"]), "*1\r\n$3\r\nneg\r\n");
+    assert_eq!(scan(&mut c, &["-inf", "+inf", "LIMIT", "4", "10"]), "*1\r\n$1\r\nc\r\n");
+    assert_eq!(c.call(&["ZREM", "_indices", "a", "a", "zz"]), ":1\r\n");
+    assert_eq!(c.call(&["TYPE", "_indices"]), "+zset\r\n");
+    assert_eq!(c.call(&["TYPE", "user1"]), "+hash\r\n");
+    // Wrong types are refused as Redis refuses them; MGET gives nil.
+    let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    assert_eq!(c.call(&["GET", "user1"]), wrongtype);
+    assert_eq!(c.call(&["HGETALL", "_indices"]), wrongtype);
+    assert_eq!(c.call(&["ZADD", "user1", "1", "x"]), wrongtype);
+    assert_eq!(c.call(&["MGET", "user1"]), "*1\r\n$-1\r\n");
+    assert!(c
+        .call(&["ZADD", "z", "XX", "CH", "1", "x"])
+        .starts_with("-ERR ZADD options"));
+    assert!(c.call(&["ZADD", "z", "nan", "x"]).starts_with("-ERR"));
+    assert_eq!(scan(&mut c, &["x", "1"]), "-ERR min or max is not a float\r\n");
+    assert_eq!(scan(&mut c, &["0", "1", "LIMIT", "0"]), "-ERR syntax error\r\n");
+    // DEL takes a sorted set's members with it: a new set at the key is empty.
+    assert_eq!(c.call(&["DEL", "_indices", "user1"]), ":2\r\n");
+    assert_eq!(c.call(&["ZADD", "_indices", "7", "fresh"]), ":1\r\n");
+    assert_eq!(scan(&mut c, &["-inf", "+inf"]), "*1\r\n$5\r\nfresh\r\n");
+    assert_eq!(c.call(&["SET", "s", "v"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["RANGE", "", ""]),
+        "*2\r\n$1\r\ns\r\n$1\r\nv\r\n",
+        "RANGE lists strings only, never internal keys"
+    );
+}
+
+#[test]
+fn concurrent_field_updates_to_one_hash_are_not_lost() {
+    let (addr, _dir) = start(Options::default());
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for i in 0..50 {
+                    let field = format!("w{w}-{i}");
+                    assert_eq!(c.call(&["HSET", "shared", &field, "x"]), ":1\r\n");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(Client::connect(addr).call(&["HLEN", "shared"]), ":400\r\n");
+}
+
+#[test]
+fn a_connections_tenant_is_forgotten_when_it_closes() {
+    let (addr, _dir) = start(Options::default());
+    for _ in 0..20 {
+        let mut c = Client::connect(addr);
+        c.call(&["SET", "k", "v"]);
+        c.call(&["QUIT"]);
+    }
+    let mut named = Client::connect(addr);
+    named.call(&["AUTH", "alice", "pw"]);
+    named.call(&["GET", "k"]);
+    named.call(&["QUIT"]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let info = Client::connect(addr).call(&["INFO"]);
+    let tenants: Vec<&str> = info.lines().filter(|l| l.starts_with("tenant_")).collect();
+    assert_eq!(tenants.len(), 1, "only alice is left: {tenants:?}");
+    assert!(tenants[0].starts_with("tenant_alice:ops=3,"), "{tenants:?}");
 }
 
 /// redis-tools must be there under CI (scripts/test.sh installs them);

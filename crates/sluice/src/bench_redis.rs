@@ -10,6 +10,7 @@ use sluice_bench::{load, run as run_ycsb, Resp, TenantResult, TenantSpec, Worklo
 use sluice_core::metrics::{unfairness, TenantStats};
 
 use crate::bench::{median, median_min_max};
+use crate::bench_io::status_mib;
 use crate::bench_pg;
 use crate::steal::CpuTimes;
 
@@ -43,6 +44,10 @@ pub struct RedisBench {
     /// Set aside rounds whose CPU steal exceeds this fraction
     #[arg(long, default_value_t = 0.10)]
     pub max_steal: f64,
+    /// Report the resident memory of this process (a server under test)
+    /// after every run, to see whether it grows with the operations run
+    #[arg(long)]
+    pub rss_pid: Option<u32>,
 }
 
 struct Run {
@@ -79,6 +84,7 @@ pub fn run(args: RedisBench) -> Result<()> {
         })
         .collect();
     let mut runs = Vec::new();
+    let mut ops = 0;
     for round in 1..=args.rounds {
         for (name, addr) in &targets {
             let resp = Resp::new(addr.as_str()).with_context(|| format!("target {name}"))?;
@@ -101,6 +107,12 @@ pub fn run(args: RedisBench) -> Result<()> {
                 r.p99_us,
                 r.steal * 100.0
             );
+            ops += results.iter().map(|u| u.ops).sum::<u64>();
+            if let Some(pid) = args.rss_pid {
+                let rss = status_mib(&pid.to_string(), "VmRSS:");
+                let peak = status_mib(&pid.to_string(), "VmHWM:");
+                eprintln!("round {round}  pid {pid}: RSS {rss:.1} MiB, peak {peak:.1} MiB after {ops} operations");
+            }
             runs.push(r);
         }
     }

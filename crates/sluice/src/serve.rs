@@ -13,8 +13,11 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
 /// Serve a sluice-kv store over RESP2 (the Redis protocol)
 #[derive(Args)]
 #[command(long_about = "Serve a sluice-kv store over RESP2, the Redis protocol.\n\n\
-    Commands: GET, SET, DEL, EXISTS, MGET, MSET, PING, ECHO, INFO, AUTH, SELECT 0, QUIT, \
-    and RANGE start end [count] (keys start <= key < end; an empty end is unbounded). \
+    Commands: GET, SET, DEL, EXISTS, MGET, MSET, TYPE; HSET, HMSET, HGET, HMGET, HGETALL, \
+    HDEL, HEXISTS, HLEN; ZADD, ZREM, ZCARD, ZSCORE, ZRANGEBYSCORE (WITHSCORES, LIMIT) - what \
+    YCSB's Redis client sends; PING, ECHO, INFO, AUTH, SELECT 0, QUIT; and RANGE start end \
+    [count] (string keys start <= key < end; an empty end is unbounded). Keys may not start \
+    with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush and compaction run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\

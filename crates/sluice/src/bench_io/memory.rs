@@ -10,7 +10,7 @@ use sluice_core::{Ctx, Job};
 use sluice_io::sched::{Criticality, Sched};
 use sluice_io::{DeviceKind, RcpConfig};
 
-use super::{data_file, random_offset, rss_mib, runtime, Metrics, READ};
+use super::{data_file, random_offset, runtime, status_mib, Metrics, READ};
 
 /// I/Os queued at once to measure bookkeeping per queued I/O.
 const QUEUED: u64 = 200_000;
@@ -25,12 +25,12 @@ fn bytes_per_queued_io() -> Result<f64> {
         critical_slots: QUEUED as usize,
         ..RcpConfig::default()
     };
-    let before = rss_mib("VmRSS:");
+    let before = status_mib("self", "VmRSS:");
     let mut s = Sched::new(config, 1, [Box::new(Fifo::default()), Box::new(Fifo::default())]);
     for seq in 0..QUEUED {
         s.submit(Job::new(seq, Ctx::new(seq, 0), 0, 0), Criticality::Critical, 0);
     }
-    let after = rss_mib("VmRSS:");
+    let after = status_mib("self", "VmRSS:");
     anyhow::ensure!(s.outstanding() as u64 == QUEUED, "the scheduler lost queued I/Os");
     Ok((after - before) * 1024.0 * 1024.0 / QUEUED as f64)
 }
@@ -56,7 +56,7 @@ fn long_run(dir: &Path) -> Result<Vec<f64>> {
                 });
             }
         });
-        samples.push(rss_mib("VmRSS:"));
+        samples.push(status_mib("self", "VmRSS:"));
     }
     Ok(samples)
 }

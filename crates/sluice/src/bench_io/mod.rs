@@ -239,8 +239,10 @@ fn cpu_seconds() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
-pub(crate) fn rss_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+/// A memory field (`VmRSS:`, `VmHWM:`) of process `pid` ("self" for this
+/// one) in MiB; NaN where /proc does not say.
+pub(crate) fn status_mib(pid: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             let line = s.lines().find(|l| l.starts_with(field))?;
@@ -337,7 +339,7 @@ fn scratch_dir(dir: Option<&Path>) -> Result<PathBuf> {
 
 fn report(b: &IoBench, kept: &[Run], set_aside: &[Run]) -> Result<()> {
     let ratios = ratios(kept);
-    let peak = rss_mib("VmHWM:");
+    let peak = status_mib("self", "VmHWM:");
     if b.json {
         let out = serde_json::json!({ "kept": kept, "set_aside": set_aside, "ratios": ratios, "peak_rss_mib": peak });
         println!("{}", serde_json::to_string_pretty(&out)?);

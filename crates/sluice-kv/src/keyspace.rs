@@ -1,0 +1,293 @@
+//! How the server lays Redis's strings, hashes and sorted sets over the
+//! store's flat keys (after Kvrocks' encoding on RocksDB, simplified):
+//!
+//! - Every value the server stores starts with a type tag, so that a
+//!   command on the wrong type gets Redis's `WRONGTYPE` error.
+//! - A string is its tag and its bytes under the user's key.
+//! - A hash is one value: its fields and values, length-prefixed. YCSB's
+//!   records (10 fields of 100 bytes) are read and written whole, so one
+//!   value per record is one store operation per request; a field update
+//!   rewrites the record, which is fine at these sizes.
+//! - A sorted set is a small value under the user's key (tag, version,
+//!   cardinality) plus two store entries per member under the reserved
+//!   prefix `0xFF`: member → score, and (score, member) → nothing, the
+//!   index `ZRANGEBYSCORE` scans. One set can hold every key of a YCSB run
+//!   (its `_indices` set) without rewriting a large value per insert.
+//!
+//! The version is fresh for each new set, so entries of a set that was
+//! overwritten by `SET` are never seen again. Departure from Kvrocks: they
+//! are not collected either (it has a compaction filter; we do not yet).
+//! `DEL` removes a set's entries.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_io::sync::{Mutex, MutexGuard};
+
+/// First byte of every internal key; user keys may not start with it.
+pub const RESERVED: u8 = 0xFF;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tag {
+    String = b's' as isize,
+    Hash = b'h' as isize,
+    Zset = b'z' as isize,
+}
+
+/// `body` behind `tag`, as the value to store.
+pub fn tagged(tag: Tag, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(body.len() + 1);
+    v.push(tag as u8);
+    v.extend_from_slice(body);
+    v
+}
+
+/// A stored value's type and body; `None` for bytes the server did not
+/// write (no tag), which commands report rather than misread.
+pub fn untag(value: &[u8]) -> Option<(Tag, &[u8])> {
+    let tag = match value.first()? {
+        b's' => Tag::String,
+        b'h' => Tag::Hash,
+        b'z' => Tag::Zset,
+        _ => return None,
+    };
+    Some((tag, &value[1..]))
+}
+
+/// Refuses user keys in the internal key space.
+pub fn check_user_key(key: &[u8]) -> Result<(), String> {
+    if key.first() == Some(&RESERVED) {
+        return Err("keys starting with byte 0xff are reserved by sluice".into());
+    }
+    Ok(())
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn take_bytes<'a>(body: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = u32::from_le_bytes(body.get(..4)?.try_into().ok()?) as usize;
+    let b = body.get(4..4 + len)?;
+    *body = &body[4 + len..];
+    Some(b)
+}
+
+/// A hash's fields in stored order.
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+pub fn encode_hash(fields: &Fields) -> Vec<u8> {
+    let mut out = vec![Tag::Hash as u8];
+    for (f, v) in fields {
+        put_bytes(&mut out, f);
+        put_bytes(&mut out, v);
+    }
+    out
+}
+
+/// The fields of a hash body; `None` if it is damaged.
+pub fn decode_hash(mut body: &[u8]) -> Option<Fields> {
+    let mut fields = Vec::new();
+    while !body.is_empty() {
+        let f = take_bytes(&mut body)?.to_vec();
+        let v = take_bytes(&mut body)?.to_vec();
+        fields.push((f, v));
+    }
+    Some(fields)
+}
+
+/// A sorted set's header: the version its entries are keyed by, and how
+/// many members it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZsetMeta {
+    pub version: u64,
+    pub card: u64,
+}
+
+impl ZsetMeta {
+    /// A new, empty set with a version no earlier set of this process or,
+    /// as long as the clock moves forward, of an earlier one has used.
+    pub fn fresh() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut cur = NEXT.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(cur + 1);
+            match NEXT.compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return ZsetMeta { version: next, card: 0 },
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Tag::Zset as u8];
+        out.extend_from_slice(&self.version.to_be_bytes());
+        out.extend_from_slice(&self.card.to_be_bytes());
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Option<Self> {
+        Some(ZsetMeta {
+            version: u64::from_be_bytes(body.get(..8)?.try_into().ok()?),
+            card: u64::from_be_bytes(body.get(8..16)?.try_into().ok()?),
+        })
+    }
+
+    /// Key of `member`'s score.
+    pub fn member_key(&self, member: &[u8]) -> Vec<u8> {
+        let mut k = self.prefix(b'm');
+        k.extend_from_slice(member);
+        k
+    }
+
+    /// Key of the index entry (score, member).
+    pub fn score_key(&self, score: f64, member: &[u8]) -> Vec<u8> {
+        let mut k = self.score_bound(score, false);
+        k.extend_from_slice(member);
+        k
+    }
+
+    /// Where index entries with scores >= `score` (> `score` if
+    /// `exclusive`) begin.
+    pub fn score_bound(&self, score: f64, exclusive: bool) -> Vec<u8> {
+        let bits = u64::from_be_bytes(sortable(score)).saturating_add(u64::from(exclusive));
+        let mut k = self.prefix(b's');
+        k.extend_from_slice(&bits.to_be_bytes());
+        k
+    }
+
+    /// The (score, member) of an index key of this set.
+    pub fn parse_score_key(&self, key: &[u8]) -> Option<(f64, Vec<u8>)> {
+        let rest = key.strip_prefix(self.prefix(b's').as_slice())?;
+        let bits = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+        Some((unsortable(bits), rest[8..].to_vec()))
+    }
+
+    /// One past every key of this set's `kind` of entries.
+    pub fn end_of(&self, kind: u8) -> Vec<u8> {
+        self.prefix(kind + 1)
+    }
+
+    pub fn prefix(&self, kind: u8) -> Vec<u8> {
+        let mut k = vec![RESERVED, b'z', kind];
+        k.extend_from_slice(&self.version.to_be_bytes());
+        k
+    }
+}
+
+/// Big-endian bytes that sort as the scores do (IEEE 754 with the sign
+/// flipped for positives and every bit flipped for negatives).
+fn sortable(score: f64) -> [u8; 8] {
+    let bits = score.to_bits();
+    let key = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    key.to_be_bytes()
+}
+
+fn unsortable(key: u64) -> f64 {
+    f64::from_bits(if key >> 63 == 1 { key & !(1 << 63) } else { !key })
+}
+
+/// Per-key write locks, striped: a read-modify-write of a hash or sorted
+/// set, and any write that could race with one, holds its key's stripe.
+/// sluice-io's mutex, so that a request waiting for a stripe raises its
+/// holder (RCP §4.2.1).
+pub struct KeyLocks {
+    stripes: Vec<Mutex<()>>,
+}
+
+impl KeyLocks {
+    pub fn new(stripes: usize) -> Self {
+        KeyLocks {
+            stripes: (0..stripes.max(1)).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn stripe(&self, key: &[u8]) -> usize {
+        let mut h = rustc_hash::FxHasher::default();
+        key.hash(&mut h);
+        (h.finish() % self.stripes.len() as u64) as usize
+    }
+
+    /// Locks the stripes of `keys`, in stripe order so that two writers of
+    /// overlapping keys cannot deadlock.
+    pub fn lock<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Vec<MutexGuard<'_, ()>> {
+        let mut ids: Vec<usize> = keys.into_iter().map(|k| self.stripe(k)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn scores_sort_as_their_bytes() {
+        let scores = [
+            f64::NEG_INFINITY,
+            -1e9,
+            -1.5,
+            -0.0,
+            0.0,
+            1e-9,
+            2.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        for w in scores.windows(2) {
+            assert!(sortable(w[0]) <= sortable(w[1]), "{} !<= {}", w[0], w[1]);
+            assert_eq!(unsortable(u64::from_be_bytes(sortable(w[0]))).to_bits(), w[0].to_bits());
+        }
+    }
+
+    #[test]
+    fn index_keys_round_trip_and_stay_inside_their_set() {
+        let m = ZsetMeta { version: 7, card: 0 };
+        let k = m.score_key(-3.25, b"member");
+        assert_eq!(m.parse_score_key(&k), Some((-3.25, b"member".to_vec())));
+        assert!(k.as_slice() >= m.prefix(b's').as_slice() && k.as_slice() < m.end_of(b's').as_slice());
+        let other = ZsetMeta { version: 8, card: 0 };
+        assert_eq!(other.parse_score_key(&k), None);
+        assert_eq!(ZsetMeta::decode(&m.encode()[1..]), Some(m));
+        assert!(ZsetMeta::fresh().version < ZsetMeta::fresh().version);
+        assert!(
+            m.score_bound(-3.25, true).as_slice() > k.as_slice(),
+            "exclusive: after every member"
+        );
+        assert!(m.score_bound(-3.25, false).as_slice() < k.as_slice());
+    }
+
+    #[test]
+    fn damaged_values_are_told_apart() {
+        assert_eq!(untag(b"x123"), None);
+        assert_eq!(untag(b""), None);
+        assert_eq!(decode_hash(&[1, 0, 0]), None);
+        assert_eq!(ZsetMeta::decode(b"short"), None);
+        assert!(check_user_key(b"\xffz").is_err() && check_user_key(b"k").is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn hashes_round_trip(fields in prop::collection::vec((any::<Vec<u8>>(), any::<Vec<u8>>()), 0..8)) {
+            let v = encode_hash(&fields);
+            let (tag, body) = untag(&v).unwrap();
+            prop_assert_eq!(tag, Tag::Hash);
+            prop_assert_eq!(decode_hash(body), Some(fields));
+        }
+
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(body in any::<Vec<u8>>()) {
+            let _ = decode_hash(&body);
+            let _ = ZsetMeta::decode(&body);
+            let _ = ZsetMeta { version: 1, card: 0 }.parse_score_key(&body);
+        }
+    }
+}
