@@ -115,5 +115,26 @@ pub fn write(out: &Path, modes: &[ModeResult]) -> Result<Vec<PathBuf>> {
         table(modes).replace('<', "&lt;")
     );
     std::fs::write(&html, body)?;
-    Ok(vec![html, ccdf_svg, time_svg])
+    let csv = out.join("series.csv");
+    std::fs::write(&csv, series_csv(modes))?;
+    Ok(vec![html, ccdf_svg, time_svg, csv])
+}
+
+/// Every tenant's 1 s and 10 s intervals, one row each.
+fn series_csv(modes: &[ModeResult]) -> String {
+    let mut s = String::from("mode,tenant,interval_s,end_s,ops,mean_us,p99_us\n");
+    for m in modes {
+        for t in &m.tenants {
+            for (len, series) in [(1, &t.series), (10, &t.series_10s)] {
+                for i in series {
+                    let _ = writeln!(
+                        s,
+                        "{},{},{len},{:.1},{},{:.1},{:.1}",
+                        m.mode, t.name, i.t, i.ops, i.mean_us, i.p99_us
+                    );
+                }
+            }
+        }
+    }
+    s
 }
