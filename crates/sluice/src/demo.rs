@@ -31,8 +31,9 @@ use crate::demo_report;
     (slow background work while foreground p99 is above --target-p99-ms, never let the \
     compaction backlog pass its bound); settled: sluice again once compaction has caught up.\n\n\
     Prints throughput and latency per tenant and mode, compaction backlog and bytes \
-    compacted, and writes report.html with a latency CCDF and latency over time, and series.csv \
-    with every tenant's 1 s and 10 s intervals.")]
+    compacted, and writes report.html with a read latency CCDF and read p99 over time, \
+    read_ccdf.csv with the CCDF's points, and series.csv with every tenant's 1 s and 10 s \
+    intervals.")]
 pub struct DemoArgs {
     /// Records loaded before each run (1 KB each)
     #[arg(long, default_value_t = 30_000)]
