@@ -19,6 +19,10 @@
 #                     through a weighted and an equal-weight sluice proxy
 #                     (WEIGHTS_P=16 pins P in both, to compare the totals
 #                     at the same P)
+#   IDLE_BACKENDS=N   hold N idle sessions open on PostgreSQL for the whole
+#                     run (scripts/pg-idle-connections.py): PgBouncer with
+#                     pool 16 and N = users - 16 runs with as many backends
+#                     as sluice proxy keeps, one per client
 #   SLO=60            instead, the SLO experiment (AppleS §5.3): 10
 #                     latency-sensitive users (tenant ls) with a p99.9
 #                     target of SLO ms and the rest best effort (tenant be),
@@ -52,10 +56,15 @@ pg_opts=()
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
 "${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
-    -c max_connections=600 -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
+    -c max_connections=$((600 + ${IDLE_BACKENDS:-0})) -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres
+if [[ -n "${IDLE_BACKENDS:-}" ]]; then
+    python3 scripts/pg-idle-connections.py "$IDLE_BACKENDS" 127.0.0.1 $PG_PORT postgres &
+    pids+=($!)
+    sleep 2
+fi
 
 echo "== PgBouncer on port $BOUNCER_PORT (transaction pooling, pool 16)"
 cat >"$work/pgbouncer.ini" <<INI
