@@ -50,11 +50,17 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolErr
 /// The line starting at `at` (without CRLF) and the offset after it.
 fn line(buf: &[u8], at: usize, max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
     let rest = &buf[at.min(buf.len())..];
-    match rest.windows(2).position(|w| w == b"\r\n") {
-        Some(n) => Ok(Some((&rest[..n], at + n + 2))),
-        None if rest.len() > max => err(format!("request line longer than {max} bytes")),
-        None => Ok(None),
+    let (len, whole) = match rest.windows(2).position(|w| w == b"\r\n") {
+        Some(n) => (n, true),
+        // A trailing CR may be the first half of the CRLF still to come.
+        None => (rest.strip_suffix(b"\r").unwrap_or(rest).len(), false),
+    };
+    // Judged the same whether the CRLF has arrived or not, so that how the
+    // bytes were split never decides between a request and an error.
+    if len > max {
+        return err(format!("request line longer than {max} bytes"));
     }
+    Ok(whole.then(|| (&rest[..len], at + len + 2)))
 }
 
 fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
@@ -103,11 +109,14 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Protocol
     let Some((text, next)) = line(buf, 0, limits.max_inline)? else {
         return Ok(None);
     };
-    let args = text
+    let args: Vec<Vec<u8>> = text
         .split(|b| b.is_ascii_whitespace())
         .filter(|a| !a.is_empty())
         .map(<[u8]>::to_vec)
         .collect();
+    if args.len() > limits.max_args {
+        return err(format!("inline request with more than {} arguments", limits.max_args));
+    }
     Ok(Some((args, next)))
 }
 
@@ -213,6 +222,17 @@ mod tests {
         assert!(parse(b"*3\r\n", &small).is_err());
         let e = parse(b"123456789", &small).unwrap_err();
         assert!(e.to_string().contains("longer than 8 bytes"), "{e}");
+        assert_eq!(
+            parse(b"12345678\r", &small),
+            Ok(None),
+            "a line of the limit, its LF to come"
+        );
+        assert!(parse(b"12345678\r\n", &small).unwrap().is_some());
+        assert!(parse(b"123456789\r\n", &small).is_err(), "a whole line over the limit");
+        // Found by fuzz/fuzz_targets/kv_resp_request.rs: inline requests
+        // were bounded in bytes but not in arguments.
+        let e = parse(b"a b c\r\n", &small).unwrap_err();
+        assert!(e.to_string().contains("more than 2 arguments"), "{e}");
     }
 
     #[test]
