@@ -47,20 +47,36 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolErr
     }
 }
 
-/// The line starting at `at` (without CRLF) and the offset after it.
-fn line(buf: &[u8], at: usize, max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+/// How a request line ends: array headers with CRLF; inline commands, as
+/// Redis reads them, at the first LF, a CR before it dropped (what `nc` or
+/// a shell's `echo` send).
+#[derive(Clone, Copy, PartialEq)]
+enum Ending {
+    Crlf,
+    Lf,
+}
+
+/// The line starting at `at` (without its ending) and the offset after it.
+fn line(buf: &[u8], at: usize, max: usize, ending: Ending) -> Result<Option<(&[u8], usize)>, ProtocolError> {
     let rest = &buf[at.min(buf.len())..];
-    let (len, whole) = match rest.windows(2).position(|w| w == b"\r\n") {
-        Some(n) => (n, true),
-        // A trailing CR may be the first half of the CRLF still to come.
-        None => (rest.strip_suffix(b"\r").unwrap_or(rest).len(), false),
+    let end = match ending {
+        Ending::Crlf => rest.windows(2).position(|w| w == b"\r\n").map(|n| (n, n + 2)),
+        Ending::Lf => rest.iter().position(|&b| b == b'\n').map(|n| (n, n + 1)),
     };
-    // Judged the same whether the CRLF has arrived or not, so that how the
+    let (text, next) = match end {
+        Some((n, after)) if ending == Ending::Lf => {
+            (rest[..n].strip_suffix(b"\r").unwrap_or(&rest[..n]), Some(at + after))
+        }
+        Some((n, after)) => (&rest[..n], Some(at + after)),
+        // A trailing CR may be the first half of the CRLF still to come.
+        None => (rest.strip_suffix(b"\r").unwrap_or(rest), None),
+    };
+    // Judged the same whether the ending has arrived or not, so that how the
     // bytes were split never decides between a request and an error.
-    if len > max {
+    if text.len() > max {
         return err(format!("request line longer than {max} bytes"));
     }
-    Ok(whole.then(|| (&rest[..len], at + len + 2)))
+    Ok(next.map(|next| (text, next)))
 }
 
 fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
@@ -71,7 +87,7 @@ fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
 }
 
 fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
-    let Some((head, mut at)) = line(buf, 1, 32)? else {
+    let Some((head, mut at)) = line(buf, 1, 32, Ending::Crlf)? else {
         return Ok(None);
     };
     let count = number(head, "multibulk")?;
@@ -85,7 +101,7 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
             Some(b'$') => {}
             Some(&c) => return err(format!("expected '$', got '{}'", c as char)),
         }
-        let Some((len, start)) = line(buf, at + 1, 32)? else {
+        let Some((len, start)) = line(buf, at + 1, 32, Ending::Crlf)? else {
             return Ok(None);
         };
         let len = number(len, "bulk")?;
@@ -106,7 +122,7 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
 }
 
 fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
-    let Some((text, next)) = line(buf, 0, limits.max_inline)? else {
+    let Some((text, next)) = line(buf, 0, limits.max_inline, Ending::Lf)? else {
         return Ok(None);
     };
     let args: Vec<Vec<u8>> = text
@@ -196,6 +212,22 @@ mod tests {
         assert_eq!(args, vec![b"GET".to_vec(), b"k".to_vec()]);
         assert_eq!(parse(&req[used..], &l).unwrap().unwrap(), (vec![b"PING".to_vec()], 6));
         assert_eq!(parse(b"  set  a   b\r\n", &l).unwrap().unwrap().0.len(), 3);
+        let lf = b"SET a b\nGET a\r\n";
+        let (args, used) = parse(lf, &l).unwrap().unwrap();
+        assert_eq!(
+            (args.len(), used),
+            (3, 8),
+            "an inline command may end at a bare LF, as in Redis"
+        );
+        assert_eq!(
+            parse(&lf[used..], &l).unwrap().unwrap(),
+            (vec![b"GET".to_vec(), b"a".to_vec()], 7)
+        );
+        assert_eq!(
+            parse(b"*1\n$4\nPING\n", &l).unwrap(),
+            None,
+            "array lines still end at CRLF"
+        );
     }
 
     #[test]
