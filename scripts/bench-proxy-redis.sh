@@ -10,6 +10,9 @@
 #   scripts/bench-proxy-redis.sh [ROUNDS] [REQUESTS]
 #
 # Environment: CLIENTS="1 50" runs each client count (default 50).
+#              YCSB=A then also runs `sluice bench redis` with that YCSB
+#              workload against the same targets: one closed-loop user per
+#              connection (the last of CLIENTS users), per-user U_f and V_l.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -74,6 +77,12 @@ PY
     done
 done
 done
+
+if [[ -n "${YCSB:-}" ]]; then
+    echo "== sluice bench redis, YCSB-$YCSB"
+    ycsb_targets=direct=127.0.0.1:$REDIS_PORT,sluice=127.0.0.1:$SLUICE_PORT,sluice-own=127.0.0.1:$OWN_PORT,twemproxy=127.0.0.1:$TWEM_PORT
+    target/release/sluice bench redis --targets "$ycsb_targets" --users "${clients##* }" --workload "$YCSB" --rounds "$rounds"
+fi
 
 echo "== idle connections: proxy RSS"
 python3 - "$SLUICE_PORT" "$sluice_pid" <<'PY'
