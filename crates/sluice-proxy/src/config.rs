@@ -64,6 +64,9 @@ pub struct ProxyConfig {
     /// [`ProxyConfig::worker_threads`]).
     #[serde(default)]
     pub threads: usize,
+    /// PostgreSQL: TLS for clients that ask for it (`[proxy.tls]`).
+    #[serde(default)]
+    pub tls: Option<crate::pg::tls::TlsConfig>,
 }
 
 fn default_shared_upstreams() -> usize {
@@ -80,6 +83,8 @@ pub enum ConfigError {
     KeyNotForProtocol { key: TenantKey, protocol: Protocol },
     #[error("{field} is empty: it needs a host:port address")]
     EmptyAddress { field: &'static str },
+    #[error("tls applies to protocol `Pg` only, not `{protocol:?}`")]
+    TlsNotForProtocol { protocol: Protocol },
 }
 
 impl ProxyConfig {
@@ -93,6 +98,7 @@ impl ProxyConfig {
             drain_timeout_secs: default_drain_timeout_secs(),
             shared_upstreams: default_shared_upstreams(),
             threads: 0,
+            tls: None,
         }
     }
 
@@ -118,6 +124,11 @@ impl ProxyConfig {
             if value.trim().is_empty() {
                 return Err(ConfigError::EmptyAddress { field });
             }
+        }
+        if self.tls.is_some() && self.protocol != Protocol::Pg {
+            return Err(ConfigError::TlsNotForProtocol {
+                protocol: self.protocol,
+            });
         }
         let fits = match self.tenant_key {
             TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
@@ -163,7 +174,18 @@ mod tests {
         assert!(err.to_string().contains("does not apply to protocol `Redis`"), "{err}");
         config.tenant_key = TenantKey::ClientName;
         assert_eq!(config.validate(), Ok(()));
+        config.tls = Some(crate::pg::tls::TlsConfig {
+            cert: "c.pem".into(),
+            key: "k.pem".into(),
+        });
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::TlsNotForProtocol {
+                protocol: Protocol::Redis
+            })
+        );
         config.upstream = " ".into();
+        config.tls = None;
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
     }
 }

@@ -29,6 +29,8 @@ pub enum ProxyError {
     Config(#[from] ConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: io::Error },
+    #[error(transparent)]
+    Tls(#[from] pg::tls::TlsError),
 }
 
 /// A bound proxy listener, ready to [`run`](Proxy::run).
@@ -42,6 +44,7 @@ impl Proxy {
     /// Checks the configuration and binds the listening socket.
     pub async fn bind(config: ProxyConfig, gate: Gate) -> Result<Proxy, ProxyError> {
         config.validate()?;
+        let tls = config.tls.as_ref().map(pg::tls::acceptor).transpose()?;
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|source| ProxyError::Listen {
@@ -54,6 +57,7 @@ impl Proxy {
             cancels: Arc::default(),
             upstream: config.upstream.clone(),
             tenant_key: config.tenant_key,
+            tls,
             mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
         });

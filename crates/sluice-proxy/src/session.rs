@@ -36,6 +36,8 @@ pub(crate) struct Context {
     pub cancels: Arc<CancelRegistry>,
     pub upstream: String,
     pub tenant_key: TenantKey,
+    /// PostgreSQL: TLS for clients that send an SSLRequest, if configured.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Redis: upstream connections shared by clients in the default state.
     pub mux: Option<crate::redis::mux::Mux>,
 }

@@ -5,3 +5,4 @@
 pub mod cancel;
 pub mod frame;
 pub(crate) mod session;
+pub mod tls;

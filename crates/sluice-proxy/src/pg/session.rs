@@ -1,7 +1,8 @@
 //! One PostgreSQL client connection through the proxy (issue 5, §1–§2).
 //!
-//! Startup: SSLRequest and GSSENCRequest are answered 'N' (no encryption),
-//! a CancelRequest is forwarded to the backend it names, and the
+//! Startup: SSLRequest is answered 'S' and the session continues inside
+//! TLS when TLS is configured ([`super::tls`]), else 'N'; GSSENCRequest is
+//! answered 'N'; a CancelRequest is forwarded to the backend it names, and the
 //! StartupMessage is relayed to a fresh upstream connection. Authentication
 //! (cleartext, MD5, SCRAM-SHA-256) is relayed byte for byte, so the proxy
 //! never sees a password it could check or leak.
@@ -27,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -77,7 +78,8 @@ impl Shared {
     }
 }
 
-/// Serves one client from its first byte.
+/// Serves one client from its first byte: inside TLS if it asks for it and
+/// TLS is configured (see [`super::tls`]).
 pub(crate) async fn serve(
     mut client: TcpStream,
     peer: SocketAddr,
@@ -85,16 +87,51 @@ pub(crate) async fn serve(
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
-    let (params, startup_len) = match startup(&mut client, &mut buf, ctx).await? {
-        Ok(Some(startup)) => startup,
-        Ok(None) => return Ok(()),
-        Err(e) => return fatal(&mut client, e.sqlstate(), &e.to_string()).await,
-    };
+    match (startup(&mut client, &mut buf, ctx, ctx.tls.is_some()).await?, &ctx.tls) {
+        (Begin::Session(startup), _) => {
+            let (rd, wr) = client.split();
+            session(rd, wr, buf, startup, peer, ctx, shutdown).await
+        }
+        (Begin::Tls, Some(acceptor)) => {
+            let mut client = acceptor.accept(client).await?;
+            match startup(&mut client, &mut buf, ctx, false).await? {
+                Begin::Session(startup) => {
+                    let (rd, wr) = tokio::io::split(client);
+                    session(rd, wr, buf, startup, peer, ctx, shutdown).await
+                }
+                Begin::Tls | Begin::Done => Ok(()),
+            }
+        }
+        (Begin::Tls, None) | (Begin::Done, _) => Ok(()),
+    }
+}
+
+/// How the startup phase ended.
+enum Begin {
+    /// A StartupMessage: its parameters and length, the message itself
+    /// still at the start of the buffer (to be relayed).
+    Session((StartupParams, usize)),
+    /// The client asked for TLS and was answered 'S'.
+    Tls,
+    /// A CancelRequest, an early close, or a malformed packet (answered).
+    Done,
+}
+
+/// Relays one session once its StartupMessage is in `buf`.
+async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client_rd: R,
+    mut client_wr: W,
+    buf: BytesMut,
+    (params, startup_len): (StartupParams, usize),
+    peer: SocketAddr,
+    ctx: &Context,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
     let mut upstream = match ctx.connect_upstream().await {
         Ok(upstream) => upstream,
         Err(e) => {
             let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
-            return fatal(&mut client, "08006", &msg).await;
+            return fatal(&mut client_wr, "08006", &msg).await;
         }
     };
     let upstream_addr = upstream.peer_addr()?;
@@ -109,7 +146,6 @@ pub(crate) async fn serve(
         }),
         flags: Flags::default(),
     };
-    let (client_rd, client_wr) = client.split();
     let (upstream_rd, upstream_wr) = upstream.split();
     let up = Up {
         client: client_rd,
@@ -134,24 +170,29 @@ pub(crate) async fn serve(
     drive(up.run(), down.run(), &shared.flags, shutdown).await
 }
 
-/// Runs the startup phase. Returns the StartupMessage's parameters and
-/// length, the message itself still at the start of `buf` (to be relayed),
-/// or `None` when the connection was a CancelRequest or closed early.
-async fn startup(
-    client: &mut TcpStream,
+/// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
+/// 'N') and
+/// GSSENCRequest ('N'), forwards a CancelRequest, and answers a malformed
+/// packet with a FATAL error.
+async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
     buf: &mut BytesMut,
     ctx: &Context,
-) -> io::Result<Result<Option<(StartupParams, usize)>, PgError>> {
+    offer_tls: bool,
+) -> io::Result<Begin> {
     loop {
         let (packet, len) = match frame::parse_startup(buf) {
             Ok(Some(parsed)) => parsed,
             Ok(None) => {
                 if client.read_buf(buf).await? == 0 {
-                    return Ok(Ok(None));
+                    return Ok(Begin::Done);
                 }
                 continue;
             }
-            Err(e) => return Ok(Err(e)),
+            Err(e) => {
+                fatal(client, e.sqlstate(), &e.to_string()).await?;
+                return Ok(Begin::Done);
+            }
         };
         match packet {
             Startup::Ssl | Startup::GssEnc => {
@@ -159,10 +200,16 @@ async fn startup(
                 // The client must wait for the answer before it sends more:
                 // bytes already here would be read as if encrypted.
                 if !buf.is_empty() {
-                    return Ok(Err(PgError::BadPacket {
+                    let e = PgError::BadPacket {
                         what: "SSLRequest",
                         problem: "data followed it before the answer",
-                    }));
+                    };
+                    fatal(client, e.sqlstate(), &e.to_string()).await?;
+                    return Ok(Begin::Done);
+                }
+                if offer_tls && matches!(packet, Startup::Ssl) {
+                    client.write_all(b"S").await?;
+                    return Ok(Begin::Tls);
                 }
                 client.write_all(b"N").await?;
             }
@@ -170,9 +217,9 @@ async fn startup(
                 if let Err(e) = ctx.cancels.forward(key).await {
                     tracing::debug!("forwarding a CancelRequest failed: {e}");
                 }
-                return Ok(Ok(None));
+                return Ok(Begin::Done);
             }
-            Startup::Message(params) => return Ok(Ok(Some((params, len)))),
+            Startup::Message(params) => return Ok(Begin::Session((params, len))),
         }
     }
 }
@@ -189,7 +236,7 @@ fn tenant_name(ctx: &Context, peer: SocketAddr, params: &StartupParams) -> Strin
 }
 
 /// Sends a FATAL ErrorResponse; the connection closes after it.
-async fn fatal(client: &mut TcpStream, sqlstate: &str, message: &str) -> io::Result<()> {
+async fn fatal<W: AsyncWrite + Unpin>(client: &mut W, sqlstate: &str, message: &str) -> io::Result<()> {
     let mut out = BytesMut::new();
     frame::write_error(&mut out, "FATAL", sqlstate, message);
     client.write_all(&out).await
@@ -197,8 +244,8 @@ async fn fatal(client: &mut TcpStream, sqlstate: &str, message: &str) -> io::Res
 
 /// Client → upstream: frames messages, asks the gate at each request's
 /// first message, forwards.
-struct Up<'a> {
-    client: ReadHalf<'a>,
+struct Up<'a, R> {
+    client: R,
     upstream: WriteHalf<'a>,
     /// Starts with the StartupMessage, relayed first.
     buf: BytesMut,
@@ -220,7 +267,7 @@ enum Action {
     Stop(ClientEnd),
 }
 
-impl Up<'_> {
+impl<R: AsyncRead + Unpin> Up<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
         self.upstream.write_all(&self.buf[..self.startup_len]).await?;
         self.buf.advance(self.startup_len);
@@ -356,9 +403,9 @@ fn count(state: &mut State, tag: u8) {
 
 /// Upstream → client: frames messages, ends requests at ReadyForQuery,
 /// remembers the backend key for cancels, forwards.
-struct Down<'a> {
+struct Down<'a, W> {
     upstream: ReadHalf<'a>,
-    client: WriteHalf<'a>,
+    client: W,
     buf: BytesMut,
     shared: &'a Shared,
     ctx: &'a Context,
@@ -367,7 +414,7 @@ struct Down<'a> {
     last_tag: u8,
 }
 
-impl Down<'_> {
+impl<W: AsyncWrite + Unpin> Down<'_, W> {
     async fn run(mut self) -> io::Result<()> {
         loop {
             if let Some(last) = self.finished() {

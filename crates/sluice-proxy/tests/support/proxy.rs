@@ -22,6 +22,12 @@ impl ProxyHandle {
     pub fn start(protocol: Protocol, upstream: &str, tenant_key: TenantKey, gate: GateConfig) -> ProxyHandle {
         let mut config = ProxyConfig::new("127.0.0.1:0", upstream, protocol);
         config.tenant_key = tenant_key;
+        ProxyHandle::start_with(config, gate)
+    }
+
+    /// Starts a proxy with `config`, on a free port whatever it says.
+    pub fn start_with(mut config: ProxyConfig, gate: GateConfig) -> ProxyHandle {
+        config.listen = "127.0.0.1:0".into();
         config.drain_timeout_secs = 5;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -1,0 +1,87 @@
+//! TLS between PostgreSQL clients and the proxy (issue 5, §1: "SSLRequest
+//! answered 'N' unless TLS is configured"). With a certificate and key
+//! configured, an SSLRequest is answered 'S' and the session continues
+//! inside TLS (rustls, through tokio-rustls); the proxy's own connection to
+//! PostgreSQL stays plain, as PgBouncer's does by default, so the two hops
+//! can be secured separately. GSSENCRequest is still answered 'N'.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use thiserror::Error;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+/// Where the server certificate chain and its private key are, in PEM.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Error)]
+pub enum TlsError {
+    #[error("tls.cert {path}: {problem}")]
+    Cert { path: PathBuf, problem: String },
+    #[error("tls.key {path}: {problem}")]
+    Key { path: PathBuf, problem: String },
+    #[error("tls: the key does not fit the certificate: {0}")]
+    Mismatch(String),
+}
+
+/// Loads the certificate chain and key into an acceptor, naming the file
+/// that is missing, unreadable or not what it should be.
+pub fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
+    let certs = certificates(&config.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&config.key).map_err(|e| TlsError::Key {
+        path: config.key.clone(),
+        problem: e.to_string(),
+    })?;
+    let server = ServerConfig::builder_with_provider(Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+        .map_err(|e| TlsError::Mismatch(e.to_string()))?;
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let problem = |problem: String| TlsError::Cert {
+        path: path.to_owned(),
+        problem,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| problem(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(problem("no CERTIFICATE block in the file".into()));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let missing = TlsConfig {
+            cert: dir.path().join("missing.pem"),
+            key: empty.clone(),
+        };
+        let err = acceptor(&missing).err().unwrap().to_string();
+        assert!(err.starts_with("tls.cert") && err.contains("missing.pem"), "{err}");
+        let no_blocks = TlsConfig {
+            cert: empty.clone(),
+            key: empty,
+        };
+        let err = acceptor(&no_blocks).err().unwrap().to_string();
+        assert!(err.contains("no CERTIFICATE block"), "{err}");
+    }
+}
