@@ -6,6 +6,7 @@ source scripts/lib.sh
 ensure_rust
 # redis-cli and redis-benchmark for the server's integration test; the
 # proxy's integration tests start private PostgreSQL 15 and Redis 7 servers
-# and run psql, pgbench, redis-cli and redis-benchmark through the proxy.
-apt_install redis-tools redis-server postgresql-15 postgresql-client-15
+# and run psql, pgbench, redis-cli and redis-benchmark through the proxy;
+# openssl makes the certificate for the proxy's TLS test.
+apt_install redis-tools redis-server postgresql-15 postgresql-client-15 openssl
 cargo test --workspace "$@"
