@@ -61,9 +61,14 @@ pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres
 if [[ -n "${IDLE_BACKENDS:-}" ]]; then
-    python3 scripts/pg-idle-connections.py "$IDLE_BACKENDS" 127.0.0.1 $PG_PORT postgres &
+    python3 scripts/pg-idle-connections.py "$IDLE_BACKENDS" 127.0.0.1 $PG_PORT postgres >"$work/idle.log" 2>&1 &
     pids+=($!)
-    sleep 2
+    idle_pid=$!
+    # It says "holding" once every session is open.
+    until grep -q holding "$work/idle.log"; do
+        kill -0 $idle_pid 2>/dev/null || { cat "$work/idle.log"; echo "idle sessions did not open" >&2; exit 1; }
+        sleep 0.2
+    done
 fi
 
 echo "== PgBouncer on port $BOUNCER_PORT (transaction pooling, pool 16)"

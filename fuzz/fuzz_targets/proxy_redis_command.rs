@@ -3,6 +3,8 @@
 //! same commands, with the same arguments, as framing the whole buffer.
 #![no_main]
 
+mod pieces;
+
 use libfuzzer_sys::fuzz_target;
 use sluice_proxy::redis::resp::CommandParser;
 
@@ -28,9 +30,4 @@ fn frame(buf: &[u8], step: usize) -> (Vec<(usize, Vec<std::ops::Range<usize>>)>,
     }
 }
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&step, buf)) = data.split_first() else { return };
-    let whole = frame(buf, buf.len().max(1));
-    let pieces = frame(buf, usize::from(step % 16) + 1);
-    assert_eq!(whole, pieces);
-});
+fuzz_target!(|data: &[u8]| pieces::same_whole_and_in_pieces(data, frame));

@@ -64,12 +64,14 @@ fn line(buf: &[u8], at: usize, max: usize, ending: Ending) -> Result<Option<(&[u
         Ending::Lf => rest.iter().position(|&b| b == b'\n').map(|n| (n, n + 1)),
     };
     let (text, next) = match end {
-        Some((n, after)) if ending == Ending::Lf => {
-            (rest[..n].strip_suffix(b"\r").unwrap_or(&rest[..n]), Some(at + after))
-        }
         Some((n, after)) => (&rest[..n], Some(at + after)),
-        // A trailing CR may be the first half of the CRLF still to come.
-        None => (rest.strip_suffix(b"\r").unwrap_or(rest), None),
+        None => (rest, None),
+    };
+    // A CR before an inline line's LF belongs to the ending; so may a
+    // trailing CR whose LF has not arrived yet.
+    let text = match (ending, next) {
+        (Ending::Lf, _) | (_, None) => text.strip_suffix(b"\r").unwrap_or(text),
+        (Ending::Crlf, Some(_)) => text,
     };
     // Judged the same whether the ending has arrived or not, so that how the
     // bytes were split never decides between a request and an error.

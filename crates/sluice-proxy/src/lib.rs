@@ -13,9 +13,9 @@
 //! | [`service`] | everything started, reloaded and stopped together | issue 5 §7 |
 //!
 //! Departures and limits: a PostgreSQL client has its own upstream
-//! connection, plain even when the client's is TLS; a Redis client shares a few batched upstream connections
-//! until its first command that reads or changes session state, and has its
-//! own from then on (`redis::shared`; the issue asks for one per client,
+//! connection, plain even when the client's is TLS; a Redis client shares a
+//! few batched upstream connections until its first command that reads or
+//! changes session state, and has its own from then on (`redis::shared`; the issue asks for one per client,
 //! which cost two reads and two writes per command). The runtime's threads
 //! default by protocol (`ProxyConfig::worker_threads`). A client that
 //! drives several connections from one thread with blocking calls (pgbench

@@ -2,7 +2,7 @@
 //!
 //! Startup: SSLRequest is answered 'S' and the session continues inside
 //! TLS when TLS is configured ([`super::tls`]), else 'N'; GSSENCRequest is
-//! answered 'N'; a CancelRequest is forwarded to the backend it names, and the
+//! answered 'N'; a CancelRequest is forwarded to the backend it names; the
 //! StartupMessage is relayed to a fresh upstream connection. Authentication
 //! (cleartext, MD5, SCRAM-SHA-256) is relayed byte for byte, so the proxy
 //! never sees a password it could check or leak.
@@ -171,9 +171,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 /// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
-/// 'N') and
-/// GSSENCRequest ('N'), forwards a CancelRequest, and answers a malformed
-/// packet with a FATAL error.
+/// 'N') and GSSENCRequest ('N'), forwards a CancelRequest, and answers a
+/// malformed packet with a FATAL error.
 async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
     buf: &mut BytesMut,
