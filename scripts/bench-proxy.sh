@@ -15,6 +15,9 @@
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
 #   THREADS2=1        also run a sluice proxy with two worker threads
+#   TXN=1             also run a sluice proxy with transaction pooling
+#                     (pool = "transaction": a backend per request, not
+#                     per client; see crates/sluice-proxy/src/pg/pool.rs)
 #   WEIGHTS="w1:1,w2:2,w4:4"  instead, run tenants named by application_name
 #                     through a weighted and an equal-weight sluice proxy
 #                     (WEIGHTS_P=16 pins P in both, to compare the totals
@@ -56,7 +59,7 @@ pg_opts=()
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
 "${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
-    -c max_connections=$((600 + ${IDLE_BACKENDS:-0})) -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
+    -c max_connections=$((600 + ${IDLE_BACKENDS:-0} + ${TXN:+600})) -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres
@@ -144,6 +147,12 @@ else
     start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
     if [[ -n "${GRADIENT:-}" ]]; then
         start_sluice sluice-gradient $((SLUICE_PORT + 10)) "" '[optimizer]\nparallelism = "gradient"\n'
+    fi
+    if [[ -n "${TXN:-}" ]]; then
+        # Every login brings a backend; those left idle go after 5 s, so
+        # that the next target in the round starts without them.
+        PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
+            start_sluice sluice-txn $((SLUICE_PORT + 7)) ""
     fi
     if [[ -n "${THREADS2:-}" ]]; then
         PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""

@@ -40,6 +40,20 @@ pub enum TenantKey {
     Connection,
 }
 
+/// PostgreSQL: how long a client keeps a server connection (see `pg::pool`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolMode {
+    /// The backend a client logged in on, for its whole session (issue 5
+    /// §1): session semantics untouched.
+    #[default]
+    Session,
+    /// A backend per request, taken from a pool of those with the same
+    /// login and returned at ReadyForQuery 'I'. Session state set outside a
+    /// transaction block does not carry over.
+    Transaction,
+}
+
 /// Settings of one proxy listener.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -67,6 +81,17 @@ pub struct ProxyConfig {
     /// PostgreSQL: TLS for clients that ask for it (`[proxy.tls]`).
     #[serde(default)]
     pub tls: Option<crate::pg::tls::TlsConfig>,
+    /// PostgreSQL: session (default) or transaction pooling.
+    #[serde(default)]
+    pub pool: PoolMode,
+    /// PostgreSQL transaction pooling: a pooled backend idle longer than
+    /// this is closed (when its login's pool is next used).
+    #[serde(default = "default_server_idle_timeout_secs")]
+    pub server_idle_timeout_secs: u64,
+}
+
+fn default_server_idle_timeout_secs() -> u64 {
+    30
 }
 
 fn default_shared_upstreams() -> usize {
@@ -83,8 +108,8 @@ pub enum ConfigError {
     KeyNotForProtocol { key: TenantKey, protocol: Protocol },
     #[error("{field} is empty: it needs a host:port address")]
     EmptyAddress { field: &'static str },
-    #[error("tls applies to protocol `Pg` only, not `{protocol:?}`")]
-    TlsNotForProtocol { protocol: Protocol },
+    #[error("{field} applies to protocol `Pg` only, not `{protocol:?}`")]
+    PgOnly { field: &'static str, protocol: Protocol },
 }
 
 impl ProxyConfig {
@@ -99,6 +124,8 @@ impl ProxyConfig {
             shared_upstreams: default_shared_upstreams(),
             threads: 0,
             tls: None,
+            pool: PoolMode::Session,
+            server_idle_timeout_secs: default_server_idle_timeout_secs(),
         }
     }
 
@@ -125,10 +152,16 @@ impl ProxyConfig {
                 return Err(ConfigError::EmptyAddress { field });
             }
         }
-        if self.tls.is_some() && self.protocol != Protocol::Pg {
-            return Err(ConfigError::TlsNotForProtocol {
-                protocol: self.protocol,
-            });
+        for (field, set) in [
+            ("tls", self.tls.is_some()),
+            ("pool = \"transaction\"", self.pool == PoolMode::Transaction),
+        ] {
+            if set && self.protocol != Protocol::Pg {
+                return Err(ConfigError::PgOnly {
+                    field,
+                    protocol: self.protocol,
+                });
+            }
         }
         let fits = match self.tenant_key {
             TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
@@ -180,12 +213,19 @@ mod tests {
         });
         assert_eq!(
             config.validate(),
-            Err(ConfigError::TlsNotForProtocol {
+            Err(ConfigError::PgOnly {
+                field: "tls",
                 protocol: Protocol::Redis
             })
         );
-        config.upstream = " ".into();
         config.tls = None;
+        config.pool = PoolMode::Transaction;
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pool = \"transaction\" applies to protocol `Pg` only, not `Redis`"
+        );
+        config.upstream = " ".into();
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
     }
 }

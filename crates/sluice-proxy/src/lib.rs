@@ -36,6 +36,6 @@ mod session;
 pub mod settings;
 pub mod stats;
 
-pub use config::{Protocol, ProxyConfig, TenantKey};
+pub use config::{PoolMode, Protocol, ProxyConfig, TenantKey};
 pub use server::{run, Proxy, ProxyError};
 pub use stats::{Stats, TenantSnapshot};

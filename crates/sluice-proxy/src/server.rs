@@ -15,9 +15,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::config::{ConfigError, Protocol, ProxyConfig, TenantKey};
+use crate::config::{ConfigError, PoolMode, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
+use crate::pg::pool::Pool;
 use crate::redis::mux::Mux;
 use crate::session::Context;
 use crate::stats::Stats;
@@ -60,6 +61,10 @@ impl Proxy {
             tls,
             mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
+            pool: (config.pool == PoolMode::Transaction).then(|| {
+                let idle_timeout = Duration::from_secs(config.server_idle_timeout_secs);
+                Pool::start(config.upstream.clone(), idle_timeout)
+            }),
         });
         Ok(Proxy { listener, config, ctx })
     }

@@ -40,6 +40,8 @@ pub(crate) struct Context {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Redis: upstream connections shared by clients in the default state.
     pub mux: Option<crate::redis::mux::Mux>,
+    /// PostgreSQL under transaction pooling: the idle backends.
+    pub pool: Option<Arc<crate::pg::pool::Pool>>,
 }
 
 /// The tenant a connection belongs to, and its statistics.

@@ -1,7 +1,7 @@
 //! The proxy in front of a real PostgreSQL 15 (issue 5, §1–§3, §9): psql
 //! and pgbench through it, SCRAM authentication relayed, CancelRequest
 //! forwarded, malformed bytes confined to their client, refusals answered
-//! with a SQLSTATE while the session goes on.
+//! with a SQLSTATE while the session goes on; transaction pooling.
 
 mod support;
 
@@ -13,10 +13,10 @@ use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
 use sluice_proxy::pg::tls::TlsConfig;
-use sluice_proxy::{Protocol, ProxyConfig, TenantKey};
+use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
 use support::pgwire::{server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
-use support::servers::{PgServer, PG_PASSWORD, PG_USER};
+use support::servers::{PgServer, PG_CLEARTEXT_USER, PG_PASSWORD, PG_USER};
 
 fn proxy(server: &PgServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
     ProxyHandle::start(Protocol::Pg, &server.addr(), key, gate)
@@ -382,4 +382,136 @@ fn shutdown_waits_for_the_open_transaction() {
     assert_eq!(tag, b'E');
     assert_eq!(conn.read_message(), None);
     assert!(stopper.join().expect("shutdown thread"));
+}
+
+/// A proxy with transaction pooling (`pool = "transaction"`).
+fn pooled(server: &PgServer, idle_timeout_secs: u64, gate: GateConfig) -> ProxyHandle {
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    config.server_idle_timeout_secs = idle_timeout_secs;
+    ProxyHandle::start_with(config, gate)
+}
+
+fn backend_pid(conn: &mut PgConn) -> String {
+    conn.query("SELECT pg_backend_pid()").expect("a pid").remove(0)
+}
+
+/// Client backends on the server, not counting the one asking.
+fn client_backends(server: &PgServer) -> usize {
+    let out = server.psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    );
+    text(&out.stdout).trim().parse().expect("a count")
+}
+
+#[test]
+fn transaction_pooling_shares_backends_between_requests_never_within_a_block() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    let last_used = backend_pid(&mut a);
+    assert_eq!(
+        backend_pid(&mut b),
+        last_used,
+        "the most recently used backend is leased first"
+    );
+
+    assert_eq!(a.query("BEGIN"), Ok(vec![]));
+    let in_block = backend_pid(&mut a);
+    assert_ne!(backend_pid(&mut b), in_block, "a's open transaction keeps its backend");
+    assert_eq!(a.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    assert_eq!(backend_pid(&mut a), in_block);
+    assert_eq!(a.query("COMMIT"), Ok(vec![]));
+
+    // The client's key is the proxy's; a cancel reaches the backend that
+    // runs the client's query at that moment.
+    let key = a.key.expect("a BackendKeyData");
+    let pids = [last_used, in_block];
+    assert!(!pids.contains(&key.pid.to_string()), "key {key:?} is a backend's own");
+    a.send_query("SELECT pg_sleep(10)");
+    std::thread::sleep(Duration::from_millis(300));
+    PgConn::raw(proxy.addr).send(&key.cancel_request());
+    let (result, status) = a.finish();
+    assert!(
+        matches!(&result, Err(QueryError::Server { sqlstate, .. }) if sqlstate == "57014"),
+        "not cancelled: {result:?}"
+    );
+    assert_eq!(status, b'I');
+}
+
+#[test]
+fn a_pooled_client_gone_mid_transaction_takes_its_backend_with_it() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    assert_eq!(a.query("BEGIN"), Ok(vec![]));
+    let abandoned = backend_pid(&mut a);
+    drop(a);
+    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {abandoned}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while text(&server.psql(&gone).stdout).trim() != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "backend {abandoned} outlived its client's transaction"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    assert_ne!(backend_pid(&mut b), abandoned);
+    assert_eq!(
+        b.query("SELECT now() = statement_timestamp()"),
+        Ok(vec!["t".to_string()]),
+        "b's statement runs in a transaction of its own"
+    );
+}
+
+#[test]
+fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
+    let Some(server) = PgServer::start() else { return };
+    if support::require("pgbench").is_none() {
+        return;
+    }
+    let proxy = pooled(&server, 1, gate(2, 64, 10_000));
+    pgbench(&proxy, &["-i", "-s", "1", "-q"]);
+    let report = pgbench(&proxy, &["-c", "8", "-j", "8", "-T", "2"]);
+    assert!(report.contains("number of failed transactions: 0 (0.000%)"), "{report}");
+    assert!(transactions(&report) > 20, "{report}");
+    // Idle past the timeout, the pool closes them; c logs in on a new one.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let mut c = PgConn::connect(proxy.addr, "postgres");
+    assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    // Closed backends leave pg_stat_activity when their process exits.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = client_backends(&server);
+        if left == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{left} backends left, not only c's");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn transaction_pooling_refuses_clearly_when_it_cannot_log_in_itself() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 0, GateConfig::default());
+    let mut a = PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD));
+    // No idle time allowed: the backend a logged in on is soon closed, and
+    // the server wants bob's password for a new one.
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..2 {
+        let Err(QueryError::Server { sqlstate, message }) = a.query("SELECT 1") else {
+            panic!("a got a backend the pool could not have opened")
+        };
+        assert_eq!(sqlstate, "08001", "{message}");
+        assert!(message.contains("asks a password"), "{message}");
+    }
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    assert_eq!(
+        b.query("SELECT 2"),
+        Ok(vec!["2".to_string()]),
+        "trusted logins are pooled"
+    );
 }

@@ -6,24 +6,23 @@
 //! a cancel is forwarded only for a key the proxy handed out, so the proxy
 //! cannot be used to spray cancels at the server.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::io;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::frame::BackendKey;
+use super::pool::Link;
 
-/// The backend keys of live sessions, shared by all of them.
-#[derive(Debug, Default)]
+/// The keys clients of live sessions hold, shared by all sessions.
+#[derive(Default)]
 pub struct CancelRegistry {
-    keys: Mutex<HashMap<BackendKey, SocketAddr>>,
+    keys: Mutex<HashMap<BackendKey, Arc<Link>>>,
 }
 
 /// A registered key; dropping it (the session ended) removes it.
-#[derive(Debug)]
 pub struct CancelGuard {
     registry: Arc<CancelRegistry>,
     key: BackendKey,
@@ -31,42 +30,56 @@ pub struct CancelGuard {
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        self.registry
-            .keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
+        self.registry.lock().remove(&self.key);
     }
 }
 
 impl CancelRegistry {
-    /// Remembers that `key` belongs to a backend at `upstream`.
-    pub fn register(self: &Arc<Self>, key: BackendKey, upstream: SocketAddr) -> CancelGuard {
-        self.keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, upstream);
+    fn lock(&self) -> MutexGuard<'_, HashMap<BackendKey, Arc<Link>>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers that a client holding `key` cancels on `link`.
+    pub(crate) fn register(self: &Arc<Self>, key: BackendKey, link: Arc<Link>) -> CancelGuard {
+        self.lock().insert(key, link);
         CancelGuard {
             registry: Arc::clone(self),
             key,
         }
     }
 
-    /// Sends a CancelRequest for `key` to its backend's server on a fresh
-    /// connection. Returns false for an unknown key, which PostgreSQL would
-    /// also ignore without an answer.
+    /// Makes up a key no live session holds, for a client that cancels on
+    /// `link`.
+    pub(crate) fn register_new(self: &Arc<Self>, link: Arc<Link>) -> (BackendKey, CancelGuard) {
+        let mut keys = self.lock();
+        loop {
+            let key = BackendKey {
+                pid: rand::random(),
+                secret: rand::random(),
+            };
+            if let Entry::Vacant(slot) = keys.entry(key) {
+                slot.insert(link);
+                let guard = CancelGuard {
+                    registry: Arc::clone(self),
+                    key,
+                };
+                return (key, guard);
+            }
+        }
+    }
+
+    /// Sends a CancelRequest to the backend the session holding `key` uses
+    /// now, on a fresh connection. Returns false for an unknown key, which
+    /// PostgreSQL would also ignore without an answer, and when the
+    /// session has no backend (no request in flight under transaction
+    /// pooling): there is nothing to cancel.
     pub async fn forward(&self, key: BackendKey) -> io::Result<bool> {
-        let upstream = self
-            .keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .copied();
-        let Some(upstream) = upstream else {
+        let link = self.lock().get(&key).cloned();
+        let Some((backend_key, upstream)) = link.and_then(|link| link.get()).and_then(|b| b.cancel_target()) else {
             return Ok(false);
         };
         let mut stream = TcpStream::connect(upstream).await?;
-        stream.write_all(&key.cancel_request()).await?;
+        stream.write_all(&backend_key.cancel_request()).await?;
         stream.shutdown().await?;
         Ok(true)
     }
@@ -75,7 +88,27 @@ impl CancelRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pg::pool::Backend;
     use tokio::io::AsyncReadExt;
+
+    /// A backend of a stand-in server at `server`, with `key`, on a link.
+    async fn linked(server: &tokio::net::TcpListener, key: BackendKey) -> (Arc<Link>, tokio::net::TcpStream) {
+        let backend = Backend::connect(&server.local_addr().unwrap().to_string())
+            .await
+            .unwrap();
+        backend.set_key(key);
+        let (accepted, _) = server.accept().await.unwrap();
+        let link = Arc::new(Link::default());
+        link.set(Arc::new(backend));
+        (link, accepted)
+    }
+
+    async fn cancel_received(server: &tokio::net::TcpListener) -> Vec<u8> {
+        let (mut conn, _) = server.accept().await.unwrap();
+        let mut packet = Vec::new();
+        conn.read_to_end(&mut packet).await.unwrap();
+        packet
+    }
 
     #[tokio::test]
     async fn forwards_known_keys_only_and_forgets_them_when_dropped() {
@@ -85,15 +118,30 @@ mod tests {
             pid: 4242,
             secret: 0xdead_beef,
         };
-        let guard = registry.register(key, server.local_addr().unwrap());
+        let (link, _session) = linked(&server, key).await;
+        let guard = registry.register(key, link);
         let unknown = BackendKey { pid: 4242, secret: 1 };
         assert!(!registry.forward(unknown).await.unwrap());
         assert!(registry.forward(key).await.unwrap());
-        let (mut conn, _) = server.accept().await.unwrap();
-        let mut packet = Vec::new();
-        conn.read_to_end(&mut packet).await.unwrap();
-        assert_eq!(packet, key.cancel_request());
+        assert_eq!(cancel_received(&server).await, key.cancel_request());
         drop(guard);
         assert!(!registry.forward(key).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_made_up_key_cancels_on_the_backend_the_session_holds_now() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let registry = Arc::new(CancelRegistry::default());
+        let backend_key = BackendKey { pid: 7, secret: 8 };
+        let (link, _session) = linked(&server, backend_key).await;
+        let (client_key, _guard) = registry.register_new(Arc::clone(&link));
+        assert_ne!(client_key, backend_key);
+        assert!(registry.forward(client_key).await.unwrap());
+        assert_eq!(cancel_received(&server).await, backend_key.cancel_request());
+        link.take();
+        assert!(
+            !registry.forward(client_key).await.unwrap(),
+            "no backend, nothing to cancel"
+        );
     }
 }

@@ -98,13 +98,20 @@ impl BackendKey {
         })
     }
 
+    /// The key as a BackendKeyData message's body.
+    pub fn to_body(&self) -> [u8; 8] {
+        let mut body = [0u8; 8];
+        body[0..4].copy_from_slice(&self.pid.to_be_bytes());
+        body[4..8].copy_from_slice(&self.secret.to_be_bytes());
+        body
+    }
+
     /// The CancelRequest packet for this key.
     pub fn cancel_request(&self) -> [u8; 16] {
         let mut packet = [0u8; 16];
         packet[0..4].copy_from_slice(&16u32.to_be_bytes());
         packet[4..8].copy_from_slice(&CANCEL_REQUEST.to_be_bytes());
-        packet[8..12].copy_from_slice(&self.pid.to_be_bytes());
-        packet[12..16].copy_from_slice(&self.secret.to_be_bytes());
+        packet[8..16].copy_from_slice(&self.to_body());
         packet
     }
 }
@@ -239,11 +246,12 @@ pub fn write_ready_for_query(out: &mut BytesMut, status: u8) {
     write_message(out, b'Z', &[status]);
 }
 
-/// The SQLSTATE of an ErrorResponse body, if it has one.
-pub fn error_sqlstate(body: &[u8]) -> Option<&str> {
+/// A field of an ErrorResponse body (`b'C'` the SQLSTATE, `b'M'` the
+/// message), if it has one.
+pub fn error_field(body: &[u8], field: u8) -> Option<&str> {
     let mut fields = body.split(|&b| b == 0);
     fields
-        .find(|f| f.first() == Some(&b'C'))
+        .find(|f| f.first() == Some(&field))
         .and_then(|f| std::str::from_utf8(&f[1..]).ok())
 }
 

@@ -5,7 +5,11 @@
 //! answered 'N'; a CancelRequest is forwarded to the backend it names; the
 //! StartupMessage is relayed to a fresh upstream connection. Authentication
 //! (cleartext, MD5, SCRAM-SHA-256) is relayed byte for byte, so the proxy
-//! never sees a password it could check or leak.
+//! never sees a password it could check or leak. Under transaction pooling
+//! ([`super::pool`]) that connection joins the pool once the login is over,
+//! each request leases a backend after the gate lets it in and returns it
+//! at its end, and the client gets a BackendKeyData key of the proxy's
+//! making; a query sent before the login finished is a protocol error there.
 //!
 //! Requests: a request begins with the first message the client sends while
 //! no request is in flight (after authentication, or after a ReadyForQuery
@@ -27,14 +31,16 @@ use std::mem;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use bytes::{Buf, BytesMut};
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
+use super::pool::{Backend, Link, LinkWriter, Pool};
 use crate::config::TenantKey;
 use crate::gate::Slot;
 use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
@@ -64,6 +70,18 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     flags: Flags,
+    /// The backend in use. Under transaction pooling it is taken from the
+    /// link, with the state locked, before the request is cleared: the
+    /// client side leases a new one only once it sees no request in flight.
+    link: Arc<Link>,
+    pooling: Option<Pooling>,
+}
+
+/// Transaction pooling: where this session's backends come from.
+struct Pooling {
+    pool: Arc<Pool>,
+    /// The client's StartupMessage, which names its pool.
+    login: Bytes,
 }
 
 impl Shared {
@@ -127,14 +145,19 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let mut upstream = match ctx.connect_upstream().await {
-        Ok(upstream) => upstream,
+    let backend = match Backend::connect(&ctx.upstream).await {
+        Ok(backend) => backend,
         Err(e) => {
             let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
             return fatal(&mut client_wr, "08006", &msg).await;
         }
     };
-    let upstream_addr = upstream.peer_addr()?;
+    let link = Arc::new(Link::default());
+    link.set(Arc::new(backend));
+    let pooling = ctx.pool.as_ref().map(|pool| Pooling {
+        pool: Arc::clone(pool),
+        login: Bytes::copy_from_slice(&buf[..startup_len]),
+    });
     let name = tenant_name(ctx, peer, &params);
     let shared = Shared {
         state: Mutex::new(State {
@@ -145,11 +168,12 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             outbox: BytesMut::new(),
         }),
         flags: Flags::default(),
+        link,
+        pooling,
     };
-    let (upstream_rd, upstream_wr) = upstream.split();
     let up = Up {
         client: client_rd,
-        upstream: upstream_wr,
+        upstream: shared.link.writer(),
         buf,
         startup_len,
         shared: &shared,
@@ -158,12 +182,10 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         discarding: false,
     };
     let down = Down {
-        upstream: upstream_rd,
         client: client_wr,
         buf: BytesMut::new(),
         shared: &shared,
         ctx,
-        upstream_addr,
         cancel: None,
         last_tag: 0,
     };
@@ -245,7 +267,7 @@ async fn fatal<W: AsyncWrite + Unpin>(client: &mut W, sqlstate: &str, message: &
 /// first message, forwards.
 struct Up<'a, R> {
     client: R,
-    upstream: WriteHalf<'a>,
+    upstream: LinkWriter<'a>,
     /// Starts with the StartupMessage, relayed first.
     buf: BytesMut,
     startup_len: usize,
@@ -338,41 +360,66 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
             }
             return Ok((Action::Skip, false));
         }
-        let starts = {
+        let (starts, authenticating) = {
             let state = self.shared.lock();
-            state.request.is_none() && starts_request(tag, state.authenticating)
+            let starts = state.request.is_none() && starts_request(tag, state.authenticating);
+            (starts, state.authenticating)
         };
         if !starts {
             count(&mut self.shared.lock(), tag);
             return Ok((Action::Forward, false));
         }
+        if authenticating && self.shared.pooling.is_some() {
+            let e = "sluice: a query before the login finished (transaction pooling needs ReadyForQuery first)";
+            self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", e));
+            return Ok((Action::Stop(ClientEnd::ProtocolError), false));
+        }
         if self.shared.flags.draining() {
             return Ok((Action::Stop(ClientEnd::Shutdown), false));
         }
         let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent).await?;
-        match answer {
-            Ok((slot, outcome)) => {
-                let mut state = self.shared.lock();
-                state.request = Some(Request {
-                    slot,
-                    outcome,
-                    error: false,
-                });
-                count(&mut state, tag);
-                Ok((Action::Forward, flushed))
-            }
-            Err(refusal) => {
-                let ends = matches!(tag, b'Q' | b'F' | b'S');
-                self.discarding = !ends;
-                self.shared.answer(|out| {
-                    frame::write_error(out, "ERROR", refusal.sqlstate(), &refusal.to_string());
-                    if ends {
-                        frame::write_ready_for_query(out, b'I');
-                    }
-                });
-                Ok((Action::Skip, flushed))
-            }
+        let (slot, outcome) = match answer {
+            Ok(admitted) => admitted,
+            Err(refusal) => return Ok((self.refuse(tag, refusal.sqlstate(), &refusal.to_string()), flushed)),
+        };
+        if let Err(e) = self.lease().await {
+            drop(slot);
+            outcome.finish(true);
+            return Ok((self.refuse(tag, e.sqlstate(), &e.to_string()), flushed));
         }
+        let mut state = self.shared.lock();
+        state.request = Some(Request {
+            slot,
+            outcome,
+            error: false,
+        });
+        count(&mut state, tag);
+        Ok((Action::Forward, flushed))
+    }
+
+    /// Transaction pooling: a backend for the request just admitted.
+    async fn lease(&self) -> Result<(), super::pool::PoolError> {
+        let Some(pooling) = &self.shared.pooling else {
+            return Ok(());
+        };
+        let backend = pooling.pool.lease(&pooling.login).await?;
+        self.shared.link.set(backend);
+        self.shared.flags.wake.notify_one();
+        Ok(())
+    }
+
+    /// Answers a request that will not run as PostgreSQL answers a failed
+    /// one; an extended-protocol batch is dropped up to its Sync.
+    fn refuse(&mut self, tag: u8, sqlstate: &str, message: &str) -> Action {
+        let ends = matches!(tag, b'Q' | b'F' | b'S');
+        self.discarding = !ends;
+        self.shared.answer(|out| {
+            frame::write_error(out, "ERROR", sqlstate, message);
+            if ends {
+                frame::write_ready_for_query(out, b'I');
+            }
+        });
+        Action::Skip
     }
 }
 
@@ -403,12 +450,10 @@ fn count(state: &mut State, tag: u8) {
 /// Upstream → client: frames messages, ends requests at ReadyForQuery,
 /// remembers the backend key for cancels, forwards.
 struct Down<'a, W> {
-    upstream: ReadHalf<'a>,
     client: W,
     buf: BytesMut,
     shared: &'a Shared,
     ctx: &'a Context,
-    upstream_addr: SocketAddr,
     cancel: Option<CancelGuard>,
     last_tag: u8,
 }
@@ -420,8 +465,9 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 return self.client.write_all(&last).await;
             }
             self.buf.reserve(READ_SIZE);
+            let backend = self.shared.link.get();
             tokio::select! {
-                read = self.upstream.read_buf(&mut self.buf) => {
+                read = read_from(backend.as_deref(), &mut self.buf) => {
                     if read? == 0 {
                         return self.upstream_closed().await;
                     }
@@ -455,10 +501,11 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
     async fn forward(&mut self) -> io::Result<()> {
         let mut buf = mem::take(&mut self.buf);
         let mut pos = 0;
+        let mut released = false;
         loop {
             match frame::parse_header(&buf[pos..]).map_err(invalid_data)? {
                 Some(header) if header.len <= buf.len() - pos => {
-                    self.inspect(header.tag, &buf[pos + 5..pos + header.len]);
+                    released |= self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
                     pos += header.len;
                 }
                 Some(header) => {
@@ -470,6 +517,11 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         }
         self.client.write_all(&buf[..pos]).await?;
         buf.advance(pos);
+        if released {
+            // The rest came from a backend now back in the pool: a message
+            // cut short there can never be completed here.
+            buf.clear();
+        }
         self.buf = buf;
         let outbox = mem::take(&mut self.shared.lock().outbox);
         if !outbox.is_empty() {
@@ -478,15 +530,13 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         Ok(())
     }
 
-    fn inspect(&mut self, tag: u8, body: &[u8]) {
+    /// Notes what a message means for the session; returns whether the
+    /// backend went back to the pool.
+    fn inspect(&mut self, tag: u8, body: &mut [u8]) -> bool {
         self.last_tag = tag;
         match tag {
-            b'Z' => self.ready(body.first().copied().unwrap_or(b'I')),
-            b'K' => {
-                if let Some(key) = BackendKey::from_body(body) {
-                    self.cancel = Some(self.ctx.cancels.register(key, self.upstream_addr));
-                }
-            }
+            b'Z' => return self.ready(body.first().copied().unwrap_or(b'I')),
+            b'K' => self.backend_key(body),
             b'E' => {
                 if let Some(request) = self.shared.lock().request.as_mut() {
                     request.error = true;
@@ -494,13 +544,36 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             _ => {}
         }
+        false
+    }
+
+    /// BackendKeyData: registered for cancels; under transaction pooling
+    /// the client is given a key of the proxy's making instead.
+    fn backend_key(&mut self, body: &mut [u8]) {
+        let Some(key) = BackendKey::from_body(body) else {
+            return;
+        };
+        if let Some(backend) = self.shared.link.get() {
+            backend.set_key(key);
+        }
+        let link = Arc::clone(&self.shared.link);
+        self.cancel = Some(if self.shared.pooling.is_some() {
+            let (client_key, guard) = self.ctx.cancels.register_new(link);
+            body[..8].copy_from_slice(&client_key.to_body());
+            guard
+        } else {
+            self.ctx.cancels.register(key, link)
+        });
     }
 
     /// ReadyForQuery: authentication is over, or a request may have ended.
-    fn ready(&mut self, status: u8) {
-        let ended = {
+    /// Under transaction pooling an idle session's backend goes back to the
+    /// pool (before the slot is returned, so that the next request admitted
+    /// finds it); returns whether it did.
+    fn ready(&mut self, status: u8) -> bool {
+        let (ended, idle_backend) = {
             let mut state = self.shared.lock();
-            if state.authenticating {
+            let ended = if state.authenticating {
                 state.authenticating = false;
                 None
             } else {
@@ -511,12 +584,23 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 } else {
                     None
                 }
-            }
+            };
+            let idle = state.request.is_none() && status == b'I';
+            let pooled = self.shared.pooling.as_ref().filter(|_| idle);
+            (
+                ended,
+                pooled.and_then(|pooling| Some((pooling, self.shared.link.take()?))),
+            )
         };
+        let released = idle_backend.is_some();
+        if let Some((pooling, backend)) = idle_backend {
+            pooling.pool.release(&pooling.login, backend);
+        }
         if let Some(Request { slot, outcome, error }) = ended {
             drop(slot);
             outcome.finish(error);
         }
+        released
     }
 
     /// The server closed: unless it said why, the client is told.
@@ -531,6 +615,15 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             );
         }
         self.client.write_all(&last).await
+    }
+}
+
+/// Reads from the session's backend; with none, waits for ever (the caller
+/// also waits to be woken when one is leased).
+async fn read_from(backend: Option<&Backend>, buf: &mut BytesMut) -> io::Result<usize> {
+    match backend {
+        Some(backend) => backend.read_buf(buf).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -29,12 +29,27 @@ impl PgConn {
     /// Opens a session as `user` (trusted, no password) and reads up to the
     /// first ReadyForQuery.
     pub fn connect(addr: SocketAddr, user: &str) -> PgConn {
+        PgConn::login(addr, user, None)
+    }
+
+    /// Opens a session as `user`, answering a cleartext password request
+    /// with `password`.
+    pub fn login(addr: SocketAddr, user: &str, password: Option<&str>) -> PgConn {
         let mut conn = PgConn::raw(addr);
         let mut startup = BytesMut::new();
         frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
         conn.send(&startup);
         loop {
             match conn.read_message() {
+                Some((b'R', body)) => match (&body[..4], password) {
+                    ([0, 0, 0, 0], _) => {}
+                    ([0, 0, 0, 3], Some(password)) => {
+                        let mut out = BytesMut::new();
+                        frame::write_message(&mut out, b'p', format!("{password}\0").as_bytes());
+                        conn.send(&out);
+                    }
+                    (method, _) => panic!("cannot answer authentication request {method:?}"),
+                },
                 Some((b'K', body)) => conn.key = BackendKey::from_body(&body),
                 Some((b'Z', _)) => return conn,
                 Some((b'E', body)) => panic!("startup failed: {}", String::from_utf8_lossy(&body)),

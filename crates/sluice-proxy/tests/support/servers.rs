@@ -20,6 +20,9 @@ const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The SCRAM user the tests authenticate as.
 pub const PG_USER: &str = "alice";
 pub const PG_PASSWORD: &str = "secret";
+/// A user who logs in with a cleartext password (PG_PASSWORD), which the
+/// raw test client can send.
+pub const PG_CLEARTEXT_USER: &str = "bob";
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port on 127.0.0.1");
@@ -107,8 +110,8 @@ fn wait_until(process: &mut Process, log: &Path, mut ready: impl FnMut() -> bool
     }
 }
 
-/// A private PostgreSQL 15 on 127.0.0.1 with a SCRAM user `alice`
-/// (password `secret`) over TCP, and trust for `postgres` over TCP and for
+/// A private PostgreSQL 15 on 127.0.0.1 with a SCRAM user `alice` and a
+/// cleartext-password user `bob` (password `secret`) over TCP, and trust for `postgres` over TCP and for
 /// everyone over the Unix socket in the temporary directory.
 pub struct PgServer {
     process: Process,
@@ -148,7 +151,7 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let hba = format!(
-            "local all all trust\nhost all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n"
+            "local all all trust\nhost all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\nhost all all 127.0.0.1/32 trust\n"
         );
         fs::write(data.join("pg_hba.conf"), hba).expect("writing pg_hba.conf");
         let port = free_port();
@@ -171,12 +174,14 @@ impl PgServer {
         let socket_dir = dir.path().to_path_buf();
         let pg = |sql: &str| psql_socket(&socket_dir, port, sql);
         wait_until(&mut process, &log, || pg("SELECT 1").status.success());
-        let created = pg(&format!("CREATE ROLE {PG_USER} LOGIN PASSWORD '{PG_PASSWORD}'"));
-        assert!(
-            created.status.success(),
-            "creating {PG_USER}: {}",
-            String::from_utf8_lossy(&created.stderr)
-        );
+        for user in [PG_USER, PG_CLEARTEXT_USER] {
+            let created = pg(&format!("CREATE ROLE {user} LOGIN PASSWORD '{PG_PASSWORD}'"));
+            assert!(
+                created.status.success(),
+                "creating {user}: {}",
+                String::from_utf8_lossy(&created.stderr)
+            );
+        }
         Some(PgServer {
             process,
             port,

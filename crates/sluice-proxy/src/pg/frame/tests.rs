@@ -97,7 +97,7 @@ fn error_response_carries_severity_sqlstate_and_message() {
     write_error(&mut out, "ERROR", "53300", "queue full\0!");
     let header = parse_header(&out).unwrap().unwrap();
     assert_eq!((header.tag, header.len), (b'E', out.len()));
-    assert_eq!(error_sqlstate(&out[5..]), Some("53300"));
+    assert_eq!(error_field(&out[5..], b'C'), Some("53300"));
     assert!(out.windows(12).any(|w| w == b"Mqueue full!"));
     let mut rfq = BytesMut::new();
     write_ready_for_query(&mut rfq, b'I');
