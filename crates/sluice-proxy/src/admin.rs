@@ -69,6 +69,7 @@ async fn stats(State(admin): State<Admin>) -> Json<serde_json::Value> {
     Json(json!({
         "gate": admin.gate.snapshot(),
         "sessions": sessions,
+        "pool_idle_backends": admin.stats.pool_idle(),
         "decisions": admin.decisions.recent(),
         "slo": admin.slo_targets.list(),
     }))
@@ -160,6 +161,12 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
         "gate_queued",
         "Requests waiting at the gate",
         gate.queued as f64,
+    );
+    gauge(
+        &mut reg,
+        "pool_idle_backends",
+        "PostgreSQL transaction pooling: server connections idle in the pool",
+        stats.pool_idle() as f64,
     );
     let family = |reg: &mut Registry, name: &str, help: &str| {
         let f = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();

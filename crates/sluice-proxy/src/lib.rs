@@ -6,14 +6,17 @@
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots, refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | issue 5 §1, §7 |
-//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) | issue 5 §1–2 |
+//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`) | issue 5 §1–2 |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | issue 5 §7 |
 //! | [`config`], [`settings`] | the listener's settings; the whole TOML file | issue 5 §7 |
 //! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | issue 5 §7 |
 //! | [`service`] | everything started, reloaded and stopped together | issue 5 §7 |
 //!
 //! Departures and limits: a PostgreSQL client has its own upstream
-//! connection, plain even when the client's is TLS; a Redis client shares a
+//! connection, plain even when the client's is TLS, unless transaction
+//! pooling is chosen (`pool = "transaction"`: a backend per request, from a
+//! pool of the same login's; `pg::pool` says what it measured and what
+//! session state it loses); a Redis client shares a
 //! few batched upstream connections until its first command that reads or
 //! changes session state, and has its own from then on (`redis::shared`; the issue asks for one per client,
 //! which cost two reads and two writes per command). The runtime's threads

@@ -52,9 +52,10 @@ impl Proxy {
                 addr: config.listen.clone(),
                 source,
             })?;
+        let stats = Arc::<Stats>::default();
         let ctx = Arc::new(Context {
             gate,
-            stats: Arc::default(),
+            stats: Arc::clone(&stats),
             cancels: Arc::default(),
             upstream: config.upstream.clone(),
             tenant_key: config.tenant_key,
@@ -63,7 +64,7 @@ impl Proxy {
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
             pool: (config.pool == PoolMode::Transaction).then(|| {
                 let idle_timeout = Duration::from_secs(config.server_idle_timeout_secs);
-                Pool::start(config.upstream.clone(), idle_timeout)
+                Pool::start(config.upstream.clone(), idle_timeout, stats)
             }),
         });
         Ok(Proxy { listener, config, ctx })

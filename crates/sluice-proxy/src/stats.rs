@@ -3,7 +3,8 @@
 //! commands that passed through outside admission (blocking commands,
 //! pub/sub), which §2 keeps out of the latency statistics. Queue wait and
 //! latency are recorded by the gate, which sees every request's slot from
-//! arrival to release ([`crate::gate::GateSnapshot`]). Counters are atomics.
+//! arrival to release ([`crate::gate::GateSnapshot`]). Also the number of
+//! backends idle in the transaction pool. Counters are atomics.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 #[derive(Debug, Default)]
 pub struct Stats {
     tenants: Mutex<HashMap<Arc<str>, Arc<TenantStats>>>,
+    pool_idle: AtomicU64,
 }
 
 /// One tenant's counters.
@@ -52,6 +54,19 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(tenant);
+    }
+
+    /// Transaction pooling: backends idle in the pool.
+    pub fn pool_idle(&self) -> u64 {
+        self.pool_idle.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn pool_idle_added(&self, n: usize) {
+        self.pool_idle.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn pool_idle_taken(&self, n: usize) {
+        self.pool_idle.fetch_sub(n as u64, Ordering::Relaxed);
     }
 
     /// Every tenant's counters, sorted by name.

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use sluice_proxy::gate::{Gate, GateConfig};
-use sluice_proxy::optimizer::{self, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, SloTargets, ZetaMode};
+use sluice_proxy::optimizer::{
+    self, Decision, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, SloTargets, ZetaMode,
+};
 use tokio::sync::watch;
 
 fn throughput(p: usize) -> f64 {
@@ -34,7 +36,14 @@ fn spawn_users(gate: &Gate, users: usize) {
     }
 }
 
-async fn settled_p(mode: ParallelismMode, refine: bool, run_for: Duration) -> (usize, DecisionLog) {
+/// Runs the optimizer for `run_for`, and then, on a loaded machine, until
+/// it has made a decision that `awaited` picks (for at most 20 s more).
+async fn settled_p(
+    mode: ParallelismMode,
+    refine: bool,
+    run_for: Duration,
+    awaited: fn(&Decision) -> bool,
+) -> (usize, DecisionLog) {
     let gate = Gate::new(GateConfig {
         parallelism: 64,
         ..GateConfig::default()
@@ -59,13 +68,24 @@ async fn settled_p(mode: ParallelismMode, refine: bool, run_for: Duration) -> (u
     let slo = SloTargets::new(Vec::new());
     tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo, stopped));
     tokio::time::sleep(run_for).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !log.recent().iter().any(awaited) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop.send(true).unwrap();
     (gate.parallelism(), log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_matching_point_gives_near_peak_throughput() {
-    let (p, log) = settled_p(ParallelismMode::Model, false, Duration::from_millis(2_600)).await;
+    let matching_point = |d: &Decision| d.knob == "matching_point";
+    let (p, log) = settled_p(
+        ParallelismMode::Model,
+        false,
+        Duration::from_millis(2_600),
+        matching_point,
+    )
+    .await;
     let decisions = log.recent();
     assert!(
         decisions.iter().any(|d| d.knob == "matching_point"),
@@ -81,14 +101,15 @@ async fn the_matching_point_gives_near_peak_throughput() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gradient_limiter_backs_off_from_collapse() {
-    let (p, log) = settled_p(ParallelismMode::Gradient, false, Duration::from_millis(3_000)).await;
+    let (p, log) = settled_p(ParallelismMode::Gradient, false, Duration::from_millis(3_000), |_| true).await;
     assert!(p < 64, "P = {p} never came down from 64: {:?}", log.recent());
     assert!(throughput(p) > throughput(64), "P = {p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refinement_keeps_the_best_measured_p() {
-    let (p, log) = settled_p(ParallelismMode::Model, true, Duration::from_millis(4_200)).await;
+    let refined = |d: &Decision| d.why.contains("refined");
+    let (p, log) = settled_p(ParallelismMode::Model, true, Duration::from_millis(4_200), refined).await;
     let decisions = log.recent();
     assert!(
         decisions.iter().any(|d| d.why.contains("refined")),

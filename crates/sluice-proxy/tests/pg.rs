@@ -491,6 +491,7 @@ fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
         assert!(Instant::now() < deadline, "{left} backends left, not only c's");
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(proxy.stats.pool_idle(), 1, "the pool counts c's backend idle");
 }
 
 #[test]

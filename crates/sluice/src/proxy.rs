@@ -7,7 +7,7 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use sluice_proxy::optimizer::ParallelismMode;
 use sluice_proxy::settings::Settings;
-use sluice_proxy::Protocol;
+use sluice_proxy::{PoolMode, Protocol};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Admission control and fair scheduling (AppleS) in front of PostgreSQL or Redis
@@ -17,7 +17,8 @@ use tokio::signal::unix::{signal, SignalKind};
     and tenants take turns by weighted round robin with round quota zeta (AppleS). P is tuned \
     by AppleS's three-sample throughput model (or a gradient limiter, or pinned), zeta by \
     feedback on unfairness and latency variability, and latency-sensitive tenants' weights \
-    by their SLOs. A PostgreSQL client gets its own server connection; Redis clients share a few \
+    by their SLOs. A PostgreSQL client gets its own server connection (with --pool transaction, \
+    one per request from a pool shared by clients of the same login); Redis clients share a few \
     until their first command that touches session state (SELECT, AUTH, MULTI, ...), then get \
     their own.\n\n\
     Quick start: sluice proxy --protocol pg --listen 127.0.0.1:6432 --upstream 127.0.0.1:5432\n\
@@ -43,6 +44,9 @@ pub struct ProxyArgs {
     /// Worker threads (overrides the file; default: 1 for Redis, one per core for PostgreSQL)
     #[arg(long)]
     pub threads: Option<usize>,
+    /// PostgreSQL: session (a server connection per client; the default) or transaction (one per request, from a pool; session state set outside a transaction block does not carry over)
+    #[arg(long)]
+    pub pool: Option<String>,
 }
 
 pub fn run(args: ProxyArgs) -> Result<()> {
@@ -89,6 +93,13 @@ fn settings(args: &ProxyArgs) -> Result<Settings> {
     }
     if let Some(threads) = args.threads {
         settings.proxy.threads = threads;
+    }
+    if let Some(pool) = &args.pool {
+        settings.proxy.pool = match pool.as_str() {
+            "session" => PoolMode::Session,
+            "transaction" => PoolMode::Transaction,
+            other => return Err(anyhow!("--pool must be session or transaction, got `{other}`")),
+        };
     }
     if let Some(p) = args.parallelism {
         settings.gate.parallelism = p;

@@ -46,6 +46,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::frame::{self, BackendKey};
+use crate::stats::Stats;
 
 /// How long opening a pooled backend may take, login included.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -191,17 +192,20 @@ pub(crate) struct Pool {
     upstream: String,
     idle_timeout: Duration,
     idle: Mutex<HashMap<Bytes, Idle>>,
+    /// Where the number of idle backends is shown.
+    stats: Arc<Stats>,
 }
 
 impl Pool {
     /// An empty pool, with a task that closes backends idle longer than
     /// `idle_timeout` (checked every half timeout, between 0.1 and 1 s)
     /// for as long as the pool lives.
-    pub fn start(upstream: String, idle_timeout: Duration) -> Arc<Pool> {
+    pub fn start(upstream: String, idle_timeout: Duration, stats: Arc<Stats>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             upstream,
             idle_timeout,
             idle: Mutex::default(),
+            stats,
         });
         let every = (idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
         let weak = Arc::downgrade(&pool);
@@ -226,6 +230,7 @@ impl Pool {
             let Some((backend, _)) = self.lock().get_mut(startup).and_then(VecDeque::pop_back) else {
                 break;
             };
+            self.stats.pool_idle_taken(1);
             if backend.is_alive() {
                 return Ok(backend);
             }
@@ -242,18 +247,22 @@ impl Pool {
         } else {
             idle.insert(startup.clone(), VecDeque::from([(backend, Instant::now())]));
         }
+        self.stats.pool_idle_added(1);
     }
 
     /// Closes the backends idle longer than the timeout: the least recently
     /// used, at the front of each login's stack.
     fn close_idle(&self) {
         let now = Instant::now();
+        let mut closed = 0;
         self.lock().retain(|_, stack| {
             while stack.front().is_some_and(|(_, since)| now - *since > self.idle_timeout) {
                 stack.pop_front();
+                closed += 1;
             }
             !stack.is_empty()
         });
+        self.stats.pool_idle_taken(closed);
     }
 
     /// Opens a backend by replaying `startup` and reading up to its first
