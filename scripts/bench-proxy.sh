@@ -22,6 +22,10 @@
 #                     through a weighted and an equal-weight sluice proxy
 #                     (WEIGHTS_P=16 pins P in both, to compare the totals
 #                     at the same P)
+#   ZETA="1 16"       instead, AppleS Fig. 6: ZETA_TENANTS (16) tenants named
+#                     by application_name sharing the users equally, through
+#                     sluice proxies with P pinned to each of ZETA_P ("16")
+#                     and ζ pinned to each of ZETA (a grid), against direct
 #   IDLE_BACKENDS=N   hold N idle sessions open on PostgreSQL for the whole
 #                     run (scripts/pg-idle-connections.py): PgBouncer with
 #                     pool 16 and N = users - 16 runs with as many backends
@@ -56,10 +60,14 @@ as_db=()
 
 pg_opts=()
 [[ -n "${SLO:-}" ]] && pg_opts=(-c checkpoint_timeout=1h -c max_wal_size=16GB)
+# Under transaction pooling every login's backend stays in the pool until
+# it idles out, beside the next target's backends.
+max_connections=$((600 + ${IDLE_BACKENDS:-0}))
+[[ -n "${TXN:-}" ]] && max_connections=$((max_connections + 600))
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
 "${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
-    -c max_connections=$((600 + ${IDLE_BACKENDS:-0} + ${TXN:+600})) -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
+    -c max_connections=$max_connections -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres
@@ -132,6 +140,20 @@ if [[ -n "${SLO:-}" ]]; then
     target/release/sluice bench pg --targets "${targets%%,*}" --tenants ls:1:10 --users 10 --out results/bench-slo-alone "$@"
     tenant_args=(--tenants "ls:1:10,be:9" --users "${SLO_USERS:-100}")
     decisions_port=$((ADMIN_PORT + 11))
+elif [[ -n "${ZETA:-}" ]]; then
+    echo "== AppleS Fig. 6: P in {${ZETA_P:-16}} x zeta in {$ZETA}, ${ZETA_TENANTS:-16} tenants"
+    targets="direct=127.0.0.1:$PG_PORT" cpu_args=""
+    i=0
+    for p in ${ZETA_P:-16}; do
+        for z in $ZETA; do
+            pinned="parallelism = $p\nzeta = $z\n[optimizer]\nparallelism = \"fixed\"\nzeta = \"fixed\"\n"
+            TENANT_KEY=application_name start_sluice "sluice-p$p-z$z" $((SLUICE_PORT + 20 + i)) "" "$pinned"
+            i=$((i + 1))
+        done
+    done
+    cpu_args=${cpu_args#,}
+    tenant_args=(--tenants "$(seq -f 't%g:1' -s, "${ZETA_TENANTS:-16}")")
+    decisions_ports=""
 elif [[ -n "${WEIGHTS:-}" ]]; then
     echo "== tenants $WEIGHTS: weighted and equal-weight sluice proxies"
     pin="" fixed=""
@@ -152,7 +174,8 @@ else
         # Every login brings a backend; those left idle go after 5 s, so
         # that the next target in the round starts without them.
         PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
-            start_sluice sluice-txn $((SLUICE_PORT + 7)) ""
+            start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 7))"
+        decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 7))"
     fi
     if [[ -n "${THREADS2:-}" ]]; then
         PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""
@@ -168,8 +191,10 @@ else
 fi
 
 target/release/sluice bench pg --targets "$targets" --cpu "$cpu_args" "${tenant_args[@]}" --out results/bench-pg "$@"
-echo "== the proxy's decisions"
-curl -s "http://127.0.0.1:${decisions_port:-$ADMIN_PORT}/stats" | python3 -c '
+for port in ${decisions_ports-${decisions_port:-$ADMIN_PORT}}; do
+    echo "== the decisions of the proxy with admin port $port"
+    curl -s "http://127.0.0.1:$port/stats" | python3 -c '
 import json, sys
 for d in json.load(sys.stdin)["decisions"]:
     print("%8.1fs  %s = %s: %s" % (d["at"], d["knob"], d["value"], d["why"]))'
+done

@@ -77,7 +77,7 @@ pub struct GateConfig {
     pub default_weight: f64,
     /// Tenants served before all others whenever they have a request
     /// waiting (strict priority; the baseline AppleS §5.3's SLO control is
-    /// measured against).
+    /// measured against). Can change while running ([`Gate::set_strict`]).
     pub strict: Vec<String>,
 }
 
@@ -170,6 +170,8 @@ struct State {
     wait: LatencyHistogram,
     /// Tenants tracked for an SLO (see `track_percentiles`).
     tracked: Vec<TenantId>,
+    /// Names of the tenants with strict priority, seen or not yet.
+    strict: Vec<String>,
 }
 
 struct Shared {
@@ -178,7 +180,6 @@ struct Shared {
     wait_timeout: Duration,
     default_weight: f64,
     weights: HashMap<String, f64>,
-    strict: Vec<String>,
 }
 
 /// The admission gate, shared by every connection.
@@ -222,6 +223,7 @@ impl Gate {
             service: Moments::default(),
             wait: LatencyHistogram::coarse(),
             tracked: Vec::new(),
+            strict: config.strict,
         };
         let shared = Shared {
             state: Mutex::new(state),
@@ -229,7 +231,6 @@ impl Gate {
             wait_timeout: config.wait_timeout,
             default_weight: config.default_weight,
             weights: config.weights,
-            strict: config.strict,
         };
         Ok(Gate {
             shared: Arc::new(shared),
@@ -249,7 +250,7 @@ impl Gate {
             };
         }
         let configured = self.shared.weights.get(name).copied();
-        let strict = self.shared.strict.iter().any(|s| s == name);
+        let strict = st.strict.iter().any(|s| s == name);
         let weight = configured.unwrap_or(self.shared.default_weight);
         let name: Arc<str> = Arc::from(name);
         let mut record = TenantRecord::new(Arc::clone(&name), weight);
@@ -345,6 +346,20 @@ impl Gate {
         rec.weight = weight;
         rec.pinned = true;
         Ok(())
+    }
+
+    /// Gives strict priority to exactly the tenants named in `names` (a
+    /// reload): tenants already seen move at once, with the requests they
+    /// have waiting; those not yet seen get it when they come.
+    pub fn set_strict(&self, names: &[String]) {
+        let mut st = self.shared.lock();
+        st.strict = names.to_vec();
+        let st = &mut *st;
+        for (name, &id) in &st.by_name {
+            let strict = names.iter().any(|n| **n == **name);
+            st.stage.policy_mut().set_strict(id, strict);
+            st.tenants[id.0 as usize].pinned |= strict;
+        }
     }
 
     /// Drops tenant `name`'s record if nothing waits or runs for it and
@@ -718,6 +733,33 @@ mod tests {
             order.push(rx.recv().await.unwrap());
         }
         assert_eq!(order, ["ls", "ls", "ls", "heavy", "heavy", "heavy"]);
+    }
+
+    #[tokio::test]
+    async fn strict_priority_moves_live_with_the_requests_waiting() {
+        let g = Gate::new(GateConfig {
+            parallelism: 1,
+            strict: vec!["ls".to_string()],
+            ..GateConfig::default()
+        })
+        .unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let blocker = g.admit(&g.tenant("be")).await.unwrap();
+        spawn_requests(&g, "ls", 2, &tx, false);
+        spawn_requests(&g, "be", 2, &tx, false);
+        settle().await;
+        g.set_strict(&["be".to_string()]);
+        drop(blocker);
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            order.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(
+            order,
+            ["be", "be", "ls", "ls"],
+            "be took ls's place, waiting requests too"
+        );
+        assert!(!g.forget("be"), "a strict tenant is configured, never forgotten");
     }
 
     #[tokio::test]

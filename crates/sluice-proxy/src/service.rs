@@ -100,10 +100,10 @@ async fn start_admin(
 }
 
 /// Applies what a reload may change while connections stay open: weights,
-/// SLO targets, and P and ζ where the optimizer does not tune them.
-/// Listener, upstream, protocol, tenant key, queue bounds, strict tenants
-/// and the optimizer's other settings need a restart; a change there is
-/// reported, not applied.
+/// strict tenants, SLO targets, and P and ζ where the optimizer does not
+/// tune them. Listener, upstream, protocol, tenant key, queue bounds and the
+/// optimizer's other settings need a restart; a change there is reported,
+/// not applied.
 fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) {
     for (tenant, &weight) in &new.gate.weights {
         if let Err(e) = gate.set_weight(tenant, weight) {
@@ -120,11 +120,12 @@ fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) 
             tracing::error!("reload: {e}");
         }
     }
+    gate.set_strict(&new.gate.strict);
     if let Err(e) = slo_targets.replace(new.optimizer.slo.clone()) {
         tracing::error!("reload: {e}");
     }
-    if old.proxy != new.proxy || old.admin.listen != new.admin.listen || old.gate.strict != new.gate.strict {
-        tracing::warn!("reload: [proxy], [admin] and gate.strict changes take effect at the next start");
+    if old.proxy != new.proxy || old.admin.listen != new.admin.listen {
+        tracing::warn!("reload: [proxy] and [admin] changes take effect at the next start");
     }
     tracing::info!("settings reloaded");
 }
