@@ -467,6 +467,25 @@ fn a_pooled_client_gone_mid_transaction_takes_its_backend_with_it() {
 }
 
 #[test]
+fn a_pooled_backend_the_server_closed_is_never_leased() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let idle = backend_pid(&mut a);
+    // As an administrator's pg_terminate_backend or a server restart does
+    // to every idle backend in the pool.
+    let killed = server.psql(&format!("SELECT pg_terminate_backend({idle})"));
+    assert_eq!(text(&killed.stdout).trim(), "t", "{}", text(&killed.stderr));
+    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {idle}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while text(&server.psql(&gone).stdout).trim() != "0" {
+        assert!(Instant::now() < deadline, "backend {idle} did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_ne!(backend_pid(&mut a), idle, "a got a live backend, opened for it");
+}
+
+#[test]
 fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
     let Some(server) = PgServer::start() else { return };
     if support::require("pgbench").is_none() {
