@@ -1,8 +1,9 @@
 //! The optimizer against a simulated database whose throughput peaks at a
 //! known P: service time grows with the number of requests inside,
 //! s(n) = 2 ms · (1 + (n/16)²), so λ(P) = P / s(P) peaks at P = 16. The
-//! model's matching point must give throughput close to that peak, and the
-//! gradient limiter must settle below the collapse.
+//! model's matching point must give throughput close to that peak, its
+//! refinement must keep the best P it measured, and the gradient limiter
+//! must settle below the collapse.
 
 use std::time::Duration;
 
@@ -111,14 +112,32 @@ async fn refinement_keeps_the_best_measured_p() {
     let refined = |d: &Decision| d.why.contains("refined");
     let (p, log) = settled_p(ParallelismMode::Model, true, Duration::from_millis(4_200), refined).await;
     let decisions = log.recent();
-    assert!(
-        decisions.iter().any(|d| d.why.contains("refined")),
-        "no refinement decided: {decisions:?}"
+    let Some(decision) = decisions.iter().rev().find(|d| refined(d)) else {
+        panic!("no refinement decided: {decisions:?}")
+    };
+    // "model, refined: λ(2)=745/s λ(11)=2932/s ...": the measured samples.
+    let measured: Vec<(usize, f64)> = decision
+        .why
+        .split_whitespace()
+        .filter_map(|word| {
+            let (p, rate) = word.strip_prefix("λ(")?.split_once(")=")?;
+            Some((
+                p.parse().ok()?,
+                rate.trim_end_matches(';').strip_suffix("/s")?.parse().ok()?,
+            ))
+        })
+        .collect();
+    assert_eq!(
+        measured.len(),
+        5,
+        "three model samples and two refining ones: {}",
+        decision.why
     );
-    assert!(
-        throughput(p) >= 0.85 * throughput(16),
-        "P = {p}; decisions {decisions:?}"
-    );
+    // Which P measures best depends on the machine's load (the samples are
+    // real time); that the best measured one is kept does not.
+    let best = measured.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|&(p, _)| p);
+    assert_eq!(Some(p), best, "{}", decision.why);
+    assert_eq!(decision.value as usize, p);
 }
 
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
