@@ -29,9 +29,7 @@
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
