@@ -5,7 +5,7 @@
 # model), interleaved and repeated by `sluice bench pg`. Starts private
 # servers in a temporary directory and stops them on exit.
 #
-#   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 15]
+#   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 20]
 #
 # Environment:
 #   SWEEP="8 16 32"   also run sluice proxies with P pinned to each value

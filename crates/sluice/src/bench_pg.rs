@@ -38,8 +38,9 @@ pub struct PgBench {
     /// Seconds measured per run
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
-    /// Seconds run before measuring
-    #[arg(long, default_value_t = 10)]
+    /// Seconds run before measuring: long enough for sluice proxy's model
+    /// to take its samples and refine them (about 16 s after users arrive)
+    #[arg(long, default_value_t = 20)]
     pub warmup: u64,
     /// Rounds; each runs every target once per user count
     #[arg(long, default_value_t = 3)]
