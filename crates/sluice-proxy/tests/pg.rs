@@ -493,9 +493,14 @@ fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
     }
     let proxy = pooled(&server, 1, gate(2, 64, 10_000));
     pgbench(&proxy, &["-i", "-s", "1", "-q"]);
-    let report = pgbench(&proxy, &["-c", "8", "-j", "8", "-T", "2"]);
-    assert!(report.contains("number of failed transactions: 0 (0.000%)"), "{report}");
-    assert!(transactions(&report) > 20, "{report}");
+    for mode in ["simple", "prepared"] {
+        let report = pgbench(&proxy, &["-c", "8", "-j", "8", "-T", "2", "-M", mode]);
+        assert!(
+            report.contains("number of failed transactions: 0 (0.000%)"),
+            "{mode}:\n{report}"
+        );
+        assert!(transactions(&report) > 20, "{mode}:\n{report}");
+    }
     // Idle past the timeout, the pool closes them; c logs in on a new one.
     std::thread::sleep(Duration::from_millis(1_500));
     let mut c = PgConn::connect(proxy.addr, "postgres");
@@ -534,4 +539,90 @@ fn transaction_pooling_refuses_clearly_when_it_cannot_log_in_itself() {
         Ok(vec!["2".to_string()]),
         "trusted logins are pooled"
     );
+}
+
+/// Parse of `sql` as the statement `name`, then Sync.
+fn prepare(name: &str, sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'P', format!("{name}\0{sql}\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+/// Bind of the statement `name` (no parameters), Execute, Sync.
+fn execute(name: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'B', format!("\0{name}\0\0\0\0\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+/// The tags of a batch's answer up to its ReadyForQuery, and the SQLSTATE
+/// of an ErrorResponse among them.
+fn answer(conn: &mut PgConn) -> (Vec<u8>, Option<String>) {
+    let mut tags = Vec::new();
+    let mut sqlstate = None;
+    loop {
+        let (tag, body) = conn.read_message().expect("an answer");
+        tags.push(tag);
+        if let (b'E', QueryError::Server { sqlstate: code, .. }) = (tag, server_error(&body)) {
+            sqlstate = Some(code);
+        }
+        if tag == b'Z' {
+            return (tags, sqlstate);
+        }
+    }
+}
+
+#[test]
+fn prepared_statements_follow_their_client_across_pooled_backends() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    a.send(&prepare("q", "SELECT 'one'"));
+    assert_eq!(
+        answer(&mut a),
+        (b"1Z".to_vec(), None),
+        "no CloseComplete the client never asked"
+    );
+    let first = backend_pid(&mut a);
+    // b's open transaction holds the backend a prepared q on.
+    assert_eq!(b.query("BEGIN"), Ok(vec![]));
+    assert_eq!(backend_pid(&mut b), first);
+    a.send(&execute("q"));
+    assert_eq!(a.finish(), (Ok(vec!["one".to_string()]), b'I'));
+    assert_ne!(backend_pid(&mut a), first, "q ran on another backend");
+
+    // The same statement under b's own name, on the backend a made it on.
+    b.send(&prepare("mine", "SELECT 'one'"));
+    assert_eq!(answer(&mut b), (b"1Z".to_vec(), None));
+    b.send(&execute("mine"));
+    assert_eq!(b.finish(), (Ok(vec!["one".to_string()]), b'T'));
+    assert_eq!(b.query("COMMIT"), Ok(vec![]));
+
+    // A Parse that failed leaves its name free, as PostgreSQL does.
+    a.send(&prepare("bad", "SELEC 1"));
+    assert_eq!(answer(&mut a), (b"EZ".to_vec(), Some("42601".into())));
+    a.send(&prepare("bad", "SELECT 'fixed'"));
+    assert_eq!(answer(&mut a), (b"1Z".to_vec(), None));
+    a.send(&execute("bad"));
+    assert_eq!(a.finish(), (Ok(vec!["fixed".to_string()]), b'I'));
+
+    // Closed, the name takes another statement; a held name is refused.
+    let mut close = BytesMut::new();
+    frame::write_message(&mut close, b'C', b"Sq\0");
+    frame::write_message(&mut close, b'S', b"");
+    a.send(&close);
+    assert_eq!(answer(&mut a), (b"3Z".to_vec(), None));
+    a.send(&prepare("q", "SELECT 'two'"));
+    assert_eq!(answer(&mut a), (b"1Z".to_vec(), None));
+    a.send(&prepare("q", "SELECT 'three'"));
+    assert_eq!(answer(&mut a), (b"EZ".to_vec(), Some("42P05".into())));
+    a.send(&execute("q"));
+    assert_eq!(a.finish(), (Ok(vec!["two".to_string()]), b'I'));
+    let unknown = execute("never");
+    a.send(&unknown);
+    assert!(matches!(a.finish().0, Err(QueryError::Server { sqlstate, .. }) if sqlstate == "26000"));
 }

@@ -223,9 +223,18 @@ pub fn write_startup(out: &mut BytesMut, params: &[(&str, &str)]) {
 
 /// Appends a typed message.
 pub fn write_message(out: &mut BytesMut, tag: u8, body: &[u8]) {
+    write_message_parts(out, tag, &[body]);
+}
+
+/// Appends a typed message whose body is `parts` one after the other.
+pub fn write_message_parts(out: &mut BytesMut, tag: u8, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|part| part.len()).sum();
+    out.reserve(len + 5);
     out.put_u8(tag);
-    out.put_u32((body.len() + 4) as u32);
-    out.put_slice(body);
+    out.put_u32((len + 4) as u32);
+    for part in parts {
+        out.put_slice(part);
+    }
 }
 
 /// Appends an ErrorResponse with severity, SQLSTATE and message. NUL bytes,

@@ -23,13 +23,13 @@
 //! joins the pool. When the pool has no idle backend for a request, it
 //! opens one by replaying the StartupMessage, which works only where the
 //! server asks no password of that connection (trust); otherwise the request
-//! is refused with SQLSTATE 08004 and the pool grows only by logins.
+//! is refused with SQLSTATE 08001 and the pool grows only by logins.
 //!
-//! What a pooled session cannot keep, as with any transaction pooler:
-//! session state set outside a transaction block (SET, named prepared
-//! statements such as pgbench `-M prepared` uses, LISTEN, temporary tables,
-//! session advisory locks) may be gone, or met by another client, at the
-//! next request. A client that disconnects in the middle of a request takes
+//! Named prepared statements (protocol-level Parse) follow their client
+//! from backend to backend ([`super::prepared`]). Other session state set
+//! outside a transaction block (SET, PREPARE in SQL, LISTEN, temporary
+//! tables, session advisory locks) may be gone, or met by another client,
+//! at the next request, as with any transaction pooler. A client that disconnects in the middle of a request takes
 //! its backend with it: it is closed, never pooled.
 
 use std::collections::{HashMap, VecDeque};
@@ -40,12 +40,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::frame::{self, BackendKey};
+use super::prepared::{self, Made, Statement};
 use crate::stats::Stats;
 
 /// How long opening a pooled backend may take, login included.
@@ -57,6 +58,8 @@ pub(crate) struct Backend {
     addr: SocketAddr,
     /// From its BackendKeyData, for forwarding cancels.
     key: OnceLock<BackendKey>,
+    /// The prepared statements made on it for pooled clients.
+    pub made: Made,
 }
 
 impl Backend {
@@ -67,6 +70,7 @@ impl Backend {
             stream,
             addr,
             key: OnceLock::new(),
+            made: Made::default(),
         })
     }
 
@@ -99,6 +103,59 @@ impl Backend {
     fn is_alive(&self) -> bool {
         let mut probe = [0u8; 1];
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// The next whole message the server sends: its tag and body.
+    async fn next_message(&self, buf: &mut BytesMut) -> io::Result<(u8, Bytes)> {
+        loop {
+            let header = frame::parse_header(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if let Some(header) = header.filter(|h| h.len <= buf.len()) {
+                let body = buf.split_to(header.len).freeze().slice(5..);
+                return Ok((header.tag, body));
+            }
+            if self.read_buf(buf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            self.stream.writable().await?;
+            match self.stream.try_write(bytes) {
+                Ok(written) => bytes = &bytes[written..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a pooled client's `statements` on this idle backend, before
+    /// its request (see [`super::prepared`]); returns those the server
+    /// refused.
+    pub async fn make(&self, statements: &[Statement]) -> io::Result<Vec<Statement>> {
+        let mut out = BytesMut::new();
+        prepared::write_makes(statements, &mut out);
+        self.write_all(&out).await?;
+        let mut buf = BytesMut::new();
+        let mut failed = Vec::new();
+        for statement in statements {
+            let mut parsed = false;
+            loop {
+                match self.next_message(&mut buf).await?.0 {
+                    b'1' => parsed = true,
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+            if parsed {
+                self.made.note(statement);
+            } else {
+                failed.push(statement.clone());
+            }
+        }
+        Ok(failed)
     }
 }
 
@@ -169,12 +226,14 @@ pub(crate) enum PoolError {
     Refused { sqlstate: String, message: String },
     #[error("sluice: opening a pooled connection: {0}")]
     Protocol(String),
+    #[error("sluice: making the client's prepared statements on a pooled connection: {0}")]
+    Prepare(io::Error),
 }
 
 impl PoolError {
     pub fn sqlstate(&self) -> &str {
         match self {
-            PoolError::Connect { .. } => "08006",
+            PoolError::Connect { .. } | PoolError::Prepare(_) => "08006",
             // sqlclient_unable_to_establish_sqlconnection
             PoolError::Password { .. } => "08001",
             PoolError::Refused { sqlstate, .. } => sqlstate,
@@ -273,9 +332,9 @@ impl Pool {
             source,
         };
         let login = async {
-            let mut backend = Backend::connect(&self.upstream).await.map_err(connect)?;
-            backend.stream.write_all(startup).await.map_err(connect)?;
-            login(&mut backend).await?;
+            let backend = Backend::connect(&self.upstream).await.map_err(connect)?;
+            backend.write_all(startup).await.map_err(connect)?;
+            login(&backend).await?;
             Ok(backend)
         };
         tokio::time::timeout(DIAL_TIMEOUT, login).await.unwrap_or_else(|_| {
@@ -289,41 +348,32 @@ impl Pool {
 
 /// Reads a fresh backend's answer to its StartupMessage: AuthenticationOk,
 /// parameters, its key, ReadyForQuery.
-async fn login(backend: &mut Backend) -> Result<(), PoolError> {
+async fn login(backend: &Backend) -> Result<(), PoolError> {
     let mut buf = BytesMut::new();
     loop {
-        let header = frame::parse_header(&buf).map_err(|e| PoolError::Protocol(e.to_string()))?;
-        let Some(header) = header.filter(|h| h.len <= buf.len()) else {
-            if backend.stream.read_buf(&mut buf).await.map_err(closed)? == 0 {
-                return Err(closed(io::ErrorKind::UnexpectedEof.into()));
-            }
-            continue;
-        };
-        let body = &buf[5..header.len];
-        match header.tag {
+        let (tag, body) = backend
+            .next_message(&mut buf)
+            .await
+            .map_err(|e| PoolError::Protocol(format!("reading the server's answer to a login: {e}")))?;
+        match tag {
             b'R' => match body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])) {
                 Some(0) => {}
                 Some(method) => return Err(PoolError::Password { method }),
                 None => return Err(PoolError::Protocol("an empty authentication request".into())),
             },
             b'K' => {
-                if let Some(key) = BackendKey::from_body(body) {
+                if let Some(key) = BackendKey::from_body(&body) {
                     backend.set_key(key);
                 }
             }
             b'E' => {
                 return Err(PoolError::Refused {
-                    sqlstate: frame::error_field(body, b'C').unwrap_or("08006").into(),
-                    message: frame::error_field(body, b'M').unwrap_or("no message").into(),
+                    sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),
+                    message: frame::error_field(&body, b'M').unwrap_or("no message").into(),
                 })
             }
             b'Z' => return Ok(()),
             _ => {}
         }
-        buf.advance(header.len);
     }
-}
-
-fn closed(source: io::Error) -> PoolError {
-    PoolError::Protocol(format!("the server closed the connection during login: {source}"))
 }

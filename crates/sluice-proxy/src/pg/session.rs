@@ -8,8 +8,10 @@
 //! never sees a password it could check or leak. Under transaction pooling
 //! ([`super::pool`]) that connection joins the pool once the login is over,
 //! each request leases a backend after the gate lets it in and returns it
-//! at its end, and the client gets a BackendKeyData key of the proxy's
-//! making; a query sent before the login finished is a protocol error there.
+//! at its end, the client's named prepared statements follow it from
+//! backend to backend ([`super::prepared`]), and the client gets a
+//! BackendKeyData key of the proxy's making; a query sent before the login
+//! finished is a protocol error there.
 //!
 //! Requests: a request begins with the first message the client sends while
 //! no request is in flight (after authentication, or after a ReadyForQuery
@@ -29,6 +31,7 @@
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -38,7 +41,8 @@ use tokio::sync::watch;
 
 use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
-use super::pool::{Backend, Link, LinkWriter, Pool};
+use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
+use super::prepared::Statements;
 use crate::config::TenantKey;
 use crate::gate::Slot;
 use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
@@ -63,6 +67,8 @@ struct State {
     /// The proxy's own messages to the client, written at the next message
     /// boundary of the server's stream.
     outbox: BytesMut,
+    /// Under transaction pooling: the client's named prepared statements.
+    statements: Statements,
 }
 
 struct Shared {
@@ -164,6 +170,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             syncs: 0,
             unsynced: false,
             outbox: BytesMut::new(),
+            statements: Statements::default(),
         }),
         flags: Flags::default(),
         link,
@@ -178,6 +185,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         ctx,
         who: ctx.who(&name),
         discarding: false,
+        out: BytesMut::new(),
+        rewritten: BytesMut::new(),
     };
     let down = Down {
         client: client_wr,
@@ -274,6 +283,10 @@ struct Up<'a, R> {
     who: Who,
     /// A refused extended-protocol batch is being dropped up to its Sync.
     discarding: bool,
+    /// Kept between reads so as not to allocate: see [`Pending`].
+    out: BytesMut,
+    /// A message rewritten under transaction pooling, before it joins `out`.
+    rewritten: BytesMut,
 }
 
 /// What to do with one message.
@@ -305,8 +318,8 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
     /// upstream in as few writes as possible.
     async fn forward(&mut self) -> io::Result<Option<ClientEnd>> {
         let mut buf = mem::take(&mut self.buf);
+        let mut pending = Pending::new(mem::take(&mut self.out));
         let mut pos = 0;
-        let mut unsent = 0..0;
         let outcome = loop {
             let header = match frame::parse_header(&buf[pos..]) {
                 Ok(Some(header)) if header.len <= buf.len() - pos => header,
@@ -322,41 +335,50 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
                 }
             };
             let message = pos..pos + header.len;
-            let (action, flushed) = self.message(header.tag, &buf[unsent.clone()]).await?;
-            pos += header.len;
-            if flushed {
-                unsent = message.start..message.start;
-            }
+            let action = self.message(header.tag, &buf, &mut pending).await?;
+            pos = message.end;
             if matches!(action, Action::Forward | Action::Last(_)) {
-                if unsent.end != message.start {
-                    self.upstream.write_all(&buf[unsent]).await?;
-                    unsent = message.start..message.start;
-                }
-                unsent.end = message.end;
+                self.relay(header.tag, &buf, message, &mut pending);
             }
             if let Action::Last(end) | Action::Stop(end) = action {
                 break Some(end);
             }
         };
-        self.upstream.write_all(&buf[unsent]).await?;
+        self.upstream.write_all(pending.bytes(&buf)).await?;
+        self.out = pending.into_buffer();
         buf.advance(pos);
         self.buf = buf;
         Ok(outcome)
     }
 
+    /// Adds a message to what goes upstream: as it is, or under transaction
+    /// pooling with the names of the client's prepared statements
+    /// rewritten.
+    fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) {
+        if self.shared.pooling.is_some() {
+            let body = &buf[message.start + 5..message.end];
+            if self.shared.lock().statements.rewrite(tag, body, &mut self.rewritten) {
+                pending.push_rewritten(buf, &self.rewritten);
+                self.rewritten.clear();
+                return;
+            }
+        }
+        pending.push(buf, message);
+    }
+
     /// Decides what one message does: start a request (asking the gate),
-    /// join the one in flight, or be dropped. Returns whether the `unsent`
-    /// bytes were written while waiting for the gate.
-    async fn message(&mut self, tag: u8, unsent: &[u8]) -> io::Result<(Action, bool)> {
+    /// join the one in flight, or be dropped. The `pending` bytes are
+    /// written while waiting for the gate.
+    async fn message(&mut self, tag: u8, buf: &[u8], pending: &mut Pending) -> io::Result<Action> {
         if tag == b'X' {
-            return Ok((Action::Last(ClientEnd::Closed), false));
+            return Ok(Action::Last(ClientEnd::Closed));
         }
         if self.discarding {
             if tag == b'S' {
                 self.discarding = false;
                 self.shared.answer(|out| frame::write_ready_for_query(out, b'I'));
             }
-            return Ok((Action::Skip, false));
+            return Ok(Action::Skip);
         }
         let (starts, authenticating) = {
             let state = self.shared.lock();
@@ -365,25 +387,28 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         };
         if !starts {
             count(&mut self.shared.lock(), tag);
-            return Ok((Action::Forward, false));
+            return Ok(Action::Forward);
         }
         if authenticating && self.shared.pooling.is_some() {
             let e = "sluice: a query before the login finished (transaction pooling needs ReadyForQuery first)";
             self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", e));
-            return Ok((Action::Stop(ClientEnd::ProtocolError), false));
+            return Ok(Action::Stop(ClientEnd::ProtocolError));
         }
         if self.shared.flags.draining() {
-            return Ok((Action::Stop(ClientEnd::Shutdown), false));
+            return Ok(Action::Stop(ClientEnd::Shutdown));
         }
-        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent).await?;
+        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, pending.bytes(buf)).await?;
+        if flushed {
+            pending.clear();
+        }
         let (slot, outcome) = match answer {
             Ok(admitted) => admitted,
-            Err(refusal) => return Ok((self.refuse(tag, refusal.sqlstate(), &refusal.to_string()), flushed)),
+            Err(refusal) => return Ok(self.refuse(tag, refusal.sqlstate(), &refusal.to_string())),
         };
         if let Err(e) = self.lease().await {
             drop(slot);
             outcome.finish(true);
-            return Ok((self.refuse(tag, e.sqlstate(), &e.to_string()), flushed));
+            return Ok(self.refuse(tag, e.sqlstate(), &e.to_string()));
         }
         let mut state = self.shared.lock();
         state.request = Some(Request {
@@ -392,15 +417,24 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
             error: false,
         });
         count(&mut state, tag);
-        Ok((Action::Forward, flushed))
+        Ok(Action::Forward)
     }
 
-    /// Transaction pooling: a backend for the request just admitted.
-    async fn lease(&self) -> Result<(), super::pool::PoolError> {
+    /// Transaction pooling: a backend for the request just admitted, with
+    /// the client's prepared statements made on it.
+    async fn lease(&self) -> Result<(), PoolError> {
         let Some(pooling) = &self.shared.pooling else {
             return Ok(());
         };
         let backend = pooling.pool.lease(&pooling.login).await?;
+        let missing = self.shared.lock().statements.missing(&backend.made);
+        if !missing.is_empty() {
+            let failed = backend.make(&missing).await.map_err(PoolError::Prepare)?;
+            if !failed.is_empty() {
+                tracing::debug!("{} prepared statements could not be made again", failed.len());
+                self.shared.lock().statements.forget(&failed);
+            }
+        }
         self.shared.link.set(backend);
         self.shared.flags.wake.notify_one();
         Ok(())
@@ -443,6 +477,67 @@ fn count(state: &mut State, tag: u8) {
         b'd' | b'c' | b'f' | b'p' | b'H' => {}
         _ => state.unsynced = true,
     }
+}
+
+/// The bytes of one read buffer going upstream: a range of it, relayed
+/// without a copy, or once a message was rewritten, copies in `out`.
+struct Pending {
+    range: Range<usize>,
+    /// When not empty, holds everything pending (and `range` is empty).
+    out: BytesMut,
+}
+
+impl Pending {
+    fn new(out: BytesMut) -> Pending {
+        Pending { range: 0..0, out }
+    }
+
+    fn push(&mut self, buf: &[u8], message: Range<usize>) {
+        if self.out.is_empty() && self.range.is_empty() {
+            self.range = message;
+        } else if self.out.is_empty() && self.range.end == message.start {
+            self.range.end = message.end;
+        } else {
+            self.copy_range(buf);
+            self.out.extend_from_slice(&buf[message]);
+        }
+    }
+
+    fn push_rewritten(&mut self, buf: &[u8], message: &[u8]) {
+        self.copy_range(buf);
+        self.out.extend_from_slice(message);
+    }
+
+    fn copy_range(&mut self, buf: &[u8]) {
+        self.out.extend_from_slice(&buf[mem::replace(&mut self.range, 0..0)]);
+    }
+
+    fn bytes<'b>(&'b self, buf: &'b [u8]) -> &'b [u8] {
+        if self.out.is_empty() {
+            &buf[self.range.clone()]
+        } else {
+            &self.out
+        }
+    }
+
+    fn clear(&mut self) {
+        self.range = 0..0;
+        self.out.clear();
+    }
+
+    /// The copy buffer, emptied, for the next read.
+    fn into_buffer(mut self) -> BytesMut {
+        self.out.clear();
+        self.out
+    }
+}
+
+/// What one message from the server meant.
+struct Seen {
+    /// The client is to see it.
+    relay: bool,
+    /// The backend went back to the pool.
+    released: bool,
 }
 
 /// Upstream → client: frames messages, ends requests at ReadyForQuery,
@@ -495,15 +590,23 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         None
     }
 
-    /// Forwards every complete message, then the proxy's own messages.
+    /// Forwards every complete message the client is to see, then the
+    /// proxy's own messages.
     async fn forward(&mut self) -> io::Result<()> {
         let mut buf = mem::take(&mut self.buf);
         let mut pos = 0;
+        // buf[from..pos] is to be written.
+        let mut from = 0;
         let mut released = false;
         loop {
             match frame::parse_header(&buf[pos..]).map_err(invalid_data)? {
                 Some(header) if header.len <= buf.len() - pos => {
-                    released |= self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
+                    let seen = self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
+                    released |= seen.released;
+                    if !seen.relay {
+                        self.client.write_all(&buf[from..pos]).await?;
+                        from = pos + header.len;
+                    }
                     pos += header.len;
                 }
                 Some(header) => {
@@ -513,7 +616,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 None => break,
             }
         }
-        self.client.write_all(&buf[..pos]).await?;
+        self.client.write_all(&buf[from..pos]).await?;
         buf.advance(pos);
         if released {
             // The rest came from a backend now back in the pool: a message
@@ -528,12 +631,13 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         Ok(())
     }
 
-    /// Notes what a message means for the session; returns whether the
-    /// backend went back to the pool.
-    fn inspect(&mut self, tag: u8, body: &mut [u8]) -> bool {
+    /// Notes what a message means for the session.
+    fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Seen {
         self.last_tag = tag;
+        let relay = self.statement_reply(tag);
+        let mut released = false;
         match tag {
-            b'Z' => return self.ready(body.first().copied().unwrap_or(b'I')),
+            b'Z' => released = self.ready(body.first().copied().unwrap_or(b'I')),
             b'K' => self.backend_key(body),
             b'E' => {
                 if let Some(request) = self.shared.lock().request.as_mut() {
@@ -542,7 +646,21 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             _ => {}
         }
-        false
+        Seen { relay, released }
+    }
+
+    /// Under transaction pooling, after the login: what a ParseComplete,
+    /// CloseComplete or ReadyForQuery means for the client's prepared
+    /// statements; returns whether the client is to see it.
+    fn statement_reply(&self, tag: u8) -> bool {
+        if self.shared.pooling.is_none() || !matches!(tag, b'1' | b'3' | b'Z') {
+            return true;
+        }
+        let Some(backend) = self.shared.link.get() else {
+            return true;
+        };
+        let mut state = self.shared.lock();
+        state.authenticating || state.statements.reply(tag, &backend.made)
     }
 
     /// BackendKeyData: registered for cancels; under transaction pooling
