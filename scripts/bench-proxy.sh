@@ -26,6 +26,10 @@
 #                     by application_name sharing the users equally, through
 #                     sluice proxies with P pinned to each of ZETA_P ("16")
 #                     and ζ pinned to each of ZETA (a grid), against direct
+#   NO_BOUNCER=1      leave PgBouncer out of the targets: Debian 12's
+#                     PgBouncer (1.18) cannot relay named prepared
+#                     statements in transaction mode, so --protocol
+#                     prepared fails there
 #   IDLE_BACKENDS=N   hold N idle sessions open on PostgreSQL for the whole
 #                     run (scripts/pg-idle-connections.py): PgBouncer with
 #                     pool 16 and N = users - 16 runs with as many backends
@@ -123,6 +127,9 @@ start_sluice() {
 
 targets="direct=127.0.0.1:$PG_PORT,pgbouncer=127.0.0.1:$BOUNCER_PORT"
 cpu_args="pgbouncer=$bouncer_pid"
+if [[ -n "${NO_BOUNCER:-}" ]]; then
+    targets="direct=127.0.0.1:$PG_PORT" cpu_args=""
+fi
 tenant_args=()
 if [[ -n "${SLO:-}" ]]; then
     echo "== SLO experiment: ls p99.9 <= $SLO ms; fair, strict and slo proxies with P = ${SLO_P:-16}"
@@ -135,7 +142,7 @@ if [[ -n "${SLO:-}" ]]; then
     TENANT_KEY=application_name start_sluice strict $((SLUICE_PORT + 10)) "" "${pinned}strict = [\"ls\"]\n$fixed"
     slo="$fair[[optimizer.slo]]\ntenant = \"ls\"\npercentile = 99.9\ntarget_ms = $SLO\n"
     TENANT_KEY=application_name start_sluice slo $((SLUICE_PORT + 11)) "127.0.0.1:$((ADMIN_PORT + 11))" "$slo"
-    targets=${targets#,} cpu_args=${cpu_args#,}
+    targets=${targets#,}
     echo "== the latency-sensitive users alone"
     target/release/sluice bench pg --targets "${targets%%,*}" --tenants ls:1:10 --users 10 --out results/bench-slo-alone "$@"
     tenant_args=(--tenants "ls:1:10,be:9" --users "${SLO_USERS:-100}")
@@ -151,7 +158,6 @@ elif [[ -n "${ZETA:-}" ]]; then
             i=$((i + 1))
         done
     done
-    cpu_args=${cpu_args#,}
     tenant_args=(--tenants "$(seq -f 't%g:1' -s, "${ZETA_TENANTS:-16}")")
     decisions_ports=""
 elif [[ -n "${WEIGHTS:-}" ]]; then
@@ -190,7 +196,7 @@ else
     done
 fi
 
-target/release/sluice bench pg --targets "$targets" --cpu "$cpu_args" "${tenant_args[@]}" --out results/bench-pg "$@"
+target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"
 for port in ${decisions_ports-${decisions_port:-$ADMIN_PORT}}; do
     echo "== the decisions of the proxy with admin port $port"
     curl -s "http://127.0.0.1:$port/stats" | python3 -c '

@@ -88,6 +88,15 @@ pub struct ProxyConfig {
     /// this is closed (when its login's pool is next used).
     #[serde(default = "default_server_idle_timeout_secs")]
     pub server_idle_timeout_secs: u64,
+    /// PostgreSQL transaction pooling: named prepared statements one
+    /// backend keeps for clients (see `pg::prepared`); at least 1.
+    #[serde(default = "default_max_prepared_statements")]
+    pub max_prepared_statements: usize,
+}
+
+/// PgBouncer's default for its `max_prepared_statements`.
+fn default_max_prepared_statements() -> usize {
+    200
 }
 
 fn default_server_idle_timeout_secs() -> u64 {
@@ -110,6 +119,8 @@ pub enum ConfigError {
     EmptyAddress { field: &'static str },
     #[error("{field} applies to protocol `Pg` only, not `{protocol:?}`")]
     PgOnly { field: &'static str, protocol: Protocol },
+    #[error("max_prepared_statements must be at least 1")]
+    NoPreparedStatements,
 }
 
 impl ProxyConfig {
@@ -126,6 +137,7 @@ impl ProxyConfig {
             tls: None,
             pool: PoolMode::Session,
             server_idle_timeout_secs: default_server_idle_timeout_secs(),
+            max_prepared_statements: default_max_prepared_statements(),
         }
     }
 
@@ -162,6 +174,9 @@ impl ProxyConfig {
                     protocol: self.protocol,
                 });
             }
+        }
+        if self.max_prepared_statements == 0 {
+            return Err(ConfigError::NoPreparedStatements);
         }
         let fits = match self.tenant_key {
             TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
@@ -225,6 +240,9 @@ mod tests {
             err.to_string(),
             "pool = \"transaction\" applies to protocol `Pg` only, not `Redis`"
         );
+        config.pool = PoolMode::Session;
+        config.max_prepared_statements = 0;
+        assert_eq!(config.validate(), Err(ConfigError::NoPreparedStatements));
         config.upstream = " ".into();
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
     }

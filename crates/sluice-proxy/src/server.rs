@@ -64,7 +64,12 @@ impl Proxy {
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
             pool: (config.pool == PoolMode::Transaction).then(|| {
                 let idle_timeout = Duration::from_secs(config.server_idle_timeout_secs);
-                Pool::start(config.upstream.clone(), idle_timeout, stats)
+                Pool::start(
+                    config.upstream.clone(),
+                    idle_timeout,
+                    config.max_prepared_statements,
+                    stats,
+                )
             }),
         });
         Ok(Proxy { listener, config, ctx })

@@ -386,10 +386,14 @@ fn shutdown_waits_for_the_open_transaction() {
 
 /// A proxy with transaction pooling (`pool = "transaction"`).
 fn pooled(server: &PgServer, idle_timeout_secs: u64, gate: GateConfig) -> ProxyHandle {
+    ProxyHandle::start_with(pool_config(server, idle_timeout_secs), gate)
+}
+
+fn pool_config(server: &PgServer, idle_timeout_secs: u64) -> ProxyConfig {
     let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
     config.pool = PoolMode::Transaction;
     config.server_idle_timeout_secs = idle_timeout_secs;
-    ProxyHandle::start_with(config, gate)
+    config
 }
 
 fn backend_pid(conn: &mut PgConn) -> String {
@@ -625,4 +629,27 @@ fn prepared_statements_follow_their_client_across_pooled_backends() {
     let unknown = execute("never");
     a.send(&unknown);
     assert!(matches!(a.finish().0, Err(QueryError::Server { sqlstate, .. }) if sqlstate == "26000"));
+}
+
+#[test]
+fn a_pooled_backend_keeps_at_most_max_prepared_statements() {
+    let Some(server) = PgServer::start() else { return };
+    let mut config = pool_config(&server, 60);
+    config.max_prepared_statements = 2;
+    let proxy = ProxyHandle::start_with(config, GateConfig::default());
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let statements = [("a", "1"), ("b", "2"), ("c", "3")];
+    for (name, value) in statements {
+        a.send(&prepare(name, &format!("SELECT {value}")));
+        assert_eq!(answer(&mut a), (b"1Z".to_vec(), None));
+    }
+    for (name, value) in statements.iter().chain(&statements) {
+        a.send(&execute(name));
+        assert_eq!(a.finish(), (Ok(vec![value.to_string()]), b'I'), "{name}");
+    }
+    assert_eq!(
+        a.query("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sluice_%'"),
+        Ok(vec!["2".to_string()]),
+        "the backend's least recently bound statement was closed"
+    );
 }

@@ -132,30 +132,37 @@ impl Backend {
     }
 
     /// Makes a pooled client's `statements` on this idle backend, before
-    /// its request (see [`super::prepared`]); returns those the server
-    /// refused.
-    pub async fn make(&self, statements: &[Statement]) -> io::Result<Vec<Statement>> {
+    /// its request, closing the least recently used beyond `limit` (see
+    /// [`super::prepared`]); returns those the server refused.
+    pub async fn make(&self, statements: &[Statement], limit: usize) -> io::Result<Vec<Statement>> {
+        let victims = self.made.add(statements, limit);
         let mut out = BytesMut::new();
-        prepared::write_makes(statements, &mut out);
+        prepared::write_makes(statements, &victims, &mut out);
         self.write_all(&out).await?;
         let mut buf = BytesMut::new();
         let mut failed = Vec::new();
         for statement in statements {
-            let mut parsed = false;
-            loop {
-                match self.next_message(&mut buf).await?.0 {
-                    b'1' => parsed = true,
-                    b'Z' => break,
-                    _ => {}
-                }
-            }
-            if parsed {
-                self.made.note(statement);
-            } else {
+            if !self.answered(&mut buf, b'1').await? {
+                self.made.remove(statement);
                 failed.push(statement.clone());
             }
         }
+        if !victims.is_empty() {
+            self.answered(&mut buf, b'3').await?;
+        }
         Ok(failed)
+    }
+
+    /// Reads up to the next ReadyForQuery; returns whether a message
+    /// tagged `tag` came before it.
+    async fn answered(&self, buf: &mut BytesMut, tag: u8) -> io::Result<bool> {
+        let mut seen = false;
+        loop {
+            match self.next_message(buf).await?.0 {
+                b'Z' => return Ok(seen),
+                t => seen |= t == tag,
+            }
+        }
     }
 }
 
@@ -250,6 +257,8 @@ type Idle = VecDeque<(Arc<Backend>, Instant)>;
 pub(crate) struct Pool {
     upstream: String,
     idle_timeout: Duration,
+    /// Prepared statements one backend keeps for clients.
+    max_prepared: usize,
     idle: Mutex<HashMap<Bytes, Idle>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
@@ -259,10 +268,11 @@ impl Pool {
     /// An empty pool, with a task that closes backends idle longer than
     /// `idle_timeout` (checked every half timeout, between 0.1 and 1 s)
     /// for as long as the pool lives.
-    pub fn start(upstream: String, idle_timeout: Duration, stats: Arc<Stats>) -> Arc<Pool> {
+    pub fn start(upstream: String, idle_timeout: Duration, max_prepared: usize, stats: Arc<Stats>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             upstream,
             idle_timeout,
+            max_prepared,
             idle: Mutex::default(),
             stats,
         });
@@ -277,6 +287,11 @@ impl Pool {
             }
         });
         pool
+    }
+
+    /// Prepared statements one backend keeps for clients.
+    pub fn max_prepared(&self) -> usize {
+        self.max_prepared
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Bytes, Idle>> {

@@ -20,18 +20,22 @@
 //! - Before a request's first message goes out, the statements the client
 //!   has and the leased backend lacks are made on it (Close, Parse and Sync
 //!   each, answered before the request starts).
-//! - A statement counts as made on a backend when its ParseComplete comes
-//!   back; one whose Parse failed, or was skipped after an error up to the
+//! - A statement counts as made on a backend from the moment its Parse is
+//!   sent; one whose Parse failed, or was skipped after an error up to the
 //!   Sync, is forgotten at the ReadyForQuery that ends its batch, as
-//!   PostgreSQL forgets it.
+//!   PostgreSQL forgets it. Where unsure, the proxy counts a statement as
+//!   missing: making it again (Close, then Parse) is always safe.
+//! - A backend keeps at most `max_prepared_statements` (default 200, as
+//!   PgBouncer's): making one more closes the least recently bound there,
+//!   and the proxy drops that Close's answer too. A client needing it again
+//!   has it made again before its next request.
 //!
 //! Departures, as PgBouncer's: statements made or dropped with SQL
 //! (PREPARE, DEALLOCATE, DISCARD ALL) are not tracked; errors about a
-//! statement name the server's name, not the client's; a backend keeps the
-//! statements made on it until it closes (no per-backend limit), which
-//! `server_idle_timeout_secs` bounds in time. A client redefining a name it
-//! holds gets PostgreSQL's error 42P05, raised by re-sending the existing
-//! statement's Parse under its server name.
+//! statement name the server's name, not the client's; a request that
+//! itself uses more statements than the limit may find one closed. A
+//! client redefining a name it holds gets PostgreSQL's error 42P05, raised
+//! by re-sending the existing statement's Parse under its server name.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -70,7 +74,7 @@ impl Statement {
 
     /// Appends Close and Parse of the statement under its server name.
     fn write_make(&self, out: &mut BytesMut) {
-        frame::write_message_parts(out, b'C', &[b"S", &self.server, b"\0"]);
+        write_close(&self.server, out);
         self.write_parse(out);
     }
 
@@ -79,18 +83,65 @@ impl Statement {
     }
 }
 
-/// The statements made on one backend, by server name.
+/// The statements made on one backend: when each was last made or bound,
+/// by server name.
 #[derive(Default)]
-pub(crate) struct Made(Mutex<HashSet<Bytes>>);
+pub(crate) struct Made(Mutex<Uses>);
+
+#[derive(Default)]
+struct Uses {
+    last: HashMap<Bytes, u64>,
+    clock: u64,
+}
+
+impl Uses {
+    fn touch(&mut self, server: &Bytes) {
+        self.clock += 1;
+        if let Some(last) = self.last.get_mut(server) {
+            *last = self.clock;
+        }
+    }
+}
 
 impl Made {
-    fn lock(&self) -> MutexGuard<'_, HashSet<Bytes>> {
+    fn lock(&self) -> MutexGuard<'_, Uses> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes a statement made by [`write_makes`].
-    pub fn note(&self, statement: &Statement) {
-        self.lock().insert(statement.server.clone());
+    fn contains(&self, server: &Bytes) -> bool {
+        self.lock().last.contains_key(server)
+    }
+
+    pub fn remove(&self, statement: &Statement) {
+        self.forget(&statement.server);
+    }
+
+    fn forget(&self, server: &Bytes) {
+        self.lock().last.remove(server);
+    }
+
+    /// Notes `statements` as made, and returns the server names to close
+    /// so that at most `limit` remain: the least recently used, never one
+    /// of `statements`.
+    pub fn add(&self, statements: &[Statement], limit: usize) -> Vec<Bytes> {
+        let mut uses = self.lock();
+        for statement in statements {
+            uses.clock += 1;
+            let now = uses.clock;
+            uses.last.insert(statement.server.clone(), now);
+        }
+        let mut victims = Vec::new();
+        while uses.last.len() > limit.max(statements.len()) {
+            let oldest = uses
+                .last
+                .iter()
+                .min_by_key(|(_, &last)| last)
+                .map(|(name, _)| name.clone());
+            let Some(oldest) = oldest else { break };
+            uses.last.remove(&oldest);
+            victims.push(oldest);
+        }
+        victims
     }
 }
 
@@ -114,16 +165,27 @@ enum Reply {
 pub(crate) struct Statements {
     named: HashMap<Bytes, Statement>,
     replies: VecDeque<Reply>,
+    /// Statements a backend may keep (`max_prepared_statements`).
+    limit: usize,
 }
 
 impl Statements {
-    /// Client → server: appends to `out` the message to send instead of
-    /// this one, and returns true; false when it goes as it is. Bodies too
-    /// short to name a statement go as they are, for the server to reject.
-    pub fn rewrite(&mut self, tag: u8, body: &[u8], out: &mut BytesMut) -> bool {
+    /// No statements yet; a backend keeps at most `limit`.
+    pub fn new(limit: usize) -> Statements {
+        Statements {
+            limit,
+            ..Statements::default()
+        }
+    }
+
+    /// Client → server, for the backend whose statements are `made`:
+    /// appends to `out` the messages to send instead of this one, and
+    /// returns true; false when it goes as it is. Bodies too short to name
+    /// a statement go as they are, for the server to reject.
+    pub fn rewrite(&mut self, tag: u8, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         match tag {
-            b'P' => self.parse(body, out),
-            b'B' => self.bind(body, out),
+            b'P' => self.parse(body, made, out),
+            b'B' => self.bind(body, made, out),
             b'D' => self.describe(body, out),
             b'C' => self.close(body, out),
             b'S' | b'Q' | b'F' => {
@@ -134,7 +196,7 @@ impl Statements {
         }
     }
 
-    fn parse(&mut self, body: &[u8], out: &mut BytesMut) -> bool {
+    fn parse(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((name, rest)) = split_cstr(body) else {
             return false;
         };
@@ -154,11 +216,15 @@ impl Statements {
             client: Bytes::copy_from_slice(name),
             server: statement.server.clone(),
         });
+        for victim in made.add(std::slice::from_ref(&statement), self.limit) {
+            write_close(&victim, out);
+            self.replies.push_back(Reply::Drop);
+        }
         self.named.insert(Bytes::copy_from_slice(name), statement);
         true
     }
 
-    fn bind(&self, body: &[u8], out: &mut BytesMut) -> bool {
+    fn bind(&self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((portal, rest)) = split_cstr(body) else {
             return false;
         };
@@ -168,6 +234,7 @@ impl Statements {
         let Some(held) = self.named.get(name) else {
             return false;
         };
+        made.lock().touch(&held.server);
         frame::write_message_parts(out, b'B', &[portal, b"\0", &held.server, b"\0", rest]);
         true
     }
@@ -188,7 +255,7 @@ impl Statements {
         if self.named.remove(name).is_none() {
             return false;
         }
-        frame::write_message_parts(out, b'C', &[b"S", NO_STATEMENT, b"\0"]);
+        write_close(NO_STATEMENT, out);
         true
     }
 
@@ -199,16 +266,12 @@ impl Statements {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
                 Some(Reply::Drop) => false,
-                Some(Reply::Parsed { server, .. }) => {
-                    made.lock().insert(server);
-                    true
-                }
                 Some(Reply::Ready) => {
                     // A reply no message asked for: keep the batch's end.
                     self.replies.push_front(Reply::Ready);
                     true
                 }
-                Some(Reply::Relay) | None => true,
+                Some(Reply::Relay | Reply::Parsed { .. }) | None => true,
             },
             b'Z' => {
                 self.end_batch(made);
@@ -225,7 +288,7 @@ impl Statements {
             match reply {
                 Reply::Ready => return,
                 Reply::Parsed { client, server } => {
-                    made.lock().remove(&server);
+                    made.forget(&server);
                     if self.named.get(&client).is_some_and(|held| held.server == server) {
                         self.named.remove(&client);
                     }
@@ -237,7 +300,6 @@ impl Statements {
 
     /// The client's statements that a backend has not made, once each.
     pub fn missing(&self, made: &Made) -> Vec<Statement> {
-        let made = made.lock();
         let mut seen = HashSet::new();
         self.named
             .values()
@@ -253,13 +315,25 @@ impl Statements {
     }
 }
 
-/// Close and Parse, then Sync, for each statement: what the backend is sent
-/// to make them before a request.
-pub(crate) fn write_makes(statements: &[Statement], out: &mut BytesMut) {
+/// Close and Parse, then Sync, for each statement, then Close of each
+/// victim and one Sync: what the backend is sent to make them before a
+/// request.
+pub(crate) fn write_makes(statements: &[Statement], victims: &[Bytes], out: &mut BytesMut) {
     for statement in statements {
         statement.write_make(out);
         frame::write_message(out, b'S', b"");
     }
+    if !victims.is_empty() {
+        for victim in victims {
+            write_close(victim, out);
+        }
+        frame::write_message(out, b'S', b"");
+    }
+}
+
+/// Appends a Close of the statement a backend knows as `server`.
+fn write_close(server: &[u8], out: &mut BytesMut) {
+    frame::write_message_parts(out, b'C', &[b"S", server, b"\0"]);
 }
 
 /// The name in a Describe or Close body that names a statement ('S'), not

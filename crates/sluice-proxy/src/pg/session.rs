@@ -170,7 +170,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             syncs: 0,
             unsynced: false,
             outbox: BytesMut::new(),
-            statements: Statements::default(),
+            statements: Statements::new(ctx.pool.as_ref().map_or(0, |pool| pool.max_prepared())),
         }),
         flags: Flags::default(),
         link,
@@ -355,9 +355,12 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
     /// pooling with the names of the client's prepared statements
     /// rewritten.
     fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) {
-        if self.shared.pooling.is_some() {
+        // Without a backend (between a pooled session's requests) only
+        // messages that ask the server for nothing are sent, and dropped.
+        if let Some(backend) = self.shared.pooling.as_ref().and_then(|_| self.shared.link.get()) {
             let body = &buf[message.start + 5..message.end];
-            if self.shared.lock().statements.rewrite(tag, body, &mut self.rewritten) {
+            let statements = &mut self.shared.lock().statements;
+            if statements.rewrite(tag, body, &backend.made, &mut self.rewritten) {
                 pending.push_rewritten(buf, &self.rewritten);
                 self.rewritten.clear();
                 return;
@@ -429,7 +432,8 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         let backend = pooling.pool.lease(&pooling.login).await?;
         let missing = self.shared.lock().statements.missing(&backend.made);
         if !missing.is_empty() {
-            let failed = backend.make(&missing).await.map_err(PoolError::Prepare)?;
+            let limit = pooling.pool.max_prepared();
+            let failed = backend.make(&missing, limit).await.map_err(PoolError::Prepare)?;
             if !failed.is_empty() {
                 tracing::debug!("{} prepared statements could not be made again", failed.len());
                 self.shared.lock().statements.forget(&failed);

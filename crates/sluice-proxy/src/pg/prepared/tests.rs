@@ -19,169 +19,205 @@ fn parse_body(name: &str, query: &str) -> Vec<u8> {
     format!("{name}\0{query}\0\0\0").into_bytes()
 }
 
-/// Sends a message through `statements`: what goes to the server.
-fn send(statements: &mut Statements, tag: u8, body: &[u8]) -> Vec<(u8, Vec<u8>)> {
-    let mut out = BytesMut::new();
-    if statements.rewrite(tag, body, &mut out) {
-        messages(&out)
-    } else {
-        vec![(tag, body.to_vec())]
-    }
+fn bind_body(name: &str) -> Vec<u8> {
+    format!("\0{name}\0\0\0\0\0\0\0").into_bytes()
 }
 
-fn server_name_of(statements: &Statements, client: &str) -> Vec<u8> {
-    statements.named[client.as_bytes()].server.to_vec()
+/// The body of a Close or Describe of a statement.
+fn statement_body(server: &[u8]) -> Vec<u8> {
+    [&b"S"[..], server, b"\0"].concat()
+}
+
+/// A client's statements and the backend it holds.
+struct Client {
+    statements: Statements,
+    made: Made,
+}
+
+impl Client {
+    fn new(limit: usize) -> Client {
+        Client {
+            statements: Statements::new(limit),
+            made: Made::default(),
+        }
+    }
+
+    /// Sends a message: what goes to the server.
+    fn send(&mut self, tag: u8, body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        let mut out = BytesMut::new();
+        if self.statements.rewrite(tag, body, &self.made, &mut out) {
+            messages(&out)
+        } else {
+            vec![(tag, body.to_vec())]
+        }
+    }
+
+    /// The server's answers: which the client sees.
+    fn replies(&mut self, tags: &[u8]) -> Vec<bool> {
+        tags.iter().map(|&tag| self.statements.reply(tag, &self.made)).collect()
+    }
+
+    fn server_name(&self, client: &str) -> Vec<u8> {
+        self.statements.named[client.as_bytes()].server.to_vec()
+    }
 }
 
 #[test]
 fn a_named_parse_goes_as_close_and_parse_of_a_name_shared_by_equal_statements() {
-    let mut a = Statements::default();
-    let sent = send(&mut a, b'P', &parse_body("P_0", "SELECT 1"));
-    let server = server_name_of(&a, "P_0");
+    let mut a = Client::new(200);
+    let sent = a.send(b'P', &parse_body("P_0", "SELECT 1"));
+    let server = a.server_name("P_0");
     assert!(server.starts_with(b"sluice_") && server.len() == 39, "{server:?}");
-    let mut close = b"S".to_vec();
-    close.extend(&server);
-    close.push(0);
     let mut parse = server.clone();
     parse.extend(b"\0SELECT 1\0\0\0");
-    assert_eq!(sent, vec![(b'C', close), (b'P', parse)]);
+    assert_eq!(sent, vec![(b'C', statement_body(&server)), (b'P', parse)]);
 
-    let mut b = Statements::default();
-    send(&mut b, b'P', &parse_body("mine", "SELECT 1"));
-    assert_eq!(server_name_of(&b, "mine"), server, "same statement, same name");
-    send(&mut b, b'P', &parse_body("other", "SELECT 2"));
-    assert_ne!(server_name_of(&b, "other"), server);
+    let mut b = Client::new(200);
+    b.send(b'P', &parse_body("mine", "SELECT 1"));
+    assert_eq!(b.server_name("mine"), server, "same statement, same name");
+    b.send(b'P', &parse_body("other", "SELECT 2"));
+    assert_ne!(b.server_name("other"), server);
 }
 
 #[test]
 fn bind_describe_and_close_of_a_held_name_are_rewritten_others_pass() {
-    let mut s = Statements::default();
-    send(&mut s, b'P', &parse_body("q", "SELECT $1"));
-    let server = server_name_of(&s, "q");
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT $1"));
+    let server = c.server_name("q");
 
-    let sent = send(&mut s, b'B', b"portal\0q\0\0\0\0\0\0\0");
-    let mut bind = b"portal\0".to_vec();
-    bind.extend(&server);
-    bind.extend(b"\0\0\0\0\0\0\0");
+    let sent = c.send(b'B', b"portal\0q\0\0\0\0\0\0\0");
+    let bind = [&b"portal\0"[..], &server, b"\0\0\0\0\0\0\0"].concat();
     assert_eq!(sent, vec![(b'B', bind)]);
-
-    let mut describe = b"S".to_vec();
-    describe.extend(&server);
-    describe.push(0);
-    assert_eq!(send(&mut s, b'D', b"Sq\0"), vec![(b'D', describe)]);
+    assert_eq!(c.send(b'D', b"Sq\0"), vec![(b'D', statement_body(&server))]);
     for untouched in [&b"Pq\0"[..], b"Sunknown\0", b"S\0"] {
-        assert_eq!(send(&mut s, b'D', untouched), vec![(b'D', untouched.to_vec())]);
+        assert_eq!(c.send(b'D', untouched), vec![(b'D', untouched.to_vec())]);
     }
-    let unknown = b"\0nope\0\0\0\0\0\0\0".to_vec();
-    assert_eq!(send(&mut s, b'B', &unknown), vec![(b'B', unknown)]);
+    let unknown = bind_body("nope");
+    assert_eq!(c.send(b'B', &unknown), vec![(b'B', unknown)]);
     let unnamed = parse_body("", "SELECT 3");
-    assert_eq!(send(&mut s, b'P', &unnamed), vec![(b'P', unnamed)]);
+    assert_eq!(c.send(b'P', &unnamed), vec![(b'P', unnamed)]);
 
     // A client's Close forgets the statement; the backends keep it.
-    assert_eq!(send(&mut s, b'C', b"Sq\0"), vec![(b'C', b"Ssluice_none\0".to_vec())]);
-    assert!(s.named.is_empty());
-    assert_eq!(send(&mut s, b'B', b"\0q\0\0\0\0\0\0\0")[0].1, b"\0q\0\0\0\0\0\0\0");
+    assert_eq!(c.send(b'C', b"Sq\0"), vec![(b'C', statement_body(NO_STATEMENT))]);
+    assert!(c.statements.named.is_empty());
+    assert_eq!(c.send(b'B', &bind_body("q")), vec![(b'B', bind_body("q"))]);
 }
 
 #[test]
 fn replies_drop_the_added_close_and_note_what_a_backend_made() {
-    let made = Made::default();
-    let mut s = Statements::default();
-    send(&mut s, b'P', &parse_body("q", "SELECT 1"));
-    send(&mut s, b'C', b"Pportal\0");
-    send(&mut s, b'S', b"");
-    let seen: Vec<bool> = [b'3', b'1', b'3', b'Z']
-        .iter()
-        .map(|&tag| s.reply(tag, &made))
-        .collect();
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT 1"));
+    c.send(b'C', b"Pportal\0");
+    c.send(b'S', b"");
     assert_eq!(
-        seen,
+        c.replies(b"313Z"),
         [false, true, true, true],
         "only the Close the client sent is answered"
     );
-    assert!(s.missing(&made).is_empty(), "the backend has q");
+    assert!(c.statements.missing(&c.made).is_empty(), "the backend has q");
 
     let other = Made::default();
-    let missing = s.missing(&other);
+    let missing = c.statements.missing(&other);
     assert_eq!(missing.len(), 1);
+    assert!(other.add(&missing, 200).is_empty());
     let mut out = BytesMut::new();
-    write_makes(&missing, &mut out);
+    write_makes(&missing, &[], &mut out);
     let tags: Vec<u8> = messages(&out).iter().map(|(tag, _)| *tag).collect();
     assert_eq!(tags, b"CPS");
-    other.note(&missing[0]);
-    assert!(s.missing(&other).is_empty());
+    assert!(c.statements.missing(&other).is_empty());
 }
 
 #[test]
 fn a_parse_that_failed_is_forgotten_at_the_end_of_its_batch_only() {
-    let made = Made::default();
-    let mut s = Statements::default();
-    send(&mut s, b'P', &parse_body("bad", "SELEC 1"));
-    send(&mut s, b'S', b"");
-    send(&mut s, b'P', &parse_body("good", "SELECT 1"));
-    send(&mut s, b'S', b"");
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("bad", "SELEC 1"));
+    c.send(b'S', b"");
+    c.send(b'P', &parse_body("good", "SELECT 1"));
+    c.send(b'S', b"");
     // The first batch: CloseComplete, then an error instead of ParseComplete.
-    assert!(!s.reply(b'3', &made));
-    assert!(s.reply(b'Z', &made));
-    assert!(!s.named.contains_key(&b"bad"[..]), "PostgreSQL has no statement 'bad'");
-    assert!(s.named.contains_key(&b"good"[..]), "the next batch is untouched");
-    assert!(!s.reply(b'3', &made));
-    assert!(s.reply(b'1', &made));
-    assert!(s.reply(b'Z', &made));
-    assert!(s.missing(&made).is_empty());
+    assert_eq!(c.replies(b"3Z"), [false, true]);
+    assert!(!c.statements.named.contains_key(&b"bad"[..]), "PostgreSQL has no 'bad'");
+    assert!(
+        c.statements.named.contains_key(&b"good"[..]),
+        "the next batch is untouched"
+    );
+    assert_eq!(c.replies(b"31Z"), [false, true, true]);
+    assert!(c.statements.missing(&c.made).is_empty());
+    assert_eq!(c.made.lock().last.len(), 1, "only 'good' is on the backend");
 
     // The name is free again: a new Parse of it is made, not refused.
-    let sent = send(&mut s, b'P', &parse_body("bad", "SELECT 2"));
+    let sent = c.send(b'P', &parse_body("bad", "SELECT 2"));
     assert_eq!(sent.len(), 2, "Close and Parse");
 }
 
 #[test]
 fn redefining_a_held_name_resends_its_statement_for_the_server_to_refuse() {
-    let mut s = Statements::default();
-    send(&mut s, b'P', &parse_body("q", "SELECT 1"));
-    let server = server_name_of(&s, "q");
-    let sent = send(&mut s, b'P', &parse_body("q", "SELECT 2"));
-    let mut parse = server.clone();
-    parse.extend(b"\0SELECT 1\0\0\0");
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT 1"));
+    let server = c.server_name("q");
+    let sent = c.send(b'P', &parse_body("q", "SELECT 2"));
+    let parse = [&server[..], b"\0SELECT 1\0\0\0"].concat();
     assert_eq!(sent, vec![(b'P', parse)], "no Close: the server answers 42P05");
-    assert_eq!(server_name_of(&s, "q"), server);
+    assert_eq!(c.server_name("q"), server);
+}
+
+#[test]
+fn a_backend_keeps_at_most_the_limit_closing_the_least_recently_bound() {
+    let mut c = Client::new(2);
+    c.send(b'P', &parse_body("a", "SELECT 'a'"));
+    c.send(b'P', &parse_body("b", "SELECT 'b'"));
+    c.send(b'B', &bind_body("a"));
+    let sent = c.send(b'P', &parse_body("c", "SELECT 'c'"));
+    let tags: Vec<u8> = sent.iter().map(|(tag, _)| *tag).collect();
+    assert_eq!(tags, b"CPC", "Close and Parse of c, Close of b");
+    assert_eq!(sent[2].1, statement_body(&c.server_name("b")), "a was bound since");
+    c.send(b'S', b"");
+    assert_eq!(
+        c.replies(b"3131313Z"),
+        [false, true, false, true, false, true, false, true],
+        "the Closes the client never sent are dropped"
+    );
+    let missing = c.statements.missing(&c.made);
+    assert_eq!(missing.len(), 1, "b must be made again before it is bound");
+    let victims = c.made.add(&missing, 2);
+    assert_eq!(victims, vec![Bytes::from(c.server_name("a"))]);
+    let mut out = BytesMut::new();
+    write_makes(&missing, &victims, &mut out);
+    let tags: Vec<u8> = messages(&out).iter().map(|(tag, _)| *tag).collect();
+    assert_eq!(tags, b"CPSCS");
 }
 
 #[test]
 fn forget_drops_statements_that_could_not_be_made() {
-    let mut s = Statements::default();
-    send(&mut s, b'P', &parse_body("a", "SELECT 1"));
-    send(&mut s, b'P', &parse_body("b", "SELECT 1"));
-    send(&mut s, b'P', &parse_body("c", "SELECT 2"));
-    let missing = s.missing(&Made::default());
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("a", "SELECT 1"));
+    c.send(b'P', &parse_body("b", "SELECT 1"));
+    c.send(b'P', &parse_body("c", "SELECT 2"));
+    let missing = c.statements.missing(&Made::default());
     assert_eq!(missing.len(), 2, "a and b share one statement");
     let gone: Vec<Statement> = missing
         .into_iter()
         .filter(|m| m.parse.starts_with(b"SELECT 1"))
         .collect();
-    s.forget(&gone);
-    let mut left: Vec<&[u8]> = s.named.keys().map(|k| &k[..]).collect();
+    c.statements.forget(&gone);
+    let mut left: Vec<&[u8]> = c.statements.named.keys().map(|k| &k[..]).collect();
     left.sort();
     assert_eq!(left, [&b"c"[..]]);
 }
 
 proptest! {
     #[test]
-    fn any_bytes_from_a_client_or_server_never_panic(
+    fn any_bytes_from_a_client_or_server_keep_the_limit_and_never_panic(
         sent in proptest::collection::vec((prop::sample::select(b"PBDCSQFE".to_vec()), proptest::collection::vec(any::<u8>(), 0..24)), 0..16),
         replies in proptest::collection::vec(prop::sample::select(b"13ZT".to_vec()), 0..24),
+        limit in 1usize..4,
     ) {
-        let made = Made::default();
-        let mut s = Statements::default();
+        let mut c = Client::new(limit);
         for (tag, body) in &sent {
-            let mut out = BytesMut::new();
-            if s.rewrite(*tag, body, &mut out) {
-                messages(&out);
-            }
+            c.send(*tag, body);
+            prop_assert!(c.made.lock().last.len() <= limit);
         }
-        for tag in replies {
-            s.reply(tag, &made);
-        }
-        let _ = s.missing(&made);
+        c.replies(&replies);
+        let _ = c.statements.missing(&c.made);
     }
 }
