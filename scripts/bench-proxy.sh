@@ -37,9 +37,11 @@
 #   SLO=60            instead, the SLO experiment (AppleS §5.3): 10
 #                     latency-sensitive users (tenant ls) with a p99.9
 #                     target of SLO ms and the rest best effort (tenant be),
-#                     through three proxies with P pinned to SLO_P (16):
-#                     fair (per-user shares), strict (ls strict priority)
-#                     and slo (ls weight set by the SLO controller); first
+#                     through four proxies with P pinned to SLO_P (16):
+#                     fair (per-user shares), strict (ls strict priority),
+#                     slo (ls weight set by the SLO controller on each
+#                     window's p99.9) and slo-misses (the same on the
+#                     fading fraction of requests over the target); first
 #                     the ls users alone. SLO_USERS (100) users in all.
 #                     PostgreSQL checkpoints are pushed past the run
 #                     (checkpoint_timeout 1h, max_wal_size 16GB): a
@@ -140,13 +142,15 @@ if [[ -n "${SLO:-}" ]]; then
     fair="${pinned}[gate.weights]\nls = 1\nbe = 9\n$fixed"
     TENANT_KEY=application_name start_sluice fair $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$fair"
     TENANT_KEY=application_name start_sluice strict $((SLUICE_PORT + 10)) "" "${pinned}strict = [\"ls\"]\n$fixed"
-    slo="$fair[[optimizer.slo]]\ntenant = \"ls\"\npercentile = 99.9\ntarget_ms = $SLO\n"
-    TENANT_KEY=application_name start_sluice slo $((SLUICE_PORT + 11)) "127.0.0.1:$((ADMIN_PORT + 11))" "$slo"
+    slo_target="[[optimizer.slo]]\ntenant = \"ls\"\npercentile = 99.9\ntarget_ms = $SLO\n"
+    TENANT_KEY=application_name start_sluice slo $((SLUICE_PORT + 11)) "127.0.0.1:$((ADMIN_PORT + 11))" "$fair$slo_target"
+    TENANT_KEY=application_name start_sluice slo-misses $((SLUICE_PORT + 14)) "127.0.0.1:$((ADMIN_PORT + 14))" \
+        "${fair}slo_measure = \"misses\"\n$slo_target"
     targets=${targets#,}
     echo "== the latency-sensitive users alone"
     target/release/sluice bench pg --targets "${targets%%,*}" --tenants ls:1:10 --users 10 --out results/bench-slo-alone "$@"
     tenant_args=(--tenants "ls:1:10,be:9" --users "${SLO_USERS:-100}")
-    decisions_port=$((ADMIN_PORT + 11))
+    decisions_ports="$((ADMIN_PORT + 11)) $((ADMIN_PORT + 14))"
 elif [[ -n "${ZETA:-}" ]]; then
     echo "== AppleS Fig. 6: P in {${ZETA_P:-16}} x zeta in {$ZETA}, ${ZETA_TENANTS:-16} tenants"
     targets="direct=127.0.0.1:$PG_PORT" cpu_args=""
@@ -197,7 +201,7 @@ else
 fi
 
 target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"
-for port in ${decisions_ports-${decisions_port:-$ADMIN_PORT}}; do
+for port in ${decisions_ports-$ADMIN_PORT}; do
     echo "== the decisions of the proxy with admin port $port"
     curl -s "http://127.0.0.1:$port/stats" | python3 -c '
 import json, sys

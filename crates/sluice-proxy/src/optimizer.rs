@@ -15,7 +15,11 @@
 //!   with hundreds of users each finishes 0–2 requests in 100 ms and U_f is
 //!   noise at that scale.
 //! - SLO weights (§5.3): each latency-sensitive tenant's weight follows its
-//!   percentile target, measured over `slo_window_ms`. Targets start from
+//!   percentile target, decided every `slo_window_ms` on `slo_measure`:
+//!   `percentile`, the window's percentile against the target (default),
+//!   or `misses`, the fading fraction of requests over the target against
+//!   the fraction the percentile allows (see sluice-core's
+//!   `controller::slo` for why). Targets start from
 //!   the configuration and change live through [`SloTargets`] (the admin
 //!   port, a reload); a tenant whose target is removed keeps its weight.
 //!
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::controller::{
-    check_positive, matching_point, GradientConfig, GradientLimiter, GradientObservation, QuotaController,
+    check_positive, matching_point, GradientConfig, GradientLimiter, GradientObservation, MissRate, QuotaController,
     QuotaControllerConfig, QuotaObservation, Sample, SloController, SloControllerConfig,
 };
 use sluice_core::metrics::{latency_cv, unfairness, LatencyHistogram, TenantStats};
@@ -42,6 +46,18 @@ pub enum ParallelismMode {
     Fixed,
     Model,
     Gradient,
+}
+
+/// What an SLO weight is decided on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SloMeasure {
+    /// The window's percentile against the target.
+    #[default]
+    Percentile,
+    /// The fraction of requests over the target, older windows fading,
+    /// against the fraction the percentile allows.
+    Misses,
 }
 
 /// How ζ is chosen.
@@ -161,6 +177,7 @@ pub struct OptimizerConfig {
     pub zeta: ZetaMode,
     pub zeta_window_ms: u64,
     pub slo_window_ms: u64,
+    pub slo_measure: SloMeasure,
     pub model: ModelConfig,
     pub quota: QuotaControllerConfig,
     pub gradient: GradientConfig,
@@ -176,6 +193,7 @@ impl Default for OptimizerConfig {
             zeta: ZetaMode::Feedback,
             zeta_window_ms: 1_000,
             slo_window_ms: 5_000,
+            slo_measure: SloMeasure::Percentile,
             model: ModelConfig::default(),
             quota: QuotaControllerConfig::default(),
             gradient: GradientConfig::default(),
@@ -275,6 +293,40 @@ struct SloLoop {
     window: LatencyHistogram,
     /// Times it was passed over at the gate in the window.
     passed_over: u64,
+    misses: MissRate,
+}
+
+impl SloLoop {
+    /// The window's measure, the target it is held to, and both in words.
+    fn measure(&mut self, how: SloMeasure) -> (Option<f64>, f64, String) {
+        let slo = &self.slo;
+        match how {
+            SloMeasure::Percentile => {
+                let measured =
+                    (self.window.count() > 0).then(|| self.window.quantile(slo.percentile / 100.0) as f64 / 1e6);
+                let seen = format!(
+                    "p{} {:.1} ms vs target {} ms",
+                    slo.percentile,
+                    measured.unwrap_or(0.0),
+                    slo.target_ms
+                );
+                (measured, slo.target_ms, seen)
+            }
+            SloMeasure::Misses => {
+                let over = self.window.count_above((slo.target_ms * 1e6) as u64);
+                let rate = self.misses.update(self.window.count(), over);
+                let allowed = 1.0 - slo.percentile / 100.0;
+                let seen = format!(
+                    "{:.3}% of requests over {} ms (p{} allows {:.3}%)",
+                    rate.unwrap_or(0.0) * 100.0,
+                    slo.target_ms,
+                    slo.percentile,
+                    allowed * 100.0
+                );
+                (rate, allowed, seen)
+            }
+        }
+    }
 }
 
 struct Optimizer {
@@ -358,6 +410,7 @@ impl Optimizer {
                 controller: SloController::new(self.config.slo_control, weight)?,
                 window: LatencyHistogram::coarse(),
                 passed_over: 0,
+                misses: MissRate::default(),
             });
         }
         Ok(())
@@ -602,30 +655,56 @@ impl Optimizer {
         }
         self.slo_window_start = now;
         let mut changed = Vec::new();
-        for SloLoop {
-            slo,
-            controller,
-            window,
-            passed_over,
-        } in &mut self.slos
-        {
-            let measured = (window.count() > 0).then(|| window.quantile(slo.percentile / 100.0) as f64 / 1e6);
-            let before = controller.weight();
-            let weight = controller.decide(measured, slo.target_ms, *passed_over > 0);
-            *window = LatencyHistogram::coarse();
-            let why = format!(
-                "slo: p{} {:.1} ms vs target {} ms, passed over {} times",
-                slo.percentile,
-                measured.unwrap_or(0.0),
-                slo.target_ms,
-                std::mem::take(passed_over)
-            );
-            if weight != before && self.gate.set_weight(&slo.tenant, weight).is_ok() {
-                changed.push((format!("weight.{}", slo.tenant), weight, why));
+        for l in &mut self.slos {
+            let (measured, target, seen) = l.measure(self.config.slo_measure);
+            let before = l.controller.weight();
+            let weight = l.controller.decide(measured, target, l.passed_over > 0);
+            l.window = LatencyHistogram::coarse();
+            let why = format!("slo: {seen}, passed over {} times", std::mem::take(&mut l.passed_over));
+            if weight != before && self.gate.set_weight(&l.slo.tenant, weight).is_ok() {
+                changed.push((format!("weight.{}", l.slo.tenant), weight, why));
             }
         }
         for (knob, weight, why) in changed {
             self.decide(&knob, weight, why);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slo_loop(latencies_ms: &[u64]) -> SloLoop {
+        let mut window = LatencyHistogram::coarse();
+        for ms in latencies_ms {
+            window.record(ms * 1_000_000);
+        }
+        SloLoop {
+            slo: Slo {
+                tenant: "ls".into(),
+                percentile: 99.0,
+                target_ms: 60.0,
+            },
+            controller: SloController::new(SloControllerConfig::default(), 1.0).unwrap(),
+            window,
+            passed_over: 0,
+            misses: MissRate::default(),
+        }
+    }
+
+    #[test]
+    fn an_slo_is_measured_by_its_percentile_or_by_its_misses() {
+        let mut latencies = vec![10; 98];
+        latencies.extend([70, 200]);
+        let mut l = slo_loop(&latencies);
+        let (p99, target, seen) = l.measure(SloMeasure::Percentile);
+        assert!((69.0..=71.0).contains(&p99.unwrap()), "{seen}");
+        assert_eq!(target, 60.0);
+
+        let (rate, allowed, seen) = l.measure(SloMeasure::Misses);
+        assert_eq!(rate, Some(0.02), "2 of 100 over 60 ms: {seen}");
+        assert!((allowed - 0.01).abs() < 1e-12, "p99 allows 1%");
+        assert!(seen.contains("2.000% of requests over 60 ms"), "{seen}");
     }
 }

@@ -30,4 +30,4 @@ pub use background::{BackgroundController, BackgroundControllerConfig, Backgroun
 pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
 pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};
-pub use slo::{SloController, SloControllerConfig};
+pub use slo::{MissRate, SloController, SloControllerConfig};

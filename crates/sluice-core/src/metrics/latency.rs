@@ -58,6 +58,12 @@ impl LatencyHistogram {
         self.hist.max()
     }
 
+    /// How many recorded latencies exceed `latency`, to the histogram's
+    /// precision.
+    pub fn count_above(&self, latency: Nanos) -> u64 {
+        self.count() - self.hist.count_between(0, latency).min(self.count())
+    }
+
     pub fn merge(&mut self, other: &LatencyHistogram) {
         // A coarse histogram's values fit a fine one's range; a fine one's
         // beyond the coarse range are clamped to its top.
@@ -72,6 +78,17 @@ impl LatencyHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_latencies_above_a_bound() {
+        let mut h = LatencyHistogram::coarse();
+        for ms in [10, 20, 59, 61, 200] {
+            h.record(ms * 1_000_000);
+        }
+        assert_eq!(h.count_above(60_000_000), 2);
+        assert_eq!(h.count_above(0), 5);
+        assert_eq!(h.count_above(u64::MAX / 2), 0);
+    }
 
     #[test]
     fn fine_and_coarse_histograms_merge_both_ways() {
