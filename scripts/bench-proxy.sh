@@ -134,7 +134,7 @@ if [[ -n "${NO_BOUNCER:-}" ]]; then
 fi
 tenant_args=()
 if [[ -n "${SLO:-}" ]]; then
-    echo "== SLO experiment: ls p99.9 <= $SLO ms; fair, strict and slo proxies with P = ${SLO_P:-16}"
+    echo "== SLO experiment: ls p99.9 <= $SLO ms; fair, strict, slo and slo-misses proxies with P = ${SLO_P:-16}"
     targets="" cpu_args=""
     pinned="parallelism = ${SLO_P:-16}\n"
     fixed='[optimizer]\nparallelism = "fixed"\nzeta = "fixed"\n'

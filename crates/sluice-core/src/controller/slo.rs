@@ -37,6 +37,9 @@
 //! older windows fading, steered to the fraction the percentile allows
 //! (0.1% for p99.9). A target on a percentile is a budget of misses; a few
 //! slow requests spend a little of it instead of a whole window's verdict.
+//! Measured side by side on PostgreSQL (SLO run M) it did no better: its
+//! weight wound up to 8.8 as well, and it met both halves of the target in
+//! 1 round of 3 against 2 for the window percentile, which stays default.
 
 use serde::{Deserialize, Serialize};
 

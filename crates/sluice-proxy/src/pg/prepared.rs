@@ -35,7 +35,7 @@
 //! statement name the server's name, not the client's; a request that
 //! itself uses more statements than the limit may find one closed. A
 //! client redefining a name it holds gets PostgreSQL's error 42P05, raised
-//! by re-sending the existing statement's Parse under its server name.
+//! by sending the held statement's Parse twice under its server name.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -151,7 +151,7 @@ impl Made {
 enum Reply {
     /// A message the client sent: its answer goes to the client.
     Relay,
-    /// The Close sent before a client's Parse: its answer is dropped.
+    /// A message the proxy added: its answer is dropped.
     Drop,
     /// A client's Parse of a new statement.
     Parsed { client: Bytes, server: Bytes },
@@ -205,8 +205,14 @@ impl Statements {
             return false;
         }
         if let Some(held) = self.named.get(name) {
-            self.replies.push_back(Reply::Relay);
+            // PostgreSQL refuses to redefine a name (42P05): the second of
+            // two Parses of the held statement is refused whether or not
+            // the backend had it; the first one's answer, if any, is
+            // dropped.
             held.write_parse(out);
+            held.write_parse(out);
+            self.replies.push_back(Reply::Drop);
+            self.replies.push_back(Reply::Relay);
             return true;
         }
         let statement = Statement::new(rest);

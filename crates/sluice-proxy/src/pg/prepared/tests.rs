@@ -154,11 +154,22 @@ fn a_parse_that_failed_is_forgotten_at_the_end_of_its_batch_only() {
 fn redefining_a_held_name_resends_its_statement_for_the_server_to_refuse() {
     let mut c = Client::new(200);
     c.send(b'P', &parse_body("q", "SELECT 1"));
+    c.send(b'S', b"");
+    assert_eq!(c.replies(b"31Z"), [false, true, true]);
     let server = c.server_name("q");
     let sent = c.send(b'P', &parse_body("q", "SELECT 2"));
     let parse = [&server[..], b"\0SELECT 1\0\0\0"].concat();
-    assert_eq!(sent, vec![(b'P', parse)], "no Close: the server answers 42P05");
+    assert_eq!(
+        sent,
+        vec![(b'P', parse.clone()), (b'P', parse)],
+        "no Close: the second Parse is refused (42P05) even where the first made it"
+    );
     assert_eq!(c.server_name("q"), server);
+    c.send(b'S', b"");
+    // Where the backend lacked it: the first ParseComplete is dropped, the
+    // client sees the second Parse's ErrorResponse and ReadyForQuery.
+    assert_eq!(c.replies(b"1Z"), [false, true]);
+    assert!(c.statements.replies.is_empty());
 }
 
 #[test]
