@@ -119,13 +119,22 @@ impl Backend {
         }
     }
 
+    /// Writes what the socket takes of `buf` now, or waits until it can.
+    fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
     async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
-            self.stream.writable().await?;
-            match self.stream.try_write(bytes) {
-                Ok(written) => bytes = &bytes[written..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            match std::future::poll_fn(|cx| self.poll_write(cx, bytes)).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                written => bytes = &bytes[written..],
             }
         }
         Ok(())
@@ -201,15 +210,9 @@ pub(crate) struct LinkWriter<'a>(&'a Link);
 
 impl AsyncWrite for LinkWriter<'_> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let Some(backend) = self.0.get() else {
-            return Poll::Ready(Ok(buf.len()));
-        };
-        loop {
-            ready!(backend.stream.poll_write_ready(cx))?;
-            match backend.stream.try_write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                written => return Poll::Ready(written),
-            }
+        match self.0.get() {
+            Some(backend) => backend.poll_write(cx, buf),
+            None => Poll::Ready(Ok(buf.len())),
         }
     }
 

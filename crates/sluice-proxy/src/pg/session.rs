@@ -170,7 +170,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             syncs: 0,
             unsynced: false,
             outbox: BytesMut::new(),
-            statements: Statements::new(ctx.pool.as_ref().map_or(0, |pool| pool.max_prepared())),
+            statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
         }),
         flags: Flags::default(),
         link,
