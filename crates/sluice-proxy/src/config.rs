@@ -49,8 +49,9 @@ pub enum PoolMode {
     #[default]
     Session,
     /// A backend per request, taken from a pool of those with the same
-    /// login and returned at ReadyForQuery 'I'. Session state set outside a
-    /// transaction block does not carry over.
+    /// login and returned at ReadyForQuery 'I'. Named prepared statements
+    /// carry over (see `pg::prepared`); other session state set outside a
+    /// transaction block does not.
     Transaction,
 }
 

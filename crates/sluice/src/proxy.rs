@@ -44,7 +44,7 @@ pub struct ProxyArgs {
     /// Worker threads (overrides the file; default: 1 for Redis, one per core for PostgreSQL)
     #[arg(long)]
     pub threads: Option<usize>,
-    /// PostgreSQL: session (a server connection per client; the default) or transaction (one per request, from a pool; session state set outside a transaction block does not carry over)
+    /// PostgreSQL: session (a server connection per client; the default) or transaction (one per request, from a pool; prepared statements carry over, other session state set outside a transaction block does not)
     #[arg(long)]
     pub pool: Option<String>,
 }
