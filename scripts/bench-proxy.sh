@@ -47,6 +47,10 @@
 #                     (checkpoint_timeout 1h, max_wal_size 16GB): a
 #                     checkpoint's stall set every p99.9 it fell into,
 #                     whatever the scheduling.
+#   WAITS=1           also sample PostgreSQL's busy backends (wait events
+#                     by application_name) and the machine's counters every
+#                     0.2 s into results/pg-waits (scripts/pg-waits.py;
+#                     `pg-waits.py summarize results/pg-waits` reads them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -77,6 +81,11 @@ echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 pids+=($!)
 for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
 pgbench -i -q -s 10 -h 127.0.0.1 -p $PG_PORT -U postgres postgres
+if [[ -n "${WAITS:-}" ]]; then
+    rm -rf results/pg-waits
+    python3 scripts/pg-waits.py sample 127.0.0.1 $PG_PORT postgres results/pg-waits &
+    pids+=($!)
+fi
 if [[ -n "${IDLE_BACKENDS:-}" ]]; then
     python3 scripts/pg-idle-connections.py "$IDLE_BACKENDS" 127.0.0.1 $PG_PORT postgres >"$work/idle.log" 2>&1 &
     pids+=($!)
