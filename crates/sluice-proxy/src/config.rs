@@ -4,6 +4,8 @@
 //! [`crate::gate::GateConfig`]; the caller builds the [`crate::gate::Gate`]
 //! and hands it to [`crate::server::Proxy::bind`].
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -93,6 +95,11 @@ pub struct ProxyConfig {
     /// backend keeps for clients (see `pg::prepared`); at least 1.
     #[serde(default = "default_max_prepared_statements")]
     pub max_prepared_statements: usize,
+    /// PostgreSQL transaction pooling: passwords, in PgBouncer's
+    /// `"user" "password"` format, for opening server connections where
+    /// the server asks one (see `pg::auth_file`).
+    #[serde(default)]
+    pub auth_file: Option<PathBuf>,
 }
 
 /// PgBouncer's default for its `max_prepared_statements`.
@@ -122,6 +129,8 @@ pub enum ConfigError {
     PgOnly { field: &'static str, protocol: Protocol },
     #[error("max_prepared_statements must be at least 1")]
     NoPreparedStatements,
+    #[error("auth_file is read only by transaction pooling: set pool = \"transaction\" or remove it (a client of session pooling logs in on its own server connection)")]
+    AuthFileWithoutPool,
 }
 
 impl ProxyConfig {
@@ -139,6 +148,7 @@ impl ProxyConfig {
             pool: PoolMode::Session,
             server_idle_timeout_secs: default_server_idle_timeout_secs(),
             max_prepared_statements: default_max_prepared_statements(),
+            auth_file: None,
         }
     }
 
@@ -168,6 +178,7 @@ impl ProxyConfig {
         for (field, set) in [
             ("tls", self.tls.is_some()),
             ("pool = \"transaction\"", self.pool == PoolMode::Transaction),
+            ("auth_file", self.auth_file.is_some()),
         ] {
             if set && self.protocol != Protocol::Pg {
                 return Err(ConfigError::PgOnly {
@@ -178,6 +189,9 @@ impl ProxyConfig {
         }
         if self.max_prepared_statements == 0 {
             return Err(ConfigError::NoPreparedStatements);
+        }
+        if self.auth_file.is_some() && self.pool != PoolMode::Transaction {
+            return Err(ConfigError::AuthFileWithoutPool);
         }
         let fits = match self.tenant_key {
             TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
@@ -244,6 +258,20 @@ mod tests {
         config.pool = PoolMode::Session;
         config.max_prepared_statements = 0;
         assert_eq!(config.validate(), Err(ConfigError::NoPreparedStatements));
+        config.max_prepared_statements = 1;
+        config.auth_file = Some("users.txt".into());
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::PgOnly {
+                field: "auth_file",
+                protocol: Protocol::Redis
+            })
+        );
+        config.protocol = Protocol::Pg;
+        config.tenant_key = TenantKey::User;
+        assert_eq!(config.validate(), Err(ConfigError::AuthFileWithoutPool));
+        config.pool = PoolMode::Transaction;
+        assert_eq!(config.validate(), Ok(()));
         config.upstream = " ".into();
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
     }

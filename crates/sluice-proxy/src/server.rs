@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use crate::config::{ConfigError, PoolMode, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
-use crate::pg::pool::Pool;
+use crate::pg::pool::{Pool, PoolSettings};
 use crate::redis::mux::Mux;
 use crate::session::Context;
 use crate::stats::Stats;
@@ -32,6 +32,8 @@ pub enum ProxyError {
     Listen { addr: String, source: io::Error },
     #[error(transparent)]
     Tls(#[from] pg::tls::TlsError),
+    #[error(transparent)]
+    AuthFile(#[from] pg::auth_file::AuthFileError),
 }
 
 /// A bound proxy listener, ready to [`run`](Proxy::run).
@@ -46,6 +48,10 @@ impl Proxy {
     pub async fn bind(config: ProxyConfig, gate: Gate) -> Result<Proxy, ProxyError> {
         config.validate()?;
         let tls = config.tls.as_ref().map(pg::tls::acceptor).transpose()?;
+        if let Some(path) = &config.auth_file {
+            // Read again at each use; here so that a bad file stops the start.
+            pg::auth_file::read(path)?;
+        }
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|source| ProxyError::Listen {
@@ -63,13 +69,13 @@ impl Proxy {
             mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
             pool: (config.pool == PoolMode::Transaction).then(|| {
-                let idle_timeout = Duration::from_secs(config.server_idle_timeout_secs);
-                Pool::start(
-                    config.upstream.clone(),
-                    idle_timeout,
-                    config.max_prepared_statements,
-                    stats,
-                )
+                let settings = PoolSettings {
+                    upstream: config.upstream.clone(),
+                    idle_timeout: Duration::from_secs(config.server_idle_timeout_secs),
+                    max_prepared: config.max_prepared_statements,
+                    auth_file: config.auth_file.clone(),
+                };
+                Pool::start(settings, stats)
             }),
         });
         Ok(Proxy { listener, config, ctx })

@@ -536,6 +536,7 @@ fn transaction_pooling_refuses_clearly_when_it_cannot_log_in_itself() {
         };
         assert_eq!(sqlstate, "08001", "{message}");
         assert!(message.contains("asks a password"), "{message}");
+        assert!(message.contains("no auth_file is set"), "{message}");
     }
     let mut b = PgConn::connect(proxy.addr, "postgres");
     assert_eq!(
@@ -543,6 +544,79 @@ fn transaction_pooling_refuses_clearly_when_it_cannot_log_in_itself() {
         Ok(vec!["2".to_string()]),
         "trusted logins are pooled"
     );
+}
+
+#[test]
+fn transaction_pooling_opens_connections_with_the_auth_file() {
+    let Some(server) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.txt");
+    let write_users = |alice: &str| {
+        let text = format!("; alice by SCRAM, bob by cleartext\n\"{PG_USER}\" \"{alice}\"\n\"{PG_CLEARTEXT_USER}\" \"{PG_PASSWORD}\"\n");
+        std::fs::write(&users, text).unwrap();
+    };
+    write_users(PG_PASSWORD);
+    let mut config = pool_config(&server, 0);
+    config.auth_file = Some(users.clone());
+    let proxy = ProxyHandle::start_with(config, GateConfig::default());
+    let mut a = PgConn::login(proxy.addr, PG_USER, Some(PG_PASSWORD));
+    let mut b = PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD));
+    let first = [backend_pid(&mut a), backend_pid(&mut b)];
+    // No idle time allowed: the backends they logged in on are closed, so
+    // each query below runs on one the pool opened with a password.
+    let reopened = |conn: &mut PgConn, before: &str, user: &str| {
+        std::thread::sleep(Duration::from_millis(300));
+        let pid = backend_pid(conn);
+        assert_ne!(pid, before, "{user}'s backend was not reopened");
+        assert_eq!(conn.query("SELECT current_user"), Ok(vec![user.to_string()]));
+        pid
+    };
+    let pid = reopened(&mut a, &first[0], PG_USER);
+    reopened(&mut b, &first[1], PG_CLEARTEXT_USER);
+    // A changed file is read at the next connection: no restart.
+    write_users("not-the-password");
+    std::thread::sleep(Duration::from_millis(300));
+    let Err(QueryError::Server { sqlstate, message }) = a.query("SELECT 1") else {
+        panic!("a got a backend with a wrong password")
+    };
+    assert_eq!(sqlstate, "28P01", "{message}");
+    assert!(message.contains("password authentication failed"), "{message}");
+    write_users(PG_PASSWORD);
+    reopened(&mut a, &pid, PG_USER);
+    std::fs::write(&users, format!("\"{PG_USER}\" \"{PG_PASSWORD}\"\n")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let Err(QueryError::Server { sqlstate, message }) = b.query("SELECT 1") else {
+        panic!("b got a backend though its line is gone")
+    };
+    assert_eq!(sqlstate, "08001", "{message}");
+    assert!(message.contains("has no line for this user"), "{message}");
+    std::fs::write(&users, "bob secret\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let Err(QueryError::Server { message, .. }) = a.query("SELECT 1") else {
+        panic!("a got a backend from a malformed file")
+    };
+    assert!(message.contains("users.txt, line 1"), "{message}");
+}
+
+#[test]
+fn a_bad_auth_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.txt");
+    std::fs::write(&users, "\"alice\" \"SCRAM-SHA-256$4096:c2FsdA==$a:b\"\n").unwrap();
+    let mut config = ProxyConfig::new("127.0.0.1:0", "127.0.0.1:1", Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    for (path, expected) in [
+        (users, "line 1: a SCRAM secret cannot"),
+        (dir.path().join("none.txt"), "none.txt: "),
+    ] {
+        config.auth_file = Some(path);
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let gate = sluice_proxy::gate::Gate::new(GateConfig::default()).unwrap();
+        let Err(err) = runtime.block_on(sluice_proxy::Proxy::bind(config.clone(), gate)) else {
+            panic!("the proxy started with a bad auth_file")
+        };
+        assert!(err.to_string().contains(expected), "{err}");
+    }
 }
 
 /// Parse of `sql` as the statement `name`, then Sync.

@@ -47,6 +47,9 @@ pub struct ProxyArgs {
     /// PostgreSQL: session (a server connection per client; the default) or transaction (one per request, from a pool; prepared statements carry over, other session state set outside a transaction block does not)
     #[arg(long)]
     pub pool: Option<String>,
+    /// PostgreSQL transaction pooling: a file of "user" "password" lines (PgBouncer's auth_file format) for opening server connections where the server asks a password (overrides the file)
+    #[arg(long)]
+    pub auth_file: Option<PathBuf>,
 }
 
 pub fn run(args: ProxyArgs) -> Result<()> {
@@ -100,6 +103,9 @@ fn settings(args: &ProxyArgs) -> Result<Settings> {
             "transaction" => PoolMode::Transaction,
             other => return Err(anyhow!("--pool must be session or transaction, got `{other}`")),
         };
+    }
+    if let Some(path) = &args.auth_file {
+        settings.proxy.auth_file = Some(path.clone());
     }
     if let Some(p) = args.parallelism {
         settings.gate.parallelism = p;

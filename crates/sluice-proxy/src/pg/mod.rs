@@ -1,10 +1,18 @@
 //! PostgreSQL behind the proxy (issue 5, §1–§3): wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
-//! (with the prepared statements it keeps for clients), and the session that relays a client to its backend.
+//! (with the prepared statements it keeps for clients and the passwords it
+//! opens backends with), and the session that relays a client to its backend.
 
+pub mod auth_file;
 pub mod cancel;
 pub mod frame;
+pub(crate) mod password;
 pub(crate) mod pool;
 pub(crate) mod prepared;
 pub(crate) mod session;
 pub mod tls;
+
+/// Lowercase hex digits of `bytes`, as PostgreSQL writes hashes.
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

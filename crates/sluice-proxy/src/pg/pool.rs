@@ -21,9 +21,11 @@
 //! Authentication stays PostgreSQL's: a client logs in on a fresh backend,
 //! relayed byte for byte (any method, SCRAM included), and that backend then
 //! joins the pool. When the pool has no idle backend for a request, it
-//! opens one by replaying the StartupMessage, which works only where the
-//! server asks no password of that connection (trust); otherwise the request
-//! is refused with SQLSTATE 08001 and the pool grows only by logins.
+//! opens one by replaying the StartupMessage; a server that asks a password
+//! of that connection gets the user's from the `auth_file`
+//! ([`super::auth_file`], answered by [`super::password`]). Without one the
+//! request is refused with SQLSTATE 08001, and under password
+//! authentication the pool grows only by logins.
 //!
 //! Named prepared statements (protocol-level Parse) follow their client
 //! from backend to backend ([`super::prepared`]). Other session state set
@@ -35,6 +37,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{ready, Context, Poll};
@@ -45,7 +48,9 @@ use thiserror::Error;
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
-use super::frame::{self, BackendKey};
+use super::auth_file::{self, AuthFileError, Secret};
+use super::frame::{self, BackendKey, Startup};
+use super::password::{self, AuthError, Login};
 use super::prepared::{self, Made, Statement};
 use crate::stats::Stats;
 
@@ -230,8 +235,10 @@ impl AsyncWrite for LinkWriter<'_> {
 pub(crate) enum PoolError {
     #[error("sluice: cannot open a server connection to {upstream}: {source}")]
     Connect { upstream: String, source: io::Error },
-    #[error("sluice: no idle server connection for this login, and the server asks a password (authentication request {method}) to open one; transaction pooling opens connections itself only under trust authentication, else it reuses those clients logged in on")]
-    Password { method: u32 },
+    #[error("sluice: no idle server connection for this login, and opening one failed: {0}")]
+    Auth(#[from] AuthError),
+    #[error("sluice: no idle server connection for this login, and opening one needs {0}")]
+    AuthFile(#[from] AuthFileError),
     #[error("sluice: the server refused a pooled connection: {message}")]
     Refused { sqlstate: String, message: String },
     #[error("sluice: opening a pooled connection: {0}")]
@@ -245,7 +252,7 @@ impl PoolError {
         match self {
             PoolError::Connect { .. } | PoolError::Prepare(_) => "08006",
             // sqlclient_unable_to_establish_sqlconnection
-            PoolError::Password { .. } => "08001",
+            PoolError::Auth(_) | PoolError::AuthFile(_) => "08001",
             PoolError::Refused { sqlstate, .. } => sqlstate,
             PoolError::Protocol(_) => "08P01",
         }
@@ -256,12 +263,25 @@ impl PoolError {
 /// used last.
 type Idle = VecDeque<(Arc<Backend>, Instant)>;
 
+/// What a pool is started with.
+pub(crate) struct PoolSettings {
+    pub upstream: String,
+    /// A backend idle longer than this is closed.
+    pub idle_timeout: Duration,
+    /// Prepared statements one backend keeps for clients.
+    pub max_prepared: usize,
+    /// Passwords to open backends with ([`super::auth_file`]).
+    pub auth_file: Option<PathBuf>,
+}
+
 /// Idle backends by StartupMessage.
 pub(crate) struct Pool {
     upstream: String,
     idle_timeout: Duration,
     /// Prepared statements one backend keeps for clients.
     max_prepared: usize,
+    /// Where the passwords to open backends with are, read at each dial.
+    auth_file: Option<PathBuf>,
     idle: Mutex<HashMap<Bytes, Idle>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
@@ -271,11 +291,18 @@ impl Pool {
     /// An empty pool, with a task that closes backends idle longer than
     /// `idle_timeout` (checked every half timeout, between 0.1 and 1 s)
     /// for as long as the pool lives.
-    pub fn start(upstream: String, idle_timeout: Duration, max_prepared: usize, stats: Arc<Stats>) -> Arc<Pool> {
+    pub fn start(settings: PoolSettings, stats: Arc<Stats>) -> Arc<Pool> {
+        let PoolSettings {
+            upstream,
+            idle_timeout,
+            max_prepared,
+            auth_file,
+        } = settings;
         let pool = Arc::new(Pool {
             upstream,
             idle_timeout,
             max_prepared,
+            auth_file,
             idle: Mutex::default(),
             stats,
         });
@@ -352,7 +379,7 @@ impl Pool {
         let login = async {
             let backend = Backend::connect(&self.upstream).await.map_err(connect)?;
             backend.write_all(startup).await.map_err(connect)?;
-            login(&backend).await?;
+            self.login(&backend, startup).await?;
             Ok(backend)
         };
         tokio::time::timeout(DIAL_TIMEOUT, login).await.unwrap_or_else(|_| {
@@ -362,36 +389,71 @@ impl Pool {
             )))
         })
     }
+
+    /// Reads a fresh backend's answer to its StartupMessage (`startup`) up
+    /// to ReadyForQuery: password requests are answered from the auth_file,
+    /// the key its BackendKeyData carries is kept.
+    async fn login(&self, backend: &Backend, startup: &[u8]) -> Result<(), PoolError> {
+        let user = user_of(startup);
+        let mut login = None;
+        let mut buf = BytesMut::new();
+        let mut out = BytesMut::new();
+        loop {
+            let (tag, body) = backend
+                .next_message(&mut buf)
+                .await
+                .map_err(|e| PoolError::Protocol(format!("reading the server's answer to a login: {e}")))?;
+            match tag {
+                b'R' => {
+                    let (method, data) = body.split_first_chunk::<4>().ok_or(AuthError::Malformed)?;
+                    let method = u32::from_be_bytes(*method);
+                    if method == password::OK {
+                        continue;
+                    }
+                    let login = match login.as_mut() {
+                        Some(login) => login,
+                        None => login.insert(Login::new(&user, self.secret(&user)?)),
+                    };
+                    login.answer(method, data, &mut out)?;
+                    backend
+                        .write_all(&out)
+                        .await
+                        .map_err(|e| PoolError::Protocol(format!("answering the server's password request: {e}")))?;
+                    out.clear();
+                }
+                b'K' => {
+                    if let Some(key) = BackendKey::from_body(&body) {
+                        backend.set_key(key);
+                    }
+                }
+                b'E' => {
+                    return Err(PoolError::Refused {
+                        sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),
+                        message: frame::error_field(&body, b'M').unwrap_or("no message").into(),
+                    })
+                }
+                b'Z' => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    /// `user`'s secret from the auth_file, read now, or why there is none.
+    fn secret(&self, user: &str) -> Result<Result<Secret, String>, AuthFileError> {
+        let Some(path) = &self.auth_file else {
+            return Ok(Err("no auth_file is set".into()));
+        };
+        let mut secrets = auth_file::read(path)?;
+        Ok(secrets
+            .remove(user)
+            .ok_or_else(|| format!("auth_file {} has no line for this user", path.display())))
+    }
 }
 
-/// Reads a fresh backend's answer to its StartupMessage: AuthenticationOk,
-/// parameters, its key, ReadyForQuery.
-async fn login(backend: &Backend) -> Result<(), PoolError> {
-    let mut buf = BytesMut::new();
-    loop {
-        let (tag, body) = backend
-            .next_message(&mut buf)
-            .await
-            .map_err(|e| PoolError::Protocol(format!("reading the server's answer to a login: {e}")))?;
-        match tag {
-            b'R' => match body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])) {
-                Some(0) => {}
-                Some(method) => return Err(PoolError::Password { method }),
-                None => return Err(PoolError::Protocol("an empty authentication request".into())),
-            },
-            b'K' => {
-                if let Some(key) = BackendKey::from_body(&body) {
-                    backend.set_key(key);
-                }
-            }
-            b'E' => {
-                return Err(PoolError::Refused {
-                    sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),
-                    message: frame::error_field(&body, b'M').unwrap_or("no message").into(),
-                })
-            }
-            b'Z' => return Ok(()),
-            _ => {}
-        }
+/// The user a StartupMessage names ("" if none: the server refuses that).
+fn user_of(startup: &[u8]) -> String {
+    match frame::parse_startup(startup) {
+        Ok(Some((Startup::Message(params), _))) => params.user.unwrap_or_default(),
+        _ => String::new(),
     }
 }

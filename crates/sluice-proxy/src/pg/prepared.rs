@@ -40,7 +40,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::frame;
@@ -61,13 +61,8 @@ pub(crate) struct Statement {
 impl Statement {
     fn new(parse: &[u8]) -> Statement {
         let digest = Sha256::digest(parse);
-        let mut server = BytesMut::with_capacity(39);
-        server.put_slice(b"sluice_");
-        for byte in &digest[..16] {
-            server.put_slice(format!("{byte:02x}").as_bytes());
-        }
         Statement {
-            server: server.freeze(),
+            server: Bytes::from(format!("sluice_{}", super::lower_hex(&digest[..16]))),
             parse: Bytes::copy_from_slice(parse),
         }
     }

@@ -7,6 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::frontend;
 use sluice_proxy::pg::frame::{self, BackendKey};
 
 pub struct PgConn {
@@ -32,24 +34,41 @@ impl PgConn {
         PgConn::login(addr, user, None)
     }
 
-    /// Opens a session as `user`, answering a cleartext password request
-    /// with `password`.
+    /// Opens a session as `user`, answering a cleartext or SCRAM-SHA-256
+    /// password request with `password`.
     pub fn login(addr: SocketAddr, user: &str, password: Option<&str>) -> PgConn {
         let mut conn = PgConn::raw(addr);
         let mut startup = BytesMut::new();
         frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
         conn.send(&startup);
+        let mut scram = None;
         loop {
             match conn.read_message() {
-                Some((b'R', body)) => match (&body[..4], password) {
-                    ([0, 0, 0, 0], _) => {}
-                    ([0, 0, 0, 3], Some(password)) => {
-                        let mut out = BytesMut::new();
-                        frame::write_message(&mut out, b'p', format!("{password}\0").as_bytes());
-                        conn.send(&out);
+                Some((b'R', body)) => {
+                    let mut out = BytesMut::new();
+                    match (&body[..4], password) {
+                        ([0, 0, 0, 0], _) => {}
+                        ([0, 0, 0, 3], Some(password)) => {
+                            frontend::password_message(password.as_bytes(), &mut out).unwrap()
+                        }
+                        ([0, 0, 0, 10], Some(password)) => {
+                            let s = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+                            frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut out).unwrap();
+                            scram = Some(s);
+                        }
+                        ([0, 0, 0, 11], _) => {
+                            let s = scram.as_mut().expect("SASLContinue after SASL");
+                            s.update(&body[4..]).expect("the server's SCRAM message");
+                            frontend::sasl_response(s.message(), &mut out).unwrap();
+                        }
+                        ([0, 0, 0, 12], _) => {
+                            let s = scram.as_mut().expect("SASLFinal after SASL");
+                            s.finish(&body[4..]).expect("the server's SCRAM signature");
+                        }
+                        (method, _) => panic!("cannot answer authentication request {method:?}"),
                     }
-                    (method, _) => panic!("cannot answer authentication request {method:?}"),
-                },
+                    conn.send(&out);
+                }
                 Some((b'K', body)) => conn.key = BackendKey::from_body(&body),
                 Some((b'Z', _)) => return conn,
                 Some((b'E', body)) => panic!("startup failed: {}", String::from_utf8_lossy(&body)),

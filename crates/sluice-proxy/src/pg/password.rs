@@ -1,0 +1,196 @@
+//! Answering a server's authentication requests when the pool opens a
+//! connection itself (see [`super::pool`]), with the user's secret from the
+//! `auth_file` ([`super::auth_file`]): cleartext, md5 and SCRAM-SHA-256
+//! (without channel binding: the upstream connection is plain TCP). The
+//! SCRAM and md5 computations are `postgres-protocol`'s, the crate
+//! rust-postgres logs in with.
+
+use bytes::BytesMut;
+use md5::{Digest, Md5};
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::frontend;
+use thiserror::Error;
+
+use super::auth_file::Secret;
+
+/// AuthenticationOk, which needs no answer.
+pub(crate) const OK: u32 = 0;
+const CLEARTEXT: u32 = 3;
+const MD5: u32 = 5;
+const SASL: u32 = 10;
+const SASL_CONTINUE: u32 = 11;
+const SASL_FINAL: u32 = 12;
+
+#[derive(Debug, Error)]
+pub(crate) enum AuthError {
+    #[error("the server asks a password (authentication request {method}) to open a connection for user `{user}`, and {why}")]
+    NoSecret { user: String, method: u32, why: String },
+    #[error("the server asks SCRAM-SHA-256 of user `{user}`, and auth_file has only the md5 hash of the password: give the password itself")]
+    Md5Only { user: String },
+    #[error("the server asks for authentication request {0}, which the pool cannot answer (it answers cleartext, md5 and SCRAM-SHA-256)")]
+    Unsupported(u32),
+    #[error("the server offers no SASL mechanism the pool knows (it knows SCRAM-SHA-256 without channel binding)")]
+    NoMechanism,
+    #[error("SCRAM-SHA-256 exchange: {0}")]
+    Scram(std::io::Error),
+    #[error("an authentication request out of order or malformed")]
+    Malformed,
+}
+
+/// One login's side of the authentication exchange.
+pub(crate) struct Login<'a> {
+    user: &'a str,
+    /// The user's secret, or why there is none.
+    secret: Result<Secret, String>,
+    scram: Option<sasl::ScramSha256>,
+}
+
+impl<'a> Login<'a> {
+    pub fn new(user: &'a str, secret: Result<Secret, String>) -> Login<'a> {
+        Login {
+            user,
+            secret,
+            scram: None,
+        }
+    }
+
+    /// Answers an authentication request other than AuthenticationOk
+    /// (`method` and the message body after it) into `out`.
+    pub fn answer(&mut self, method: u32, data: &[u8], out: &mut BytesMut) -> Result<(), AuthError> {
+        match method {
+            SASL_CONTINUE => {
+                let scram = self.scram.as_mut().ok_or(AuthError::Malformed)?;
+                scram.update(data).map_err(AuthError::Scram)?;
+                frontend::sasl_response(scram.message(), out).map_err(AuthError::Scram)?;
+            }
+            SASL_FINAL => {
+                let scram = self.scram.as_mut().ok_or(AuthError::Malformed)?;
+                scram.finish(data).map_err(AuthError::Scram)?;
+            }
+            _ => self.first_answer(method, data, out)?,
+        }
+        Ok(())
+    }
+
+    /// The answer to the server's first request, which names the method.
+    fn first_answer(&mut self, method: u32, data: &[u8], out: &mut BytesMut) -> Result<(), AuthError> {
+        let secret = self.secret.as_ref().map_err(|why| AuthError::NoSecret {
+            user: self.user.into(),
+            method,
+            why: why.clone(),
+        })?;
+        let bad_secret = |e| AuthError::NoSecret {
+            user: self.user.into(),
+            method,
+            why: format!("its auth_file secret cannot be sent: {e}"),
+        };
+        match (method, secret) {
+            (CLEARTEXT, Secret::Password(password)) => {
+                frontend::password_message(password.as_bytes(), out).map_err(bad_secret)
+            }
+            (MD5, secret) => {
+                let salt = *data.first_chunk::<4>().ok_or(AuthError::Malformed)?;
+                frontend::password_message(md5_answer(self.user, secret, salt).as_bytes(), out).map_err(bad_secret)
+            }
+            (SASL, Secret::Password(password)) => {
+                if !data.split(|&b| b == 0).any(|m| m == sasl::SCRAM_SHA_256.as_bytes()) {
+                    return Err(AuthError::NoMechanism);
+                }
+                let scram = sasl::ScramSha256::new(password.as_bytes(), sasl::ChannelBinding::unsupported());
+                frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), out).map_err(AuthError::Scram)?;
+                self.scram = Some(scram);
+                Ok(())
+            }
+            (CLEARTEXT | SASL, Secret::Md5(_)) => Err(AuthError::Md5Only { user: self.user.into() }),
+            (method, _) => Err(AuthError::Unsupported(method)),
+        }
+    }
+}
+
+/// `md5` and hex of md5(hex of md5(password ‖ user) ‖ salt), PostgreSQL's
+/// md5 answer; from a stored hash, only its second step.
+fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> String {
+    match secret {
+        Secret::Password(password) => md5_hash(user.as_bytes(), password.as_bytes(), salt),
+        Secret::Md5(hash) => {
+            let mut md5 = Md5::new();
+            md5.update(&hash.as_bytes()[3..]);
+            md5.update(salt);
+            format!("md5{}", super::lower_hex(&md5.finalize()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn md5_from_the_hash_equals_md5_from_the_password() {
+        let salt = [1, 2, 3, 4];
+        let hash = md5_hash(b"alice", b"s3cret", [0; 4]);
+        // md5_hash's inner step is what pg_authid stores.
+        let stored = format!("md5{}", super::super::lower_hex(&Md5::digest(b"s3cretalice")));
+        assert_ne!(hash, stored);
+        assert_eq!(
+            md5_answer("alice", &Secret::Md5(stored), salt),
+            md5_answer("alice", &Secret::Password("s3cret".into()), salt)
+        );
+    }
+
+    #[test]
+    fn answers_cleartext_and_md5() {
+        let password = Secret::Password("pw".into());
+        let mut out = BytesMut::new();
+        let mut login = Login::new("u", Ok(password.clone()));
+        login.answer(CLEARTEXT, b"", &mut out).unwrap();
+        assert_eq!(&out[..], b"p\0\0\0\x07pw\0");
+        out.clear();
+        login.answer(MD5, &[9, 9, 9, 9], &mut out).unwrap();
+        assert_eq!(out.len(), 1 + 4 + 35 + 1);
+    }
+
+    #[test]
+    fn refuses_clearly() {
+        let hash = Secret::Md5(format!("md5{}", "0".repeat(32)));
+        let mut out = BytesMut::new();
+        let err = Login::new("u", Err("no auth_file is set".into()))
+            .answer(MD5, &[0; 4], &mut out)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the server asks a password (authentication request 5) to open a connection for user `u`, and no auth_file is set"
+        );
+        let err = Login::new("u", Ok(hash))
+            .answer(SASL, b"SCRAM-SHA-256\0\0", &mut out)
+            .unwrap_err();
+        assert!(matches!(err, AuthError::Md5Only { .. }), "{err}");
+        let password = Secret::Password("pw".into());
+        let err = Login::new("u", Ok(password.clone()))
+            .answer(SASL, b"SCRAM-SHA-256-PLUS\0\0", &mut out)
+            .unwrap_err();
+        assert!(matches!(err, AuthError::NoMechanism), "{err}");
+        let err = Login::new("u", Ok(password.clone()))
+            .answer(7, b"", &mut out)
+            .unwrap_err();
+        assert!(matches!(err, AuthError::Unsupported(7)), "{err}");
+        let err = Login::new("u", Ok(password.clone()))
+            .answer(SASL_CONTINUE, b"r=x", &mut out)
+            .unwrap_err();
+        assert!(matches!(err, AuthError::Malformed), "{err}");
+        let short_salt = Login::new("u", Ok(password)).answer(MD5, b"\0\0", &mut out);
+        assert!(matches!(short_salt, Err(AuthError::Malformed)));
+        assert!(out.is_empty(), "nothing is sent after a refusal");
+    }
+
+    #[test]
+    fn a_bad_scram_server_message_is_an_error_not_a_panic() {
+        let password = Secret::Password("pw".into());
+        let mut out = BytesMut::new();
+        let mut login = Login::new("u", Ok(password.clone()));
+        login.answer(SASL, b"SCRAM-SHA-256\0\0", &mut out).unwrap();
+        assert!(out.starts_with(b"p"));
+        let err = login.answer(SASL_CONTINUE, b"garbage", &mut out).unwrap_err();
+        assert!(matches!(err, AuthError::Scram(_)), "{err}");
+    }
+}
