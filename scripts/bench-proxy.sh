@@ -47,6 +47,8 @@
 #                     (checkpoint_timeout 1h, max_wal_size 16GB): a
 #                     checkpoint's stall set every p99.9 it fell into,
 #                     whatever the scheduling.
+#   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
+#                     private PostgreSQL (postgres command-line options)
 #   WAITS=1           also sample PostgreSQL's busy backends (wait events
 #                     by application_name) and the machine's counters every
 #                     0.2 s into results/pg-waits (scripts/pg-waits.py;
@@ -70,6 +72,8 @@ as_db=()
 
 pg_opts=()
 [[ -n "${SLO:-}" ]] && pg_opts=(-c checkpoint_timeout=1h -c max_wal_size=16GB)
+read -ra extra_settings <<<"${PG_SETTINGS:-}"
+pg_opts+=("${extra_settings[@]}")
 # Under transaction pooling every login's backend stays in the pool until
 # it idles out, beside the next target's backends.
 max_connections=$((600 + ${IDLE_BACKENDS:-0}))
