@@ -16,6 +16,12 @@ machine does meanwhile: the diagnostic for the SLO experiment's slow windows
       (samples between epoch seconds T only) sets the wait events of the tenant's transactions older than SLOW_MS
       beside those of all its busy samples, and the machine's counters in
       the intervals where such a slow transaction was seen beside the rest.
+
+  pg-waits.py windows OUT_DIR [--seconds 5] [--slow-ms 60] [--from T] [--to T]
+      a timeline, one line per window of SECONDS: the share of the window
+      every non-idle task stalled on I/O (PSI io "full"), iowait, and for
+      each application_name the oldest transaction seen and the commonest
+      wait of those older than SLOW_MS.
 """
 import argparse
 import collections
@@ -92,16 +98,17 @@ def sample(args):
 
 
 def load_activity(path, tenant, within):
-    """Samples of the tenant's busy backends: (epoch, wait, age_ms)."""
+    """Samples of the tenant's busy backends (every tenant's if None):
+    (epoch, tenant, wait, age_ms)."""
     rows = []
     with open(path) as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
-            if len(parts) != 6 or parts[1] != tenant or not within(float(parts[0])):
+            if len(parts) != 6 or tenant not in (None, parts[1]) or not within(float(parts[0])):
                 continue
-            epoch, _, state, wtype, wevent, age = parts
+            epoch, name, state, wtype, wevent, age = parts
             wait = f"{wtype}:{wevent}" if wtype != "-" else f"running ({state})"
-            rows.append((float(epoch), wait, int(age)))
+            rows.append((float(epoch), name, wait, int(age)))
     return rows
 
 
@@ -126,10 +133,10 @@ def summarize(args):
     rows = load_activity(os.path.join(args.out, "activity.tsv"), args.tenant, within)
     if not rows:
         sys.exit(f"pg-waits: no busy backend of application_name {args.tenant!r} in {args.out}/activity.tsv")
-    slow = [r for r in rows if r[2] > args.slow_ms]
-    print_waits(f"{args.tenant}: every busy sample", collections.Counter(r[1] for r in rows))
+    slow = [r for r in rows if r[3] > args.slow_ms]
+    print_waits(f"{args.tenant}: every busy sample", collections.Counter(r[2] for r in rows))
     print_waits(f"{args.tenant}: transactions older than {args.slow_ms} ms",
-                collections.Counter(r[1] for r in slow))
+                collections.Counter(r[2] for r in slow))
     header, system = load_system(os.path.join(args.out, "system.tsv"), within)
     slow_times = sorted(r[0] for r in slow)
     # Each interval between two system samples is slow if a slow
@@ -149,6 +156,35 @@ def summarize(args):
     print(f"  intervals        {len(marked[True]):>14} | {len(marked[False]):>14}")
 
 
+def windows(args):
+    def within(t):
+        return args.start <= t <= args.end
+
+    rows = load_activity(os.path.join(args.out, "activity.tsv"), None, within)
+    header, system = load_system(os.path.join(args.out, "system.tsv"), within)
+    if len(system) < 2:
+        sys.exit(f"pg-waits: fewer than two machine samples in {args.out}/system.tsv for that span")
+    tenants = sorted({r[1] for r in rows})
+    io_full, iowait = header.index("io_full_us"), header.index("iowait")
+    print(f"{'window':>14}  {'io full':>7}  {'iowait/s':>8}  " + "  ".join(f"{t + ' oldest, slow waits':<41}" for t in tenants))
+    t0 = system[0][0]
+    while t0 + args.seconds <= system[-1][0]:
+        t1 = t0 + args.seconds
+        span = [r for r in system if t0 <= r[0] <= t1]
+        cells = []
+        for t in tenants:
+            ages = [r for r in rows if r[1] == t and t0 <= r[0] < t1]
+            slow = collections.Counter(r[2] for r in ages if r[3] > args.slow_ms)
+            top = ", ".join(f"{n} {w}" for w, n in slow.most_common(2))
+            cells.append(f"{max((r[3] for r in ages), default=0):>5} ms {top:<32}")
+        if len(span) >= 2:
+            dt = span[-1][0] - span[0][0]
+            full = (span[-1][io_full] - span[0][io_full]) / dt / 1e4
+            wait = (span[-1][iowait] - span[0][iowait]) / dt
+            print(f"{t0:>14.1f}  {full:>6.1f}%  {wait:>8.1f}  " + "  ".join(cells))
+        t0 = t1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,8 +200,14 @@ def main():
     m.add_argument("--slow-ms", type=int, default=60, help="a transaction older than this is slow (default 60)")
     m.add_argument("--from", dest="start", type=float, default=0, help="epoch seconds to start at")
     m.add_argument("--to", dest="end", type=float, default=float("inf"), help="epoch seconds to end at")
+    w = sub.add_parser("windows", help="a timeline of I/O stalls and the oldest transactions")
+    w.add_argument("out")
+    w.add_argument("--seconds", type=float, default=5, help="window length (default 5)")
+    w.add_argument("--slow-ms", type=int, default=60, help="a transaction older than this is slow (default 60)")
+    w.add_argument("--from", dest="start", type=float, default=0, help="epoch seconds to start at")
+    w.add_argument("--to", dest="end", type=float, default=float("inf"), help="epoch seconds to end at")
     args = parser.parse_args()
-    sample(args) if args.command == "sample" else summarize(args)
+    {"sample": sample, "summarize": summarize, "windows": windows}[args.command](args)
 
 
 if __name__ == "__main__":

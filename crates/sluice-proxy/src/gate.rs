@@ -145,6 +145,8 @@ struct TenantRecord {
     busy: bool,
     /// Kept only for tenants with a latency SLO (see `track_percentiles`).
     period_latency: Option<Box<LatencyHistogram>>,
+    /// Their time inside the database alone (admission to completion).
+    period_service: Option<Box<LatencyHistogram>>,
     track_percentiles: bool,
     /// Slots granted to other tenants this period while this one had a
     /// request queued (tracked tenants only).
@@ -418,6 +420,7 @@ impl Gate {
                     name: Arc::clone(&t.name),
                     stats: std::mem::replace(&mut t.period, TenantStats::new(t.weight)),
                     latencies: t.period_latency.take(),
+                    services: t.period_service.take(),
                     passed_over: std::mem::take(&mut t.passed_over),
                 });
             }
@@ -512,6 +515,7 @@ impl TenantRecord {
             period: TenantStats::new(weight),
             busy: false,
             period_latency: None,
+            period_service: None,
             track_percentiles: false,
             passed_over: 0,
             pinned: false,
@@ -541,13 +545,14 @@ impl TenantRecord {
 impl Drop for Slot {
     fn drop(&mut self) {
         let latency = nanos(self.arrived.elapsed());
-        let service = self.admitted.elapsed().as_secs_f64();
+        let service = self.admitted.elapsed();
         let mut st = self.shared.lock();
-        st.service.record(service);
+        st.service.record(service.as_secs_f64());
         let rec = &mut st.tenants[self.tenant.0 as usize];
         record(&mut rec.latency, latency);
         if rec.track_percentiles {
             record(&mut rec.period_latency, latency);
+            record(&mut rec.period_service, nanos(service));
         }
         rec.period.record(latency as f64);
         st.release(self.tenant);
@@ -596,6 +601,8 @@ pub struct PeriodTenant {
     pub stats: TenantStats,
     /// The period's latencies, for tenants tracked for an SLO.
     pub latencies: Option<Box<LatencyHistogram>>,
+    /// The same requests' time inside the database alone.
+    pub services: Option<Box<LatencyHistogram>>,
     /// Slots that went to other tenants while it had a request queued
     /// (tenants tracked for an SLO; 0 for the others).
     pub passed_over: u64,

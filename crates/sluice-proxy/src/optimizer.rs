@@ -19,7 +19,12 @@
 //!   `percentile`, the window's percentile against the target (default),
 //!   or `misses`, the fading fraction of requests over the target against
 //!   the fraction the percentile allows (see sluice-core's
-//!   `controller::slo` for why). Targets start from
+//!   `controller::slo` for why). A weight is not raised on a window whose
+//!   requests' time inside the database alone (admission to completion)
+//!   misses the target at the percentile: the share of the gate cannot
+//!   help there. Measured (docs/BENCHMARKS.md, SLO run W): the windows
+//!   that wound the weight up were WAL-flush stalls every tenant waited
+//!   out. Targets start from
 //!   the configuration and change live through [`SloTargets`] (the admin
 //!   port, a reload); a tenant whose target is removed keeps its weight.
 //!
@@ -291,12 +296,23 @@ struct SloLoop {
     slo: Slo,
     controller: SloController,
     window: LatencyHistogram,
+    /// The window's requests' time inside the database alone.
+    service_window: LatencyHistogram,
     /// Times it was passed over at the gate in the window.
     passed_over: u64,
     misses: MissRate,
 }
 
 impl SloLoop {
+    /// The window's percentile of time inside the database, in ms, when it
+    /// alone misses the target: no share of the gate can make up for that
+    /// (a stall every tenant waits out, such as a WAL flush), so the weight
+    /// is not raised on it.
+    fn missed_inside(&self) -> Option<f64> {
+        let inside = self.service_window.quantile(self.slo.percentile / 100.0) as f64 / 1e6;
+        (self.service_window.count() > 0 && inside > self.slo.target_ms).then_some(inside)
+    }
+
     /// The window's measure, the target it is held to, and both in words.
     fn measure(&mut self, how: SloMeasure) -> (Option<f64>, f64, String) {
         let slo = &self.slo;
@@ -409,6 +425,7 @@ impl Optimizer {
                 slo: target,
                 controller: SloController::new(self.config.slo_control, weight)?,
                 window: LatencyHistogram::coarse(),
+                service_window: LatencyHistogram::coarse(),
                 passed_over: 0,
                 misses: MissRate::default(),
             });
@@ -647,6 +664,9 @@ impl Optimizer {
         for t in &period.tenants {
             if let (Some(h), Some(l)) = (&t.latencies, self.slos.iter_mut().find(|l| *l.slo.tenant == *t.name)) {
                 l.window.merge(h);
+                if let Some(s) = &t.services {
+                    l.service_window.merge(s);
+                }
                 l.passed_over += t.passed_over;
             }
         }
@@ -657,10 +677,20 @@ impl Optimizer {
         let mut changed = Vec::new();
         for l in &mut self.slos {
             let (measured, target, seen) = l.measure(self.config.slo_measure);
+            let inside = l.missed_inside();
             let before = l.controller.weight();
-            let weight = l.controller.decide(measured, target, l.passed_over > 0);
+            let weight = l
+                .controller
+                .decide(measured, target, l.passed_over > 0 && inside.is_none());
             l.window = LatencyHistogram::coarse();
-            let why = format!("slo: {seen}, passed over {} times", std::mem::take(&mut l.passed_over));
+            l.service_window = LatencyHistogram::coarse();
+            let mut why = format!("slo: {seen}, passed over {} times", std::mem::take(&mut l.passed_over));
+            if let Some(inside) = inside {
+                why += &format!(
+                    "; not raised: p{} inside the database alone {inside:.1} ms",
+                    l.slo.percentile
+                );
+            }
             if weight != before && self.gate.set_weight(&l.slo.tenant, weight).is_ok() {
                 changed.push((format!("weight.{}", l.slo.tenant), weight, why));
             }
@@ -675,11 +705,15 @@ impl Optimizer {
 mod tests {
     use super::*;
 
-    fn slo_loop(latencies_ms: &[u64]) -> SloLoop {
-        let mut window = LatencyHistogram::coarse();
-        for ms in latencies_ms {
-            window.record(ms * 1_000_000);
+    fn histogram(ms: &[u64]) -> LatencyHistogram {
+        let mut h = LatencyHistogram::coarse();
+        for ms in ms {
+            h.record(ms * 1_000_000);
         }
+        h
+    }
+
+    fn slo_loop(latencies_ms: &[u64]) -> SloLoop {
         SloLoop {
             slo: Slo {
                 tenant: "ls".into(),
@@ -687,7 +721,8 @@ mod tests {
                 target_ms: 60.0,
             },
             controller: SloController::new(SloControllerConfig::default(), 1.0).unwrap(),
-            window,
+            window: histogram(latencies_ms),
+            service_window: LatencyHistogram::coarse(),
             passed_over: 0,
             misses: MissRate::default(),
         }
@@ -706,5 +741,20 @@ mod tests {
         assert_eq!(rate, Some(0.02), "2 of 100 over 60 ms: {seen}");
         assert!((allowed - 0.01).abs() < 1e-12, "p99 allows 1%");
         assert!(seen.contains("2.000% of requests over 60 ms"), "{seen}");
+    }
+
+    #[test]
+    fn a_miss_inside_the_database_alone_is_told_apart() {
+        let mut l = slo_loop(&[10; 100]);
+        assert_eq!(l.missed_inside(), None, "no requests inside: nothing to tell");
+        // Queued long, served fast: the gate's share is what missed.
+        l.service_window = histogram(&[5; 100]);
+        assert_eq!(l.missed_inside(), None);
+        // Two of 100 served slower than 60 ms is more than p99 allows.
+        let mut stalled = vec![5; 98];
+        stalled.extend([150, 200]);
+        l.service_window = histogram(&stalled);
+        let inside = l.missed_inside().expect("a miss inside the database");
+        assert!((145.0..=155.0).contains(&inside), "{inside}");
     }
 }

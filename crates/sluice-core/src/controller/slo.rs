@@ -24,9 +24,11 @@
 //! of 150–370 ms on PostgreSQL wound the weight up to ~100, far past the
 //! weight at which the tenant is already served first. In the experiment
 //! run since (docs/BENCHMARKS.md, SLO run E) the tenant was passed over
-//! 1,300–7,400 times in every 5 s window, so the hold never fired and the
-//! weight stayed within 1.25–17: that it stops wind-up on a stalling
-//! database is shown by the unit test, not yet by a measurement.
+//! 1,300–7,400 times in every 5 s window, so being passed over did not
+//! tell stall windows apart; the proxy's optimizer therefore also holds
+//! the weight when the window's time inside the database alone misses the
+//! target (SLO run W found the windows that wound the weight up to be
+//! WAL-flush stalls).
 //!
 //! What the loop steers can be either of two measures of the same target.
 //! The window's percentile (PSLO's, and the default): on PostgreSQL a 5 s
@@ -106,14 +108,16 @@ impl SloController {
 
     /// The weight for the next window, from the percentile measured in the
     /// last one (`None`: the tenant sent nothing, keep the weight) and
-    /// whether the tenant was passed over at the gate in it.
-    pub fn decide(&mut self, measured: Option<f64>, target: f64, passed_over: bool) -> f64 {
+    /// whether a higher weight could have helped in it (the tenant was
+    /// passed over at the gate, and its miss did not lie inside the
+    /// database).
+    pub fn decide(&mut self, measured: Option<f64>, target: f64, can_raise: bool) -> f64 {
         let c = &self.config;
         if let Some(m) = measured.filter(|m| m.is_finite() && *m >= 0.0) {
             let step = (m / (c.setpoint * target))
                 .powf(c.gain)
                 .clamp(1.0 / c.max_step, c.max_step);
-            self.weight *= if passed_over { step } else { step.min(1.0) };
+            self.weight *= if can_raise { step } else { step.min(1.0) };
         }
         self.weight = self.weight.clamp(c.min_weight, c.max_weight);
         self.weight
