@@ -22,9 +22,11 @@
 //!   `controller::slo` for why). A weight is not raised on a window whose
 //!   requests' time inside the database alone (admission to completion)
 //!   misses the target at the percentile: the share of the gate cannot
-//!   help there. Measured (docs/BENCHMARKS.md, SLO run W): the windows
-//!   that wound the weight up were WAL-flush stalls every tenant waited
-//!   out. Targets start from
+//!   help there. Measured (docs/BENCHMARKS.md, SLO runs W and H): the
+//!   windows that wound the weight up were WAL-flush stalls every tenant
+//!   waited out, but in them too fewer than 0.1% of requests spent over
+//!   the target inside the database (the rest of their time was queued
+//!   behind the stalled ones), so the rule did not fire in run H. Targets start from
 //!   the configuration and change live through [`SloTargets`] (the admin
 //!   port, a reload); a tenant whose target is removed keeps its weight.
 //!
