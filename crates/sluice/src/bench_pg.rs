@@ -1,8 +1,9 @@
 //! `sluice bench pg`: PostgreSQL users (pgbench's scripts, one closed loop
 //! per connection) against several targets — the database directly, through
 //! `sluice proxy`, through PgBouncer — interleaved round by round, with
-//! per-user throughput, U_f, V_l, latency percentiles, CPU steal, and the
-//! CPU time each proxy process spends per transaction.
+//! per-user throughput, U_f, V_l, latency percentiles, CPU steal, the worst
+//! second's I/O stall, and the CPU time each proxy process spends per
+//! transaction.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use serde::Serialize;
 use sluice_bench::pgbench::{self, PgbenchSpec};
 
 use crate::bench::{median, median_min_max};
+use crate::pressure::IoStallWatch;
 use crate::steal::CpuTimes;
 
 /// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
@@ -108,6 +110,9 @@ struct RunRecord {
     p999_ms: f64,
     failed: u64,
     steal: f64,
+    /// The worst second's share stalled on I/O (Linux PSI), over the whole
+    /// run as steal is (warm-up included); `None` without PSI.
+    io_stall_worst_s: Option<f64>,
     /// CPU milliseconds per transaction of the target's process, if given.
     cpu_ms_per_txn: Option<f64>,
     tenants: Vec<TenantTps>,
@@ -135,9 +140,11 @@ pub fn run(args: PgBench) -> Result<()> {
             for (name, host, port) in &targets {
                 let cpu_before = pids.get(name).map(|&p| process_cpu(p)).transpose()?;
                 let steal_before = CpuTimes::now();
+                let io_stall = IoStallWatch::start();
                 let (result, tenants) = run_tenants(&args, &tenants, host, *port, users)
                     .with_context(|| format!("{name}, {users} users"))?;
                 let steal = steal_before.steal_until(&CpuTimes::now());
+                let io_stall_worst_s = io_stall.worst_second();
                 let cpu_ms_per_txn = match (cpu_before, pids.get(name)) {
                     (Some(before), Some(&pid)) => {
                         Some((process_cpu(pid)? - before) * 1e3 / result.finished_in_run.max(1) as f64)
@@ -156,16 +163,18 @@ pub fn run(args: PgBench) -> Result<()> {
                     p999_ms: result.quantile_ms(0.999),
                     failed: result.failed,
                     steal,
+                    io_stall_worst_s,
                     cpu_ms_per_txn,
                     tenants,
                 };
                 eprintln!(
-                    "{users:>4} users  round {round}  {name:<12} {:>8.0} tps  U_f {:.3}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%",
+                    "{users:>4} users  round {round}  {name:<12} {:>8.0} tps  U_f {:.3}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%  io stall (worst s) {}",
                     r.tps,
                     r.unfairness,
                     r.latency_cv,
                     r.p99_ms,
-                    steal * 100.0
+                    steal * 100.0,
+                    io_stall_worst_s.map_or("-".into(), |s| format!("{:.0}%", s * 100.0))
                 );
                 records.push(r);
             }

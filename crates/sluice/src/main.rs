@@ -11,6 +11,7 @@ mod bench_pg;
 mod bench_redis;
 mod demo;
 mod demo_report;
+mod pressure;
 mod proxy;
 mod serve;
 mod sim;
