@@ -145,8 +145,6 @@ struct TenantRecord {
     busy: bool,
     /// Kept only for tenants with a latency SLO (see `track_percentiles`).
     period_latency: Option<Box<LatencyHistogram>>,
-    /// Their time inside the database alone (admission to completion).
-    period_service: Option<Box<LatencyHistogram>>,
     track_percentiles: bool,
     /// Slots granted to other tenants this period while this one had a
     /// request queued (tracked tenants only).
@@ -168,6 +166,11 @@ struct State {
     peak_in_flight: usize,
     /// Time requests spent inside the database this period, seconds.
     service: Moments,
+    /// When a request last finished, or the database last went from idle
+    /// to busy: where the current stretch without progress began.
+    progress_at: Instant,
+    /// Longest stretch this period with requests inside and none finishing.
+    longest_stall: Duration,
     /// Every tenant's queue wait.
     wait: LatencyHistogram,
     /// Tenants tracked for an SLO (see `track_percentiles`).
@@ -223,6 +226,8 @@ impl Gate {
             peak_demand: 0,
             peak_in_flight: 0,
             service: Moments::default(),
+            progress_at: Instant::now(),
+            longest_stall: Duration::ZERO,
             wait: LatencyHistogram::coarse(),
             tracked: Vec::new(),
             strict: config.strict,
@@ -420,7 +425,6 @@ impl Gate {
                     name: Arc::clone(&t.name),
                     stats: std::mem::replace(&mut t.period, TenantStats::new(t.weight)),
                     latencies: t.period_latency.take(),
-                    services: t.period_service.take(),
                     passed_over: std::mem::take(&mut t.passed_over),
                 });
             }
@@ -431,6 +435,7 @@ impl Gate {
             peak_demand: std::mem::take(&mut st.peak_demand),
             peak_in_flight: std::mem::replace(&mut st.peak_in_flight, st.stage.in_service()),
             service: std::mem::take(&mut st.service),
+            longest_stall: std::mem::take(&mut st.longest_stall).max(st.ongoing_stall()),
         };
         st.note_demand();
         period
@@ -472,6 +477,9 @@ impl State {
                 let rec = &mut self.tenants[job.ctx.tenant.0 as usize];
                 rec.in_flight += 1;
                 rec.admitted += 1;
+                if self.stage.in_service() == 1 {
+                    self.progress_at = Instant::now();
+                }
                 self.peak_in_flight = self.peak_in_flight.max(self.stage.in_service());
                 self.note_passed_over(job.ctx.tenant);
             } else {
@@ -490,11 +498,23 @@ impl State {
         }
     }
 
+    /// How long requests have been inside with none finishing, now.
+    fn ongoing_stall(&self) -> Duration {
+        if self.stage.in_service() > 0 {
+            self.progress_at.elapsed()
+        } else {
+            Duration::ZERO
+        }
+    }
+
     fn note_demand(&mut self) {
         self.peak_demand = self.peak_demand.max(self.stage.queued() + self.stage.in_service());
     }
 
     fn release(&mut self, tenant: TenantId) {
+        let now = Instant::now();
+        self.longest_stall = self.longest_stall.max(now - self.progress_at);
+        self.progress_at = now;
         self.stage.complete().expect("a granted slot is in service");
         self.tenants[tenant.0 as usize].in_flight -= 1;
         self.grant_free_slots();
@@ -515,7 +535,6 @@ impl TenantRecord {
             period: TenantStats::new(weight),
             busy: false,
             period_latency: None,
-            period_service: None,
             track_percentiles: false,
             passed_over: 0,
             pinned: false,
@@ -545,14 +564,13 @@ impl TenantRecord {
 impl Drop for Slot {
     fn drop(&mut self) {
         let latency = nanos(self.arrived.elapsed());
-        let service = self.admitted.elapsed();
+        let service = self.admitted.elapsed().as_secs_f64();
         let mut st = self.shared.lock();
-        st.service.record(service.as_secs_f64());
+        st.service.record(service);
         let rec = &mut st.tenants[self.tenant.0 as usize];
         record(&mut rec.latency, latency);
         if rec.track_percentiles {
             record(&mut rec.period_latency, latency);
-            record(&mut rec.period_service, nanos(service));
         }
         rec.period.record(latency as f64);
         st.release(self.tenant);
@@ -593,6 +611,10 @@ pub struct Period {
     pub peak_in_flight: usize,
     /// Time requests spent inside the database, seconds.
     pub service: Moments,
+    /// Longest stretch in which requests were inside the database and none
+    /// finished: a stall every tenant waits out (a WAL flush, a descheduled
+    /// client holding a lock), which no share of the gate can shorten.
+    pub longest_stall: Duration,
 }
 
 pub struct PeriodTenant {
@@ -601,8 +623,6 @@ pub struct PeriodTenant {
     pub stats: TenantStats,
     /// The period's latencies, for tenants tracked for an SLO.
     pub latencies: Option<Box<LatencyHistogram>>,
-    /// The same requests' time inside the database alone.
-    pub services: Option<Box<LatencyHistogram>>,
     /// Slots that went to other tenants while it had a request queued
     /// (tenants tracked for an SLO; 0 for the others).
     pub passed_over: u64,
@@ -718,6 +738,26 @@ mod tests {
         // ζ = 1, heavy weight 2: heavy, heavy, then ls.
         assert_eq!(passed("ls"), 2, "two slots went to heavy while ls waited");
         assert_eq!(passed("heavy"), 0, "untracked tenants are not counted");
+    }
+
+    #[tokio::test]
+    async fn measures_the_longest_stretch_with_requests_inside_and_none_finishing() {
+        let g = gate(2, 10, 5_000);
+        // Idle time is no stall.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        drop(g.admit(&g.tenant("a")).await.unwrap());
+        assert!(g.take_period().longest_stall < Duration::from_millis(50));
+        let first = g.admit(&g.tenant("a")).await.unwrap();
+        let second = g.admit(&g.tenant("b")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        drop(first);
+        drop(second);
+        let stall = g.take_period().longest_stall;
+        assert!(stall >= Duration::from_millis(60), "{stall:?}");
+        // A stall still going on counts in the period it is seen in.
+        let _held = g.admit(&g.tenant("a")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(g.take_period().longest_stall >= Duration::from_millis(60));
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 //! refinement must keep the best P it measured, and the gradient limiter
 //! must settle below the collapse.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_proxy::gate::{Gate, GateConfig};
@@ -154,6 +155,21 @@ fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
     }
 }
 
+/// Starts the optimizer with fixed P and ζ and an SLO window of
+/// `window_ms`.
+fn start_slo_optimizer(gate: &Gate, slo: &SloTargets, log: &DecisionLog, window_ms: u64) -> watch::Sender<bool> {
+    let config = OptimizerConfig {
+        period_ms: 20,
+        parallelism: ParallelismMode::Fixed,
+        zeta: ZetaMode::Fixed,
+        slo_window_ms: window_ms,
+        ..OptimizerConfig::default()
+    };
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo.clone(), stopped));
+    stop
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_set_live_raises_the_tenants_share_until_met() {
     let gate = Gate::new(GateConfig {
@@ -166,16 +182,8 @@ async fn a_target_set_live_raises_the_tenants_share_until_met() {
     for b in 0..8 {
         spawn_tenant(&gate, &format!("be{b}"), 2);
     }
-    let config = OptimizerConfig {
-        period_ms: 20,
-        parallelism: ParallelismMode::Fixed,
-        zeta: ZetaMode::Fixed,
-        slo_window_ms: 200,
-        ..OptimizerConfig::default()
-    };
     let (log, slo) = (DecisionLog::default(), SloTargets::new(Vec::new()));
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo.clone(), stopped));
+    let stop = start_slo_optimizer(&gate, &slo, &log, 200);
     tokio::time::sleep(Duration::from_millis(400)).await;
     let weight = |g: &Gate| g.snapshot().tenants.iter().find(|t| t.name == "ls").unwrap().weight;
     assert_eq!(weight(&gate), 0.1, "no target yet: the weight stays");
@@ -204,4 +212,54 @@ async fn a_target_set_live_raises_the_tenants_share_until_met() {
         .recent()
         .iter()
         .any(|d| d.knob == "weight.ls" && d.why.contains("target 25")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_is_not_raised_on_windows_a_stall_decides() {
+    // Requests take 5 ms inside, but every 300 ms the "disk" freezes for
+    // 150 ms and none finishes (a WAL flush every commit waits for).
+    let gate = Gate::new(GateConfig {
+        parallelism: 4,
+        weights: [("ls".to_string(), 0.1)].into(),
+        ..GateConfig::default()
+    })
+    .unwrap();
+    let disk = Arc::new(tokio::sync::RwLock::new(()));
+    for (tenant, users) in [("ls", 2), ("be", 8)] {
+        for _ in 0..users {
+            let (gate, tenant, disk) = (gate.clone(), gate.tenant(tenant), Arc::clone(&disk));
+            tokio::spawn(async move {
+                loop {
+                    let slot = gate.admit(&tenant).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    drop(disk.read().await);
+                    drop(slot);
+                }
+            });
+        }
+    }
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let _frozen = disk.write().await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    });
+    let (log, slo) = (DecisionLog::default(), SloTargets::new(Vec::new()));
+    slo.set(optimizer::Slo {
+        tenant: "ls".into(),
+        percentile: 99.0,
+        target_ms: 25.0,
+    })
+    .unwrap();
+    // Every 400 ms window holds the end of a freeze.
+    let stop = start_slo_optimizer(&gate, &slo, &log, 400);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    stop.send(true).unwrap();
+    let weight = gate.snapshot().tenants.iter().find(|t| t.name == "ls").unwrap().weight;
+    assert!(
+        weight <= 0.1,
+        "ls misses by far, but through stalls: {:?}",
+        log.recent()
+    );
 }

@@ -26,7 +26,7 @@
 //! run since (docs/BENCHMARKS.md, SLO run E) the tenant was passed over
 //! 1,300–7,400 times in every 5 s window, so being passed over did not
 //! tell stall windows apart; the proxy's optimizer therefore also holds
-//! the weight when the window's time inside the database alone misses the
+//! the weight on windows in which no request finished for longer than the
 //! target (SLO run W found the windows that wound the weight up to be
 //! WAL-flush stalls).
 //!

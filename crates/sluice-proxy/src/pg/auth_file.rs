@@ -2,7 +2,7 @@
 //! (`auth_file`, in PgBouncer's format).
 //!
 //! A client always logs in on a backend of its own, relayed byte for byte
-//! to PostgreSQL (see [`super::pool`]); only then may it borrow pooled
+//! to PostgreSQL (see `pg::pool`); only then may it borrow pooled
 //! backends of the same login. When the pool has none idle it opens one
 //! itself, and a server that asks a password needs the user's: this file
 //! gives it. Each line is `"user" "secret"` (a `"` inside a field is
