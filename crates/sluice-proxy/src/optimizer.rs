@@ -33,7 +33,8 @@
 //!   the configuration and change live through [`SloTargets`] (the admin
 //!   port, a reload); a tenant whose target is removed keeps its weight.
 //!
-//! Every change is logged as a [`Decision`] that the admin port shows.
+//! Every change, and every SLO weight held through a stall, is logged as a
+//! [`Decision`] that the admin port shows.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -238,7 +239,8 @@ impl OptimizerConfig {
 /// second) and the stalls 70–240 ms.
 const STALL_SERVICE_MULTIPLE: f64 = 4.0;
 
-/// One change the optimizer made, and why.
+/// One change the optimizer made (or an SLO weight it held through a
+/// stall), and why.
 #[derive(Clone, Debug, Serialize)]
 pub struct Decision {
     /// Seconds since the optimizer started.
@@ -696,7 +698,9 @@ impl Optimizer {
             if stalled {
                 why += &format!("; not raised: no request finished for {stall_ms:.0} ms");
             }
-            if weight != before && self.gate.set_weight(&l.slo.tenant, weight).is_ok() {
+            // A hold is logged too, so that how often stalls decide is seen.
+            let changes = weight != before && self.gate.set_weight(&l.slo.tenant, weight).is_ok();
+            if changes || stalled {
                 changed.push((format!("weight.{}", l.slo.tenant), weight, why));
             }
         }

@@ -262,4 +262,11 @@ async fn a_weight_is_not_raised_on_windows_a_stall_decides() {
         "ls misses by far, but through stalls: {:?}",
         log.recent()
     );
+    assert!(
+        log.recent()
+            .iter()
+            .any(|d| d.why.contains("not raised: no request finished for")),
+        "holds are logged: {:?}",
+        log.recent()
+    );
 }
