@@ -29,6 +29,9 @@
 //!   the time inside the database alone missed the target at the
 //!   percentile, never fired (run H): fewer than 0.1% of requests were
 //!   inside during a stall; the rest of their wait was queued behind it.
+//!   Under `misses`, a window a stall decided is also left out of the miss
+//!   count, whose fading memory would otherwise carry it into the windows
+//!   after (run S: the weight wound up to its cap of 1,000).
 //!   Targets start from
 //!   the configuration and change live through [`SloTargets`] (the admin
 //!   port, a reload); a tenant whose target is removed keeps its weight.
@@ -317,7 +320,9 @@ struct SloLoop {
 
 impl SloLoop {
     /// The window's measure, the target it is held to, and both in words.
-    fn measure(&mut self, how: SloMeasure) -> (Option<f64>, f64, String) {
+    /// A window a stall decided (`stalled`) is left out of the miss count:
+    /// its misses would otherwise raise the weight in the windows after it.
+    fn measure(&mut self, how: SloMeasure, stalled: bool) -> (Option<f64>, f64, String) {
         let slo = &self.slo;
         match how {
             SloMeasure::Percentile => {
@@ -332,9 +337,14 @@ impl SloLoop {
                 (measured, slo.target_ms, seen)
             }
             SloMeasure::Misses => {
+                let allowed = 1.0 - slo.percentile / 100.0;
+                if stalled {
+                    // Counted as a window without requests: older ones fade.
+                    self.misses.update(0, 0);
+                    return (None, allowed, "window left out of the miss count".into());
+                }
                 let over = self.window.count_above((slo.target_ms * 1e6) as u64);
                 let rate = self.misses.update(self.window.count(), over);
-                let allowed = 1.0 - slo.percentile / 100.0;
                 let seen = format!(
                     "{:.3}% of requests over {} ms (p{} allows {:.3}%)",
                     rate.unwrap_or(0.0) * 100.0,
@@ -685,12 +695,12 @@ impl Optimizer {
         let service_ms = std::mem::take(&mut self.slo_service).mean() * 1e3;
         let mut changed = Vec::new();
         for l in &mut self.slos {
-            let (measured, target, seen) = l.measure(self.config.slo_measure);
             // A stall longer than the target decides the window's tail
             // whatever the weights: raising one then only winds it up. Long
             // requests leave long gaps too, where a weight does help; a
             // stall is a gap far beyond the time requests take inside.
             let stalled = stall_ms > l.slo.target_ms.max(STALL_SERVICE_MULTIPLE * service_ms);
+            let (measured, target, seen) = l.measure(self.config.slo_measure, stalled);
             let before = l.controller.weight();
             let weight = l.controller.decide(measured, target, l.passed_over > 0 && !stalled);
             l.window = LatencyHistogram::coarse();
@@ -741,13 +751,23 @@ mod tests {
         let mut latencies = vec![10; 98];
         latencies.extend([70, 200]);
         let mut l = slo_loop(&latencies);
-        let (p99, target, seen) = l.measure(SloMeasure::Percentile);
+        let (p99, target, seen) = l.measure(SloMeasure::Percentile, false);
         assert!((69.0..=71.0).contains(&p99.unwrap()), "{seen}");
         assert_eq!(target, 60.0);
 
-        let (rate, allowed, seen) = l.measure(SloMeasure::Misses);
+        let (rate, allowed, seen) = l.measure(SloMeasure::Misses, false);
         assert_eq!(rate, Some(0.02), "2 of 100 over 60 ms: {seen}");
         assert!((allowed - 0.01).abs() < 1e-12, "p99 allows 1%");
         assert!(seen.contains("2.000% of requests over 60 ms"), "{seen}");
+
+        // A window a stall decided (half its requests over) adds none of
+        // its misses: after a fast window the rate is under 1%, where
+        // counting it would have put it near 17%.
+        l.window = histogram(&[10, 200].repeat(50));
+        let (rate, _, seen) = l.measure(SloMeasure::Misses, true);
+        assert_eq!(rate, None, "{seen}");
+        l.window = histogram(&[10; 100]);
+        let (rate, _, seen) = l.measure(SloMeasure::Misses, false);
+        assert!(rate.unwrap() < 0.01, "{seen}");
     }
 }
