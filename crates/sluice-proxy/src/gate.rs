@@ -511,10 +511,14 @@ impl State {
         self.peak_demand = self.peak_demand.max(self.stage.queued() + self.stage.in_service());
     }
 
+    /// A request finished at `now` (read before the lock, so another may
+    /// have been noted later already).
+    fn note_progress(&mut self, now: Instant) {
+        self.longest_stall = self.longest_stall.max(now.saturating_duration_since(self.progress_at));
+        self.progress_at = self.progress_at.max(now);
+    }
+
     fn release(&mut self, tenant: TenantId) {
-        let now = Instant::now();
-        self.longest_stall = self.longest_stall.max(now - self.progress_at);
-        self.progress_at = now;
         self.stage.complete().expect("a granted slot is in service");
         self.tenants[tenant.0 as usize].in_flight -= 1;
         self.grant_free_slots();
@@ -563,10 +567,12 @@ impl TenantRecord {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let latency = nanos(self.arrived.elapsed());
-        let service = self.admitted.elapsed().as_secs_f64();
+        let now = Instant::now();
+        let latency = nanos(now - self.arrived);
+        let service = (now - self.admitted).as_secs_f64();
         let mut st = self.shared.lock();
         st.service.record(service);
+        st.note_progress(now);
         let rec = &mut st.tenants[self.tenant.0 as usize];
         record(&mut rec.latency, latency);
         if rec.track_percentiles {
