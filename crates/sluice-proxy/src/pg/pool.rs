@@ -270,18 +270,14 @@ pub(crate) struct PoolSettings {
     pub idle_timeout: Duration,
     /// Prepared statements one backend keeps for clients.
     pub max_prepared: usize,
-    /// Passwords to open backends with ([`super::auth_file`]).
+    /// Passwords to open backends with ([`super::auth_file`]), read at
+    /// each dial.
     pub auth_file: Option<PathBuf>,
 }
 
 /// Idle backends by StartupMessage.
 pub(crate) struct Pool {
-    upstream: String,
-    idle_timeout: Duration,
-    /// Prepared statements one backend keeps for clients.
-    max_prepared: usize,
-    /// Where the passwords to open backends with are, read at each dial.
-    auth_file: Option<PathBuf>,
+    settings: PoolSettings,
     idle: Mutex<HashMap<Bytes, Idle>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
@@ -292,21 +288,12 @@ impl Pool {
     /// `idle_timeout` (checked every half timeout, between 0.1 and 1 s)
     /// for as long as the pool lives.
     pub fn start(settings: PoolSettings, stats: Arc<Stats>) -> Arc<Pool> {
-        let PoolSettings {
-            upstream,
-            idle_timeout,
-            max_prepared,
-            auth_file,
-        } = settings;
+        let every = (settings.idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
         let pool = Arc::new(Pool {
-            upstream,
-            idle_timeout,
-            max_prepared,
-            auth_file,
+            settings,
             idle: Mutex::default(),
             stats,
         });
-        let every = (idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
         let weak = Arc::downgrade(&pool);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -321,7 +308,7 @@ impl Pool {
 
     /// Prepared statements one backend keeps for clients.
     pub fn max_prepared(&self) -> usize {
-        self.max_prepared
+        self.settings.max_prepared
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Bytes, Idle>> {
@@ -360,7 +347,10 @@ impl Pool {
         let now = Instant::now();
         let mut closed = 0;
         self.lock().retain(|_, stack| {
-            while stack.front().is_some_and(|(_, since)| now - *since > self.idle_timeout) {
+            while stack
+                .front()
+                .is_some_and(|(_, since)| now - *since > self.settings.idle_timeout)
+            {
                 stack.pop_front();
                 closed += 1;
             }
@@ -373,11 +363,11 @@ impl Pool {
     /// ReadyForQuery.
     async fn dial(&self, startup: &[u8]) -> Result<Backend, PoolError> {
         let connect = |source| PoolError::Connect {
-            upstream: self.upstream.clone(),
+            upstream: self.settings.upstream.clone(),
             source,
         };
         let login = async {
-            let backend = Backend::connect(&self.upstream).await.map_err(connect)?;
+            let backend = Backend::connect(&self.settings.upstream).await.map_err(connect)?;
             backend.write_all(startup).await.map_err(connect)?;
             self.login(&backend, startup).await?;
             Ok(backend)
@@ -440,7 +430,7 @@ impl Pool {
 
     /// `user`'s secret from the auth_file, read now, or why there is none.
     fn secret(&self, user: &str) -> Result<Result<Secret, String>, AuthFileError> {
-        let Some(path) = &self.auth_file else {
+        let Some(path) = &self.settings.auth_file else {
             return Ok(Err("no auth_file is set".into()));
         };
         let mut secrets = auth_file::read(path)?;
