@@ -126,10 +126,13 @@ def print_waits(title, waits):
         print(f"  {100 * n / total:5.1f}%  {wait}")
 
 
-def summarize(args):
-    def within(t):
-        return args.start <= t <= args.end
+def in_span(args):
+    """Whether an epoch time lies between --from and --to."""
+    return lambda t: args.start <= t <= args.end
 
+
+def summarize(args):
+    within = in_span(args)
     rows = load_activity(os.path.join(args.out, "activity.tsv"), args.tenant, within)
     if not rows:
         sys.exit(f"pg-waits: no busy backend of application_name {args.tenant!r} in {args.out}/activity.tsv")
@@ -157,9 +160,7 @@ def summarize(args):
 
 
 def windows(args):
-    def within(t):
-        return args.start <= t <= args.end
-
+    within = in_span(args)
     rows = load_activity(os.path.join(args.out, "activity.tsv"), None, within)
     header, system = load_system(os.path.join(args.out, "system.tsv"), within)
     if len(system) < 2:
