@@ -84,6 +84,10 @@ pub struct ProxyConfig {
     /// PostgreSQL: TLS for clients that ask for it (`[proxy.tls]`).
     #[serde(default)]
     pub tls: Option<crate::pg::tls::TlsConfig>,
+    /// PostgreSQL: TLS to the server (`[proxy.upstream_tls]`); plain
+    /// without it.
+    #[serde(default)]
+    pub upstream_tls: Option<crate::pg::upstream_tls::UpstreamTlsConfig>,
     /// PostgreSQL: session (default) or transaction pooling.
     #[serde(default)]
     pub pool: PoolMode,
@@ -145,6 +149,7 @@ impl ProxyConfig {
             shared_upstreams: default_shared_upstreams(),
             threads: 0,
             tls: None,
+            upstream_tls: None,
             pool: PoolMode::Session,
             server_idle_timeout_secs: default_server_idle_timeout_secs(),
             max_prepared_statements: default_max_prepared_statements(),
@@ -177,6 +182,7 @@ impl ProxyConfig {
         }
         for (field, set) in [
             ("tls", self.tls.is_some()),
+            ("upstream_tls", self.upstream_tls.is_some()),
             ("pool = \"transaction\"", self.pool == PoolMode::Transaction),
             ("auth_file", self.auth_file.is_some()),
         ] {
@@ -227,6 +233,13 @@ mod tests {
         assert!(
             toml::from_str::<ProxyConfig>("listen = ':1'\nupstream = ':2'\nprotocol = 'redis'\nport = 3\n").is_err()
         );
+        let tls: ProxyConfig = toml::from_str(
+            "listen = ':1'\nupstream = 'db:5432'\nprotocol = 'pg'\n[upstream_tls]\nmode = 'verify-full'\nca = 'ca.pem'\n",
+        )
+        .unwrap();
+        let upstream_tls = tls.upstream_tls.expect("the [upstream_tls] table");
+        assert_eq!(upstream_tls.mode, crate::pg::upstream_tls::SslMode::VerifyFull);
+        assert_eq!(upstream_tls.ca, Some("ca.pem".into()));
     }
 
     #[test]
@@ -249,6 +262,17 @@ mod tests {
             })
         );
         config.tls = None;
+        config.upstream_tls = Some(crate::pg::upstream_tls::UpstreamTlsConfig {
+            mode: crate::pg::upstream_tls::SslMode::Require,
+            ca: None,
+            server_name: None,
+        });
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "upstream_tls applies to protocol `Pg` only, not `Redis`"
+        );
+        config.upstream_tls = None;
         config.pool = PoolMode::Transaction;
         let err = config.validate().unwrap_err();
         assert_eq!(

@@ -6,15 +6,15 @@
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots, refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | issue 5 §1, §7 |
-//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | issue 5 §1–2 |
+//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | issue 5 §1–2 |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | issue 5 §7 |
 //! | [`config`], [`settings`] | the listener's settings; the whole TOML file | issue 5 §7 |
 //! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | issue 5 §7 |
 //! | [`service`] | everything started, reloaded and stopped together | issue 5 §7 |
 //!
 //! Departures and limits: a PostgreSQL client has its own upstream
-//! connection, plain even when the client's is TLS, unless transaction
-//! pooling is chosen (`pool = "transaction"`: a backend per request, from a
+//! connection (TLS or plain as `[proxy.upstream_tls]` says, whatever the
+//! client's is) unless transaction pooling is chosen (`pool = "transaction"`: a backend per request, from a
 //! pool of the same login's; `pg::pool` says what it measured and what
 //! session state it loses); a Redis client shares a
 //! few batched upstream connections until its first command that reads or

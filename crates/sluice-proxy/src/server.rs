@@ -19,6 +19,7 @@ use crate::config::{ConfigError, PoolMode, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
 use crate::pg::pool::{Pool, PoolSettings};
+use crate::pg::upstream_tls::UpstreamTls;
 use crate::redis::mux::Mux;
 use crate::session::Context;
 use crate::stats::Stats;
@@ -48,6 +49,9 @@ impl Proxy {
     pub async fn bind(config: ProxyConfig, gate: Gate) -> Result<Proxy, ProxyError> {
         config.validate()?;
         let tls = config.tls.as_ref().map(pg::tls::acceptor).transpose()?;
+        let upstream_tls = (config.upstream_tls.as_ref())
+            .map(|c| UpstreamTls::new(c, &config.upstream).map(Arc::new))
+            .transpose()?;
         if let Some(path) = &config.auth_file {
             // Read again at each use; here so that a bad file stops the start.
             pg::auth_file::read(path)?;
@@ -66,6 +70,7 @@ impl Proxy {
             upstream: config.upstream.clone(),
             tenant_key: config.tenant_key,
             tls,
+            upstream_tls: upstream_tls.clone(),
             mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
                 .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams)),
             pool: (config.pool == PoolMode::Transaction).then(|| {
@@ -74,6 +79,7 @@ impl Proxy {
                     idle_timeout: Duration::from_secs(config.server_idle_timeout_secs),
                     max_prepared: config.max_prepared_statements,
                     auth_file: config.auth_file.clone(),
+                    tls: upstream_tls,
                 };
                 Pool::start(settings, stats)
             }),

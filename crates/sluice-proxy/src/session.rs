@@ -38,6 +38,8 @@ pub(crate) struct Context {
     pub tenant_key: TenantKey,
     /// PostgreSQL: TLS for clients that send an SSLRequest, if configured.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// PostgreSQL: TLS to the server, if configured.
+    pub upstream_tls: Option<Arc<crate::pg::upstream_tls::UpstreamTls>>,
     /// Redis: upstream connections shared by clients in the default state.
     pub mux: Option<crate::redis::mux::Mux>,
     /// PostgreSQL under transaction pooling: the idle backends.
@@ -94,6 +96,13 @@ impl Outcome {
     }
 }
 
+/// Writes all of `bytes` and flushes: a TLS writer keeps what the socket
+/// did not take at once until it is flushed, and nothing else would send it.
+pub(crate) async fn send<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) -> io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
+}
+
 /// Asks the gate to let `who`'s request in. When it cannot at once, the
 /// `unsent` bytes (earlier requests of this client that already hold slots)
 /// are written first: the waiting request may need their slots back.
@@ -109,7 +118,7 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
     let (answer, flushed) = match ready {
         Poll::Ready(answer) => (answer, false),
         Poll::Pending => {
-            upstream.write_all(unsent).await?;
+            send(upstream, unsent).await?;
             (admission.await, true)
         }
     };

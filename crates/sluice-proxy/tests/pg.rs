@@ -5,64 +5,20 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
-use sluice_proxy::pg::tls::TlsConfig;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
 use support::pgwire::{server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
+use support::psql::{psql, text};
 use support::servers::{PgServer, PG_CLEARTEXT_USER, PG_PASSWORD, PG_USER};
 
 fn proxy(server: &PgServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
     ProxyHandle::start(Protocol::Pg, &server.addr(), key, gate)
-}
-
-/// Runs psql through the proxy with `script` on stdin.
-fn psql(proxy: &ProxyHandle, user: &str, password: Option<&str>, script: &str) -> Output {
-    psql_with(proxy, user, password, "prefer", script)
-}
-
-/// Runs psql with an sslmode (disable, prefer, require, ...).
-fn psql_with(proxy: &ProxyHandle, user: &str, password: Option<&str>, ssl_mode: &str, script: &str) -> Output {
-    let mut command = Command::new("psql");
-    command.env("PGSSLMODE", ssl_mode);
-    command.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &proxy.addr.port().to_string(),
-        "-U",
-        user,
-        "-d",
-        "postgres",
-    ]);
-    command.args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-w"]);
-    match password {
-        Some(p) => command.env("PGPASSWORD", p),
-        None => command.env_remove("PGPASSWORD"),
-    };
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running psql");
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(script.as_bytes())
-        .expect("feeding psql");
-    child.wait_with_output().expect("waiting for psql")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]
@@ -93,66 +49,6 @@ COPY (SELECT id, name FROM items ORDER BY id) TO STDOUT;
     // COPY TO.
     assert_eq!(stats.requests, 6);
     assert_eq!(stats.errors, 0);
-}
-
-/// A self-signed certificate and key for localhost, made by openssl.
-fn self_signed(dir: &std::path::Path) -> TlsConfig {
-    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("running openssl");
-    assert!(made.status.success(), "openssl: {}", text(&made.stderr));
-    TlsConfig { cert, key }
-}
-
-#[test]
-fn tls_is_offered_only_when_configured() {
-    let Some(server) = PgServer::start() else { return };
-    let plain = proxy(&server, TenantKey::User, GateConfig::default());
-    let out = psql_with(&plain, "postgres", None, "require", "SELECT 1;\n");
-    assert!(
-        !out.status.success(),
-        "sslmode=require succeeded without TLS configured"
-    );
-    assert!(
-        text(&out.stderr).contains("does not support SSL"),
-        "{}",
-        text(&out.stderr)
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ProxyConfig::new("", server.addr(), Protocol::Pg);
-    config.tls = Some(self_signed(dir.path()));
-    let tls = ProxyHandle::start_with(config, GateConfig::default());
-    let out = psql_with(&tls, "postgres", None, "require", "SELECT 41 + 1;\n\\conninfo\n");
-    assert!(out.status.success(), "psql over TLS failed: {}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    assert!(
-        stdout.starts_with("42\n") && stdout.contains("SSL connection"),
-        "{stdout}"
-    );
-    let out = psql_with(&tls, "postgres", None, "disable", "SELECT 1;\n");
-    assert!(
-        out.status.success(),
-        "a plain client of a TLS proxy: {}",
-        text(&out.stderr)
-    );
-    assert_eq!(tls.tenant("postgres").expect("stats of tenant postgres").requests, 2);
 }
 
 #[test]

@@ -93,7 +93,7 @@ mod tests {
 
     /// A backend of a stand-in server at `server`, with `key`, on a link.
     async fn linked(server: &tokio::net::TcpListener, key: BackendKey) -> (Arc<Link>, tokio::net::TcpStream) {
-        let backend = Backend::connect(&server.local_addr().unwrap().to_string())
+        let backend = Backend::connect(&server.local_addr().unwrap().to_string(), None)
             .await
             .unwrap();
         backend.set_key(key);

@@ -116,6 +116,14 @@ impl BackendKey {
     }
 }
 
+/// The SSLRequest packet: a client asking the server for TLS.
+pub fn ssl_request() -> [u8; 8] {
+    let mut packet = [0u8; 8];
+    packet[0..4].copy_from_slice(&8u32.to_be_bytes());
+    packet[4..8].copy_from_slice(&SSL_REQUEST.to_be_bytes());
+    packet
+}
+
 /// The startup parameters the proxy names tenants by.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StartupParams {

@@ -1,7 +1,8 @@
 //! PostgreSQL behind the proxy (issue 5, §1–§3): wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
 //! (with the prepared statements it keeps for clients and the passwords it
-//! opens backends with), and the session that relays a client to its backend.
+//! opens backends with), TLS on either side, and the session that relays a
+//! client to its backend.
 
 pub mod auth_file;
 pub mod cancel;
@@ -11,6 +12,7 @@ pub(crate) mod pool;
 pub(crate) mod prepared;
 pub(crate) mod session;
 pub mod tls;
+pub mod upstream_tls;
 
 /// Lowercase hex digits of `bytes`, as PostgreSQL writes hashes.
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {

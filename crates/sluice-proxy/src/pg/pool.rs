@@ -40,18 +40,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::AsyncWrite;
-use tokio::net::TcpStream;
 
 use super::auth_file::{self, AuthFileError, Secret};
 use super::frame::{self, BackendKey, Startup};
 use super::password::{self, AuthError, Login};
 use super::prepared::{self, Made, Statement};
+use super::upstream_tls::{ServerStream, UpstreamTls};
 use crate::stats::Stats;
 
 /// How long opening a pooled backend may take, login included.
@@ -59,7 +59,7 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One server connection.
 pub(crate) struct Backend {
-    stream: TcpStream,
+    stream: ServerStream,
     addr: SocketAddr,
     /// From its BackendKeyData, for forwarding cancels.
     key: OnceLock<BackendKey>,
@@ -68,9 +68,15 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    pub async fn connect(upstream: &str) -> io::Result<Backend> {
-        let stream = crate::session::connect(upstream).await?;
-        let addr = stream.peer_addr()?;
+    /// Connects to `upstream`, inside TLS if `tls` is set and the server
+    /// accepts it (see [`super::upstream_tls`]).
+    pub async fn connect(upstream: &str, tls: Option<&UpstreamTls>) -> io::Result<Backend> {
+        let tcp = crate::session::connect(upstream).await?;
+        let addr = tcp.peer_addr()?;
+        let stream = match tls {
+            Some(tls) => tls.open(tcp).await?,
+            None => ServerStream::Plain(tcp),
+        };
         Ok(Backend {
             stream,
             addr,
@@ -93,21 +99,7 @@ impl Backend {
 
     /// Reads what the server sent into `buf`; 0 when it closed.
     pub async fn read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        loop {
-            self.stream.readable().await?;
-            match self.stream.try_read_buf(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                read => return read,
-            }
-        }
-    }
-
-    /// Whether an idle backend is still usable: the server has neither
-    /// closed it nor sent anything unasked (such as the FATAL message of an
-    /// administrator's shutdown).
-    fn is_alive(&self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        std::future::poll_fn(|cx| self.stream.poll_read(cx, buf)).await
     }
 
     /// The next whole message the server sends: its tag and body.
@@ -124,25 +116,14 @@ impl Backend {
         }
     }
 
-    /// Writes what the socket takes of `buf` now, or waits until it can.
-    fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.stream.poll_write_ready(cx))?;
-            match self.stream.try_write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                written => return Poll::Ready(written),
-            }
-        }
-    }
-
     async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
-            match std::future::poll_fn(|cx| self.poll_write(cx, bytes)).await? {
+            match std::future::poll_fn(|cx| self.stream.poll_write(cx, bytes)).await? {
                 0 => return Err(io::ErrorKind::WriteZero.into()),
                 written => bytes = &bytes[written..],
             }
         }
-        Ok(())
+        std::future::poll_fn(|cx| self.stream.poll_flush(cx)).await
     }
 
     /// Makes a pooled client's `statements` on this idle backend, before
@@ -216,13 +197,16 @@ pub(crate) struct LinkWriter<'a>(&'a Link);
 impl AsyncWrite for LinkWriter<'_> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.0.get() {
-            Some(backend) => backend.poll_write(cx, buf),
+            Some(backend) => backend.stream.poll_write(cx, buf),
             None => Poll::Ready(Ok(buf.len())),
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.get() {
+            Some(backend) => backend.stream.poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -273,6 +257,8 @@ pub(crate) struct PoolSettings {
     /// Passwords to open backends with ([`super::auth_file`]), read at
     /// each dial.
     pub auth_file: Option<PathBuf>,
+    /// TLS to the server, if configured.
+    pub tls: Option<Arc<UpstreamTls>>,
 }
 
 /// Idle backends by StartupMessage.
@@ -322,7 +308,7 @@ impl Pool {
                 break;
             };
             self.stats.pool_idle_taken(1);
-            if backend.is_alive() {
+            if backend.stream.is_alive() {
                 return Ok(backend);
             }
         }
@@ -367,7 +353,9 @@ impl Pool {
             source,
         };
         let login = async {
-            let backend = Backend::connect(&self.settings.upstream).await.map_err(connect)?;
+            let backend = Backend::connect(&self.settings.upstream, self.settings.tls.as_deref())
+                .await
+                .map_err(connect)?;
             backend.write_all(startup).await.map_err(connect)?;
             self.login(&backend, startup).await?;
             Ok(backend)

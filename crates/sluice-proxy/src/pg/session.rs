@@ -3,9 +3,11 @@
 //! Startup: SSLRequest is answered 'S' and the session continues inside
 //! TLS when TLS is configured ([`super::tls`]), else 'N'; GSSENCRequest is
 //! answered 'N'; a CancelRequest is forwarded to the backend it names; the
-//! StartupMessage is relayed to a fresh upstream connection. Authentication
+//! StartupMessage is relayed to a fresh upstream connection (inside TLS when
+//! `[proxy.upstream_tls]` is set, [`super::upstream_tls`]). Authentication
 //! (cleartext, MD5, SCRAM-SHA-256) is relayed byte for byte, so the proxy
-//! never sees a password it could check or leak. Under transaction pooling
+//! never sees a password it could check or leak (on SCRAM channel binding
+//! across TLS on both sides, see [`super::upstream_tls`]). Under transaction pooling
 //! ([`super::pool`]) that connection joins the pool once the login is over,
 //! each request leases a backend after the gate lets it in and returns it
 //! at its end, the client's named prepared statements follow it from
@@ -45,7 +47,7 @@ use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
 use crate::config::TenantKey;
 use crate::gate::Slot;
-use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
+use crate::session::{admit, drive, send, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
 
 /// A request inside the database.
 struct Request {
@@ -149,7 +151,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let backend = match Backend::connect(&ctx.upstream).await {
+    let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
         Ok(backend) => backend,
         Err(e) => {
             let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
@@ -236,10 +238,10 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                     return Ok(Begin::Done);
                 }
                 if offer_tls && matches!(packet, Startup::Ssl) {
-                    client.write_all(b"S").await?;
+                    send(client, b"S").await?;
                     return Ok(Begin::Tls);
                 }
-                client.write_all(b"N").await?;
+                send(client, b"N").await?;
             }
             Startup::Cancel(key) => {
                 if let Err(e) = ctx.cancels.forward(key).await {
@@ -267,7 +269,7 @@ fn tenant_name(ctx: &Context, peer: SocketAddr, params: &StartupParams) -> Strin
 async fn fatal<W: AsyncWrite + Unpin>(client: &mut W, sqlstate: &str, message: &str) -> io::Result<()> {
     let mut out = BytesMut::new();
     frame::write_error(&mut out, "FATAL", sqlstate, message);
-    client.write_all(&out).await
+    send(client, &out).await
 }
 
 /// Client → upstream: frames messages, asks the gate at each request's
@@ -301,7 +303,7 @@ enum Action {
 
 impl<R: AsyncRead + Unpin> Up<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
-        self.upstream.write_all(&self.buf[..self.startup_len]).await?;
+        send(&mut self.upstream, &self.buf[..self.startup_len]).await?;
         self.buf.advance(self.startup_len);
         loop {
             if let Some(end) = self.forward().await? {
@@ -344,7 +346,7 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
                 break Some(end);
             }
         };
-        self.upstream.write_all(pending.bytes(&buf)).await?;
+        send(&mut self.upstream, pending.bytes(&buf)).await?;
         self.out = pending.into_buffer();
         buf.advance(pos);
         self.buf = buf;
@@ -559,7 +561,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
     async fn run(mut self) -> io::Result<()> {
         loop {
             if let Some(last) = self.finished() {
-                return self.client.write_all(&last).await;
+                return send(&mut self.client, &last).await;
             }
             self.buf.reserve(READ_SIZE);
             let backend = self.shared.link.get();
@@ -629,10 +631,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         }
         self.buf = buf;
         let outbox = mem::take(&mut self.shared.lock().outbox);
-        if !outbox.is_empty() {
-            self.client.write_all(&outbox).await?;
-        }
-        Ok(())
+        send(&mut self.client, &outbox).await
     }
 
     /// Notes what a message means for the session.
@@ -734,7 +733,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 "sluice: the upstream server closed the connection",
             );
         }
-        self.client.write_all(&last).await
+        send(&mut self.client, &last).await
     }
 }
 

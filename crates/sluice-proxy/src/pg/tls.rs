@@ -1,9 +1,10 @@
 //! TLS between PostgreSQL clients and the proxy (issue 5, §1: "SSLRequest
 //! answered 'N' unless TLS is configured"). With a certificate and key
 //! configured, an SSLRequest is answered 'S' and the session continues
-//! inside TLS (rustls, through tokio-rustls); the proxy's own connection to
-//! PostgreSQL stays plain, as PgBouncer's does by default, so the two hops
-//! can be secured separately. GSSENCRequest is still answered 'N'.
+//! inside TLS (rustls, through tokio-rustls). The proxy's own connections to
+//! PostgreSQL are secured separately ([`super::upstream_tls`]), as
+//! PgBouncer's client_tls and server_tls settings are. GSSENCRequest is
+//! still answered 'N'.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use thiserror::Error;
+use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
@@ -25,31 +27,44 @@ pub struct TlsConfig {
 
 #[derive(Debug, Error)]
 pub enum TlsError {
-    #[error("tls.cert {path}: {problem}")]
-    Cert { path: PathBuf, problem: String },
-    #[error("tls.key {path}: {problem}")]
-    Key { path: PathBuf, problem: String },
+    /// A configured file is missing, unreadable or not what it should be.
+    #[error("{field} {path}: {problem}")]
+    File {
+        field: &'static str,
+        path: PathBuf,
+        problem: String,
+    },
     #[error("tls: the key does not fit the certificate: {0}")]
     Mismatch(String),
+    #[error("upstream_tls: {0}")]
+    Upstream(String),
+}
+
+/// The cryptography both directions use.
+pub(crate) fn provider() -> Arc<CryptoProvider> {
+    Arc::new(tokio_rustls::rustls::crypto::ring::default_provider())
 }
 
 /// Loads the certificate chain and key into an acceptor, naming the file
 /// that is missing, unreadable or not what it should be.
 pub fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
-    let certs = certificates(&config.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&config.key).map_err(|e| TlsError::Key {
+    let certs = certificates("tls.cert", &config.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&config.key).map_err(|e| TlsError::File {
+        field: "tls.key",
         path: config.key.clone(),
         problem: e.to_string(),
     })?;
-    let server = ServerConfig::builder_with_provider(Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()))
+    let server = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
         .map_err(|e| TlsError::Mismatch(e.to_string()))?;
     Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let problem = |problem: String| TlsError::Cert {
+/// The certificates of the PEM file at `path`, the setting `field`.
+pub(crate) fn certificates(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let problem = |problem: String| TlsError::File {
+        field,
         path: path.to_owned(),
         problem,
     };

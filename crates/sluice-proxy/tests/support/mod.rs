@@ -1,13 +1,16 @@
 //! The integration tests' harness (issue 5, §9 "Real servers in tests"):
 //! private PostgreSQL 15 and Redis 7 instances, the proxy on its own runtime
-//! thread, and small raw-protocol clients for what psql and redis-cli
-//! cannot show (cancel packets, malformed bytes, RESP3 replies).
+//! thread, psql and self-signed certificates, and small raw-protocol clients
+//! for what psql and redis-cli cannot show (cancel packets, malformed bytes,
+//! RESP3 replies, a slow TLS reader).
 
 // Each test file uses only part of the harness.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod pgwire;
 pub mod proxy;
+pub mod psql;
 pub mod respwire;
 pub mod servers;
 

@@ -1,18 +1,27 @@
 //! A blocking raw PostgreSQL protocol client, for what psql cannot do on
 //! demand: send a CancelRequest, send malformed bytes, keep a transaction
-//! open while another client is refused.
+//! open while another client is refused, read slowly inside TLS.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::frontend;
 use sluice_proxy::pg::frame::{self, BackendKey};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+/// What the client talks over: a socket, or TLS over one.
+pub trait Wire: Read + Write + Send {}
+impl<T: Read + Write + Send> Wire for T {}
 
 pub struct PgConn {
-    stream: TcpStream,
+    stream: Box<dyn Wire>,
     pub key: Option<BackendKey>,
 }
 
@@ -37,7 +46,41 @@ impl PgConn {
     /// Opens a session as `user`, answering a cleartext or SCRAM-SHA-256
     /// password request with `password`.
     pub fn login(addr: SocketAddr, user: &str, password: Option<&str>) -> PgConn {
-        let mut conn = PgConn::raw(addr);
+        PgConn::raw(addr).log_in(user, password)
+    }
+
+    /// Opens a session as `user` (trusted) inside TLS, trusting the
+    /// certificate at `ca` for `localhost`, and reading slowly: at most 16
+    /// KiB per read of the socket, after a pause of `pace` (see [`Paced`]).
+    pub fn connect_tls(addr: SocketAddr, user: &str, ca: &Path, pace: Duration) -> PgConn {
+        let mut tcp = PgConn::socket(addr);
+        tcp.write_all(&frame::ssl_request()).expect("sending SSLRequest");
+        let mut answer = [0u8; 1];
+        tcp.read_exact(&mut answer).expect("reading the SSLRequest's answer");
+        assert_eq!(&answer, b"S", "the proxy declined TLS");
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).expect("reading the CA") {
+            roots
+                .add(cert.expect("a PEM certificate"))
+                .expect("a usable certificate");
+        }
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost").expect("a server name");
+        let tls = ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+        let stream = Box::new(StreamOwned::new(tls, Paced { tcp, pace }));
+        PgConn { stream, key: None }.log_in(user, None)
+    }
+
+    /// Sends the StartupMessage and reads up to the first ReadyForQuery,
+    /// answering a cleartext or SCRAM-SHA-256 password request with
+    /// `password`.
+    fn log_in(self, user: &str, password: Option<&str>) -> PgConn {
+        let mut conn = self;
         let mut startup = BytesMut::new();
         frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
         conn.send(&startup);
@@ -80,11 +123,18 @@ impl PgConn {
 
     /// A bare TCP connection to send anything on.
     pub fn raw(addr: SocketAddr) -> PgConn {
+        PgConn {
+            stream: Box::new(PgConn::socket(addr)),
+            key: None,
+        }
+    }
+
+    fn socket(addr: SocketAddr) -> TcpStream {
         let stream = TcpStream::connect(addr).expect("connecting to the proxy");
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .expect("setting a read timeout");
-        PgConn { stream, key: None }
+        stream
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -149,5 +199,30 @@ fn first_column(body: &[u8]) -> String {
     match usize::try_from(len) {
         Ok(len) => String::from_utf8_lossy(&body[6..6 + len]).into_owned(),
         Err(_) => "NULL".into(),
+    }
+}
+
+/// A socket read at most 16 KiB at a time, each read after a pause: a
+/// client slower than the proxy, whose socket buffers stay full.
+struct Paced {
+    tcp: TcpStream,
+    pace: Duration,
+}
+
+impl Read for Paced {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(self.pace);
+        let len = buf.len().min(16 * 1024);
+        self.tcp.read(&mut buf[..len])
+    }
+}
+
+impl Write for Paced {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
     }
 }

@@ -8,11 +8,13 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::chown;
+use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use sluice_proxy::pg::tls::TlsConfig;
 
 use super::require;
 
@@ -112,7 +114,8 @@ fn wait_until(process: &mut Process, log: &Path, mut ready: impl FnMut() -> bool
 
 /// A private PostgreSQL 15 on 127.0.0.1 with a SCRAM user `alice` and a
 /// cleartext-password user `bob` (password `secret`) over TCP, and trust for `postgres` over TCP and for
-/// everyone over the Unix socket in the temporary directory.
+/// everyone over the Unix socket in the temporary directory. Started with
+/// TLS ([`PgServer::start_tls`]), it takes TCP connections only inside TLS.
 pub struct PgServer {
     process: Process,
     pub port: u16,
@@ -124,6 +127,16 @@ impl PgServer {
     /// Starts one, or returns `None` (outside CI) when PostgreSQL 15 is not
     /// installed.
     pub fn start() -> Option<PgServer> {
+        PgServer::start_with(None)
+    }
+
+    /// Starts one with TLS (`ssl = on`, this certificate and key) that
+    /// refuses TCP connections outside TLS (only `hostssl` lines).
+    pub fn start_tls(cert: &TlsConfig) -> Option<PgServer> {
+        PgServer::start_with(Some(cert))
+    }
+
+    fn start_with(tls: Option<&TlsConfig>) -> Option<PgServer> {
         let initdb = require(&format!("{PG_BIN}/initdb"))?;
         let postgres = require(&format!("{PG_BIN}/postgres"))?;
         require("psql")?;
@@ -150,23 +163,41 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let host = if tls.is_some() { "hostssl" } else { "host" };
         let hba = format!(
-            "local all all trust\nhost all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\nhost all all 127.0.0.1/32 trust\n"
+            "local all all trust\n{host} all {PG_USER} 127.0.0.1/32 scram-sha-256\n{host} all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\n{host} all all 127.0.0.1/32 trust\n"
         );
         fs::write(data.join("pg_hba.conf"), hba).expect("writing pg_hba.conf");
+        let mut settings = vec![
+            "listen_addresses=127.0.0.1".to_string(),
+            "fsync=off".into(),
+            "synchronous_commit=off".into(),
+            "full_page_writes=off".into(),
+            "max_connections=60".into(),
+        ];
+        if let Some(tls) = tls {
+            settings.extend([
+                "ssl=on".into(),
+                "ssl_cert_file=server.crt".into(),
+                "ssl_key_file=server.key".into(),
+            ]);
+            for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
+                let to = data.join(to);
+                fs::copy(from, &to).expect("copying the certificate into the data directory");
+                // PostgreSQL refuses a key others can read.
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).expect("chmod 600");
+                if let Some((uid, gid)) = owner {
+                    chown(&to, Some(uid), Some(gid)).expect("giving the certificate to postgres");
+                }
+            }
+        }
         let port = free_port();
         let mut server = as_owner(&postgres);
         server.arg("-D").arg(&data).arg("-p").arg(port.to_string());
         server
             .arg("-c")
             .arg(format!("unix_socket_directories={}", dir.path().display()));
-        for setting in [
-            "listen_addresses=127.0.0.1",
-            "fsync=off",
-            "synchronous_commit=off",
-            "full_page_writes=off",
-            "max_connections=60",
-        ] {
+        for setting in settings {
             server.arg("-c").arg(setting);
         }
         let log = dir.path().join("postgres.log");

@@ -27,6 +27,7 @@ fn parses_startup_ssl_gssenc_and_cancel_packets() {
 
     let ssl = [0, 0, 0, 8, 4, 210, 22, 47];
     assert_eq!(parse_startup(&ssl).unwrap(), Some((Startup::Ssl, 8)));
+    assert_eq!(ssl_request(), ssl);
     let gss = [0, 0, 0, 8, 4, 210, 22, 48];
     assert_eq!(parse_startup(&gss).unwrap(), Some((Startup::GssEnc, 8)));
     let key = BackendKey {
