@@ -47,6 +47,11 @@
 #                     (checkpoint_timeout 1h, max_wal_size 16GB): a
 #                     checkpoint's stall set every p99.9 it fell into,
 #                     whatever the scheduling.
+#   UPSTREAM_TLS=1    PostgreSQL with TLS on (a self-signed certificate),
+#                     and beside PgBouncer and sluice the same with TLS to
+#                     the server (pgbouncer-tls: server_tls_sslmode =
+#                     require; sluice-tls: [proxy.upstream_tls] mode =
+#                     "require"); clients stay plain (PGSSLMODE=disable)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   WAITS=1           also sample PostgreSQL's busy backends (wait events
@@ -80,6 +85,14 @@ max_connections=$((600 + ${IDLE_BACKENDS:-0}))
 [[ -n "${TXN:-}" ]] && max_connections=$((max_connections + 600))
 echo "== PostgreSQL 15 on port $PG_PORT ($work)"
 "${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
+if [[ -n "${UPSTREAM_TLS:-}" ]]; then
+    "${as_db[@]}" openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+        -keyout "$work/data/server.key" -out "$work/data/server.crt" 2>/dev/null
+    "${as_db[@]}" chmod 600 "$work/data/server.key"
+    pg_opts+=(-c ssl=on)
+    # Only the proxies' connections to the server are to be TLS.
+    export PGSSLMODE=disable
+fi
 "${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
     -c max_connections=$max_connections -c shared_buffers=256MB "${pg_opts[@]}" >"$work/pg.log" 2>&1 &
 pids+=($!)
@@ -101,28 +114,35 @@ if [[ -n "${IDLE_BACKENDS:-}" ]]; then
     done
 fi
 
-echo "== PgBouncer on port $BOUNCER_PORT (transaction pooling, pool 16)"
-cat >"$work/pgbouncer.ini" <<INI
+echo '"postgres" ""' >"$work/users.txt"
+# start_bouncer NAME PORT [EXTRA_INI]: PgBouncer in transaction mode with
+# pool 16 in front of PostgreSQL; its pid is in bouncer_pid.
+start_bouncer() {
+    local name=$1 port=$2 extra=${3:-}
+    echo "== $name on port $port (transaction pooling, pool 16)"
+    cat >"$work/$name.ini" <<INI
 [databases]
 postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $BOUNCER_PORT
+listen_port = $port
 unix_socket_dir =
 auth_type = trust
 auth_file = $work/users.txt
 pool_mode = transaction
 default_pool_size = 16
 max_client_conn = 2000
-logfile = $work/pgbouncer.log
+logfile = $work/$name.log
+$extra
 INI
-echo '"postgres" ""' >"$work/users.txt"
-chmod a+r "$work"/*.ini "$work/users.txt"
-"${as_db[@]}" pgbouncer "$work/pgbouncer.ini" >"$work/pgbouncer.out" 2>&1 &
-pids+=($!)
-bouncer_pid=$!
-sleep 1
-kill -0 $bouncer_pid 2>/dev/null || { cat "$work/pgbouncer.log"; echo "PgBouncer did not start" >&2; exit 1; }
+    chmod a+r "$work/$name.ini" "$work/users.txt"
+    "${as_db[@]}" pgbouncer "$work/$name.ini" >"$work/$name.out" 2>&1 &
+    pids+=($!)
+    bouncer_pid=$!
+    sleep 1
+    kill -0 $bouncer_pid 2>/dev/null || { cat "$work/$name.log"; echo "$name did not start" >&2; exit 1; }
+}
+start_bouncer pgbouncer $BOUNCER_PORT
 
 # start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
 # of PostgreSQL ($PROXY_TOML goes into its [proxy] section); its pid is
@@ -199,6 +219,12 @@ else
         PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
             start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 7))"
         decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 7))"
+    fi
+    if [[ -n "${UPSTREAM_TLS:-}" ]]; then
+        start_bouncer pgbouncer-tls $((BOUNCER_PORT + 1)) "server_tls_sslmode = require"
+        targets+=",pgbouncer-tls=127.0.0.1:$((BOUNCER_PORT + 1))"
+        cpu_args+=",pgbouncer-tls=$bouncer_pid"
+        start_sluice sluice-tls $((SLUICE_PORT + 6)) "" '[proxy.upstream_tls]\nmode = "require"\n'
     fi
     if [[ -n "${THREADS2:-}" ]]; then
         PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""
