@@ -15,6 +15,9 @@
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
 #   THREADS2=1        also run a sluice proxy with two worker threads
+#   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
+#                     from another build (copy target/release/sluice away
+#                     before a change), to measure the change
 #   TXN=1             also run a sluice proxy with transaction pooling
 #                     (pool = "transaction": a backend per request, not
 #                     per client; see crates/sluice-proxy/src/pg/pool.rs)
@@ -145,13 +148,14 @@ INI
 start_bouncer pgbouncer $BOUNCER_PORT
 
 # start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
-# of PostgreSQL ($PROXY_TOML goes into its [proxy] section); its pid is
-# appended to cpu_args.
+# of PostgreSQL ($PROXY_TOML goes into its [proxy] section; $SLUICE_BIN
+# is the binary, target/release/sluice by default); its pid is appended to
+# cpu_args.
 start_sluice() {
     local name=$1 port=$2 admin=$3 extra=${4:-}
     printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "127.0.0.1:%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
         "$port" "$PG_PORT" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
-    target/release/sluice proxy --config "$work/$name.toml" 2>"$work/$name.log" &
+    "${SLUICE_BIN:-target/release/sluice}" proxy --config "$work/$name.toml" 2>"$work/$name.log" &
     pids+=($!)
     local pid=$!
     sleep 1
@@ -219,6 +223,9 @@ else
         PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
             start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 7))"
         decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 7))"
+    fi
+    if [[ -n "${BASE:-}" ]]; then
+        SLUICE_BIN=$BASE start_sluice sluice-base $((SLUICE_PORT + 5)) ""
     fi
     if [[ -n "${UPSTREAM_TLS:-}" ]]; then
         start_bouncer pgbouncer-tls $((BOUNCER_PORT + 1)) "server_tls_sslmode = require"

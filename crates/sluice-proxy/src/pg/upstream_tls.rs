@@ -33,6 +33,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
+use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -218,9 +219,26 @@ impl ServerStream {
         match self {
             ServerStream::Plain(tcp) => loop {
                 ready!(tcp.poll_read_ready(cx))?;
-                match tcp.try_read_buf(buf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    read => return Poll::Ready(read),
+                let spare = buf.capacity() - buf.len();
+                let mut read = None;
+                // A read shorter than asked drained the socket: answering
+                // WouldBlock makes tokio forget the readiness, so the next
+                // read waits for the next event instead of first asking the
+                // kernel for nothing (strace: one failed recv per message
+                // from the server, where PgBouncer has none).
+                let outcome = tcp.try_io(Interest::READABLE, || {
+                    let n = tcp.try_read_buf(buf)?;
+                    read = Some(n);
+                    if 0 < n && n < spare {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    } else {
+                        Ok(n)
+                    }
+                });
+                match (read, outcome) {
+                    (Some(n), _) => return Poll::Ready(Ok(n)),
+                    (None, Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    (None, outcome) => return Poll::Ready(outcome),
                 }
             },
             ServerStream::Tls(tls) => {
