@@ -54,7 +54,8 @@
 #                     and beside PgBouncer and sluice the same with TLS to
 #                     the server (pgbouncer-tls: server_tls_sslmode =
 #                     require; sluice-tls: [proxy.upstream_tls] mode =
-#                     "require"); clients stay plain (PGSSLMODE=disable)
+#                     "require"; with TXN=1 also sluice-txn-tls); clients
+#                     stay plain (PGSSLMODE=disable)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   WAITS=1           also sample PostgreSQL's busy backends (wait events
@@ -232,6 +233,10 @@ else
         targets+=",pgbouncer-tls=127.0.0.1:$((BOUNCER_PORT + 1))"
         cpu_args+=",pgbouncer-tls=$bouncer_pid"
         start_sluice sluice-tls $((SLUICE_PORT + 6)) "" '[proxy.upstream_tls]\nmode = "require"\n'
+        if [[ -n "${TXN:-}" ]]; then
+            PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
+                start_sluice sluice-txn-tls $((SLUICE_PORT + 4)) "" '[proxy.upstream_tls]\nmode = "require"\n'
+        fi
     fi
     if [[ -n "${THREADS2:-}" ]]; then
         PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""
