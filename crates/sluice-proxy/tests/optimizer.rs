@@ -155,6 +155,16 @@ fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
     }
 }
 
+/// P = 4, and tenant ls starting at a tenth of the others' weight.
+fn light_ls_gate() -> Gate {
+    Gate::new(GateConfig {
+        parallelism: 4,
+        weights: [("ls".to_string(), 0.1)].into(),
+        ..GateConfig::default()
+    })
+    .unwrap()
+}
+
 /// Starts the optimizer with fixed P and ζ and an SLO window of
 /// `window_ms`.
 fn start_slo_optimizer(gate: &Gate, slo: &SloTargets, log: &DecisionLog, window_ms: u64) -> watch::Sender<bool> {
@@ -172,12 +182,7 @@ fn start_slo_optimizer(gate: &Gate, slo: &SloTargets, log: &DecisionLog, window_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_set_live_raises_the_tenants_share_until_met() {
-    let gate = Gate::new(GateConfig {
-        parallelism: 4,
-        weights: [("ls".to_string(), 0.1)].into(),
-        ..GateConfig::default()
-    })
-    .unwrap();
+    let gate = light_ls_gate();
     spawn_tenant(&gate, "ls", 2);
     for b in 0..8 {
         spawn_tenant(&gate, &format!("be{b}"), 2);
@@ -218,12 +223,7 @@ async fn a_target_set_live_raises_the_tenants_share_until_met() {
 async fn a_weight_is_not_raised_on_windows_a_stall_decides() {
     // Requests take 5 ms inside, but every 300 ms the "disk" freezes for
     // 150 ms and none finishes (a WAL flush every commit waits for).
-    let gate = Gate::new(GateConfig {
-        parallelism: 4,
-        weights: [("ls".to_string(), 0.1)].into(),
-        ..GateConfig::default()
-    })
-    .unwrap();
+    let gate = light_ls_gate();
     let disk = Arc::new(tokio::sync::RwLock::new(()));
     for (tenant, users) in [("ls", 2), ("be", 8)] {
         for _ in 0..users {

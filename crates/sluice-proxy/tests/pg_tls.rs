@@ -14,7 +14,7 @@ use sluice_proxy::{PoolMode, Protocol, ProxyConfig};
 use support::certs::self_signed;
 use support::pgwire::PgConn;
 use support::proxy::ProxyHandle;
-use support::psql::{psql_command, psql_with, run, text};
+use support::psql::{psql_command, psql_with, text};
 use support::servers::{PgServer, PG_PASSWORD, PG_USER};
 
 /// Whether the backend serving the query sits inside TLS, as the server
@@ -157,7 +157,7 @@ fn scram_logins_cross_tls_on_both_sides() {
     let login = |proxy: &ProxyHandle, binding: &str| {
         let mut psql = psql_command(proxy, PG_USER, Some(PG_PASSWORD), "require");
         psql.env("PGCHANNELBINDING", binding);
-        run(psql, SSL_IN_USE)
+        support::run_with_stdin(psql, SSL_IN_USE)
     };
     // The proxy presents the server's own certificate: binding passes.
     let same = start(&server, |c| {

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_proxy::gate::GateConfig;
@@ -19,21 +18,11 @@ fn proxy(server: &RedisServer, key: TenantKey, gate: GateConfig) -> ProxyHandle 
 }
 
 fn redis_cli(proxy: &ProxyHandle, args: &[&str], stdin: &str) -> (String, String) {
-    let mut child = Command::new("redis-cli")
+    let mut command = Command::new("redis-cli");
+    command
         .args(["-h", "127.0.0.1", "-p", &proxy.addr.port().to_string()])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running redis-cli");
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(stdin.as_bytes())
-        .expect("feeding redis-cli");
-    let out = child.wait_with_output().expect("waiting for redis-cli");
+        .args(args);
+    let out = support::run_with_stdin(command, stdin);
     assert!(
         out.status.success(),
         "redis-cli {args:?} failed: {}",

@@ -14,7 +14,9 @@ pub mod psql;
 pub mod respwire;
 pub mod servers;
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 
 /// The path of a program the tests need. Under CI=true a missing program
 /// fails the test (scripts/test.sh installs them all); elsewhere the test is
@@ -36,4 +38,24 @@ pub fn require(program: &str) -> Option<PathBuf> {
         eprintln!("skipping: {program} is not installed (scripts/test.sh installs it)");
     }
     found
+}
+
+/// Runs `command` with `stdin` fed to it, and its output captured.
+pub fn run_with_stdin(mut command: Command, stdin: &str) -> Output {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(stdin.as_bytes())
+        .unwrap_or_else(|e| panic!("feeding {program}: {e}"));
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {program}: {e}"))
 }

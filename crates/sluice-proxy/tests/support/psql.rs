@@ -1,9 +1,9 @@
 //! psql through the proxy.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use super::proxy::ProxyHandle;
+use super::run_with_stdin;
 
 /// Runs psql through the proxy with `script` on stdin.
 pub fn psql(proxy: &ProxyHandle, user: &str, password: Option<&str>, script: &str) -> Output {
@@ -12,10 +12,11 @@ pub fn psql(proxy: &ProxyHandle, user: &str, password: Option<&str>, script: &st
 
 /// Runs psql with an sslmode (disable, prefer, require, ...).
 pub fn psql_with(proxy: &ProxyHandle, user: &str, password: Option<&str>, ssl_mode: &str, script: &str) -> Output {
-    run(psql_command(proxy, user, password, ssl_mode), script)
+    run_with_stdin(psql_command(proxy, user, password, ssl_mode), script)
 }
 
-/// psql through the proxy, to be given more settings before [`run`].
+/// psql through the proxy, to be given more settings before it is run
+/// ([`run_with_stdin`]).
 pub fn psql_command(proxy: &ProxyHandle, user: &str, password: Option<&str>, ssl_mode: &str) -> Command {
     let mut command = Command::new("psql");
     command.env("PGSSLMODE", ssl_mode);
@@ -35,23 +36,6 @@ pub fn psql_command(proxy: &ProxyHandle, user: &str, password: Option<&str>, ssl
         None => command.env_remove("PGPASSWORD"),
     };
     command
-}
-
-/// Runs a psql `command` with `script` on stdin.
-pub fn run(mut command: Command, script: &str) -> Output {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running psql");
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(script.as_bytes())
-        .expect("feeding psql");
-    child.wait_with_output().expect("waiting for psql")
 }
 
 pub fn text(bytes: &[u8]) -> String {
