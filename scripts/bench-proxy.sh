@@ -14,7 +14,8 @@
 #                     limiter instead of the three-sample model
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
-#   THREADS2=1        also run a sluice proxy with two worker threads
+#   THREADS=1         also run a sluice proxy with this many worker threads
+#                     (sluice-1t)
 #   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
 #                     from another build (copy target/release/sluice away
 #                     before a change), to measure the change
@@ -238,8 +239,8 @@ else
                 start_sluice sluice-txn-tls $((SLUICE_PORT + 4)) "" '[proxy.upstream_tls]\nmode = "require"\n'
         fi
     fi
-    if [[ -n "${THREADS2:-}" ]]; then
-        PROXY_TOML='threads = 2\n' start_sluice sluice-2t $((SLUICE_PORT + 8)) ""
+    if [[ -n "${THREADS:-}" ]]; then
+        PROXY_TOML="threads = $THREADS\n" start_sluice "sluice-${THREADS}t" $((SLUICE_PORT + 8)) ""
     fi
     if [[ -n "${PLAIN:-}" ]]; then
         start_sluice sluice-plain $((SLUICE_PORT + 9)) "" '[optimizer.model]\nrefine = false\n'

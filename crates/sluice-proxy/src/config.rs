@@ -77,7 +77,8 @@ pub struct ProxyConfig {
     /// client its own from the start.
     #[serde(default = "default_shared_upstreams")]
     pub shared_upstreams: usize,
-    /// Worker threads of the proxy's runtime; 0 chooses by protocol (see
+    /// Worker threads, each an event loop keeping the sessions it is given
+    /// (see `workers`); 0 chooses by protocol (see
     /// [`ProxyConfig::worker_threads`]).
     #[serde(default)]
     pub threads: usize,
@@ -157,7 +158,7 @@ impl ProxyConfig {
         }
     }
 
-    /// The runtime's worker threads: as configured, else one for Redis and
+    /// The worker threads: as configured, else one for Redis and
     /// one per core for PostgreSQL. Measured on 2 cores shared with the
     /// database and its clients: redis-benchmark (50 clients) ran at
     /// 0.79–0.93× direct with one thread and 0.60–0.69× with two, the

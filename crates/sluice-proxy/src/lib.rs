@@ -6,6 +6,7 @@
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots, refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | issue 5 §1, §7 |
+//! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
 //! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | issue 5 §1–2 |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | issue 5 §7 |
 //! | [`config`], [`settings`] | the listener's settings; the whole TOML file | issue 5 §7 |
@@ -19,8 +20,9 @@
 //! session state it loses); a Redis client shares a
 //! few batched upstream connections until its first command that reads or
 //! changes session state, and has its own from then on (`redis::shared`; the issue asks for one per client,
-//! which cost two reads and two writes per command). The runtime's threads
-//! default by protocol (`ProxyConfig::worker_threads`). A client that
+//! which cost two reads and two writes per command). Sessions run on worker
+//! threads, one event loop each (`workers`), as many as
+//! `ProxyConfig::worker_threads` says by protocol. A client that
 //! drives several connections from one thread with blocking calls (pgbench
 //! -M prepared with fewer threads than clients) can deadlock against any
 //! admission limit: a blocked call waits at the gate while the thread's
@@ -38,6 +40,7 @@ pub mod service;
 mod session;
 pub mod settings;
 pub mod stats;
+mod workers;
 
 pub use config::{PoolMode, Protocol, ProxyConfig, TenantKey};
 pub use server::{run, Proxy, ProxyError};

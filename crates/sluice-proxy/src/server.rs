@@ -23,6 +23,7 @@ use crate::pg::upstream_tls::UpstreamTls;
 use crate::redis::mux::Mux;
 use crate::session::Context;
 use crate::stats::Stats;
+use crate::workers::Workers;
 use crate::{pg, redis};
 
 #[derive(Debug, Error)]
@@ -35,6 +36,8 @@ pub enum ProxyError {
     Tls(#[from] pg::tls::TlsError),
     #[error(transparent)]
     AuthFile(#[from] pg::auth_file::AuthFileError),
+    #[error("cannot start the worker threads: {0}")]
+    Workers(io::Error),
 }
 
 /// A bound proxy listener, ready to [`run`](Proxy::run).
@@ -42,6 +45,7 @@ pub struct Proxy {
     listener: TcpListener,
     config: ProxyConfig,
     ctx: Arc<Context>,
+    workers: Workers,
 }
 
 impl Proxy {
@@ -62,6 +66,7 @@ impl Proxy {
                 addr: config.listen.clone(),
                 source,
             })?;
+        let workers = Workers::start(config.worker_threads()).map_err(ProxyError::Workers)?;
         let stats = Arc::<Stats>::default();
         let ctx = Arc::new(Context {
             gate,
@@ -84,7 +89,12 @@ impl Proxy {
                 Pool::start(settings, stats)
             }),
         });
-        Ok(Proxy { listener, config, ctx })
+        Ok(Proxy {
+            listener,
+            config,
+            ctx,
+            workers,
+        })
     }
 
     /// The address actually bound (useful with port 0).
@@ -110,9 +120,13 @@ impl Proxy {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((client, peer)) => {
-                        sessions.spawn(session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone()));
-                    }
+                    Ok((client, peer)) => match client.into_std() {
+                        Ok(client) => {
+                            let session = session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone());
+                            sessions.spawn_on(session, self.workers.next());
+                        }
+                        Err(e) => tracing::debug!("client {peer}: {e}"),
+                    },
                     // Out of descriptors and the like: the listener stays
                     // usable, so wait a little instead of spinning.
                     Err(e) => {
@@ -146,13 +160,20 @@ pub async fn run(config: ProxyConfig, gate: Gate, shutdown: impl Future<Output =
     Proxy::bind(config, gate).await?.run(shutdown).await
 }
 
+/// Serves one client on the worker it was given. The socket is registered
+/// here, with that worker's reactor: registered with the listener's, each
+/// of its wake-ups would cross threads.
 async fn session(
-    client: TcpStream,
+    client: std::net::TcpStream,
     peer: SocketAddr,
     ctx: Arc<Context>,
     protocol: Protocol,
     stop: watch::Receiver<bool>,
 ) {
+    let client = match TcpStream::from_std(client) {
+        Ok(client) => client,
+        Err(e) => return tracing::debug!("client {peer}: {e}"),
+    };
     if let Err(e) = client.set_nodelay(true) {
         tracing::debug!("client {peer}: cannot set TCP_NODELAY: {e}");
     }

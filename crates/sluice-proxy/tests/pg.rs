@@ -289,6 +289,9 @@ fn pool_config(server: &PgServer, idle_timeout_secs: u64) -> ProxyConfig {
     let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
     config.pool = PoolMode::Transaction;
     config.server_idle_timeout_secs = idle_timeout_secs;
+    // One worker: with more, a worker leases the backends it watches first
+    // (`Pool::lease`), and which worker a client lands on is not the test's.
+    config.threads = 1;
     config
 }
 

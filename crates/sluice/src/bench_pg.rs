@@ -25,8 +25,8 @@ use crate::steal::CpuTimes;
     each target once per user count; only transactions finishing after --warmup count, so a \
     proxy that tunes itself first is measured once settled. Reports per target the median \
     throughput, the paired ratio to the first target (median and spread over rounds), U_f, \
-    V_l, p99, failed transactions, and the CPU time per transaction of processes given by \
-    --cpu. Rounds with CPU steal above --max-steal are set aside.\n\n\
+    V_l, p99, failed transactions, and the CPU time and context switches per transaction of \
+    processes given by --cpu. Rounds with CPU steal above --max-steal are set aside.\n\n\
     Example: sluice bench pg --targets direct=127.0.0.1:5432,sluice=127.0.0.1:6432 \
     --users 8,256 --cpu sluice=$(pidof sluice)\n\
     scripts/bench-proxy.sh sets up PostgreSQL, PgBouncer and sluice proxy and runs this.")]
@@ -60,7 +60,7 @@ pub struct PgBench {
     /// pgbench worker threads
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Processes to charge CPU time to, as TARGET=PID (e.g. sluice=1234)
+    /// Processes to charge CPU time and context switches to, as TARGET=PID (e.g. sluice=1234)
     #[arg(long, value_delimiter = ',')]
     pub cpu: Vec<String>,
     /// Set aside rounds whose CPU steal exceeds this fraction
@@ -115,6 +115,8 @@ struct RunRecord {
     io_stall_worst_s: Option<f64>,
     /// CPU milliseconds per transaction of the target's process, if given.
     cpu_ms_per_txn: Option<f64>,
+    /// Context switches of the target's threads per transaction, if given.
+    switches_per_txn: Option<f64>,
     tenants: Vec<TenantTps>,
 }
 
@@ -138,17 +140,15 @@ pub fn run(args: PgBench) -> Result<()> {
     for &users in &args.users {
         for round in 1..=args.rounds {
             for (name, host, port) in &targets {
-                let cpu_before = pids.get(name).map(|&p| process_cpu(p)).transpose()?;
+                let usage_before = pids.get(name).map(|&p| Usage::of(p)).transpose()?;
                 let steal_before = CpuTimes::now();
                 let io_stall = IoStallWatch::start();
                 let (result, tenants) = run_tenants(&args, &tenants, host, *port, users)
                     .with_context(|| format!("{name}, {users} users"))?;
                 let steal = steal_before.steal_until(&CpuTimes::now());
                 let io_stall_worst_s = io_stall.worst_second();
-                let cpu_ms_per_txn = match (cpu_before, pids.get(name)) {
-                    (Some(before), Some(&pid)) => {
-                        Some((process_cpu(pid)? - before) * 1e3 / result.finished_in_run.max(1) as f64)
-                    }
+                let used = match (usage_before, pids.get(name)) {
+                    (Some(before), Some(&pid)) => Some(Usage::of(pid)?.since(&before, result.finished_in_run)),
                     _ => None,
                 };
                 let r = RunRecord {
@@ -164,7 +164,8 @@ pub fn run(args: PgBench) -> Result<()> {
                     failed: result.failed,
                     steal,
                     io_stall_worst_s,
-                    cpu_ms_per_txn,
+                    cpu_ms_per_txn: used.map(|u| u.cpu_s * 1e3),
+                    switches_per_txn: used.map(|u| u.switches),
                     tenants,
                 };
                 eprintln!(
@@ -313,6 +314,33 @@ pub(crate) fn target(spec: &str) -> Result<(String, String, u16)> {
     Ok((name.to_string(), host.to_string(), port))
 }
 
+/// What a process has used: CPU seconds (user plus system) and its
+/// threads' context switches (each one a sleep and a wake-up, or a
+/// preemption), so far or, after [`Usage::since`], per transaction.
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu_s: f64,
+    switches: f64,
+}
+
+impl Usage {
+    fn of(pid: u32) -> Result<Usage> {
+        Ok(Usage {
+            cpu_s: process_cpu(pid)?,
+            switches: context_switches(pid)?,
+        })
+    }
+
+    /// What was used from `before` to `self`, per transaction.
+    fn since(&self, before: &Usage, transactions: u64) -> Usage {
+        let n = transactions.max(1) as f64;
+        Usage {
+            cpu_s: (self.cpu_s - before.cpu_s) / n,
+            switches: (self.switches - before.switches) / n,
+        }
+    }
+}
+
 /// User plus system CPU seconds of process `pid` so far.
 fn process_cpu(pid: u32) -> Result<f64> {
     let stat =
@@ -334,6 +362,24 @@ fn process_cpu(pid: u32) -> Result<f64> {
     Ok(ticks / hz)
 }
 
+/// Voluntary and involuntary context switches of all threads of `pid`.
+fn context_switches(pid: u32) -> Result<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("process {pid} (--cpu)"))?;
+    let mut switches = 0.0;
+    for task in tasks {
+        // A thread that ended meanwhile has nothing left to count.
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            continue;
+        };
+        switches += status
+            .lines()
+            .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(switches)
+}
+
 /// The kept runs grouped by (users, target), in the order first run.
 fn groups<'a>(kept: &[&'a RunRecord]) -> Vec<Vec<&'a RunRecord>> {
     let mut groups: Vec<Vec<&RunRecord>> = Vec::new();
@@ -353,7 +399,7 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
     let kept: Vec<&RunRecord> = records.iter().filter(|r| r.steal <= max_steal).collect();
     let set_aside = records.len() - kept.len();
     println!(
-        "\nusers  target        tps (median)  vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn"
+        "\nusers  target        tps (median)  vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn  switches/txn"
     );
     for runs in groups(&kept) {
         let (users, target) = (runs[0].users, &runs[0].target);
@@ -368,14 +414,16 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
         let col = |f: &dyn Fn(&RunRecord) -> f64| median(runs.iter().map(|r| f(r)).collect());
         let (ratio, lo, hi) = median_min_max(ratios);
         let cpu = col(&|r| r.cpu_ms_per_txn.unwrap_or(f64::NAN));
+        let switches = col(&|r| r.switches_per_txn.unwrap_or(f64::NAN));
         println!(
-            "{users:>5}  {target:<12} {:>12.0}  {ratio:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {}",
+            "{users:>5}  {target:<12} {:>12.0}  {ratio:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
             col(&|r| r.tps),
             col(&|r| r.unfairness),
             col(&|r| r.latency_cv),
             col(&|r| r.p99_ms),
             runs.iter().map(|r| r.failed).sum::<u64>(),
             if cpu.is_nan() { "-".into() } else { format!("{cpu:.3}") },
+            if switches.is_nan() { "-".into() } else { format!("{switches:.2}") },
         );
     }
     if set_aside > 0 {

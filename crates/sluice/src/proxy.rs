@@ -58,10 +58,9 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let settings = settings(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.proxy.worker_threads())
-        .enable_all()
-        .build()?;
+    // Sessions run on the proxy's own worker threads; this one runs the
+    // listener, the optimizer and the admin port.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(serve(settings, args.config))
 }
 

