@@ -265,8 +265,7 @@ mod tests {
         config.tls = None;
         config.upstream_tls = Some(crate::pg::upstream_tls::UpstreamTlsConfig {
             mode: crate::pg::upstream_tls::SslMode::Require,
-            ca: None,
-            server_name: None,
+            ..Default::default()
         });
         let err = config.validate().unwrap_err();
         assert_eq!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::upstream_tls::{SslMode, UpstreamTlsConfig};
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig};
-use support::certs::self_signed;
+use support::certs::{client_cert, self_signed};
 use support::pgwire::PgConn;
 use support::proxy::ProxyHandle;
 use support::psql::{psql_command, psql_with, text};
@@ -32,6 +32,7 @@ fn upstream_tls(mode: SslMode, ca: Option<&Path>, server_name: Option<&str>) -> 
         mode,
         ca: ca.map(Path::to_path_buf),
         server_name: server_name.map(str::to_string),
+        ..Default::default()
     })
 }
 
@@ -100,31 +101,63 @@ fn server_connections_go_inside_tls_as_configured() {
     assert!(!out.status.success(), "a plain login to a hostssl-only server");
     assert!(text(&out.stderr).contains("no encryption"), "{}", text(&out.stderr));
 
-    for (mode, ca) in [
-        (SslMode::Prefer, None),
-        (SslMode::Require, None),
-        (SslMode::VerifyFull, Some(cert.cert.as_path())),
+    let ca = Some(cert.cert.as_path());
+    for (mode, ca, name) in [
+        (SslMode::Prefer, None, None),
+        (SslMode::Require, None, None),
+        (SslMode::VerifyFull, ca, None),
+        // verify-ca checks the chain, not the name.
+        (SslMode::VerifyCa, ca, Some("db.example")),
     ] {
-        let proxy = start(&server, |c| c.upstream_tls = upstream_tls(mode, ca, None));
+        let proxy = start(&server, |c| c.upstream_tls = upstream_tls(mode, ca, name));
         let out = psql_with(&proxy, "postgres", None, "disable", SSL_IN_USE);
         assert!(out.status.success(), "{mode:?}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "t\n", "{mode:?}");
     }
 
-    // verify-full against a CA that did not sign it, or a name it lacks.
+    // A CA that did not sign it, or under verify-full a name it lacks.
     let other = self_signed(dir.path(), "other");
-    for (ca, name) in [(&other.cert, None), (&cert.cert, Some("db.example"))] {
-        let proxy = start(&server, |c| {
-            c.upstream_tls = upstream_tls(SslMode::VerifyFull, Some(ca), name)
-        });
+    for (mode, ca, name) in [
+        (SslMode::VerifyFull, &other.cert, None),
+        (SslMode::VerifyCa, &other.cert, None),
+        (SslMode::VerifyFull, &cert.cert, Some("db.example")),
+    ] {
+        let proxy = start(&server, |c| c.upstream_tls = upstream_tls(mode, Some(ca), name));
         let out = psql_with(&proxy, "postgres", None, "disable", SSL_IN_USE);
-        assert!(!out.status.success(), "verify-full accepted {ca:?} {name:?}");
+        assert!(!out.status.success(), "{mode:?} accepted {ca:?} {name:?}");
         let stderr = text(&out.stderr);
         assert!(
             stderr.contains("cannot reach the upstream server") && stderr.contains("invalid peer certificate"),
             "{stderr}"
         );
     }
+}
+
+/// A server that takes `postgres` only with a client certificate: the
+/// proxy's own (`cert`, `key`) logs every client in.
+#[test]
+fn the_proxy_shows_its_client_certificate_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = self_signed(dir.path(), "server");
+    let client = client_cert(dir.path(), "postgres");
+    let Some(server) = PgServer::start_tls_client_certs(&cert, &client.cert) else {
+        return;
+    };
+    let without = start(&server, |c| c.upstream_tls = upstream_tls(SslMode::Require, None, None));
+    let out = psql_with(&without, "postgres", None, "disable", SSL_IN_USE);
+    assert!(!out.status.success(), "a login without a client certificate");
+    assert!(text(&out.stderr).contains("certificate"), "{}", text(&out.stderr));
+
+    let with = start(&server, |c| {
+        c.upstream_tls = Some(UpstreamTlsConfig {
+            cert: Some(client.cert.clone()),
+            key: Some(client.key.clone()),
+            ..upstream_tls(SslMode::Require, None, None).unwrap()
+        })
+    });
+    let out = psql_with(&with, "postgres", None, "disable", SSL_IN_USE);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "t\n");
 }
 
 #[test]

@@ -49,16 +49,21 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 /// that is missing, unreadable or not what it should be.
 pub fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
     let certs = certificates("tls.cert", &config.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&config.key).map_err(|e| TlsError::File {
-        field: "tls.key",
-        path: config.key.clone(),
-        problem: e.to_string(),
-    })?;
+    let key = private_key("tls.key", &config.key)?;
     let server = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
         .map_err(|e| TlsError::Mismatch(e.to_string()))?;
     Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+/// The private key in the PEM file at `path`, the setting `field`.
+pub(crate) fn private_key(field: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::File {
+        field,
+        path: path.to_owned(),
+        problem: e.to_string(),
+    })
 }
 
 /// The certificates of the PEM file at `path`, the setting `field`.

@@ -6,9 +6,13 @@
 //!
 //! Modes, named as libpq's `sslmode`: `prefer` (TLS when the server offers
 //! it, else plain), `require` (TLS or no connection; the certificate is not
-//! checked, as libpq's `require` without a root certificate), `verify-full`
-//! (the certificate must chain to `ca` and name `server_name`, by default
-//! the host of `upstream`).
+//! checked, as libpq's `require` without a root certificate), `verify-ca`
+//! (the certificate must chain to `ca`, whatever names it carries),
+//! `verify-full` (it must also name `server_name`, by default the host of
+//! `upstream`). With `cert` and `key` the proxy shows a client certificate
+//! of its own, for servers whose pg_hba.conf asks for one (`cert`
+//! authentication, or `clientcert=verify-ca|verify-full`); it is the
+//! proxy's, not a client's: every login the proxy relays presents it.
 //!
 //! SCRAM channel binding: on a TLS connection PostgreSQL offers
 //! SCRAM-SHA-256-PLUS, which binds the login to the certificate the client
@@ -38,36 +42,65 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
 use super::frame;
-use super::tls::{certificates, provider, TlsError};
+use super::tls::{certificates, private_key, provider, TlsError};
 use crate::session::READ_SIZE;
 
-/// How much TLS the proxy asks of the server (libpq's names).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+/// How much TLS the proxy asks of the server (libpq's names; its default).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
+    #[default]
     Prefer,
     Require,
+    VerifyCa,
     VerifyFull,
 }
 
+impl std::fmt::Display for SslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        })
+    }
+}
+
+impl SslMode {
+    /// Whether the server's certificate must chain to `ca`.
+    fn verifies(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+}
+
 /// `[proxy.upstream_tls]`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     pub mode: SslMode,
-    /// `verify-full`: PEM certificates the server's must chain to.
+    /// `verify-ca` and `verify-full`: PEM certificates the server's must
+    /// chain to.
     #[serde(default)]
     pub ca: Option<PathBuf>,
     /// `verify-full`: the name the certificate must carry, if not the host
     /// of `upstream`.
     #[serde(default)]
     pub server_name: Option<String>,
+    /// The proxy's client certificate chain (PEM), for servers that ask
+    /// for one; with `key`.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of `cert`.
+    #[serde(default)]
+    pub key: Option<PathBuf>,
 }
 
 /// What opening a server connection under TLS needs, built once at start.
@@ -90,23 +123,22 @@ impl UpstreamTls {
         let provider = provider();
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Upstream(e.to_string()))?;
-        let client = match (config.mode, &config.ca) {
-            (SslMode::VerifyFull, Some(ca)) => builder.with_root_certificates(roots(ca)?).with_no_client_auth(),
-            (SslMode::VerifyFull, None) => {
+            .map_err(|e| TlsError::Upstream(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier(config, provider)?);
+        let client = match (&config.cert, &config.key) {
+            (Some(cert), Some(key)) => builder
+                .with_client_auth_cert(
+                    certificates("upstream_tls.cert", cert)?,
+                    private_key("upstream_tls.key", key)?,
+                )
+                .map_err(|e| TlsError::Upstream(format!("key does not fit cert: {e}")))?,
+            (None, None) => builder.with_no_client_auth(),
+            _ => {
                 return Err(TlsError::Upstream(
-                    "mode = \"verify-full\" needs ca: the PEM certificates the server's must chain to".into(),
+                    "cert and key go together: give both or neither".into(),
                 ))
             }
-            (mode, Some(_)) => {
-                return Err(TlsError::Upstream(format!(
-                    "ca is checked only with mode = \"verify-full\", not {mode:?}"
-                )))
-            }
-            (_, None) => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-                .with_no_client_auth(),
         };
         Ok(UpstreamTls {
             mode: config.mode,
@@ -129,7 +161,7 @@ impl UpstreamTls {
             }
             b'N' if self.mode == SslMode::Prefer => Ok(ServerStream::Plain(tcp)),
             b'N' => Err(io::Error::other(format!(
-                "the server does not accept TLS, and upstream_tls.mode is {:?}",
+                "the server does not accept TLS, and upstream_tls.mode is \"{}\"",
                 self.mode
             ))),
             other => Err(io::Error::new(
@@ -146,6 +178,34 @@ fn host_of(upstream: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
+/// How the server's certificate is checked under `config.mode`.
+fn verifier(
+    config: &UpstreamTlsConfig,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
+    let mode = config.mode;
+    let Some(ca) = &config.ca else {
+        return match mode.verifies() {
+            true => Err(TlsError::Upstream(format!(
+                "mode = \"{mode}\" needs ca: the PEM certificates the server's must chain to"
+            ))),
+            false => Ok(Arc::new(Unchecked(provider))),
+        };
+    };
+    if !mode.verifies() {
+        return Err(TlsError::Upstream(format!(
+            "ca is checked only with mode = \"verify-ca\" or \"verify-full\", not \"{mode}\""
+        )));
+    }
+    let chained = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
+        .build()
+        .map_err(|e| TlsError::Upstream(format!("ca {}: {e}", ca.display())))?;
+    Ok(match mode {
+        SslMode::VerifyCa => Arc::new(AnyName(chained)),
+        _ => chained,
+    })
+}
+
 fn roots(ca: &std::path::Path) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certificates("upstream_tls.ca", ca)? {
@@ -156,6 +216,53 @@ fn roots(ca: &std::path::Path) -> Result<RootCertStore, TlsError> {
         })?;
     }
     Ok(roots)
+}
+
+/// `verify-ca`: the chain is checked, the names it is valid for are not
+/// (webpki checks the chain before the name, so a name mismatch means the
+/// chain passed).
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
+        use tokio_rustls::rustls::{CertificateError, Error};
+        match self.0.verify_server_cert(end_entity, intermediates, name, ocsp, now) {
+            Err(Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            checked => checked,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// `prefer` and `require`: encryption without checking whom it is with
@@ -304,7 +411,7 @@ mod tests {
         UpstreamTlsConfig {
             mode,
             ca,
-            server_name: None,
+            ..Default::default()
         }
     }
 
@@ -313,7 +420,13 @@ mod tests {
         let err = |c: &UpstreamTlsConfig, upstream| UpstreamTls::new(c, upstream).err().unwrap().to_string();
         assert!(err(&config(SslMode::VerifyFull, None), "db:5432").contains("needs ca"));
         let with_ca = config(SslMode::Require, Some("ca.pem".into()));
-        assert!(err(&with_ca, "db:5432").contains("only with mode = \"verify-full\""));
+        assert!(err(&with_ca, "db:5432").contains("only with mode = \"verify-ca\" or \"verify-full\""));
+        assert!(err(&config(SslMode::VerifyCa, None), "db:5432").contains("mode = \"verify-ca\" needs ca"));
+        let mut half = config(SslMode::Require, None);
+        half.cert = Some("client.crt".into());
+        assert!(err(&half, "db:5432").contains("cert and key go together"));
+        half.key = Some("client.key".into());
+        assert!(err(&half, "db:5432").starts_with("upstream_tls.cert client.crt"));
         let missing = config(SslMode::VerifyFull, Some("/nonexistent/ca.pem".into()));
         let e = err(&missing, "db:5432");
         assert!(e.starts_with("upstream_tls.ca /nonexistent/ca.pem"), "{e}");

@@ -127,16 +127,23 @@ impl PgServer {
     /// Starts one, or returns `None` (outside CI) when PostgreSQL 15 is not
     /// installed.
     pub fn start() -> Option<PgServer> {
-        PgServer::start_with(None)
+        PgServer::start_with(None, None)
     }
 
     /// Starts one with TLS (`ssl = on`, this certificate and key) that
     /// refuses TCP connections outside TLS (only `hostssl` lines).
     pub fn start_tls(cert: &TlsConfig) -> Option<PgServer> {
-        PgServer::start_with(Some(cert))
+        PgServer::start_with(Some(cert), None)
     }
 
-    fn start_with(tls: Option<&TlsConfig>) -> Option<PgServer> {
+    /// As [`PgServer::start_tls`], and a TCP login as `postgres` needs a
+    /// client certificate for that user chaining to `client_ca` (pg_hba
+    /// `cert`).
+    pub fn start_tls_client_certs(cert: &TlsConfig, client_ca: &Path) -> Option<PgServer> {
+        PgServer::start_with(Some(cert), Some(client_ca))
+    }
+
+    fn start_with(tls: Option<&TlsConfig>, client_ca: Option<&Path>) -> Option<PgServer> {
         let initdb = require(&format!("{PG_BIN}/initdb"))?;
         let postgres = require(&format!("{PG_BIN}/postgres"))?;
         require("psql")?;
@@ -164,8 +171,12 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let host = if tls.is_some() { "hostssl" } else { "host" };
+        let cert_login = match client_ca {
+            Some(_) => "hostssl all postgres 127.0.0.1/32 cert\n",
+            None => "",
+        };
         let hba = format!(
-            "local all all trust\n{host} all {PG_USER} 127.0.0.1/32 scram-sha-256\n{host} all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\n{host} all all 127.0.0.1/32 trust\n"
+            "local all all trust\n{cert_login}{host} all {PG_USER} 127.0.0.1/32 scram-sha-256\n{host} all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\n{host} all all 127.0.0.1/32 trust\n"
         );
         fs::write(data.join("pg_hba.conf"), hba).expect("writing pg_hba.conf");
         let mut settings = vec![
@@ -181,7 +192,12 @@ impl PgServer {
                 "ssl_cert_file=server.crt".into(),
                 "ssl_key_file=server.key".into(),
             ]);
-            for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
+            let mut files = vec![(tls.cert.as_path(), "server.crt"), (tls.key.as_path(), "server.key")];
+            if let Some(ca) = client_ca {
+                settings.push("ssl_ca_file=client_ca.crt".into());
+                files.push((ca, "client_ca.crt"));
+            }
+            for (from, to) in files {
                 let to = data.join(to);
                 fs::copy(from, &to).expect("copying the certificate into the data directory");
                 // PostgreSQL refuses a key others can read.
