@@ -72,9 +72,9 @@ pub struct ProxyConfig {
     /// closes the connections that still have one.
     #[serde(default = "default_drain_timeout_secs")]
     pub drain_timeout_secs: u64,
-    /// Redis: upstream connections shared by the clients whose session is
-    /// still in its default state (see `redis::shared`); 0 gives every
-    /// client its own from the start.
+    /// Redis: upstream connections, per worker thread, shared by the
+    /// worker's clients whose session is still in its default state (see
+    /// `redis::shared`); 0 gives every client its own from the start.
     #[serde(default = "default_shared_upstreams")]
     pub shared_upstreams: usize,
     /// Worker threads, each an event loop keeping the sessions it is given
@@ -162,7 +162,9 @@ impl ProxyConfig {
     /// one per core for PostgreSQL. Measured on 2 cores shared with the
     /// database and its clients: redis-benchmark (50 clients) ran at
     /// 0.79–0.93× direct with one thread and 0.60–0.69× with two, the
-    /// second costing more in context switches than it gave; pgbench with
+    /// second costing more in context switches than it gave (with an event
+    /// loop per worker and lanes per worker, two still ran at 0.83–0.99×
+    /// one); pgbench with
     /// 8 users ran 16% faster with two (a lone thread, descheduled among
     /// PostgreSQL's backends, stalls every session).
     pub fn worker_threads(&self) -> usize {

@@ -40,20 +40,29 @@ const BATCH_BYTES: usize = 64 * 1024;
 
 pub(crate) struct Mux {
     upstream: String,
+    /// `per_worker` lanes for each worker, in worker order.
     lanes: Vec<Mutex<Option<mpsc::UnboundedSender<Call>>>>,
+    per_worker: usize,
 }
 
 impl Mux {
-    /// `lanes` shared connections to `upstream`, dialled on first use.
-    pub fn new(upstream: String, lanes: usize) -> Self {
+    /// `per_worker` shared connections to `upstream` for each of `workers`,
+    /// dialled on first use.
+    pub fn new(upstream: String, per_worker: usize, workers: usize) -> Self {
+        let per_worker = per_worker.max(1);
         Mux {
             upstream,
-            lanes: (0..lanes.max(1)).map(|_| Mutex::new(None)).collect(),
+            lanes: (0..per_worker * workers.max(1)).map(|_| Mutex::new(None)).collect(),
+            per_worker,
         }
     }
 
-    pub fn lanes(&self) -> usize {
-        self.lanes.len()
+    /// The lane for a client of the calling worker: one of that worker's,
+    /// chosen by `key`. A lane runs on the worker that dialled it, so a
+    /// worker's clients and their lane never wake another thread.
+    pub fn lane_for(&self, key: usize) -> usize {
+        let worker = crate::workers::current().unwrap_or(0);
+        (worker * self.per_worker + key % self.per_worker) % self.lanes.len()
     }
 
     /// Queues `command` on lane `lane`; the receiver gets its reply.
@@ -180,5 +189,28 @@ async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight) -> io::Error 
                 None => return io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::workers::Workers;
+
+    #[tokio::test]
+    async fn a_client_gets_a_lane_of_its_own_worker() {
+        let mux = Arc::new(Mux::new("127.0.0.1:1".into(), 2, 2));
+        // Off the workers (as in tests on their own runtime): worker 0's.
+        assert_eq!((0..4).map(|k| mux.lane_for(k)).collect::<Vec<_>>(), [0, 1, 0, 1]);
+        let workers = Workers::start(2).unwrap();
+        let mut lanes = Vec::new();
+        for key in [4, 5, 6, 7] {
+            let mux = Arc::clone(&mux);
+            lanes.push(workers.next().spawn(async move { mux.lane_for(key) }).await.unwrap());
+        }
+        // Round robin puts keys 4 and 6 on worker 0, 5 and 7 on worker 1.
+        assert_eq!(lanes, [0, 3, 0, 3]);
     }
 }

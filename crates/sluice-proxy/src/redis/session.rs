@@ -89,7 +89,7 @@ pub(crate) async fn serve(
     let who = ctx.who(&name);
     let mut buf = BytesMut::new();
     if let Some(mux) = &ctx.mux {
-        let lane = usize::from(peer.port()) % mux.lanes();
+        let lane = mux.lane_for(usize::from(peer.port()));
         let phase = shared::serve(&mut client, &mut buf, &who, ctx, (mux, lane), shutdown.clone()).await?;
         if let Phase::Done = phase {
             return Ok(());
