@@ -7,7 +7,9 @@
 //! Modes, named as libpq's `sslmode`: `prefer` (TLS when the server offers
 //! it, else plain), `require` (TLS or no connection; the certificate is not
 //! checked, as libpq's `require` without a root certificate), `verify-ca`
-//! (the certificate must chain to `ca`, whatever names it carries),
+//! (the certificate must chain to `ca`, whatever names it carries; `ca =
+//! "system"` takes the system's trusted roots, as libpq's
+//! `sslrootcert=system`, honouring `SSL_CERT_FILE` and `SSL_CERT_DIR`),
 //! `verify-full` (it must also name `server_name`, by default the host of
 //! `upstream`). With `cert` and `key` the proxy shows a client certificate
 //! of its own, for servers whose pg_hba.conf asks for one (`cert`
@@ -87,7 +89,7 @@ impl SslMode {
 pub struct UpstreamTlsConfig {
     pub mode: SslMode,
     /// `verify-ca` and `verify-full`: PEM certificates the server's must
-    /// chain to.
+    /// chain to, or "system" for the system's trusted roots.
     #[serde(default)]
     pub ca: Option<PathBuf>,
     /// `verify-full`: the name the certificate must carry, if not the host
@@ -206,7 +208,11 @@ fn verifier(
     })
 }
 
+/// The roots in the PEM file `ca`, or the system's for "system".
 fn roots(ca: &std::path::Path) -> Result<RootCertStore, TlsError> {
+    if ca == std::path::Path::new(SYSTEM_ROOTS) {
+        return system_roots();
+    }
     let mut roots = RootCertStore::empty();
     for cert in certificates("upstream_tls.ca", ca)? {
         roots.add(cert).map_err(|e| TlsError::File {
@@ -214,6 +220,30 @@ fn roots(ca: &std::path::Path) -> Result<RootCertStore, TlsError> {
             path: ca.to_owned(),
             problem: e.to_string(),
         })?;
+    }
+    Ok(roots)
+}
+
+/// `ca`'s value that names the system's trusted roots (libpq's word).
+const SYSTEM_ROOTS: &str = "system";
+
+/// The system's trusted roots (rustls-native-certs: the platform's store,
+/// or `SSL_CERT_FILE` / `SSL_CERT_DIR` when set). Certificates the store
+/// holds that rustls cannot use are skipped; none usable is an error.
+fn system_roots() -> Result<RootCertStore, TlsError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        let why: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+        return Err(TlsError::Upstream(format!(
+            "ca = \"system\": no usable trusted root certificate found on this system{}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        )));
     }
     Ok(roots)
 }
