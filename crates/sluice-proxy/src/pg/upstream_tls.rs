@@ -191,7 +191,7 @@ fn verifier(
             true => Err(TlsError::Upstream(format!(
                 "mode = \"{mode}\" needs ca: the PEM certificates the server's must chain to"
             ))),
-            false => Ok(Arc::new(Unchecked(provider))),
+            false => Ok(Arc::new(Lenient { chain: None, provider })),
         };
     };
     if !mode.verifies() {
@@ -199,11 +199,14 @@ fn verifier(
             "ca is checked only with mode = \"verify-ca\" or \"verify-full\", not \"{mode}\""
         )));
     }
-    let chained = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
+    let chained = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), Arc::clone(&provider))
         .build()
         .map_err(|e| TlsError::Upstream(format!("ca {}: {e}", ca.display())))?;
     Ok(match mode {
-        SslMode::VerifyCa => Arc::new(AnyName(chained)),
+        SslMode::VerifyCa => Arc::new(Lenient {
+            chain: Some(chained),
+            provider,
+        }),
         _ => chained,
     })
 }
@@ -248,13 +251,19 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// `verify-ca`: the chain is checked, the names it is valid for are not
-/// (webpki checks the chain before the name, so a name mismatch means the
-/// chain passed).
+/// The modes that check less than webpki does: `prefer` and `require` no
+/// certificate at all (libpq's `require` without a root certificate),
+/// `verify-ca` the chain to `ca` but not the names it is valid for (webpki
+/// checks the chain before the name, so a name mismatch means the chain
+/// passed). The handshake's signatures are checked in every mode.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    /// `verify-ca`'s chain check; `None` checks no certificate.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -264,7 +273,10 @@ impl ServerCertVerifier for AnyName {
         now: UnixTime,
     ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
         use tokio_rustls::rustls::{CertificateError, Error};
-        match self.0.verify_server_cert(end_entity, intermediates, name, ocsp, now) {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, name, ocsp, now) {
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -278,7 +290,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -287,52 +299,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require`: encryption without checking whom it is with
-/// (libpq's `require` without a root certificate). The handshake's
-/// signatures are still checked; the certificate chain is not.
-#[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
