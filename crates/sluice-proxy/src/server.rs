@@ -76,13 +76,8 @@ impl Proxy {
             tenant_key: config.tenant_key,
             tls,
             upstream_tls: upstream_tls.clone(),
-            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0).then(|| {
-                Mux::new(
-                    config.upstream.clone(),
-                    config.shared_upstreams,
-                    config.worker_threads(),
-                )
-            }),
+            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
+                .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams, workers.len())),
             pool: (config.pool == PoolMode::Transaction).then(|| {
                 let settings = PoolSettings {
                     upstream: config.upstream.clone(),

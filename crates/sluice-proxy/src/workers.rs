@@ -69,6 +69,11 @@ impl Workers {
         })
     }
 
+    /// How many workers run.
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
     /// The worker the next session goes to.
     pub fn next(&self) -> &Handle {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();

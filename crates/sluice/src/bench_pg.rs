@@ -413,8 +413,15 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
             .collect();
         let col = |f: &dyn Fn(&RunRecord) -> f64| median(runs.iter().map(|r| f(r)).collect());
         let (ratio, lo, hi) = median_min_max(ratios);
-        let cpu = col(&|r| r.cpu_ms_per_txn.unwrap_or(f64::NAN));
-        let switches = col(&|r| r.switches_per_txn.unwrap_or(f64::NAN));
+        // A column only some targets have (--cpu): "-" for the others.
+        let optional = |f: &dyn Fn(&RunRecord) -> Option<f64>, digits: usize| {
+            let m = col(&|r| f(r).unwrap_or(f64::NAN));
+            if m.is_nan() {
+                "-".into()
+            } else {
+                format!("{m:.digits$}")
+            }
+        };
         println!(
             "{users:>5}  {target:<12} {:>12.0}  {ratio:>6.2} ({lo:.2}-{hi:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
             col(&|r| r.tps),
@@ -422,8 +429,8 @@ fn print_table(records: &[RunRecord], baseline: &str, max_steal: f64) {
             col(&|r| r.latency_cv),
             col(&|r| r.p99_ms),
             runs.iter().map(|r| r.failed).sum::<u64>(),
-            if cpu.is_nan() { "-".into() } else { format!("{cpu:.3}") },
-            if switches.is_nan() { "-".into() } else { format!("{switches:.2}") },
+            optional(&|r| r.cpu_ms_per_txn, 3),
+            optional(&|r| r.switches_per_txn, 2),
         );
     }
     if set_aside > 0 {

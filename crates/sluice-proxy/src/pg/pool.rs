@@ -314,8 +314,10 @@ impl Pool {
     pub async fn lease(&self, startup: &Bytes) -> Result<Arc<Backend>, PoolError> {
         let worker = crate::workers::current();
         loop {
-            let taken =
-                (self.lock().get_mut(startup)).and_then(|stack| take_newest(stack, |(b, _)| b.worker == worker));
+            let taken = self
+                .lock()
+                .get_mut(startup)
+                .and_then(|stack| take_newest(stack, |(b, _)| b.worker == worker));
             let Some((backend, _)) = taken else {
                 break;
             };

@@ -46,13 +46,13 @@ pub(crate) struct Mux {
 }
 
 impl Mux {
-    /// `per_worker` shared connections to `upstream` for each of `workers`,
-    /// dialled on first use.
+    /// `per_worker` shared connections to `upstream` for each of `workers`
+    /// (at least one), dialled on first use.
     pub fn new(upstream: String, per_worker: usize, workers: usize) -> Self {
         let per_worker = per_worker.max(1);
         Mux {
             upstream,
-            lanes: (0..per_worker * workers.max(1)).map(|_| Mutex::new(None)).collect(),
+            lanes: (0..per_worker * workers).map(|_| Mutex::new(None)).collect(),
             per_worker,
         }
     }
