@@ -4,7 +4,8 @@
 //! - P, slow timescale, by one of: `fixed`; `model`, the three-sample model
 //!   of §4.3.1 (sample throughput at P0, at a middle P1 and at P2 = the
 //!   demand, fit Eq. 2, let in the matching point; sample again after
-//!   `rerun_ms` or when the demand moves by more than `demand_change`);
+//!   `rerun_ms` or when the demand moves by more than `demand_change`,
+//!   and start sampling afresh when it moves while sampling);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -104,6 +105,13 @@ pub struct ModelConfig {
     /// at 7–11, below the peak near 16 that a hand sweep found, and the
     /// refinement raised throughput 12–19% (docs/BENCHMARKS.md).
     pub refine: bool,
+}
+
+impl ModelConfig {
+    /// Whether `demand` differs from `users` by more than `demand_change`.
+    fn demand_moved(&self, demand: usize, users: usize) -> bool {
+        (demand as f64 - users as f64).abs() > self.demand_change * users.max(1) as f64
+    }
 }
 
 impl Default for ModelConfig {
@@ -524,6 +532,21 @@ impl Optimizer {
 
     fn model_tick(&mut self, period: &Period, now: Instant) {
         let m = self.config.model.clone();
+        if let ModelPhase::Sampling { ps, .. } = &self.model {
+            // A sample is λ at a fixed number of users; one taken while
+            // users come or go would bend the fit (users leaving halfway
+            // through the last sample once set P to half their number).
+            let (users, demand) = (ps[2], period.peak_demand);
+            if m.demand_moved(demand, users) {
+                let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
+                self.decide("matching_point", self.gate.parallelism() as f64, why);
+                self.model = holding(now, 0);
+                if demand > 0 {
+                    self.start_sampling(demand, now);
+                }
+                return;
+            }
+        }
         match &mut self.model {
             ModelPhase::Holding {
                 since,
@@ -534,7 +557,7 @@ impl Optimizer {
                 // time: clients connecting or leaving pass through every
                 // count on their way.
                 let demand = period.peak_demand;
-                let moved = (demand as f64 - *users as f64).abs() > m.demand_change * (*users).max(1) as f64;
+                let moved = m.demand_moved(demand, *users);
                 *moved_since = if moved { moved_since.or(Some(now)) } else { None };
                 let sustained = moved_since.is_some_and(|t| now - t >= Duration::from_millis(m.settle_ms));
                 let stale = now - *since >= Duration::from_millis(m.rerun_ms);

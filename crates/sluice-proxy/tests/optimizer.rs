@@ -17,6 +17,7 @@ use sluice_proxy::optimizer::{
     self, Decision, DecisionLog, ModelConfig, OptimizerConfig, ParallelismMode, SloTargets, ZetaMode,
 };
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 fn throughput(p: usize) -> f64 {
     p as f64 / service(p).as_secs_f64()
@@ -26,12 +27,14 @@ fn service(inside: usize) -> Duration {
     Duration::from_secs_f64(0.005 * (1.0 + (inside as f64 / 16.0).powi(2)))
 }
 
-/// `users` closed-loop users against the simulated database.
-fn spawn_users(gate: &Gate, users: usize) {
+/// `users` closed-loop users against the simulated database; they leave
+/// when the set is dropped.
+fn spawn_users(gate: &Gate, users: usize) -> JoinSet<()> {
+    let mut set = JoinSet::new();
     for u in 0..users {
         let gate = gate.clone();
         let tenant = gate.tenant(&format!("user{u}"));
-        tokio::spawn(async move {
+        set.spawn(async move {
             loop {
                 let slot = gate.admit(&tenant).await.unwrap();
                 let service = service(gate.in_flight());
@@ -42,22 +45,16 @@ fn spawn_users(gate: &Gate, users: usize) {
             }
         });
     }
+    set
 }
 
-/// Runs the optimizer for `run_for`, and then, on a loaded machine, until
-/// it has made a decision that `awaited` picks (for at most 20 s more).
-async fn settled_p(
-    mode: ParallelismMode,
-    refine: bool,
-    run_for: Duration,
-    awaited: fn(&Decision) -> bool,
-) -> (usize, DecisionLog) {
+/// A gate letting in 64 and the optimizer choosing its P by `mode`.
+fn start_optimizer(mode: ParallelismMode, refine: bool) -> (Gate, DecisionLog, watch::Sender<bool>) {
     let gate = Gate::new(GateConfig {
         parallelism: 64,
         ..GateConfig::default()
     })
     .unwrap();
-    spawn_users(&gate, 64);
     let config = OptimizerConfig {
         period_ms: 50,
         parallelism: mode,
@@ -75,11 +72,30 @@ async fn settled_p(
     let (stop, stopped) = watch::channel(false);
     let slo = SloTargets::new(Vec::new());
     tokio::spawn(optimizer::run(config, gate.clone(), log.clone(), slo, stopped));
-    tokio::time::sleep(run_for).await;
+    (gate, log, stop)
+}
+
+/// Waits until the log holds a decision `awaited` picks, for at most 20 s
+/// (the machine may be loaded).
+async fn until_decided(log: &DecisionLog, awaited: impl Fn(&Decision) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !log.recent().iter().any(awaited) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    while !log.recent().iter().any(&awaited) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Runs the optimizer with 64 users for `run_for`, and then until it has
+/// made a decision that `awaited` picks.
+async fn settled_p(
+    mode: ParallelismMode,
+    refine: bool,
+    run_for: Duration,
+    awaited: fn(&Decision) -> bool,
+) -> (usize, DecisionLog) {
+    let (gate, log, stop) = start_optimizer(mode, refine);
+    let _users = spawn_users(&gate, 64);
+    tokio::time::sleep(run_for).await;
+    until_decided(&log, awaited).await;
     stop.send(true).unwrap();
     (gate.parallelism(), log)
 }
@@ -161,6 +177,29 @@ async fn refinement_keeps_the_best_measured_p() {
         .map(|&(_, rate)| rate);
     assert_eq!(kept, Some(best), "{}", decision.why);
     assert_eq!(decision.value as usize, p);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("sampling throughput at P2")).await;
+    drop(users);
+    let abandoned = |d: &Decision| d.why.contains("demand moved from 64 to 0 users while sampling");
+    until_decided(&log, abandoned).await;
+    let decisions = log.recent();
+    assert!(decisions.iter().any(abandoned), "{decisions:?}");
+    assert!(
+        !decisions.iter().any(|d| d.why.contains("matching point")),
+        "a fit of a sample the users left halfway: {decisions:?}"
+    );
+    // Back again, they are sampled afresh, in full.
+    let _users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("matching point")).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    let fitted = decisions.iter().find(|d| d.why.contains("matching point"));
+    assert!(fitted.is_some_and(|d| d.why.contains("λ(64)")), "{decisions:?}");
 }
 
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
