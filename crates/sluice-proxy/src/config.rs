@@ -93,7 +93,7 @@ pub struct ProxyConfig {
     #[serde(default)]
     pub pool: PoolMode,
     /// PostgreSQL transaction pooling: a pooled backend idle longer than
-    /// this is closed (when its login's pool is next used).
+    /// this is closed (besides those beyond P, see `pg::pool`).
     #[serde(default = "default_server_idle_timeout_secs")]
     pub server_idle_timeout_secs: u64,
     /// PostgreSQL transaction pooling: named prepared statements one

@@ -389,6 +389,46 @@ fn a_pooled_backend_the_server_closed_is_never_leased() {
 }
 
 #[test]
+fn a_burst_of_logins_leaves_no_more_idle_backends_than_p() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, gate(2, 64, 10_000));
+    // Each login brings a backend of its own into the pool.
+    let mut clients: Vec<PgConn> = (0..6).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+    for c in &mut clients {
+        assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = client_backends(&server);
+        if left == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} backends, long before the 60 s idle timeout; P is 2"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(proxy.stats.pool_idle(), 2);
+}
+
+#[test]
+fn backends_the_pool_could_not_open_again_are_kept_past_p() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, gate(2, 64, 10_000));
+    // bob logs in with a password, and there is no auth_file to repeat it.
+    let mut clients: Vec<PgConn> = (0..4)
+        .map(|_| PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD)))
+        .collect();
+    for c in &mut clients {
+        for _ in 0..3 {
+            assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
+        }
+    }
+    assert_eq!(proxy.stats.pool_idle(), 4, "the pool grows only by logins here");
+}
+
+#[test]
 fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
     let Some(server) = PgServer::start() else { return };
     if support::require("pgbench").is_none() {

@@ -16,7 +16,12 @@
 //! cost ~30% of throughput at P = 16, which no admission order can win back.
 //! The pool hands out the most recently used backend first (LIFO), so the
 //! P admitted requests run on a few warm backends, and a task closes
-//! backends left idle longer than `server_idle_timeout_secs`. Among idle
+//! backends left idle longer than `server_idle_timeout_secs`. A login's
+//! idle backends beyond the gate's P are closed when a backend comes back:
+//! more can never be in use at once, and the backends a burst of logins
+//! brings would otherwise sit beside the warm ones until they time out
+//! (with pgbench's 256 logins, 0.72–0.75× PgBouncer's throughput in the
+//! first 30 s, docs/BENCHMARKS.md). Among idle
 //! backends, those whose socket the leasing worker watches come first
 //! (`crate::workers`): at 256 users this gave 1.03–1.05× the throughput of
 //! plain LIFO and 5.2 context switches per transaction instead of 6.2.
@@ -330,15 +335,21 @@ impl Pool {
     }
 
     /// Takes back a backend whose session is idle (ReadyForQuery 'I', all
-    /// answered).
-    pub fn release(&self, startup: &Bytes, backend: Arc<Backend>) {
-        let mut idle = self.lock();
-        if let Some(stack) = idle.get_mut(startup) {
+    /// answered), and closes the least recently used of its login's idle
+    /// backends beyond `keep`.
+    pub fn release(&self, startup: &Bytes, backend: Arc<Backend>, keep: usize) {
+        let surplus: Vec<_> = {
+            let mut idle = self.lock();
+            let stack = match idle.get_mut(startup) {
+                Some(stack) => stack,
+                None => idle.entry(startup.clone()).or_default(),
+            };
             stack.push_back((backend, Instant::now()));
-        } else {
-            idle.insert(startup.clone(), VecDeque::from([(backend, Instant::now())]));
-        }
+            let over = stack.len().saturating_sub(keep.max(1));
+            stack.drain(..over).collect()
+        };
         self.stats.pool_idle_added(1);
+        self.stats.pool_idle_taken(surplus.len());
     }
 
     /// Closes the backends idle longer than the timeout: the least recently
@@ -428,6 +439,12 @@ impl Pool {
                 _ => {}
             }
         }
+    }
+
+    /// Whether the auth_file, read now, holds a password for the user
+    /// `startup` names.
+    pub fn answers_for(&self, startup: &[u8]) -> bool {
+        matches!(self.secret(&user_of(startup)), Ok(Ok(_)))
     }
 
     /// `user`'s secret from the auth_file, read now, or why there is none.

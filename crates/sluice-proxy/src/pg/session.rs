@@ -197,6 +197,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         ctx,
         cancel: None,
         last_tag: 0,
+        challenged: false,
+        reopens: false,
     };
     drive(up.run(), down.run(), &shared.flags, shutdown).await
 }
@@ -555,6 +557,14 @@ struct Down<'a, W> {
     ctx: &'a Context,
     cancel: Option<CancelGuard>,
     last_tag: u8,
+    /// The server asked the client's login for a password.
+    challenged: bool,
+    /// Under transaction pooling, decided at the end of the login: the pool
+    /// can open backends for this login itself (no password was asked, or
+    /// the auth_file answers for its user), so its idle backends beyond P
+    /// may be closed. Otherwise the pool grows only by logins, and keeps
+    /// what they bring until the idle timeout.
+    reopens: bool,
 }
 
 impl<W: AsyncWrite + Unpin> Down<'_, W> {
@@ -642,6 +652,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         match tag {
             b'Z' => released = self.ready(body.first().copied().unwrap_or(b'I')),
             b'K' => self.backend_key(body),
+            b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
                 if let Some(request) = self.shared.lock().request.as_mut() {
                     request.error = true;
@@ -690,8 +701,9 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
     /// pool (before the slot is returned, so that the next request admitted
     /// finds it); returns whether it did.
     fn ready(&mut self, status: u8) -> bool {
-        let (ended, idle_backend) = {
+        let (ended, idle_backend, logged_in) = {
             let mut state = self.shared.lock();
+            let logged_in = state.authenticating;
             let ended = if state.authenticating {
                 state.authenticating = false;
                 None
@@ -709,11 +721,20 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             (
                 ended,
                 pooled.and_then(|pooling| Some((pooling, self.shared.link.take()?))),
+                logged_in,
             )
         };
+        if let Some(pooling) = self.shared.pooling.as_ref().filter(|_| logged_in) {
+            self.reopens = !self.challenged || pooling.pool.answers_for(&pooling.login);
+        }
         let released = idle_backend.is_some();
         if let Some((pooling, backend)) = idle_backend {
-            pooling.pool.release(&pooling.login, backend);
+            let keep = if self.reopens {
+                self.ctx.gate.parallelism()
+            } else {
+                usize::MAX
+            };
+            pooling.pool.release(&pooling.login, backend, keep);
         }
         if let Some(Request { slot, outcome, error }) = ended {
             drop(slot);
