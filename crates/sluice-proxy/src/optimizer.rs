@@ -5,7 +5,8 @@
 //!   of §4.3.1 (sample throughput at P0, at a middle P1 and at P2 = the
 //!   demand, fit Eq. 2, let in the matching point; sample again after
 //!   `rerun_ms` or when the demand moves by more than `demand_change`,
-//!   and start sampling afresh when it moves while sampling);
+//!   a pause with no demand not counting, and start sampling afresh when
+//!   it moves while sampling);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -555,9 +556,12 @@ impl Optimizer {
             } => {
                 // A change of demand counts once it has lasted a settle
                 // time: clients connecting or leaving pass through every
-                // count on their way.
+                // count on their way. No demand is no change: the users
+                // coming back from a pause (pgbench run after pgbench run)
+                // would otherwise be sampled afresh each time, at P = 2
+                // and P = all of them.
                 let demand = period.peak_demand;
-                let moved = m.demand_moved(demand, *users);
+                let moved = demand > 0 && m.demand_moved(demand, *users);
                 *moved_since = if moved { moved_since.or(Some(now)) } else { None };
                 let sustained = moved_since.is_some_and(|t| now - t >= Duration::from_millis(m.settle_ms));
                 let stale = now - *since >= Duration::from_millis(m.rerun_ms);

@@ -202,6 +202,30 @@ async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
     assert!(fitted.is_some_and(|d| d.why.contains("λ(64)")), "{decisions:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_back_from_a_pause_are_not_sampled_again() {
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("matching point")).await;
+    let decided = gate.parallelism();
+    drop(users);
+    // Many settle times (100 ms) without demand, then the same users again,
+    // connecting over more than one period (50 ms) as pgbench's do.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let _first = spawn_users(&gate, 16);
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    let _rest = spawn_users(&gate, 48);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    let samplings = decisions
+        .iter()
+        .filter(|d| d.why.contains("sampling throughput at P0"))
+        .count();
+    assert_eq!(samplings, 1, "{decisions:?}");
+    assert_eq!(gate.parallelism(), decided);
+}
+
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
 fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
     for _ in 0..users {
