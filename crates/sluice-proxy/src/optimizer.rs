@@ -308,7 +308,16 @@ enum ModelPhase {
         started: Instant,
         completed: u64,
         samples: Vec<Sample>,
+        /// What was held before; back to it if the users leave.
+        resume: Held,
     },
+}
+
+/// A P the model held, and the users it was decided for.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    p: usize,
+    users: usize,
 }
 
 fn holding(since: Instant, users: usize) -> ModelPhase {
@@ -533,19 +542,18 @@ impl Optimizer {
 
     fn model_tick(&mut self, period: &Period, now: Instant) {
         let m = self.config.model.clone();
-        if let ModelPhase::Sampling { ps, .. } = &self.model {
+        if let ModelPhase::Sampling { ps, resume, .. } = &self.model {
             // A sample is λ at a fixed number of users; one taken while
             // users come or go would bend the fit (users leaving halfway
             // through the last sample once set P to half their number).
-            let (users, demand) = (ps[2], period.peak_demand);
+            let (users, demand, resume) = (ps[2], period.peak_demand, *resume);
+            if demand == 0 {
+                return self.resume(resume, now, format!("model: the {users} users left while sampling"));
+            }
             if m.demand_moved(demand, users) {
                 let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
                 self.decide("matching_point", self.gate.parallelism() as f64, why);
-                self.model = holding(now, 0);
-                if demand > 0 {
-                    self.start_sampling(demand, now);
-                }
-                return;
+                return self.start_sampling(demand, now, resume);
             }
         }
         match &mut self.model {
@@ -566,7 +574,11 @@ impl Optimizer {
                 let sustained = moved_since.is_some_and(|t| now - t >= Duration::from_millis(m.settle_ms));
                 let stale = now - *since >= Duration::from_millis(m.rerun_ms);
                 if demand > 0 && (sustained || stale) {
-                    self.start_sampling(demand, now);
+                    let held = Held {
+                        p: self.gate.parallelism(),
+                        users: *users,
+                    };
+                    self.start_sampling(demand, now, held);
                 }
             }
             ModelPhase::Sampling {
@@ -575,6 +587,7 @@ impl Optimizer {
                 started,
                 completed,
                 samples,
+                resume,
             } => {
                 let since = now - *started;
                 if since < Duration::from_millis(m.settle_ms) {
@@ -586,20 +599,15 @@ impl Optimizer {
                 }
                 let throughput = *completed as f64 / (m.sample_ms as f64 / 1e3);
                 if throughput == 0.0 {
-                    let why = format!(
-                        "model: nothing finished at P = {}; the users left, sampling abandoned",
-                        ps[*step]
-                    );
-                    self.model = holding(now, 0);
-                    self.decide("matching_point", self.gate.parallelism() as f64, why);
-                    return;
+                    let (why, resume) = (format!("model: nothing finished at P = {}", ps[*step]), *resume);
+                    return self.resume(resume, now, why);
                 }
                 samples.push(Sample {
                     p: ps[*step],
                     throughput,
                 });
                 *step += 1;
-                let (mut ps, step, samples) = (ps.clone(), *step, samples.clone());
+                let (mut ps, step, samples, resume) = (ps.clone(), *step, samples.clone(), *resume);
                 if step == 3 && m.refine {
                     ps.extend(self.refinement(&samples));
                 }
@@ -611,6 +619,7 @@ impl Optimizer {
                         started: now,
                         completed: 0,
                         samples,
+                        resume,
                     };
                     self.set_p(p, format!("model: sampling throughput at P{step} = {p}"));
                 } else if step == 3 {
@@ -622,7 +631,19 @@ impl Optimizer {
         }
     }
 
-    fn start_sampling(&mut self, users: usize, now: Instant) {
+    /// Stops sampling and holds `held` again, for `why`.
+    fn resume(&mut self, held: Held, now: Instant, why: String) {
+        let why = format!(
+            "{why}; sampling abandoned, back to P = {} for {} users",
+            held.p, held.users
+        );
+        self.model = holding(now, held.users);
+        self.decide("matching_point", held.p as f64, why.clone());
+        self.set_p(held.p, why);
+    }
+
+    /// Samples λ for `users`; `resume` is what to hold if they leave.
+    fn start_sampling(&mut self, users: usize, now: Instant, resume: Held) {
         let p0 = self.config.model.p0;
         if users <= p0 + 1 {
             self.model = holding(now, users);
@@ -638,6 +659,7 @@ impl Optimizer {
             started: now,
             completed: 0,
             samples: Vec::new(),
+            resume,
         };
         self.set_p(p0, format!("model: {users} users; sampling throughput at P0 = {p0}"));
     }

@@ -185,10 +185,11 @@ async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
     let users = spawn_users(&gate, 64);
     until_decided(&log, |d| d.why.contains("sampling throughput at P2")).await;
     drop(users);
-    let abandoned = |d: &Decision| d.why.contains("demand moved from 64 to 0 users while sampling");
+    let abandoned = |d: &Decision| d.why.contains("the 64 users left while sampling; sampling abandoned");
     until_decided(&log, abandoned).await;
     let decisions = log.recent();
     assert!(decisions.iter().any(abandoned), "{decisions:?}");
+    assert_eq!(gate.parallelism(), 64, "back to the P before sampling: {decisions:?}");
     assert!(
         !decisions.iter().any(|d| d.why.contains("matching point")),
         "a fit of a sample the users left halfway: {decisions:?}"
