@@ -16,15 +16,18 @@
 //! cost ~30% of throughput at P = 16, which no admission order can win back.
 //! The pool hands out the most recently used backend first (LIFO), so the
 //! P admitted requests run on a few warm backends, and a task closes
-//! backends left idle longer than `server_idle_timeout_secs`. A login's
-//! idle backends beyond the gate's P are closed when a backend comes back:
-//! more can never be in use at once, and the backends a burst of logins
-//! brings would otherwise sit beside the warm ones until they time out
-//! (with pgbench's 256 logins, 0.72–0.75× PgBouncer's throughput in the
-//! first 30 s, docs/BENCHMARKS.md). Among idle
+//! backends left idle longer than `server_idle_timeout_secs`. Among idle
 //! backends, those whose socket the leasing worker watches come first
 //! (`crate::workers`): at 256 users this gave 1.03–1.05× the throughput of
 //! plain LIFO and 5.2 context switches per transaction instead of 6.2.
+//!
+//! Where the pool can open a login's backends itself (the login was let in
+//! without a password, or the auth_file answers for its user), the login's
+//! idle backends beyond the gate's P are closed when a backend comes back:
+//! more can never be in use at once, and those a burst of logins brings
+//! would otherwise hold server memory until they time out. Throughput did
+//! not move with it (pgbench at 256 users: 0.97–1.03× without it, with 16
+//! pooled backends instead of 46; docs/BENCHMARKS.md).
 //!
 //! Authentication stays PostgreSQL's: a client logs in on a fresh backend,
 //! relayed byte for byte (any method, SCRAM included), and that backend then
