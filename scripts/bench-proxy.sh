@@ -59,6 +59,11 @@
 #                     stay plain (PGSSLMODE=disable)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
+#   PGBENCH=1         drive the targets with pgbench itself
+#                     (scripts/pgbench-rounds.sh: a run per target, user
+#                     count and round, each opening its connections
+#                     afresh) instead of `sluice bench pg`; takes --users,
+#                     --rounds, --seconds and --warmup only
 #   WAITS=1           also sample PostgreSQL's busy backends (wait events
 #                     by application_name) and the machine's counters every
 #                     0.2 s into results/pg-waits (scripts/pg-waits.py;
@@ -252,7 +257,11 @@ else
     done
 fi
 
-target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"
+if [[ -n "${PGBENCH:-}" ]]; then
+    scripts/pgbench-rounds.sh "$targets" "$@"
+else
+    target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"
+fi
 for port in ${decisions_ports-$ADMIN_PORT}; do
     echo "== the decisions of the proxy with admin port $port"
     curl -s "http://127.0.0.1:$port/stats" | python3 -c '
