@@ -6,7 +6,8 @@
 //!   demand, fit Eq. 2, let in the matching point; sample again after
 //!   `rerun_ms` or when the demand moves by more than `demand_change`,
 //!   a pause with no demand not counting, and start sampling afresh when
-//!   it moves while sampling);
+//!   it moves while sampling; a demand back within `rerun_ms` at a level
+//!   already sampled gets that level's matching point without sampling);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -418,6 +419,10 @@ struct Optimizer {
     log: DecisionLog,
     start: Instant,
     model: ModelPhase,
+    /// The model's matching points and when each was found, one per level
+    /// of demand, reused when the demand comes back to a level within
+    /// `rerun_ms`.
+    matched: Vec<(Held, Instant)>,
     gradient: GradientLimiter,
     quota: QuotaController,
     zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
@@ -467,6 +472,7 @@ impl Optimizer {
             gradient: GradientLimiter::new(config.gradient, gate.parallelism())?,
             quota: QuotaController::new(config.quota, gate.zeta())?,
             model: holding(now, 0),
+            matched: Vec::new(),
             zeta_window: (now, HashMap::new()),
             slo_window_start: now,
             slo_stall: Duration::ZERO,
@@ -578,7 +584,18 @@ impl Optimizer {
                         p: self.gate.parallelism(),
                         users: *users,
                     };
-                    self.start_sampling(demand, now, held);
+                    match self.recall(demand, now).filter(|_| !stale) {
+                        Some((matched, at)) => {
+                            let why = format!(
+                                "model: {demand} users; P = {} matched {} users {:.0} s ago",
+                                matched.p,
+                                matched.users,
+                                (now - at).as_secs_f64()
+                            );
+                            self.hold(matched, at, why);
+                        }
+                        None => self.start_sampling(demand, now, held),
+                    }
                 }
             }
             ModelPhase::Sampling {
@@ -637,9 +654,35 @@ impl Optimizer {
             "{why}; sampling abandoned, back to P = {} for {} users",
             held.p, held.users
         );
-        self.model = holding(now, held.users);
+        self.hold(held, now, why);
+    }
+
+    /// Lets in `held.p` for `held.users`, as decided at `since`.
+    fn hold(&mut self, held: Held, since: Instant, why: String) {
         self.decide("matching_point", held.p as f64, why.clone());
         self.set_p(held.p, why);
+        self.model = holding(since, held.users);
+    }
+
+    /// Holds a matching point just found, and remembers it for the
+    /// demand's return.
+    fn hold_matched(&mut self, matched: Held, now: Instant, why: String) {
+        self.hold(matched, now, why);
+        let (m, rerun) = (&self.config.model, Duration::from_millis(self.config.model.rerun_ms));
+        self.matched
+            .retain(|(h, at)| m.demand_moved(h.users, matched.users) && now - *at < rerun);
+        self.matched.push((matched, now));
+    }
+
+    /// The matching point found within `rerun_ms` for the level of demand
+    /// closest to `demand`, if one is near enough.
+    fn recall(&self, demand: usize, now: Instant) -> Option<(Held, Instant)> {
+        let m = &self.config.model;
+        self.matched
+            .iter()
+            .filter(|(h, at)| !m.demand_moved(demand, h.users) && now - *at < Duration::from_millis(m.rerun_ms))
+            .min_by_key(|(h, _)| h.users.abs_diff(demand))
+            .copied()
     }
 
     /// Samples λ for `users`; `resume` is what to hold if they leave.
@@ -682,9 +725,11 @@ impl Optimizer {
                 shown.join(" ")
             ),
         };
-        self.decide("matching_point", mp.p as f64, why.clone());
-        self.set_p(mp.p, why);
-        self.model = holding(now, samples[2].p);
+        let matched = Held {
+            p: mp.p,
+            users: samples[2].p,
+        };
+        self.hold_matched(matched, now, why);
     }
 
     /// The model's C and 2C, where not sampled already.
@@ -713,9 +758,11 @@ impl Optimizer {
             .collect();
         let why = format!("model, refined: {}; best measured", shown.join(" "));
         // Logged even when P stays: the log shows where each sampling ended.
-        self.decide("matching_point", best.p as f64, why.clone());
-        self.set_p(best.p, why);
-        self.model = holding(now, samples[2].p);
+        let matched = Held {
+            p: best.p,
+            users: samples[2].p,
+        };
+        self.hold_matched(matched, now, why);
     }
 
     fn gradient_tick(&mut self, period: &Period) {

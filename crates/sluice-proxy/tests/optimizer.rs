@@ -227,6 +227,31 @@ async fn users_back_from_a_pause_are_not_sampled_again() {
     assert_eq!(gate.parallelism(), decided);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demand_sampled_before_gets_its_matching_point_again() {
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let users = spawn_users(&gate, 64);
+    let fitted = |d: &Decision| d.why.contains("matching point");
+    until_decided(&log, fitted).await;
+    let for_64 = gate.parallelism();
+    drop(users);
+    let users = spawn_users(&gate, 16);
+    until_decided(&log, |d| d.why.contains("λ(16)")).await;
+    drop(users);
+    let _users = spawn_users(&gate, 64);
+    let recalled = |d: &Decision| d.why.contains("matched 64 users");
+    until_decided(&log, recalled).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    let samplings = decisions
+        .iter()
+        .filter(|d| d.why.contains("sampling throughput at P0"))
+        .count();
+    assert_eq!(samplings, 2, "64 users, then 16; 64 again recalled: {decisions:?}");
+    assert!(decisions.iter().any(recalled), "{decisions:?}");
+    assert_eq!(gate.parallelism(), for_64);
+}
+
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
 fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
     for _ in 0..users {
