@@ -7,8 +7,8 @@
 #   scripts/pgbench-rounds.sh NAME=HOST:PORT[,NAME=HOST:PORT...] \
 #       [--users 8,256] [--rounds 3] [--seconds 20] [--warmup 20]
 #
-# Every target first gets one unmeasured run of --warmup seconds at the
-# largest user count. Prints one line per run (TPS, CPU steal during it),
+# Every target first gets one unmeasured run of --warmup seconds at each
+# user count (sluice's model samples a level of demand the first time). Prints one line per run (TPS, CPU steal during it),
 # then per user count and target the median TPS and, paired by round, the
 # ratios to the first target. pgbench's scale must already be initialised
 # (postgres database, user postgres).
@@ -43,9 +43,10 @@ run() {
     echo "$before $after" | awk -v tps="$tps" '{ printf "%.0f %.1f\n", tps, 100 * ($3 - $1) / ($4 - $2) }'
 }
 
-largest=$(printf '%s\n' "${users[@]}" | sort -n | tail -1)
-for t in "${targets[@]}"; do
-    echo "warm-up: ${t%%=*}, $largest users, ${warmup}s: $(run "$t" "$largest" "$warmup" | cut -d' ' -f1) TPS"
+for u in "${users[@]}"; do
+    for t in "${targets[@]}"; do
+        echo "warm-up: ${t%%=*}, $u users, ${warmup}s: $(run "$t" "$u" "$warmup" | cut -d' ' -f1) TPS"
+    done
 done
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
