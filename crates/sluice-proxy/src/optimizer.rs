@@ -6,8 +6,8 @@
 //!   demand, fit Eq. 2, let in the matching point; sample again after
 //!   `rerun_ms` or when the demand moves by more than `demand_change`,
 //!   a pause with no demand not counting, and start sampling afresh when
-//!   it moves while sampling; a demand back within `rerun_ms` at a level
-//!   already sampled gets that level's matching point without sampling);
+//!   it moves while sampling; a demand back at a level sampled before
+//!   gets that level's matching point without sampling);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -419,10 +419,10 @@ struct Optimizer {
     log: DecisionLog,
     start: Instant,
     model: ModelPhase,
-    /// The model's matching points and when each was found, one per level
-    /// of demand, reused when the demand comes back to a level within
-    /// `rerun_ms`.
-    matched: Vec<(Held, Instant)>,
+    /// The model's matching points, one per level of demand: a demand
+    /// back at a level is held at its P (and sampled again after
+    /// `rerun_ms` there, as any).
+    matched: Vec<Held>,
     gradient: GradientLimiter,
     quota: QuotaController,
     zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
@@ -584,15 +584,13 @@ impl Optimizer {
                         p: self.gate.parallelism(),
                         users: *users,
                     };
-                    match self.recall(demand, now).filter(|_| !stale) {
-                        Some((matched, at)) => {
+                    match self.recall(demand).filter(|_| !stale) {
+                        Some(matched) => {
                             let why = format!(
-                                "model: {demand} users; P = {} matched {} users {:.0} s ago",
-                                matched.p,
-                                matched.users,
-                                (now - at).as_secs_f64()
+                                "model: {demand} users; P = {} matched {} users before",
+                                matched.p, matched.users
                             );
-                            self.hold(matched, at, why);
+                            self.hold(matched, now, why);
                         }
                         None => self.start_sampling(demand, now, held),
                     }
@@ -657,31 +655,30 @@ impl Optimizer {
         self.hold(held, now, why);
     }
 
-    /// Lets in `held.p` for `held.users`, as decided at `since`.
-    fn hold(&mut self, held: Held, since: Instant, why: String) {
+    /// Lets in `held.p` for `held.users` from `now` on.
+    fn hold(&mut self, held: Held, now: Instant, why: String) {
         self.decide("matching_point", held.p as f64, why.clone());
         self.set_p(held.p, why);
-        self.model = holding(since, held.users);
+        self.model = holding(now, held.users);
     }
 
     /// Holds a matching point just found, and remembers it for the
     /// demand's return.
     fn hold_matched(&mut self, matched: Held, now: Instant, why: String) {
         self.hold(matched, now, why);
-        let (m, rerun) = (&self.config.model, Duration::from_millis(self.config.model.rerun_ms));
-        self.matched
-            .retain(|(h, at)| m.demand_moved(h.users, matched.users) && now - *at < rerun);
-        self.matched.push((matched, now));
+        let m = &self.config.model;
+        self.matched.retain(|h| m.demand_moved(h.users, matched.users));
+        self.matched.push(matched);
     }
 
-    /// The matching point found within `rerun_ms` for the level of demand
-    /// closest to `demand`, if one is near enough.
-    fn recall(&self, demand: usize, now: Instant) -> Option<(Held, Instant)> {
+    /// The matching point of the level of demand closest to `demand`, if
+    /// one is near enough.
+    fn recall(&self, demand: usize) -> Option<Held> {
         let m = &self.config.model;
         self.matched
             .iter()
-            .filter(|(h, at)| !m.demand_moved(demand, h.users) && now - *at < Duration::from_millis(m.rerun_ms))
-            .min_by_key(|(h, _)| h.users.abs_diff(demand))
+            .filter(|h| !m.demand_moved(demand, h.users))
+            .min_by_key(|h| h.users.abs_diff(demand))
             .copied()
     }
 

@@ -48,8 +48,19 @@ fn spawn_users(gate: &Gate, users: usize) -> JoinSet<()> {
     set
 }
 
+/// The model, sampling for 600 ms after 100 ms of settling.
+fn model(refine: bool) -> ModelConfig {
+    ModelConfig {
+        p0: 2,
+        settle_ms: 100,
+        sample_ms: 600,
+        refine,
+        ..ModelConfig::default()
+    }
+}
+
 /// A gate letting in 64 and the optimizer choosing its P by `mode`.
-fn start_optimizer(mode: ParallelismMode, refine: bool) -> (Gate, DecisionLog, watch::Sender<bool>) {
+fn start_optimizer(mode: ParallelismMode, model: ModelConfig) -> (Gate, DecisionLog, watch::Sender<bool>) {
     let gate = Gate::new(GateConfig {
         parallelism: 64,
         ..GateConfig::default()
@@ -59,13 +70,7 @@ fn start_optimizer(mode: ParallelismMode, refine: bool) -> (Gate, DecisionLog, w
         period_ms: 50,
         parallelism: mode,
         zeta: ZetaMode::Fixed,
-        model: ModelConfig {
-            p0: 2,
-            settle_ms: 100,
-            sample_ms: 600,
-            refine,
-            ..ModelConfig::default()
-        },
+        model,
         ..OptimizerConfig::default()
     };
     let log = DecisionLog::default();
@@ -92,7 +97,7 @@ async fn settled_p(
     run_for: Duration,
     awaited: fn(&Decision) -> bool,
 ) -> (usize, DecisionLog) {
-    let (gate, log, stop) = start_optimizer(mode, refine);
+    let (gate, log, stop) = start_optimizer(mode, model(refine));
     let _users = spawn_users(&gate, 64);
     tokio::time::sleep(run_for).await;
     until_decided(&log, awaited).await;
@@ -181,7 +186,7 @@ async fn refinement_keeps_the_best_measured_p() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
-    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, model(false));
     let users = spawn_users(&gate, 64);
     until_decided(&log, |d| d.why.contains("sampling throughput at P2")).await;
     drop(users);
@@ -205,7 +210,7 @@ async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_back_from_a_pause_are_not_sampled_again() {
-    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, model(false));
     let users = spawn_users(&gate, 64);
     until_decided(&log, |d| d.why.contains("matching point")).await;
     let decided = gate.parallelism();
@@ -229,7 +234,7 @@ async fn users_back_from_a_pause_are_not_sampled_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demand_sampled_before_gets_its_matching_point_again() {
-    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, false);
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, model(false));
     let users = spawn_users(&gate, 64);
     let fitted = |d: &Decision| d.why.contains("matching point");
     until_decided(&log, fitted).await;
@@ -239,7 +244,7 @@ async fn a_demand_sampled_before_gets_its_matching_point_again() {
     until_decided(&log, |d| d.why.contains("λ(16)")).await;
     drop(users);
     let _users = spawn_users(&gate, 64);
-    let recalled = |d: &Decision| d.why.contains("matched 64 users");
+    let recalled = |d: &Decision| d.why.contains("matched 64 users before");
     until_decided(&log, recalled).await;
     stop.send(true).unwrap();
     let decisions = log.recent();
@@ -250,6 +255,35 @@ async fn a_demand_sampled_before_gets_its_matching_point_again() {
     assert_eq!(samplings, 2, "64 users, then 16; 64 again recalled: {decisions:?}");
     assert!(decisions.iter().any(recalled), "{decisions:?}");
     assert_eq!(gate.parallelism(), for_64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_run_the_users_cut_short_is_not_begun_again_on_their_return() {
+    let rerun = ModelConfig {
+        rerun_ms: 1_500,
+        ..model(false)
+    };
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, rerun);
+    let users = spawn_users(&gate, 64);
+    let samplings = |log: &DecisionLog| {
+        let started = |d: &&Decision| d.why.contains("sampling throughput at P0");
+        log.recent().iter().filter(started).count()
+    };
+    until_decided(&log, |d| d.why.contains("matching point")).await;
+    let fitted = gate.parallelism();
+    // The re-run after 1.5 s, cut short by the users leaving.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while samplings(&log) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no re-run: {:?}", log.recent());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(users);
+    until_decided(&log, |d| d.why.contains("left while sampling")).await;
+    let _users = spawn_users(&gate, 64);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    stop.send(true).unwrap();
+    assert_eq!(samplings(&log), 2, "{:?}", log.recent());
+    assert_eq!(gate.parallelism(), fitted, "{:?}", log.recent());
 }
 
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
