@@ -89,6 +89,12 @@ async fn until_decided(log: &DecisionLog, awaited: impl Fn(&Decision) -> bool) {
     }
 }
 
+/// How many samplings the model has begun.
+fn samplings(log: &DecisionLog) -> usize {
+    let begun = |d: &&Decision| d.why.contains("sampling throughput at P0");
+    log.recent().iter().filter(begun).count()
+}
+
 /// Runs the optimizer with 64 users for `run_for`, and then until it has
 /// made a decision that `awaited` picks.
 async fn settled_p(
@@ -223,12 +229,7 @@ async fn users_back_from_a_pause_are_not_sampled_again() {
     let _rest = spawn_users(&gate, 48);
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     stop.send(true).unwrap();
-    let decisions = log.recent();
-    let samplings = decisions
-        .iter()
-        .filter(|d| d.why.contains("sampling throughput at P0"))
-        .count();
-    assert_eq!(samplings, 1, "{decisions:?}");
+    assert_eq!(samplings(&log), 1, "{:?}", log.recent());
     assert_eq!(gate.parallelism(), decided);
 }
 
@@ -248,11 +249,11 @@ async fn a_demand_sampled_before_gets_its_matching_point_again() {
     until_decided(&log, recalled).await;
     stop.send(true).unwrap();
     let decisions = log.recent();
-    let samplings = decisions
-        .iter()
-        .filter(|d| d.why.contains("sampling throughput at P0"))
-        .count();
-    assert_eq!(samplings, 2, "64 users, then 16; 64 again recalled: {decisions:?}");
+    assert_eq!(
+        samplings(&log),
+        2,
+        "64 users, then 16; 64 again recalled: {decisions:?}"
+    );
     assert!(decisions.iter().any(recalled), "{decisions:?}");
     assert_eq!(gate.parallelism(), for_64);
 }
@@ -265,10 +266,6 @@ async fn a_re_run_the_users_cut_short_is_not_begun_again_on_their_return() {
     };
     let (gate, log, stop) = start_optimizer(ParallelismMode::Model, rerun);
     let users = spawn_users(&gate, 64);
-    let samplings = |log: &DecisionLog| {
-        let started = |d: &&Decision| d.why.contains("sampling throughput at P0");
-        log.recent().iter().filter(started).count()
-    };
     until_decided(&log, |d| d.why.contains("matching point")).await;
     let fitted = gate.parallelism();
     // The re-run after 1.5 s, cut short by the users leaving.
