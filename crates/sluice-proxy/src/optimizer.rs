@@ -3,11 +3,13 @@
 //!
 //! - P, slow timescale, by one of: `fixed`; `model`, the three-sample model
 //!   of §4.3.1 (sample throughput at P0, at a middle P1 and at P2 = the
-//!   demand, fit Eq. 2, let in the matching point; sample again after
-//!   `rerun_ms` or when the demand moves by more than `demand_change`,
-//!   a pause with no demand not counting, and start sampling afresh when
-//!   it moves while sampling; a demand back at a level sampled before
-//!   gets that level's matching point without sampling);
+//!   demand, fit Eq. 2, let in the matching point; sample again when the
+//!   demand moves by more than `demand_change`, a pause with no demand not
+//!   counting, and start sampling afresh when it moves while sampling; a
+//!   demand back at a level sampled before gets that level's matching
+//!   point without sampling; after `rerun_ms` at one level, measure only
+//!   P/2, P and 2P around the held P and keep the best, a departure, see
+//!   `start_around`);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -301,10 +303,13 @@ enum ModelPhase {
         users: usize,
         moved_since: Option<Instant>,
     },
-    /// Measuring λ at `ps[step]`.
+    /// Measuring λ at `ps[step]` for `users`.
     Sampling {
-        /// P0, P1, P2, then the refinement's candidates, if any.
+        sweep: Sweep,
+        /// The P to measure, in order (for `Sweep::Model` P0, P1, P2,
+        /// then the refinement's candidates, if any).
         ps: Vec<usize>,
+        users: usize,
         step: usize,
         started: Instant,
         completed: u64,
@@ -312,6 +317,17 @@ enum ModelPhase {
         /// What was held before; back to it if the users leave.
         resume: Held,
     },
+}
+
+/// Which P a sampling measures, and how it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sweep {
+    /// The paper's three samples (P0, P1 and P2 = the users) fitted by
+    /// Eq. 2, then, with `refine`, the model's C and 2C.
+    Model,
+    /// A periodic re-run at an unchanged demand: P/2, P and 2P around the
+    /// held P, the best measured kept.
+    Around,
 }
 
 /// A P the model held, and the users it was decided for.
@@ -548,11 +564,11 @@ impl Optimizer {
 
     fn model_tick(&mut self, period: &Period, now: Instant) {
         let m = self.config.model.clone();
-        if let ModelPhase::Sampling { ps, resume, .. } = &self.model {
+        if let ModelPhase::Sampling { users, resume, .. } = &self.model {
             // A sample is λ at a fixed number of users; one taken while
             // users come or go would bend the fit (users leaving halfway
             // through the last sample once set P to half their number).
-            let (users, demand, resume) = (ps[2], period.peak_demand, *resume);
+            let (users, demand, resume) = (*users, period.peak_demand, *resume);
             if demand == 0 {
                 return self.resume(resume, now, format!("model: the {users} users left while sampling"));
             }
@@ -584,7 +600,8 @@ impl Optimizer {
                         p: self.gate.parallelism(),
                         users: *users,
                     };
-                    match self.recall(demand).filter(|_| !stale) {
+                    match self.recall(demand) {
+                        _ if !sustained => self.start_around(demand, now, held),
                         Some(matched) => {
                             let why = format!(
                                 "model: {demand} users; P = {} matched {} users before",
@@ -597,7 +614,9 @@ impl Optimizer {
                 }
             }
             ModelPhase::Sampling {
+                sweep,
                 ps,
+                users,
                 step,
                 started,
                 completed,
@@ -622,14 +641,18 @@ impl Optimizer {
                     throughput,
                 });
                 *step += 1;
-                let (mut ps, step, samples, resume) = (ps.clone(), *step, samples.clone(), *resume);
-                if step == 3 && m.refine {
+                let (sweep, mut ps, users, step) = (*sweep, ps.clone(), *users, *step);
+                let (samples, resume) = (samples.clone(), *resume);
+                let fitted = sweep == Sweep::Model && step == 3;
+                if fitted && m.refine {
                     ps.extend(self.refinement(&samples));
                 }
                 if step < ps.len() {
                     let p = ps[step];
                     self.model = ModelPhase::Sampling {
+                        sweep,
                         ps,
+                        users,
                         step,
                         started: now,
                         completed: 0,
@@ -637,10 +660,10 @@ impl Optimizer {
                         resume,
                     };
                     self.set_p(p, format!("model: sampling throughput at P{step} = {p}"));
-                } else if step == 3 {
+                } else if fitted {
                     self.finish_sampling(&samples, now);
                 } else {
-                    self.finish_refinement(&samples, now);
+                    self.finish_best(sweep, &samples, users, now);
                 }
             }
         }
@@ -694,7 +717,9 @@ impl Optimizer {
         }
         let p1 = ((p0 * users) as f64).sqrt().round() as usize;
         self.model = ModelPhase::Sampling {
+            sweep: Sweep::Model,
             ps: vec![p0, p1.clamp(p0 + 1, users - 1), users],
+            users,
             step: 0,
             started: now,
             completed: 0,
@@ -702,6 +727,32 @@ impl Optimizer {
             resume,
         };
         self.set_p(p0, format!("model: {users} users; sampling throughput at P0 = {p0}"));
+    }
+
+    /// The periodic re-run at an unchanged demand of `users`: measures
+    /// P/2, P and 2P around the held P and keeps the best. A departure:
+    /// the paper samples afresh, and on PostgreSQL the samples at P = 2
+    /// and P = all users, 4 s each, fell inside measured windows and cost
+    /// them 10–30% (docs/BENCHMARKS.md, run P4).
+    fn start_around(&mut self, users: usize, now: Instant, resume: Held) {
+        let p = resume.p;
+        let mut ps = vec![(p / 2).max(1), p, (2 * p).min(users.max(p))];
+        ps.dedup();
+        let first = ps[0];
+        self.model = ModelPhase::Sampling {
+            sweep: Sweep::Around,
+            ps,
+            users,
+            step: 0,
+            started: now,
+            completed: 0,
+            samples: Vec::new(),
+            resume,
+        };
+        self.set_p(
+            first,
+            format!("model: {users} users, re-run around P = {p}; sampling throughput at P0 = {first}"),
+        );
     }
 
     fn finish_sampling(&mut self, samples: &[Sample], now: Instant) {
@@ -744,8 +795,9 @@ impl Optimizer {
         candidates
     }
 
-    /// Lets in the measured P that did best (the smaller on a tie).
-    fn finish_refinement(&mut self, samples: &[Sample], now: Instant) {
+    /// Lets in the measured P that did best (the smaller on a tie) for
+    /// `users`.
+    fn finish_best(&mut self, sweep: Sweep, samples: &[Sample], users: usize, now: Instant) {
         let best = samples
             .iter()
             .fold(samples[0], |b, s| if s.throughput > b.throughput { *s } else { b });
@@ -753,12 +805,13 @@ impl Optimizer {
             .iter()
             .map(|s| format!("λ({})={:.0}/s", s.p, s.throughput))
             .collect();
-        let why = format!("model, refined: {}; best measured", shown.join(" "));
-        // Logged even when P stays: the log shows where each sampling ended.
-        let matched = Held {
-            p: best.p,
-            users: samples[2].p,
+        let how = match sweep {
+            Sweep::Model => "refined",
+            Sweep::Around => "re-run",
         };
+        let why = format!("model, {how}: {}; best measured", shown.join(" "));
+        // Logged even when P stays: the log shows where each sampling ended.
+        let matched = Held { p: best.p, users };
         self.hold_matched(matched, now, why);
     }
 

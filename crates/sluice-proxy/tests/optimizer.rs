@@ -89,6 +89,19 @@ async fn until_decided(log: &DecisionLog, awaited: impl Fn(&Decision) -> bool) {
     }
 }
 
+/// The (P, λ) pairs a decision shows, as in "λ(2)=390/s λ(11)=1470/s".
+fn measured(why: &str) -> Vec<(usize, f64)> {
+    why.split_whitespace()
+        .filter_map(|word| {
+            let (p, rate) = word.strip_prefix("λ(")?.split_once(")=")?;
+            Some((
+                p.parse().ok()?,
+                rate.trim_end_matches(';').strip_suffix("/s")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// How many samplings the model has begun.
 fn samplings(log: &DecisionLog) -> usize {
     let begun = |d: &&Decision| d.why.contains("sampling throughput at P0");
@@ -150,17 +163,7 @@ async fn refinement_keeps_the_best_measured_p() {
         panic!("no refinement decided: {decisions:?}")
     };
     // "model, refined: λ(2)=390/s λ(11)=1470/s ...": the measured samples.
-    let measured: Vec<(usize, f64)> = decision
-        .why
-        .split_whitespace()
-        .filter_map(|word| {
-            let (p, rate) = word.strip_prefix("λ(")?.split_once(")=")?;
-            Some((
-                p.parse().ok()?,
-                rate.trim_end_matches(';').strip_suffix("/s")?.parse().ok()?,
-            ))
-        })
-        .collect();
+    let measured = measured(&decision.why);
     // "model: C = 16; measuring [16, 32] to refine": C and 2C, less those
     // sampled already (2C may be the user count, C the middle sample).
     let refining = decisions
@@ -281,6 +284,33 @@ async fn a_re_run_the_users_cut_short_is_not_begun_again_on_their_return() {
     stop.send(true).unwrap();
     assert_eq!(samplings(&log), 2, "{:?}", log.recent());
     assert_eq!(gate.parallelism(), fitted, "{:?}", log.recent());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_re_run_samples_only_around_the_held_p() {
+    let rerun = ModelConfig {
+        rerun_ms: 1_000,
+        ..model(false)
+    };
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, rerun);
+    let _users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("matching point")).await;
+    let held = gate.parallelism();
+    let re_run = |d: &Decision| d.why.starts_with("model, re-run:");
+    until_decided(&log, re_run).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    let Some(decision) = decisions.iter().find(|d| re_run(d)) else {
+        panic!("no re-run: {decisions:?}")
+    };
+    let sampled: Vec<usize> = measured(&decision.why).iter().map(|&(p, _)| p).collect();
+    let mut around = vec![(held / 2).max(1), held, (2 * held).min(64.max(held))];
+    around.dedup();
+    assert_eq!(sampled, around, "{}", decision.why);
+    let full = decisions
+        .iter()
+        .filter(|d| d.why.contains("users; sampling throughput at P0"));
+    assert_eq!(full.count(), 1, "the re-run swept all of P again: {decisions:?}");
 }
 
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
