@@ -718,9 +718,17 @@ impl Optimizer {
             return;
         }
         let p1 = ((p0 * users) as f64).sqrt().round() as usize;
+        let ps = vec![p0, p1.clamp(p0 + 1, users - 1), users];
+        let why = format!("model: {users} users; sampling throughput at P0 = {p0}");
+        self.begin(Sweep::Model, ps, users, resume, now, why);
+    }
+
+    /// Lets in `ps[0]` and starts measuring λ there.
+    fn begin(&mut self, sweep: Sweep, ps: Vec<usize>, users: usize, resume: Held, now: Instant, why: String) {
+        let first = ps[0];
         self.model = ModelPhase::Sampling {
-            sweep: Sweep::Model,
-            ps: vec![p0, p1.clamp(p0 + 1, users - 1), users],
+            sweep,
+            ps,
             users,
             step: 0,
             started: now,
@@ -728,7 +736,7 @@ impl Optimizer {
             samples: Vec::new(),
             resume,
         };
-        self.set_p(p0, format!("model: {users} users; sampling throughput at P0 = {p0}"));
+        self.set_p(first, why);
     }
 
     /// The periodic re-run at an unchanged demand of `users`: measures
@@ -741,21 +749,11 @@ impl Optimizer {
         let p = resume.p;
         let mut ps = vec![(p / 2).max(1), p, (2 * p).min(users.max(p))];
         ps.dedup();
-        let first = ps[0];
-        self.model = ModelPhase::Sampling {
-            sweep: Sweep::Around,
-            ps,
-            users,
-            step: 0,
-            started: now,
-            completed: 0,
-            samples: Vec::new(),
-            resume,
-        };
-        self.set_p(
-            first,
-            format!("model: {users} users, re-run around P = {p}; sampling throughput at P0 = {first}"),
+        let why = format!(
+            "model: {users} users, re-run around P = {p}; sampling throughput at P0 = {}",
+            ps[0]
         );
+        self.begin(Sweep::Around, ps, users, resume, now, why);
     }
 
     fn finish_sampling(&mut self, samples: &[Sample], now: Instant) {
