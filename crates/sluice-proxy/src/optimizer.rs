@@ -602,16 +602,16 @@ impl Optimizer {
                         p: self.gate.parallelism(),
                         users: *users,
                     };
-                    match self.recall(demand) {
-                        _ if !sustained => self.start_around(demand, now, held),
-                        Some(matched) => {
-                            let why = format!(
-                                "model: {demand} users; P = {} matched {} users before",
-                                matched.p, matched.users
-                            );
-                            self.hold(matched, now, why);
-                        }
-                        None => self.start_sampling(demand, now, held),
+                    if !sustained {
+                        self.start_around(demand, now, held);
+                    } else if let Some(matched) = self.recall(demand) {
+                        let why = format!(
+                            "model: {demand} users; P = {} matched {} users before",
+                            matched.p, matched.users
+                        );
+                        self.hold(matched, now, why);
+                    } else {
+                        self.start_sampling(demand, now, held);
                     }
                 }
             }

@@ -307,6 +307,19 @@ fn client_backends(server: &PgServer) -> usize {
     text(&out.stdout).trim().parse().expect("a count")
 }
 
+/// Client backends on the server once they number `want`, or after 10 s:
+/// closed backends leave pg_stat_activity only when their process exits.
+fn client_backends_once_settled(server: &PgServer, want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = client_backends(server);
+        if left == want || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn transaction_pooling_shares_backends_between_requests_never_within_a_block() {
     let Some(server) = PgServer::start() else { return };
@@ -397,18 +410,8 @@ fn a_burst_of_logins_leaves_no_more_idle_backends_than_p() {
     for c in &mut clients {
         assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = client_backends(&server);
-        if left == 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{left} backends, long before the 60 s idle timeout; P is 2"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let left = client_backends_once_settled(&server, 2);
+    assert_eq!(left, 2, "{left} backends, long before the 60 s idle timeout; P is 2");
     assert_eq!(proxy.stats.pool_idle(), 2);
 }
 
@@ -449,15 +452,8 @@ fn pgbench_through_transaction_pooling_leaves_a_few_warm_backends() {
     let mut c = PgConn::connect(proxy.addr, "postgres");
     assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
     // Closed backends leave pg_stat_activity when their process exits.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = client_backends(&server);
-        if left == 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{left} backends left, not only c's");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let left = client_backends_once_settled(&server, 1);
+    assert_eq!(left, 1, "{left} backends left, not only c's");
     assert_eq!(proxy.stats.pool_idle(), 1, "the pool counts c's backend idle");
 }
 
