@@ -7,7 +7,10 @@
 //!   demand moves by more than `demand_change`, a pause with no demand not
 //!   counting, and start sampling afresh when it moves while sampling; a
 //!   demand back at a level sampled before gets that level's matching
-//!   point without sampling; after `rerun_ms` at one level, measure only
+//!   point without sampling, and one back at a level whose sampling it
+//!   left unfinished (within `rerun_ms`) goes on with that sampling where
+//!   it stopped, so that runs shorter than a sampling end it in a few
+//!   runs instead of each beginning it again; after `rerun_ms` at one level, measure only
 //!   P/2, P and 2P around the held P and keep the best, a departure, see
 //!   `start_around`);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
@@ -337,6 +340,31 @@ struct Held {
     users: usize,
 }
 
+/// What a sampling measures, for whom, and what it has measured so far.
+struct Plan {
+    ps: Vec<usize>,
+    users: usize,
+    samples: Vec<Sample>,
+}
+
+impl Plan {
+    fn fresh(ps: Vec<usize>, users: usize) -> Self {
+        Plan {
+            ps,
+            users,
+            samples: Vec::new(),
+        }
+    }
+}
+
+/// A model sampling the users left before it ended, kept to go on with
+/// when the demand comes back to its level.
+struct Unfinished {
+    plan: Plan,
+    /// When it was left.
+    at: Instant,
+}
+
 fn holding(since: Instant, users: usize) -> ModelPhase {
     ModelPhase::Holding {
         since,
@@ -439,6 +467,10 @@ struct Optimizer {
     /// back at a level is held at its P (and sampled again after
     /// `rerun_ms` there, as any).
     matched: Vec<Held>,
+    /// Samplings left unfinished, one per level of demand: runs shorter
+    /// than a sampling (five samples of `settle_ms + sample_ms`) would
+    /// otherwise each begin it afresh and never end it.
+    unfinished: Vec<Unfinished>,
     gradient: GradientLimiter,
     quota: QuotaController,
     zeta_window: (Instant, HashMap<Arc<str>, TenantStats>),
@@ -489,6 +521,7 @@ impl Optimizer {
             quota: QuotaController::new(config.quota, gate.zeta())?,
             model: holding(now, 0),
             matched: Vec::new(),
+            unfinished: Vec::new(),
             zeta_window: (now, HashMap::new()),
             slo_window_start: now,
             slo_stall: Duration::ZERO,
@@ -570,11 +603,13 @@ impl Optimizer {
             // through the last sample once set P to half their number).
             let (users, demand, resume) = (*users, period.peak_demand, *resume);
             if demand == 0 {
+                self.shelve(now);
                 return self.resume(resume, now, format!("model: the {users} users left while sampling"));
             }
             if m.demand_moved(demand, users) {
                 let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
                 self.decide("matching_point", self.gate.parallelism() as f64, why);
+                self.shelve(now);
                 return self.start_sampling(demand, now, resume);
             }
         }
@@ -694,6 +729,47 @@ impl Optimizer {
         let m = &self.config.model;
         self.matched.retain(|h| m.demand_moved(h.users, matched.users));
         self.matched.push(matched);
+        self.unfinished.retain(|u| m.demand_moved(u.plan.users, matched.users));
+    }
+
+    /// Keeps the samples of a model sampling being left, in place of any
+    /// older one at its level.
+    fn shelve(&mut self, now: Instant) {
+        let ModelPhase::Sampling {
+            sweep: Sweep::Model,
+            ps,
+            users,
+            samples,
+            ..
+        } = &mut self.model
+        else {
+            return;
+        };
+        if samples.is_empty() {
+            return;
+        }
+        let plan = Plan {
+            ps: std::mem::take(ps),
+            users: *users,
+            samples: std::mem::take(samples),
+        };
+        let m = &self.config.model;
+        self.unfinished.retain(|u| m.demand_moved(u.plan.users, plan.users));
+        let left = Unfinished { plan, at: now };
+        self.unfinished.push(left);
+    }
+
+    /// The unfinished sampling at the level of `demand`, taken out, if
+    /// one was left there within `rerun_ms`.
+    fn take_unfinished(&mut self, demand: usize, now: Instant) -> Option<Plan> {
+        let m = &self.config.model;
+        let fresh = Duration::from_millis(m.rerun_ms);
+        self.unfinished.retain(|u| now - u.at < fresh);
+        let at = self
+            .unfinished
+            .iter()
+            .position(|u| !m.demand_moved(demand, u.plan.users))?;
+        Some(self.unfinished.swap_remove(at).plan)
     }
 
     /// The matching point of the level of demand closest to `demand`, if
@@ -717,26 +793,39 @@ impl Optimizer {
             }
             return;
         }
+        if let Some(left) = self.take_unfinished(users, now) {
+            let step = left.samples.len();
+            let why = format!(
+                "model: {users} users; the sampling for {} users goes on at P{step} = {}",
+                left.users, left.ps[step]
+            );
+            // Logged even when P stays (P2 is often the P held before).
+            self.decide("matching_point", self.gate.parallelism() as f64, why.clone());
+            return self.begin(Sweep::Model, left, resume, now, why);
+        }
         let p1 = ((p0 * users) as f64).sqrt().round() as usize;
         let ps = vec![p0, p1.clamp(p0 + 1, users - 1), users];
         let why = format!("model: {users} users; sampling throughput at P0 = {p0}");
-        self.begin(Sweep::Model, ps, users, resume, now, why);
+        self.begin(Sweep::Model, Plan::fresh(ps, users), resume, now, why);
     }
 
-    /// Lets in `ps[0]` and starts measuring λ there.
-    fn begin(&mut self, sweep: Sweep, ps: Vec<usize>, users: usize, resume: Held, now: Instant, why: String) {
-        let first = ps[0];
+    /// Lets in the first P of `ps` not yet in `samples` and starts
+    /// measuring λ there.
+    fn begin(&mut self, sweep: Sweep, plan: Plan, resume: Held, now: Instant, why: String) {
+        let Plan { ps, users, samples } = plan;
+        let step = samples.len();
+        let next = ps[step];
         self.model = ModelPhase::Sampling {
             sweep,
             ps,
             users,
-            step: 0,
+            step,
             started: now,
             completed: 0,
-            samples: Vec::new(),
+            samples,
             resume,
         };
-        self.set_p(first, why);
+        self.set_p(next, why);
     }
 
     /// The periodic re-run at an unchanged demand of `users`: measures
@@ -753,7 +842,7 @@ impl Optimizer {
             "model: {users} users, re-run around P = {p}; sampling throughput at P0 = {}",
             ps[0]
         );
-        self.begin(Sweep::Around, ps, users, resume, now, why);
+        self.begin(Sweep::Around, Plan::fresh(ps, users), resume, now, why);
     }
 
     fn finish_sampling(&mut self, samples: &[Sample], now: Instant) {

@@ -208,13 +208,61 @@ async fn users_leaving_while_sampled_leave_no_matching_point_behind() {
         !decisions.iter().any(|d| d.why.contains("matching point")),
         "a fit of a sample the users left halfway: {decisions:?}"
     );
-    // Back again, they are sampled afresh, in full.
+    // Back again, the sampling goes on at P2: the fit has all three
+    // samples, and P0 and P1 were not sampled again.
     let _users = spawn_users(&gate, 64);
     until_decided(&log, |d| d.why.contains("matching point")).await;
     stop.send(true).unwrap();
     let decisions = log.recent();
     let fitted = decisions.iter().find(|d| d.why.contains("matching point"));
-    assert!(fitted.is_some_and(|d| d.why.contains("λ(64)")), "{decisions:?}");
+    let sampled = fitted.map(|d| measured(&d.why)).unwrap_or_default();
+    assert_eq!(sampled.len(), 3, "{decisions:?}");
+    assert_eq!(sampled[2].0, 64, "{decisions:?}");
+    assert_eq!(samplings(&log), 1, "{decisions:?}");
+    let went_on = |d: &Decision| d.why.contains("the sampling for 64 users goes on at P2 = 64");
+    assert!(decisions.iter().any(went_on), "{decisions:?}");
+}
+
+/// Runs shorter than a sampling (pgbench runs of 12 s against five
+/// samples of 4 s, seen on PostgreSQL) each left the sampling at P2 and
+/// the next began it again at P0: every run paid P = 2, none ended it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_shorter_than_a_sampling_end_it_between_them() {
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, model(true));
+    let mut runs = 0;
+    while !log.recent().iter().any(|d| d.why.starts_with("model, refined:")) {
+        assert!(runs < 12, "no end to the sampling: {:?}", log.recent());
+        let users = spawn_users(&gate, 64);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        drop(users);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        runs += 1;
+    }
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    assert_eq!(samplings(&log), 1, "{decisions:?}");
+    assert!(runs >= 2, "a run of 1 s held a sampling of 3.5 s: {decisions:?}");
+}
+
+/// A sampling left longer ago than `rerun_ms` is begun afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_sampling_left_long_ago_is_begun_afresh() {
+    let rerun = ModelConfig {
+        rerun_ms: 500,
+        ..model(false)
+    };
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, rerun);
+    let users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("sampling throughput at P1")).await;
+    drop(users);
+    until_decided(&log, |d| d.why.contains("left while sampling")).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let _users = spawn_users(&gate, 64);
+    until_decided(&log, |d| d.why.contains("matching point")).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    assert_eq!(samplings(&log), 2, "{decisions:?}");
+    assert!(!decisions.iter().any(|d| d.why.contains("goes on at")), "{decisions:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
