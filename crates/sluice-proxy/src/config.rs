@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::socket::Address;
+
 /// The protocol spoken on both sides of the proxy.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -63,7 +65,9 @@ pub enum PoolMode {
 pub struct ProxyConfig {
     /// Address to listen on, such as "127.0.0.1:6432".
     pub listen: String,
-    /// The server to forward to, such as "127.0.0.1:5432".
+    /// The server to forward to, such as "127.0.0.1:5432", or for
+    /// PostgreSQL on the same host the path of its Unix socket, such as
+    /// "/var/run/postgresql/.s.PGSQL.5432" (see `socket`).
     pub upstream: String,
     pub protocol: Protocol,
     #[serde(default)]
@@ -128,12 +132,16 @@ fn default_drain_timeout_secs() -> u64 {
 pub enum ConfigError {
     #[error("tenant_key `{key:?}` does not apply to protocol `{protocol:?}` (PostgreSQL: user, database, application_name, client_address, connection; Redis: user, client_name, client_address, connection)")]
     KeyNotForProtocol { key: TenantKey, protocol: Protocol },
-    #[error("{field} is empty: it needs a host:port address")]
+    #[error("{field} is empty: it needs a host:port address (or, for a PostgreSQL upstream, a Unix socket's path)")]
     EmptyAddress { field: &'static str },
     #[error("{field} applies to protocol `Pg` only, not `{protocol:?}`")]
     PgOnly { field: &'static str, protocol: Protocol },
     #[error("max_prepared_statements must be at least 1")]
     NoPreparedStatements,
+    #[error("upstream `{0}` is a Unix socket's path, which only protocol `Pg` connects to; give Redis a host:port")]
+    UnixUpstreamNotPg(String),
+    #[error("upstream_tls needs a host:port upstream: PostgreSQL does not speak TLS on its Unix socket `{0}`")]
+    TlsOverUnixSocket(String),
     #[error("auth_file is read only by transaction pooling: set pool = \"transaction\" or remove it (a client of session pooling logs in on its own server connection)")]
     AuthFileWithoutPool,
 }
@@ -194,6 +202,14 @@ impl ProxyConfig {
                     field,
                     protocol: self.protocol,
                 });
+            }
+        }
+        if let Address::Unix(_) = Address::parse(&self.upstream) {
+            if self.protocol != Protocol::Pg {
+                return Err(ConfigError::UnixUpstreamNotPg(self.upstream.clone()));
+            }
+            if self.upstream_tls.is_some() {
+                return Err(ConfigError::TlsOverUnixSocket(self.upstream.clone()));
             }
         }
         if self.max_prepared_statements == 0 {
@@ -300,5 +316,18 @@ mod tests {
         assert_eq!(config.validate(), Ok(()));
         config.upstream = " ".into();
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));
+    }
+
+    #[test]
+    fn a_unix_socket_upstream_is_for_postgresql_without_tls() {
+        let socket = "/run/postgresql/.s.PGSQL.5432";
+        let mut config = ProxyConfig::new("127.0.0.1:6432", socket, Protocol::Pg);
+        assert_eq!(config.validate(), Ok(()));
+        config.upstream_tls = Some(crate::pg::upstream_tls::UpstreamTlsConfig::default());
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.starts_with("upstream_tls needs a host:port upstream"), "{err}");
+        let redis = ProxyConfig::new("127.0.0.1:6379", "/run/redis.sock", Protocol::Redis);
+        let err = redis.validate().unwrap_err().to_string();
+        assert!(err.contains("`/run/redis.sock` is a Unix socket's path"), "{err}");
     }
 }

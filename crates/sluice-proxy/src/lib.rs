@@ -39,6 +39,7 @@ pub mod server;
 pub mod service;
 mod session;
 pub mod settings;
+mod socket;
 pub mod stats;
 mod workers;
 

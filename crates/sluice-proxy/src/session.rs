@@ -69,18 +69,10 @@ impl Context {
         }
     }
 
+    /// A Redis upstream, always host:port (see `ProxyConfig::validate`).
     pub async fn connect_upstream(&self) -> io::Result<TcpStream> {
-        connect(&self.upstream).await
+        crate::socket::connect_tcp(&self.upstream).await
     }
-}
-
-/// Connects to an upstream server with Nagle's algorithm off: the proxy
-/// writes whole requests and answers, so delaying small writes only adds
-/// latency.
-pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
-    let stream = TcpStream::connect(upstream).await?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
 }
 
 /// Where an admitted request's outcome is counted. Its queue wait and

@@ -136,7 +136,11 @@ fn pgbench_simple_and_prepared_have_no_failures() {
 #[test]
 fn cancel_request_through_the_proxy_stops_a_query() {
     let Some(server) = PgServer::start() else { return };
-    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
+    cancel_stops_a_query(&proxy(&server, TenantKey::User, GateConfig::default()));
+}
+
+/// A CancelRequest sent to `proxy` stops a client's pg_sleep at once.
+fn cancel_stops_a_query(proxy: &ProxyHandle) {
     let mut sleeper = PgConn::connect(proxy.addr, "postgres");
     let key = sleeper.key.expect("the server's BackendKeyData was relayed");
     sleeper.send_query("SELECT pg_sleep(10)");
@@ -160,6 +164,24 @@ fn cancel_request_through_the_proxy_stops_a_query() {
         start.elapsed()
     );
     assert_eq!(sleeper.query("SELECT 'still here'"), Ok(vec!["still here".to_string()]));
+}
+
+/// With the server's Unix socket as the upstream, sessions and pooled
+/// requests reach it there (its backends show no client address), and a
+/// cancel reaches the backend through it too.
+#[test]
+fn a_unix_socket_upstream_serves_sessions_pools_and_cancels() {
+    let Some(server) = PgServer::start() else { return };
+    let socket = server.socket_path();
+    let client_addr = "SELECT coalesce(client_addr::text, 'local') FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let mut config = ProxyConfig::new("127.0.0.1:0", socket.clone(), Protocol::Pg);
+        config.pool = pool;
+        let proxy = ProxyHandle::start_with(config, GateConfig::default());
+        let mut conn = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(conn.query(client_addr), Ok(vec!["local".to_string()]), "{pool:?}");
+        cancel_stops_a_query(&proxy);
+    }
 }
 
 /// Reads the proxy's answer to a malformed client: one ErrorResponse, then

@@ -10,11 +10,9 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
 use super::frame::BackendKey;
 use super::pool::Link;
+use crate::socket;
 
 /// The keys clients of live sessions hold, shared by all sessions.
 #[derive(Default)]
@@ -78,9 +76,9 @@ impl CancelRegistry {
         let Some((backend_key, upstream)) = link.and_then(|link| link.get()).and_then(|b| b.cancel_target()) else {
             return Ok(false);
         };
-        let mut stream = TcpStream::connect(upstream).await?;
+        let stream = socket::connect_peer(&upstream).await?;
+        // Closing after it ends the request: the server answers nothing.
         stream.write_all(&backend_key.cancel_request()).await?;
-        stream.shutdown().await?;
         Ok(true)
     }
 }

@@ -47,7 +47,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -63,6 +62,7 @@ use super::frame::{self, BackendKey, Startup};
 use super::password::{self, AuthError, Login};
 use super::prepared::{self, Made, Statement};
 use super::upstream_tls::{ServerStream, UpstreamTls};
+use crate::socket::{self, Peer, Socket};
 use crate::stats::Stats;
 
 /// How long opening a pooled backend may take, login included.
@@ -71,7 +71,7 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// One server connection.
 pub(crate) struct Backend {
     stream: ServerStream,
-    addr: SocketAddr,
+    peer: Peer,
     /// From its BackendKeyData, for forwarding cancels.
     key: OnceLock<BackendKey>,
     /// The prepared statements made on it for pooled clients.
@@ -84,15 +84,20 @@ impl Backend {
     /// Connects to `upstream`, inside TLS if `tls` is set and the server
     /// accepts it (see [`super::upstream_tls`]).
     pub async fn connect(upstream: &str, tls: Option<&UpstreamTls>) -> io::Result<Backend> {
-        let tcp = crate::session::connect(upstream).await?;
-        let addr = tcp.peer_addr()?;
-        let stream = match tls {
-            Some(tls) => tls.open(tcp).await?,
-            None => ServerStream::Plain(tcp),
+        let socket = socket::connect(upstream).await?;
+        let peer = socket.peer()?;
+        let stream = match (tls, socket) {
+            (None, socket) => ServerStream::Plain(socket),
+            (Some(tls), Socket::Tcp(tcp)) => tls.open(tcp).await?,
+            (Some(_), Socket::Unix(_)) => {
+                return Err(io::Error::other(
+                    "upstream_tls over a Unix socket (the configuration check should have refused it)",
+                ))
+            }
         };
         Ok(Backend {
             stream,
-            addr,
+            peer,
             key: OnceLock::new(),
             made: Made::default(),
             worker: crate::workers::current(),
@@ -107,8 +112,8 @@ impl Backend {
     }
 
     /// Where a CancelRequest for the query running on it goes.
-    pub fn cancel_target(&self) -> Option<(BackendKey, SocketAddr)> {
-        self.key.get().map(|&key| (key, self.addr))
+    pub fn cancel_target(&self) -> Option<(BackendKey, Peer)> {
+        self.key.get().map(|&key| (key, self.peer.clone()))
     }
 
     /// Reads what the server sent into `buf`; 0 when it closed.

@@ -53,6 +53,7 @@ use tokio_rustls::TlsConnector;
 use super::frame;
 use super::tls::{certificates, private_key, provider, TlsError};
 use crate::session::READ_SIZE;
+use crate::socket::Socket;
 
 /// How much TLS the proxy asks of the server (libpq's names; its default).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -161,7 +162,7 @@ impl UpstreamTls {
                 let tls = self.connector.connect(self.name.clone(), tcp).await?;
                 Ok(ServerStream::Tls(Box::new(Mutex::new(tls))))
             }
-            b'N' if self.mode == SslMode::Prefer => Ok(ServerStream::Plain(tcp)),
+            b'N' if self.mode == SslMode::Prefer => Ok(ServerStream::Plain(Socket::Tcp(tcp))),
             b'N' => Err(io::Error::other(format!(
                 "the server does not accept TLS, and upstream_tls.mode is \"{}\"",
                 self.mode
@@ -310,7 +311,7 @@ impl ServerCertVerifier for Lenient {
 /// A server connection, plain or inside TLS, read and written through a
 /// shared reference: a session reads answers while it writes requests.
 pub(crate) enum ServerStream {
-    Plain(TcpStream),
+    Plain(Socket),
     /// Locked only inside one poll, never across a wait.
     Tls(Box<Mutex<TlsStream<TcpStream>>>),
 }
@@ -325,8 +326,8 @@ impl ServerStream {
     /// Appends what the server sent to `buf`; 0 when it closed.
     pub fn poll_read(&self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
         match self {
-            ServerStream::Plain(tcp) => loop {
-                ready!(tcp.poll_read_ready(cx))?;
+            ServerStream::Plain(socket) => loop {
+                ready!(socket.poll_read_ready(cx))?;
                 let spare = buf.capacity() - buf.len();
                 let mut read = None;
                 // A read shorter than asked drained the socket: answering
@@ -334,8 +335,8 @@ impl ServerStream {
                 // read waits for the next event instead of first asking the
                 // kernel for nothing (strace: one failed recv per message
                 // from the server, where PgBouncer has none).
-                let outcome = tcp.try_io(Interest::READABLE, || {
-                    let n = tcp.try_read_buf(buf)?;
+                let outcome = socket.try_io(Interest::READABLE, || {
+                    let n = socket.try_read_buf(buf)?;
                     read = Some(n);
                     if 0 < n && n < spare {
                         Err(io::ErrorKind::WouldBlock.into())
@@ -364,9 +365,9 @@ impl ServerStream {
     /// [`ServerStream::poll_flush`].
     pub fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self {
-            ServerStream::Plain(tcp) => loop {
-                ready!(tcp.poll_write_ready(cx))?;
-                match tcp.try_write(buf) {
+            ServerStream::Plain(socket) => loop {
+                ready!(socket.poll_write_ready(cx))?;
+                match socket.try_write(buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     written => return Poll::Ready(written),
                 }
@@ -388,9 +389,9 @@ impl ServerStream {
     /// administrator's shutdown).
     pub fn is_alive(&self) -> bool {
         match self {
-            ServerStream::Plain(tcp) => {
+            ServerStream::Plain(socket) => {
                 let mut probe = [0u8; 1];
-                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+                matches!(socket.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
             ServerStream::Tls(tls) => {
                 // TLS records that carry no data (session tickets) leave it

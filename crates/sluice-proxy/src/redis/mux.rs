@@ -21,7 +21,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
-use crate::session::{connect, READ_SIZE};
+use crate::session::READ_SIZE;
+use crate::socket::connect_tcp;
 
 /// A command's reply, or why there is none.
 pub(crate) type Answer = Result<Bytes, Arc<str>>;
@@ -91,7 +92,7 @@ impl Mux {
 
 /// Dials the upstream, then writes and reads until the connection fails.
 async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
-    let stream = match connect(&upstream).await {
+    let stream = match connect_tcp(&upstream).await {
         Ok(s) => s,
         Err(e) => {
             let why = format!("sluice: cannot reach the upstream server {upstream}: {e}");

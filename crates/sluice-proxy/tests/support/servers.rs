@@ -241,6 +241,11 @@ impl PgServer {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The path of the server's Unix socket.
+    pub fn socket_path(&self) -> String {
+        format!("{}/.s.PGSQL.{}", self.socket_dir.display(), self.port)
+    }
+
     /// Runs SQL as `postgres` over the Unix socket, around the proxy.
     pub fn psql(&self, sql: &str) -> Output {
         psql_socket(&self.socket_dir, self.port, sql)

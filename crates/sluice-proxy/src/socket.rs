@@ -1,0 +1,154 @@
+//! A plain connection to the upstream server: TCP, or a Unix-domain socket
+//! when the configured upstream is a path (PostgreSQL's
+//! `/var/run/postgresql/.s.PGSQL.5432`). A proxy on the database's host
+//! saves the loopback TCP stack on every message that way, as PgBouncer
+//! does with `host=/var/run/postgresql` (docs/BENCHMARKS.md, "A Unix
+//! socket to PostgreSQL").
+//!
+//! PostgreSQL then authenticates every client of the proxy by its `local`
+//! lines of pg_hba.conf: `peer` there would see the proxy's OS user for
+//! every client and let each in as that user without a password; use
+//! `scram-sha-256` (or `trust` where that is meant). PostgreSQL speaks no
+//! TLS on its Unix socket, so `upstream_tls` needs a host:port upstream.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use tokio::io::Interest;
+use tokio::net::{TcpStream, UnixStream};
+
+/// Where the upstream server listens, as the configuration names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// `host:port`.
+    Tcp(String),
+    /// A socket file, named by an absolute path.
+    Unix(PathBuf),
+}
+
+impl Address {
+    /// An upstream that starts with `/` is a Unix socket's path.
+    pub fn parse(upstream: &str) -> Address {
+        if upstream.starts_with('/') {
+            Address::Unix(PathBuf::from(upstream))
+        } else {
+            Address::Tcp(upstream.to_string())
+        }
+    }
+}
+
+/// The server a connection reached: where to send a CancelRequest so
+/// that it lands on the same server, whatever a name resolves to later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Peer {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// An upstream connection without TLS.
+pub enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Runs the same expression on whichever stream `socket` holds.
+macro_rules! on_stream {
+    ($socket:expr, $s:ident => $e:expr) => {
+        match $socket {
+            Socket::Tcp($s) => $e,
+            Socket::Unix($s) => $e,
+        }
+    };
+}
+
+/// Connects to `upstream`, a host:port or a Unix socket's path.
+pub async fn connect(upstream: &str) -> io::Result<Socket> {
+    match Address::parse(upstream) {
+        Address::Tcp(addr) => Ok(Socket::Tcp(connect_tcp(&addr).await?)),
+        Address::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path).await?)),
+    }
+}
+
+/// Connects over TCP with Nagle's algorithm off: the proxy writes whole
+/// requests and answers, so delaying small writes only adds latency.
+pub async fn connect_tcp(addr: &str) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Connects to the server `peer` names again (for a CancelRequest).
+pub async fn connect_peer(peer: &Peer) -> io::Result<Socket> {
+    match peer {
+        Peer::Tcp(addr) => Ok(Socket::Tcp(TcpStream::connect(addr).await?)),
+        Peer::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path).await?)),
+    }
+}
+
+impl Socket {
+    /// The server this connection reached.
+    pub fn peer(&self) -> io::Result<Peer> {
+        match self {
+            Socket::Tcp(s) => Ok(Peer::Tcp(s.peer_addr()?)),
+            Socket::Unix(s) => match s.peer_addr()?.as_pathname() {
+                Some(path) => Ok(Peer::Unix(path.to_path_buf())),
+                None => Err(io::Error::other("the upstream's Unix socket has no path")),
+            },
+        }
+    }
+
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_stream!(self, s => s.poll_read_ready(cx))
+    }
+
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_stream!(self, s => s.poll_write_ready(cx))
+    }
+
+    pub fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        on_stream!(self, s => s.try_io(interest, f))
+    }
+
+    pub fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        on_stream!(self, s => s.try_read_buf(buf))
+    }
+
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        on_stream!(self, s => s.try_read(buf))
+    }
+
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        on_stream!(self, s => s.try_write(buf))
+    }
+
+    /// Writes all of `buf`, waiting as the socket fills.
+    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            std::future::poll_fn(|cx| self.poll_write_ready(cx)).await?;
+            match self.try_write(buf) {
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_starting_with_a_slash_is_a_unix_socket() {
+        assert_eq!(
+            Address::parse("/run/postgresql/.s.PGSQL.5432"),
+            Address::Unix("/run/postgresql/.s.PGSQL.5432".into())
+        );
+        assert_eq!(Address::parse("db:5432"), Address::Tcp("db:5432".into()));
+        assert_eq!(Address::parse("[::1]:6379"), Address::Tcp("[::1]:6379".into()));
+    }
+}
