@@ -57,6 +57,10 @@
 #                     require; sluice-tls: [proxy.upstream_tls] mode =
 #                     "require"; with TXN=1 also sluice-txn-tls); clients
 #                     stay plain (PGSSLMODE=disable)
+#   UNIX=1            also run PgBouncer and sluice (as `sluice`, and with
+#                     TXN=1 as `sluice-txn`) connecting to PostgreSQL's
+#                     Unix socket instead of 127.0.0.1 (pgbouncer-unix,
+#                     sluice-unix, sluice-txn-unix); clients still use TCP
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   PGBENCH=1         drive the targets with pgbench itself
@@ -126,13 +130,14 @@ fi
 
 echo '"postgres" ""' >"$work/users.txt"
 # start_bouncer NAME PORT [EXTRA_INI]: PgBouncer in transaction mode with
-# pool 16 in front of PostgreSQL; its pid is in bouncer_pid.
+# pool 16 in front of PostgreSQL (at $BOUNCER_HOST, 127.0.0.1 by default);
+# its pid is in bouncer_pid.
 start_bouncer() {
     local name=$1 port=$2 extra=${3:-}
     echo "== $name on port $port (transaction pooling, pool 16)"
     cat >"$work/$name.ini" <<INI
 [databases]
-postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
+postgres = host=${BOUNCER_HOST:-127.0.0.1} port=$PG_PORT dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $port
@@ -155,13 +160,13 @@ INI
 start_bouncer pgbouncer $BOUNCER_PORT
 
 # start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
-# of PostgreSQL ($PROXY_TOML goes into its [proxy] section; $SLUICE_BIN
-# is the binary, target/release/sluice by default); its pid is appended to
-# cpu_args.
+# of PostgreSQL (at $UPSTREAM, 127.0.0.1:$PG_PORT by default; $PROXY_TOML
+# goes into its [proxy] section; $SLUICE_BIN is the binary,
+# target/release/sluice by default); its pid is appended to cpu_args.
 start_sluice() {
     local name=$1 port=$2 admin=$3 extra=${4:-}
-    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "127.0.0.1:%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
-        "$port" "$PG_PORT" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
+    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
+        "$port" "${UPSTREAM:-127.0.0.1:$PG_PORT}" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
     "${SLUICE_BIN:-target/release/sluice}" proxy --config "$work/$name.toml" 2>"$work/$name.log" &
     pids+=($!)
     local pid=$!
@@ -242,6 +247,16 @@ else
         if [[ -n "${TXN:-}" ]]; then
             PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
                 start_sluice sluice-txn-tls $((SLUICE_PORT + 4)) "" '[proxy.upstream_tls]\nmode = "require"\n'
+        fi
+    fi
+    if [[ -n "${UNIX:-}" ]]; then
+        BOUNCER_HOST=$work start_bouncer pgbouncer-unix $((BOUNCER_PORT + 2))
+        targets+=",pgbouncer-unix=127.0.0.1:$((BOUNCER_PORT + 2))"
+        cpu_args+=",pgbouncer-unix=$bouncer_pid"
+        UPSTREAM=$work/.s.PGSQL.$PG_PORT start_sluice sluice-unix $((SLUICE_PORT + 3)) ""
+        if [[ -n "${TXN:-}" ]]; then
+            UPSTREAM=$work/.s.PGSQL.$PG_PORT PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
+                start_sluice sluice-txn-unix $((SLUICE_PORT + 2)) ""
         fi
     fi
     if [[ -n "${THREADS:-}" ]]; then
