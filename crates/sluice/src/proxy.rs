@@ -32,7 +32,8 @@ pub struct ProxyArgs {
     /// Address to listen on (overrides the file)
     #[arg(long)]
     pub listen: Option<String>,
-    /// The database's address (overrides the file)
+    /// The database's host:port, or PostgreSQL's Unix socket path such as
+    /// /var/run/postgresql/.s.PGSQL.5432 (overrides the file)
     #[arg(long)]
     pub upstream: Option<String>,
     /// pg or redis (overrides the file)
