@@ -10,9 +10,9 @@
 //!   point without sampling, and one back at a level whose sampling it
 //!   left unfinished (within `rerun_ms`) goes on with that sampling where
 //!   it stopped, so that runs shorter than a sampling end it in a few
-//!   runs instead of each beginning it again; after `rerun_ms` at one level, measure only
-//!   P/2, P and 2P around the held P and keep the best, a departure, see
-//!   `start_around`);
+//!   runs instead of each beginning it again; after `rerun_ms` at one
+//!   level, measure only P/2, P and 2P around the held P and keep the
+//!   best, a departure, see `start_around`);
 //!   by default it then also measures λ(C) and λ(2C) and keeps the best
 //!   measured P (`refine`, a departure: Eq. 2's first maximum fell short of
 //!   the peak on PostgreSQL);
@@ -832,8 +832,9 @@ impl Optimizer {
     /// P/2, P and 2P around the held P and keeps the best. A departure:
     /// the paper samples afresh, and on PostgreSQL the samples at P = 2
     /// and P = all users, 4 s each, fell inside measured windows and cost
-    /// them 10–30% (docs/BENCHMARKS.md, run P4). What this sweep costs
-    /// inside a window is not measured yet (run R missed it).
+    /// them 10–30% (docs/BENCHMARKS.md, run P4). With a re-run in every
+    /// window, this sweep cost 1–7% less than the full one (run RR); it
+    /// moves P by what one noisy sample shows (there, 18 to 9).
     fn start_around(&mut self, users: usize, now: Instant, resume: Held) {
         let p = resume.p;
         let mut ps = vec![(p / 2).max(1), p, (2 * p).min(users.max(p))];
