@@ -331,17 +331,12 @@ enum ModelPhase {
         users: usize,
         moved_since: Option<Instant>,
     },
-    /// Measuring λ at `ps[step]` for `users`.
+    /// Measuring λ at the plan's next P.
     Sampling {
         sweep: Sweep,
-        /// The P to measure, in order (for `Sweep::Model` P0, P1, P2,
-        /// then the refinement's candidates, if any).
-        ps: Vec<usize>,
-        users: usize,
-        step: usize,
+        plan: Plan,
         started: Instant,
         completed: u64,
-        samples: Vec<Sample>,
         /// What was held before; back to it if the users leave.
         resume: Held,
     },
@@ -366,9 +361,13 @@ struct Held {
 }
 
 /// What a sampling measures, for whom, and what it has measured so far.
+#[derive(Default)]
 struct Plan {
+    /// The P to measure, in order (for `Sweep::Model` P0, P1, P2, then
+    /// the refinement's candidates, if any).
     ps: Vec<usize>,
     users: usize,
+    /// One per P of `ps` measured so far, in its order.
     samples: Vec<Sample>,
 }
 
@@ -379,6 +378,11 @@ impl Plan {
             users,
             samples: Vec::new(),
         }
+    }
+
+    /// The P measured next.
+    fn next(&self) -> usize {
+        self.ps[self.samples.len()]
     }
 }
 
@@ -622,11 +626,11 @@ impl Optimizer {
 
     fn model_tick(&mut self, period: &Period, now: Instant) {
         let m = self.config.model.clone();
-        if let ModelPhase::Sampling { users, resume, .. } = &self.model {
+        if let ModelPhase::Sampling { plan, resume, .. } = &self.model {
             // A sample is λ at a fixed number of users; one taken while
             // users come or go would bend the fit (users leaving halfway
             // through the last sample once set P to half their number).
-            let (users, demand, resume) = (*users, period.peak_demand, *resume);
+            let (users, demand, resume) = (plan.users, period.peak_demand, *resume);
             if demand == 0 {
                 self.shelve(now);
                 return self.resume(resume, now, format!("model: the {users} users left while sampling"));
@@ -677,12 +681,9 @@ impl Optimizer {
             }
             ModelPhase::Sampling {
                 sweep,
-                ps,
-                users,
-                step,
+                plan,
                 started,
                 completed,
-                samples,
                 resume,
             } => {
                 let since = now - *started;
@@ -694,39 +695,31 @@ impl Optimizer {
                     return;
                 }
                 let throughput = *completed as f64 / (m.sample_ms as f64 / 1e3);
+                let p = plan.next();
                 if throughput == 0.0 {
-                    let (why, resume) = (format!("model: nothing finished at P = {}", ps[*step]), *resume);
+                    let (why, resume) = (format!("model: nothing finished at P = {p}"), *resume);
                     return self.resume(resume, now, why);
                 }
-                samples.push(Sample {
-                    p: ps[*step],
-                    throughput,
-                });
-                *step += 1;
-                let (sweep, mut ps, users, step) = (*sweep, ps.clone(), *users, *step);
-                let (samples, resume) = (samples.clone(), *resume);
+                plan.samples.push(Sample { p, throughput });
+                // Every way on below replaces the phase.
+                let (sweep, mut plan, resume) = (*sweep, std::mem::take(plan), *resume);
+                let step = plan.samples.len();
                 let fitted = sweep == Sweep::Model && step == 3;
                 if fitted && m.refine {
-                    ps.extend(self.refinement(&samples));
+                    let candidates = self.refinement(&plan.samples);
+                    plan.ps.extend(candidates);
                 }
-                if step < ps.len() {
-                    let p = ps[step];
-                    self.model = ModelPhase::Sampling {
-                        sweep,
-                        ps,
-                        users,
-                        step,
-                        started: now,
-                        completed: 0,
-                        samples,
-                        resume,
-                    };
-                    self.set_p(p, format!("model: sampling throughput at P{step} = {p}"));
+                if step < plan.ps.len() {
+                    let why = format!("model: sampling throughput at P{step} = {}", plan.ps[step]);
+                    self.begin(sweep, plan, resume, now, why);
                 } else if fitted {
-                    self.finish_sampling(&samples, now);
+                    self.finish_sampling(&plan.samples, now);
                 } else {
-                    let held = Held { p: resume.p, users };
-                    self.finish_best(sweep, &samples, held, now);
+                    let held = Held {
+                        p: resume.p,
+                        users: plan.users,
+                    };
+                    self.finish_best(sweep, &plan.samples, held, now);
                 }
             }
         }
@@ -763,22 +756,16 @@ impl Optimizer {
     fn shelve(&mut self, now: Instant) {
         let ModelPhase::Sampling {
             sweep: Sweep::Model,
-            ps,
-            users,
-            samples,
+            plan,
             ..
         } = &mut self.model
         else {
             return;
         };
-        if samples.is_empty() {
+        if plan.samples.is_empty() {
             return;
         }
-        let plan = Plan {
-            ps: std::mem::take(ps),
-            users: *users,
-            samples: std::mem::take(samples),
-        };
+        let plan = std::mem::take(plan);
         let m = &self.config.model;
         self.unfinished.retain(|u| m.demand_moved(u.plan.users, plan.users));
         let left = Unfinished { plan, at: now };
@@ -820,10 +807,11 @@ impl Optimizer {
             return;
         }
         if let Some(left) = self.take_unfinished(users, now) {
-            let step = left.samples.len();
             let why = format!(
-                "model: {users} users; the sampling for {} users goes on at P{step} = {}",
-                left.users, left.ps[step]
+                "model: {users} users; the sampling for {} users goes on at P{} = {}",
+                left.users,
+                left.samples.len(),
+                left.next()
             );
             // Logged even when P stays (P2 is often the P held before).
             self.decide("matching_point", self.gate.parallelism() as f64, why.clone());
@@ -838,17 +826,12 @@ impl Optimizer {
     /// Lets in the first P of `ps` not yet in `samples` and starts
     /// measuring λ there.
     fn begin(&mut self, sweep: Sweep, plan: Plan, resume: Held, now: Instant, why: String) {
-        let Plan { ps, users, samples } = plan;
-        let step = samples.len();
-        let next = ps[step];
+        let next = plan.next();
         self.model = ModelPhase::Sampling {
             sweep,
-            ps,
-            users,
-            step,
+            plan,
             started: now,
             completed: 0,
-            samples,
             resume,
         };
         self.set_p(next, why);
@@ -915,19 +898,14 @@ impl Optimizer {
     /// Lets in for `held.users` the measured P that did best, or after a
     /// re-run `held.p` unless another beat it (see [`re_run_choice`]).
     fn finish_best(&mut self, sweep: Sweep, samples: &[Sample], held: Held, now: Instant) {
-        let users = held.users;
-        let best = match sweep {
-            Sweep::Model => best_measured(samples),
-            Sweep::Around => re_run_choice(samples, held.p),
+        let (best, how) = match sweep {
+            Sweep::Model => (best_measured(samples), "refined"),
+            Sweep::Around => (re_run_choice(samples, held.p), "re-run"),
         };
         let shown: Vec<String> = samples
             .iter()
             .map(|s| format!("λ({})={:.0}/s", s.p, s.throughput))
             .collect();
-        let how = match sweep {
-            Sweep::Model => "refined",
-            Sweep::Around => "re-run",
-        };
         let kept = if sweep == Sweep::Around && best.p == held.p {
             format!(
                 "P = {} kept unless beaten by more than {:.0}%",
@@ -939,7 +917,10 @@ impl Optimizer {
         };
         let why = format!("model, {how}: {}; {kept}", shown.join(" "));
         // Logged even when P stays: the log shows where each sampling ended.
-        let matched = Held { p: best.p, users };
+        let matched = Held {
+            p: best.p,
+            users: held.users,
+        };
         self.hold_matched(matched, now, why);
     }
 

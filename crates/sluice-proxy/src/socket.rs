@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::Interest;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpStream, UnixStream};
 
 /// Where the upstream server listens, as the configuration names it.
@@ -125,16 +125,8 @@ impl Socket {
     }
 
     /// Writes all of `buf`, waiting as the socket fills.
-    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            std::future::poll_fn(|cx| self.poll_write_ready(cx)).await?;
-            match self.try_write(buf) {
-                Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+    pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        on_stream!(self, s => s.write_all(buf).await)
     }
 }
 

@@ -76,7 +76,7 @@ impl CancelRegistry {
         let Some((backend_key, upstream)) = link.and_then(|link| link.get()).and_then(|b| b.cancel_target()) else {
             return Ok(false);
         };
-        let stream = socket::connect_peer(&upstream).await?;
+        let mut stream = socket::connect_peer(&upstream).await?;
         // Closing after it ends the request: the server answers nothing.
         stream.write_all(&backend_key.cancel_request()).await?;
         Ok(true)
