@@ -8,9 +8,10 @@
 #       [--users 8,256] [--rounds 3] [--seconds 20] [--warmup 20]
 #
 # Every target first gets one unmeasured run of --warmup seconds at each
-# user count (sluice's model samples a level of demand the first time). Prints one line per run (TPS, CPU steal during it),
-# then per user count and target the median TPS and, paired by round, the
-# ratios to the first target. pgbench's scale must already be initialised
+# user count (sluice's model samples a level of demand the first time).
+# Prints one line per run (TPS, CPU steal during it), then per user count
+# and target the median TPS and, paired by round, the ratios to the first
+# target. pgbench's scale must already be initialised
 # (postgres database, user postgres).
 set -euo pipefail
 targets=${1:?usage: $0 NAME=HOST:PORT[,...] [--users 8,256] [--rounds 3] [--seconds 20] [--warmup 20]}
