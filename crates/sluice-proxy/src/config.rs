@@ -37,10 +37,12 @@ pub enum TenantKey {
     /// Redis only: the name set by CLIENT SETNAME (or HELLO SETNAME) once
     /// accepted; "default" before.
     ClientName,
-    /// The client's IP address.
+    /// The client's IP address; over the Unix socket `unix:UID`, its OS
+    /// user id.
     ClientAddress,
     /// Every connection its own tenant, named by peer address and port (as
-    /// AppleS did).
+    /// AppleS did); over the Unix socket `unix:UID#N`, N the connection's
+    /// number.
     Connection,
 }
 
@@ -65,6 +67,11 @@ pub enum PoolMode {
 pub struct ProxyConfig {
     /// Address to listen on, such as "127.0.0.1:6432".
     pub listen: String,
+    /// A Unix socket file to listen on as well, such as
+    /// "/tmp/.s.PGSQL.6432" (what `psql -h /tmp -p 6432` connects to; see
+    /// `client`).
+    #[serde(default)]
+    pub listen_unix: Option<PathBuf>,
     /// The server to forward to, such as "127.0.0.1:5432", or for
     /// PostgreSQL on the same host the path of its Unix socket, such as
     /// "/var/run/postgresql/.s.PGSQL.5432" (see `socket`).
@@ -136,6 +143,8 @@ pub enum ConfigError {
     EmptyAddress { field: &'static str },
     #[error("{field} applies to protocol `Pg` only, not `{protocol:?}`")]
     PgOnly { field: &'static str, protocol: Protocol },
+    #[error("listen_unix is empty: give the socket file's path, such as \"/tmp/.s.PGSQL.6432\", or leave it out")]
+    EmptyUnixPath,
     #[error("max_prepared_statements must be at least 1")]
     NoPreparedStatements,
     #[error("upstream `{0}` is a Unix socket's path, which only protocol `Pg` connects to; give Redis a host:port")]
@@ -151,6 +160,7 @@ impl ProxyConfig {
     pub fn new(listen: impl Into<String>, upstream: impl Into<String>, protocol: Protocol) -> Self {
         ProxyConfig {
             listen: listen.into(),
+            listen_unix: None,
             upstream: upstream.into(),
             protocol,
             tenant_key: TenantKey::default(),
@@ -190,6 +200,9 @@ impl ProxyConfig {
             if value.trim().is_empty() {
                 return Err(ConfigError::EmptyAddress { field });
             }
+        }
+        if self.listen_unix.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err(ConfigError::EmptyUnixPath);
         }
         for (field, set) in [
             ("tls", self.tls.is_some()),
@@ -259,6 +272,12 @@ mod tests {
         let upstream_tls = tls.upstream_tls.expect("the [upstream_tls] table");
         assert_eq!(upstream_tls.mode, crate::pg::upstream_tls::SslMode::VerifyFull);
         assert_eq!(upstream_tls.ca, Some("ca.pem".into()));
+        let mut unix: ProxyConfig =
+            toml::from_str("listen = ':1'\nlisten_unix = '/tmp/.s.PGSQL.1'\nupstream = ':2'\nprotocol = 'pg'\n")
+                .unwrap();
+        assert_eq!(unix.listen_unix, Some("/tmp/.s.PGSQL.1".into()));
+        unix.listen_unix = Some("".into());
+        assert_eq!(unix.validate(), Err(ConfigError::EmptyUnixPath));
     }
 
     #[test]

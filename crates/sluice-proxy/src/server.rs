@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::client::{Accepted, Listeners, Peer};
 use crate::config::{ConfigError, PoolMode, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
@@ -42,14 +42,14 @@ pub enum ProxyError {
 
 /// A bound proxy listener, ready to [`run`](Proxy::run).
 pub struct Proxy {
-    listener: TcpListener,
+    listeners: Listeners,
     config: ProxyConfig,
     ctx: Arc<Context>,
     workers: Workers,
 }
 
 impl Proxy {
-    /// Checks the configuration and binds the listening socket.
+    /// Checks the configuration and binds the listening sockets.
     pub async fn bind(config: ProxyConfig, gate: Gate) -> Result<Proxy, ProxyError> {
         config.validate()?;
         let tls = config.tls.as_ref().map(pg::tls::acceptor).transpose()?;
@@ -60,11 +60,11 @@ impl Proxy {
             // Read again at each use; here so that a bad file stops the start.
             pg::auth_file::read(path)?;
         }
-        let listener = TcpListener::bind(&config.listen)
+        let listeners = Listeners::bind(&config.listen, config.listen_unix.as_deref())
             .await
-            .map_err(|source| ProxyError::Listen {
-                addr: config.listen.clone(),
-                source,
+            .map_err(|e| ProxyError::Listen {
+                addr: e.addr,
+                source: e.source,
             })?;
         let workers = Workers::start(config.worker_threads()).map_err(ProxyError::Workers)?;
         let stats = Arc::<Stats>::default();
@@ -90,16 +90,16 @@ impl Proxy {
             }),
         });
         Ok(Proxy {
-            listener,
+            listeners,
             config,
             ctx,
             workers,
         })
     }
 
-    /// The address actually bound (useful with port 0).
+    /// The TCP address actually bound (useful with port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners.local_addr()
     }
 
     /// Per-tenant statistics, live while the proxy runs.
@@ -119,14 +119,11 @@ impl Proxy {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((client, peer)) => match client.into_std() {
-                        Ok(client) => {
-                            let session = session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone());
-                            sessions.spawn_on(session, self.workers.next());
-                        }
-                        Err(e) => tracing::debug!("client {peer}: {e}"),
-                    },
+                accepted = self.listeners.accept() => match accepted {
+                    Ok((client, peer)) => {
+                        let session = session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone());
+                        sessions.spawn_on(session, self.workers.next());
+                    }
                     // Out of descriptors and the like: the listener stays
                     // usable, so wait a little instead of spinning.
                     Err(e) => {
@@ -138,7 +135,7 @@ impl Proxy {
             }
             while sessions.try_join_next().is_some() {}
         }
-        drop(self.listener);
+        drop(self.listeners);
         let _ = stop.send(true);
         let drain = Duration::from_secs(self.config.drain_timeout_secs);
         if tokio::time::timeout(drain, async { while sessions.join_next().await.is_some() {} })
@@ -163,29 +160,20 @@ pub async fn run(config: ProxyConfig, gate: Gate, shutdown: impl Future<Output =
 /// Serves one client on the worker it was given. The socket is registered
 /// here, with that worker's reactor: registered with the listener's, each
 /// of its wake-ups would cross threads.
-async fn session(
-    client: std::net::TcpStream,
-    peer: SocketAddr,
-    ctx: Arc<Context>,
-    protocol: Protocol,
-    stop: watch::Receiver<bool>,
-) {
-    let client = match TcpStream::from_std(client) {
+async fn session(client: Accepted, peer: Peer, ctx: Arc<Context>, protocol: Protocol, stop: watch::Receiver<bool>) {
+    let client = match client.register() {
         Ok(client) => client,
         Err(e) => return tracing::debug!("client {peer}: {e}"),
     };
-    if let Err(e) = client.set_nodelay(true) {
-        tracing::debug!("client {peer}: cannot set TCP_NODELAY: {e}");
-    }
     let served = match protocol {
-        Protocol::Redis => redis::session::serve(client, peer, &ctx, stop).await,
-        Protocol::Pg => pg::session::serve(client, peer, &ctx, stop).await,
+        Protocol::Redis => redis::session::serve(client, &peer, &ctx, stop).await,
+        Protocol::Pg => pg::session::serve(client, &peer, &ctx, stop).await,
     };
     if let Err(e) = served {
         tracing::debug!("client {peer}: session ended: {e}");
     }
     // A tenant named by its connection is never seen again.
-    if let (TenantKey::Connection, Some(name)) = (ctx.tenant_key, ctx.tenant_by_address(peer)) {
+    if let (TenantKey::Connection, Some(name)) = (ctx.tenant_key, ctx.tenant_by_address(&peer)) {
         if ctx.gate.forget(&name) {
             ctx.stats.forget(&name);
         }

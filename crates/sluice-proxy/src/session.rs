@@ -11,7 +11,6 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Gate, Refusal, Slot, Tenant};
 use crate::pg::cancel::CancelRegistry;
@@ -61,9 +61,9 @@ impl Context {
 
     /// The tenant name that the peer address alone decides, if the key is
     /// one of those.
-    pub fn tenant_by_address(&self, peer: SocketAddr) -> Option<String> {
+    pub fn tenant_by_address(&self, peer: &Peer) -> Option<String> {
         match self.tenant_key {
-            TenantKey::ClientAddress => Some(peer.ip().to_string()),
+            TenantKey::ClientAddress => Some(peer.address()),
             TenantKey::Connection => Some(peer.to_string()),
             _ => None,
         }

@@ -184,6 +184,51 @@ fn a_unix_socket_upstream_serves_sessions_pools_and_cancels() {
     }
 }
 
+/// psql and pgbench reach the proxy through its Unix socket file while
+/// its TCP port serves too; over the socket a client's address is its OS
+/// user id, and the file goes when the proxy stops.
+#[test]
+fn clients_on_the_unix_socket_are_served_and_named_by_their_user() {
+    let Some(server) = PgServer::start() else { return };
+    if support::require("pgbench").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join(".s.PGSQL.5999");
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.listen_unix = Some(socket.clone());
+    config.tenant_key = TenantKey::ClientAddress;
+    let mut proxy = ProxyHandle::start_with(config, GateConfig::default());
+    let host = dir.path().to_str().unwrap();
+    let local = ["-h", host, "-p", "5999", "-U", "postgres"];
+    let out = Command::new("psql")
+        .args(local)
+        .args(["-X", "-A", "-t", "-c", "SELECT 6 * 7", "postgres"])
+        .output()
+        .expect("running psql");
+    assert_eq!(text(&out.stdout), "42\n", "{}", text(&out.stderr));
+    let mut tcp = PgConn::connect(proxy.addr, "postgres");
+    assert_eq!(tcp.query("SELECT 1"), Ok(vec!["1".to_string()]));
+
+    let bench = |args: &[&str]| {
+        let out = Command::new("pgbench").args(local).args(args).arg("postgres").output();
+        let out = out.expect("running pgbench");
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "pgbench {args:?} failed:\n{all}");
+        all
+    };
+    bench(&["-i", "-s", "1", "-q"]);
+    let report = bench(&["-c", "4", "-j", "4", "-T", "2"]);
+    assert!(report.contains("number of failed transactions: 0 (0.000%)"), "{report}");
+    let tenant = format!("unix:{}", unsafe { libc::getuid() });
+    let served = proxy.tenant(&tenant).map_or(0, |t| t.requests);
+    assert!(served > transactions(&report), "tenant {tenant}: {served} requests");
+    assert_eq!(proxy.tenant("127.0.0.1").map(|t| t.requests), Some(1));
+    drop(tcp);
+    assert!(proxy.shutdown());
+    assert!(!socket.exists(), "the socket file is removed at shutdown");
+}
+
 /// Reads the proxy's answer to a malformed client: one ErrorResponse, then
 /// the connection closes.
 fn expect_protocol_violation(conn: &mut PgConn, what: &str) -> String {

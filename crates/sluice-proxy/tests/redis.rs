@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_proxy::gate::GateConfig;
-use sluice_proxy::{Protocol, TenantKey};
+use sluice_proxy::{Protocol, ProxyConfig, TenantKey};
 use support::proxy::{gate, ProxyHandle};
 use support::respwire::RespConn;
 use support::servers::RedisServer;
@@ -336,6 +336,31 @@ fn default_state_clients_share_upstream_connections_until_they_need_their_own() 
         "$1\r\nv\r\n",
         "others stay in database 0"
     );
+}
+
+/// redis-cli -s reaches the proxy through its Unix socket file, on a
+/// shared lane and, after MULTI, on a connection of its own; the client is
+/// named by its OS user id.
+#[test]
+fn clients_on_the_unix_socket_share_lanes_and_get_their_own() {
+    let Some(server) = RedisServer::start() else { return };
+    support::require("redis-cli").expect("redis-cli comes with redis-server here");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("sluice.sock");
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Redis);
+    config.listen_unix = Some(socket.clone());
+    config.tenant_key = TenantKey::ClientAddress;
+    let proxy = ProxyHandle::start_with(config, GateConfig::default());
+    let script = "SET k v\nGET k\nMULTI\nINCR n\nEXEC\n";
+    let mut command = Command::new("redis-cli");
+    command.arg("-s").arg(&socket);
+    let out = support::run_with_stdin(command, script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout, "OK\nv\nOK\nQUEUED\n1\n");
+    let tenant = format!("unix:{}", unsafe { libc::getuid() });
+    let served = proxy.tenant(&tenant).map_or(0, |t| t.requests);
+    assert!(served >= 3, "tenant {tenant}: {served} requests");
 }
 
 #[test]

@@ -32,6 +32,10 @@ pub struct ProxyArgs {
     /// Address to listen on (overrides the file)
     #[arg(long)]
     pub listen: Option<String>,
+    /// A Unix socket file to listen on as well, such as /tmp/.s.PGSQL.6432
+    /// for psql -h /tmp -p 6432 (overrides the file)
+    #[arg(long)]
+    pub listen_unix: Option<PathBuf>,
     /// The database's host:port, or PostgreSQL's Unix socket path such as
     /// /var/run/postgresql/.s.PGSQL.5432 (overrides the file)
     #[arg(long)]
@@ -84,6 +88,9 @@ fn settings(args: &ProxyArgs) -> Result<Settings> {
     if let Some(listen) = &args.listen {
         settings.proxy.listen = listen.clone();
     }
+    if let Some(path) = &args.listen_unix {
+        settings.proxy.listen_unix = Some(path.clone());
+    }
     if let Some(upstream) = &args.upstream {
         settings.proxy.upstream = upstream.clone();
     }
@@ -133,10 +140,11 @@ async fn serve(settings: Settings, path: Option<PathBuf>) -> Result<()> {
         eprintln!("sluice proxy: draining requests in flight");
     };
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<sluice_proxy::service::Addresses>();
+    let unix = (settings.proxy.listen_unix.as_ref()).map_or(String::new(), |p| format!(" and {}", p.display()));
     tokio::spawn(async move {
         if let Ok(a) = started_rx.await {
             let admin = a.admin.map_or("off".to_string(), |x| format!("http://{x}"));
-            eprintln!("sluice proxy: listening on {}, admin {admin}", a.proxy);
+            eprintln!("sluice proxy: listening on {}{unix}, admin {admin}", a.proxy);
         }
     });
     sluice_proxy::service::run(settings, path, reload_rx, started_tx, shutdown)

@@ -32,19 +32,18 @@
 
 use std::io;
 use std::mem;
-use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
+use crate::client::{self, Peer};
 use crate::config::TenantKey;
 use crate::gate::Slot;
 use crate::session::{admit, drive, send, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
@@ -105,15 +104,15 @@ impl Shared {
 /// Serves one client from its first byte: inside TLS if it asks for it and
 /// TLS is configured (see [`super::tls`]).
 pub(crate) async fn serve(
-    mut client: TcpStream,
-    peer: SocketAddr,
+    mut client: client::Stream,
+    peer: &Peer,
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
     match (startup(&mut client, &mut buf, ctx, ctx.tls.is_some()).await?, &ctx.tls) {
         (Begin::Session(startup), _) => {
-            let (rd, wr) = client.split();
+            let (rd, wr) = client::split(&mut client);
             session(rd, wr, buf, startup, peer, ctx, shutdown).await
         }
         (Begin::Tls, Some(acceptor)) => {
@@ -147,7 +146,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut client_wr: W,
     buf: BytesMut,
     (params, startup_len): (StartupParams, usize),
-    peer: SocketAddr,
+    peer: &Peer,
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -256,7 +255,7 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-fn tenant_name(ctx: &Context, peer: SocketAddr, params: &StartupParams) -> String {
+fn tenant_name(ctx: &Context, peer: &Peer, params: &StartupParams) -> String {
     let chosen = match ctx.tenant_key {
         TenantKey::User => params.user.clone(),
         // PostgreSQL's default database is the user's name.

@@ -17,19 +17,18 @@
 use std::collections::VecDeque;
 use std::io;
 use std::mem;
-use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
+use tokio::net::tcp;
 use tokio::sync::watch;
 
 use super::command::{classify, Args, Kind};
 use super::resp::{CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
+use crate::client::{self, Peer};
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
 use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
@@ -80,8 +79,8 @@ impl Shared {
 
 /// Serves one client: connects upstream, then relays until either side ends.
 pub(crate) async fn serve(
-    mut client: TcpStream,
-    peer: SocketAddr,
+    mut client: client::Stream,
+    peer: &Peer,
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -89,7 +88,7 @@ pub(crate) async fn serve(
     let who = ctx.who(&name);
     let mut buf = BytesMut::new();
     if let Some(mux) = &ctx.mux {
-        let lane = mux.lane_for(usize::from(peer.port()));
+        let lane = mux.lane_for(peer.number());
         let phase = shared::serve(&mut client, &mut buf, &who, ctx, (mux, lane), shutdown.clone()).await?;
         if let Phase::Done = phase {
             return Ok(());
@@ -109,7 +108,7 @@ pub(crate) async fn serve(
         state: Mutex::default(),
         flags: Flags::default(),
     };
-    let (client_rd, client_wr) = client.split();
+    let (client_rd, client_wr) = client::split(&mut client);
     let (upstream_rd, upstream_wr) = upstream.split();
     let up = Up {
         client: client_rd,
@@ -135,8 +134,8 @@ pub(crate) async fn serve(
 
 /// Client → upstream: frames commands, asks the gate, forwards.
 struct Up<'a> {
-    client: ReadHalf<'a>,
-    upstream: WriteHalf<'a>,
+    client: client::ReadHalf<'a>,
+    upstream: tcp::WriteHalf<'a>,
     buf: BytesMut,
     parser: CommandParser,
     shared: &'a Shared,
@@ -388,8 +387,8 @@ pub(crate) fn refusal_reply(refusal: &Refusal) -> Bytes {
 
 /// Upstream → client: frames replies, completes their requests, forwards.
 struct Down<'a> {
-    upstream: ReadHalf<'a>,
-    client: WriteHalf<'a>,
+    upstream: tcp::ReadHalf<'a>,
+    client: client::WriteHalf<'a>,
     buf: BytesMut,
     /// Used only when the proxy's own answers are interleaved with replies.
     out: BytesMut,

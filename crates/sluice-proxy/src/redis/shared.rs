@@ -19,10 +19,9 @@
 
 use std::io;
 
+use crate::client::{self, ReadHalf, WriteHalf};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::command::{shareable, Args};
@@ -55,14 +54,14 @@ enum Entry {
 /// Serves `client` over lane `lane` of `mux` until the phase ends. `buf`
 /// keeps what the client sent beyond it.
 pub(crate) async fn serve(
-    client: &mut TcpStream,
+    client: &mut client::Stream,
     buf: &mut BytesMut,
     who: &Who,
     ctx: &Context,
     (mux, lane): (&Mux, usize),
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Phase> {
-    let (rd, wr) = client.split();
+    let (rd, wr) = client::split(client);
     let (entries, heard) = mpsc::unbounded_channel();
     let up = Up {
         client: rd,
