@@ -61,6 +61,11 @@
 #                     TXN=1 as `sluice-txn`) connecting to PostgreSQL's
 #                     Unix socket instead of 127.0.0.1 (pgbouncer-unix,
 #                     sluice-unix, sluice-txn-unix); clients still use TCP
+#   LOCAL=1           with PGBENCH=1, also targets whose clients connect
+#                     through Unix sockets as well (pgbench -h DIR), each
+#                     with PostgreSQL's socket upstream: direct-local,
+#                     pgbouncer-local (unix_socket_dir) and sluice-local
+#                     (listen_unix)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   PGBENCH=1         drive the targets with pgbench itself
@@ -141,7 +146,7 @@ postgres = host=${BOUNCER_HOST:-127.0.0.1} port=$PG_PORT dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $port
-unix_socket_dir =
+unix_socket_dir = ${BOUNCER_SOCKET_DIR:-}
 auth_type = trust
 auth_file = $work/users.txt
 pool_mode = transaction
@@ -162,17 +167,20 @@ start_bouncer pgbouncer $BOUNCER_PORT
 # start_sluice NAME PORT ADMIN_LISTEN [EXTRA_TOML]: a sluice proxy in front
 # of PostgreSQL (at $UPSTREAM, 127.0.0.1:$PG_PORT by default; $PROXY_TOML
 # goes into its [proxy] section; $SLUICE_BIN is the binary,
-# target/release/sluice by default); its pid is appended to cpu_args.
+# target/release/sluice by default); its pid is appended to cpu_args. With
+# CLIENT_DIR set it also listens on CLIENT_DIR/.s.PGSQL.PORT, which its
+# target names.
 start_sluice() {
-    local name=$1 port=$2 admin=$3 extra=${4:-}
-    printf '[proxy]\nlisten = "127.0.0.1:%s"\nupstream = "%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
-        "$port" "${UPSTREAM:-127.0.0.1:$PG_PORT}" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
+    local name=$1 port=$2 admin=$3 extra=${4:-} unix=""
+    [[ -n "${CLIENT_DIR:-}" ]] && unix="listen_unix = \"$CLIENT_DIR/.s.PGSQL.$port\"\n"
+    printf '[proxy]\nlisten = "127.0.0.1:%s"\n%bupstream = "%s"\nprotocol = "pg"\ntenant_key = "%s"\n%b[admin]\nlisten = "%s"\n[gate]\nqueue_limit = 100000\n%b' \
+        "$port" "$unix" "${UPSTREAM:-127.0.0.1:$PG_PORT}" "${TENANT_KEY:-connection}" "${PROXY_TOML:-}" "$admin" "$extra" >"$work/$name.toml"
     "${SLUICE_BIN:-target/release/sluice}" proxy --config "$work/$name.toml" 2>"$work/$name.log" &
     pids+=($!)
     local pid=$!
     sleep 1
     kill -0 $pid 2>/dev/null || { cat "$work/$name.log"; echo "sluice proxy $name did not start" >&2; exit 1; }
-    targets+=",$name=127.0.0.1:$port"
+    targets+=",$name=${CLIENT_DIR:-127.0.0.1}:$port"
     cpu_args+=",$name=$pid"
 }
 
@@ -258,6 +266,14 @@ else
             UPSTREAM=$work/.s.PGSQL.$PG_PORT PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
                 start_sluice sluice-txn-unix $((SLUICE_PORT + 2)) ""
         fi
+    fi
+    if [[ -n "${LOCAL:-}" ]]; then
+        [[ -n "${PGBENCH:-}" ]] || { echo "LOCAL=1 needs PGBENCH=1: sluice bench pg connects over TCP only" >&2; exit 1; }
+        targets+=",direct-local=$work:$PG_PORT"
+        BOUNCER_HOST=$work BOUNCER_SOCKET_DIR=$work start_bouncer pgbouncer-local $((BOUNCER_PORT + 3))
+        targets+=",pgbouncer-local=$work:$((BOUNCER_PORT + 3))"
+        cpu_args+=",pgbouncer-local=$bouncer_pid"
+        CLIENT_DIR=$work UPSTREAM=$work/.s.PGSQL.$PG_PORT start_sluice sluice-local $((SLUICE_PORT + 30)) ""
     fi
     if [[ -n "${THREADS:-}" ]]; then
         PROXY_TOML="threads = $THREADS\n" start_sluice "sluice-${THREADS}t" $((SLUICE_PORT + 8)) ""
