@@ -13,6 +13,9 @@
 #              YCSB=A then also runs `sluice bench redis` with that YCSB
 #              workload against the same targets: one closed-loop user per
 #              connection (the last of CLIENTS users), per-user U_f and V_l.
+#              LOCAL=1 also runs redis-benchmark through Unix sockets
+#              (-s): direct-local on Redis's own socket, and sluice-local,
+#              listening on a socket file with Redis's socket upstream.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -22,10 +25,11 @@ cargo build --release -p sluice
 rounds=${1:-3} requests=${2:-100000}
 
 # Below the ephemeral range, so that no client connection holds them.
-REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 OWN_PORT=27389 TWEM_PORT=28379
+REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 OWN_PORT=27389 LOCAL_PORT=27399 TWEM_PORT=28379
 bench_scratch sluice-bench-redis
 
-redis-server --port $REDIS_PORT --save '' --appendonly no --maxclients 10000 >"$work/redis.log" 2>&1 &
+redis-server --port $REDIS_PORT --unixsocket "$work/redis.sock" --unixsocketperm 700 \
+    --save '' --appendonly no --maxclients 10000 >"$work/redis.log" 2>&1 &
 pids+=($!)
 cat >"$work/sluice.toml" <<TOML
 [proxy]
@@ -56,23 +60,45 @@ sluice:
 YML
 nutcracker -c "$work/twemproxy.yml" -o "$work/twemproxy.log" &
 pids+=($!)
+targets="direct:$REDIS_PORT sluice:$SLUICE_PORT sluice-own:$OWN_PORT twemproxy:$TWEM_PORT"
+if [[ -n "${LOCAL:-}" ]]; then
+    cat >"$work/sluice-local.toml" <<TOML
+[proxy]
+listen = "127.0.0.1:$LOCAL_PORT"
+listen_unix = "$work/sluice.sock"
+upstream = "$work/redis.sock"
+protocol = "redis"
+tenant_key = "connection"
+[admin]
+listen = ""
+[gate]
+parallelism = 64
+[optimizer]
+parallelism = "fixed"
+TOML
+    target/release/sluice proxy --config "$work/sluice-local.toml" 2>"$work/sluice-local.log" &
+    pids+=($!)
+    targets+=" direct-local:$work/redis.sock sluice-local:$work/sluice.sock"
+fi
 sleep 1
 for p in "${pids[@]}"; do kill -0 "$p" || { cat "$work"/*.log; echo "a server did not start" >&2; exit 1; }; done
 
 steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
-echo "clients round target      SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
+echo "clients round target        SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
 for clients in ${CLIENTS:-50}; do
 for round in $(seq "$rounds"); do
-    for target in direct:$REDIS_PORT sluice:$SLUICE_PORT sluice-own:$OWN_PORT twemproxy:$TWEM_PORT; do
+    for target in $targets; do
+        at=${target#*:} where=(-p "${target#*:}")
+        [[ $at == /* ]] && where=(-s "$at")
         read -r t0 s0 < <(steal_ticks)
-        csv=$(redis-benchmark -p "${target#*:}" -t set,get -c "$clients" -n "$requests" --csv)
+        csv=$(redis-benchmark "${where[@]}" -t set,get -c "$clients" -n "$requests" --csv)
         read -r t1 s1 < <(steal_ticks)
         CSV="$csv" python3 - "$clients" "$round" "${target%%:*}" "$t0" "$s0" "$t1" "$s1" <<'PY'
 import csv, os, sys
 clients, round_, name, t0, s0, t1, s1 = sys.argv[1:]
 rows = {r[0]: r for r in csv.reader(os.environ["CSV"].splitlines()) if r and r[0] in ("SET", "GET")}
 steal = (int(s1) - int(s0)) / max(1, int(t1) - int(t0))
-print(f"{clients:>7} {round_:>5} {name:<10} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
+print(f"{clients:>7} {round_:>5} {name:<12} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
 PY
     done
 done

@@ -23,28 +23,10 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::net::{tcp, unix, TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::either::Either;
 
-/// A client's connection, on the worker that serves it.
-pub(crate) type Stream = Either<TcpStream, UnixStream>;
-pub(crate) type ReadHalf<'a> = Either<tcp::ReadHalf<'a>, unix::ReadHalf<'a>>;
-pub(crate) type WriteHalf<'a> = Either<tcp::WriteHalf<'a>, unix::WriteHalf<'a>>;
-
-/// Splits a client's connection into halves that borrow it (no lock
-/// between them, unlike `tokio::io::split`).
-pub(crate) fn split(stream: &mut Stream) -> (ReadHalf<'_>, WriteHalf<'_>) {
-    match stream {
-        Either::Left(s) => {
-            let (rd, wr) = s.split();
-            (Either::Left(rd), Either::Left(wr))
-        }
-        Either::Right(s) => {
-            let (rd, wr) = s.split();
-            (Either::Right(rd), Either::Right(wr))
-        }
-    }
-}
+use crate::socket::Stream;
 
 /// Who a client is, as far as its connection tells.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
 //! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | issue 5 §1–2 |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
-//! | `socket` | a plain upstream connection: TCP, or PostgreSQL's Unix socket when the upstream is a path | – |
+//! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | issue 5 §7 |
 //! | [`config`], [`settings`] | the listener's settings; the whole TOML file | issue 5 §7 |
 //! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | issue 5 §7 |

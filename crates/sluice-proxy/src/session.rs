@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 use crate::client::Peer;
@@ -69,9 +68,9 @@ impl Context {
         }
     }
 
-    /// A Redis upstream, always host:port (see `ProxyConfig::validate`).
-    pub async fn connect_upstream(&self) -> io::Result<TcpStream> {
-        crate::socket::connect_tcp(&self.upstream).await
+    /// A Redis upstream: host:port or a Unix socket's path.
+    pub async fn connect_upstream(&self) -> io::Result<crate::socket::Stream> {
+        crate::socket::connect_stream(&self.upstream).await
     }
 }
 

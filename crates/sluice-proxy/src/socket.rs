@@ -1,9 +1,12 @@
-//! A plain connection to the upstream server: TCP, or a Unix-domain socket
+//! A plain connection, TCP or a Unix-domain socket: to the upstream server
 //! when the configured upstream is a path (PostgreSQL's
-//! `/var/run/postgresql/.s.PGSQL.5432`). A proxy on the database's host
-//! saves the loopback TCP stack on every message that way, as PgBouncer
-//! does with `host=/var/run/postgresql` (docs/BENCHMARKS.md, "A Unix
-//! socket to PostgreSQL").
+//! `/var/run/postgresql/.s.PGSQL.5432`, Redis's `unixsocket`), and from
+//! clients (see `client`). A proxy on the database's host saves the
+//! loopback TCP stack on every message that way, as PgBouncer does with
+//! `host=/var/run/postgresql` (docs/BENCHMARKS.md, "A Unix socket to
+//! PostgreSQL"). Code that only reads and writes takes a [`Stream`];
+//! PostgreSQL's backends, which read without a buffer in between, a
+//! [`Socket`].
 //!
 //! PostgreSQL then authenticates every client of the proxy by its `local`
 //! lines of pg_hba.conf: `peer` there would see the proxy's OS user for
@@ -18,7 +21,44 @@ use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncWriteExt, Interest};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::{tcp, unix, TcpStream, UnixStream};
+use tokio_util::either::Either;
+
+/// A connection to read and write, TCP or Unix.
+pub(crate) type Stream = Either<TcpStream, UnixStream>;
+pub(crate) type ReadHalf<'a> = Either<tcp::ReadHalf<'a>, unix::ReadHalf<'a>>;
+pub(crate) type WriteHalf<'a> = Either<tcp::WriteHalf<'a>, unix::WriteHalf<'a>>;
+pub(crate) type OwnedReadHalf = Either<tcp::OwnedReadHalf, unix::OwnedReadHalf>;
+pub(crate) type OwnedWriteHalf = Either<tcp::OwnedWriteHalf, unix::OwnedWriteHalf>;
+
+/// Splits a connection into halves that borrow it (no lock between them,
+/// unlike `tokio::io::split`).
+pub(crate) fn split(stream: &mut Stream) -> (ReadHalf<'_>, WriteHalf<'_>) {
+    match stream {
+        Either::Left(s) => {
+            let (rd, wr) = s.split();
+            (Either::Left(rd), Either::Left(wr))
+        }
+        Either::Right(s) => {
+            let (rd, wr) = s.split();
+            (Either::Right(rd), Either::Right(wr))
+        }
+    }
+}
+
+/// Splits a connection into halves that can go to different tasks.
+pub(crate) fn into_split(stream: Stream) -> (OwnedReadHalf, OwnedWriteHalf) {
+    match stream {
+        Either::Left(s) => {
+            let (rd, wr) = s.into_split();
+            (Either::Left(rd), Either::Left(wr))
+        }
+        Either::Right(s) => {
+            let (rd, wr) = s.into_split();
+            (Either::Right(rd), Either::Right(wr))
+        }
+    }
+}
 
 /// Where the upstream server listens, as the configuration names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,11 +105,19 @@ macro_rules! on_stream {
 }
 
 /// Connects to `upstream`, a host:port or a Unix socket's path.
-pub async fn connect(upstream: &str) -> io::Result<Socket> {
+pub(crate) async fn connect_stream(upstream: &str) -> io::Result<Stream> {
     match Address::parse(upstream) {
-        Address::Tcp(addr) => Ok(Socket::Tcp(connect_tcp(&addr).await?)),
-        Address::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path).await?)),
+        Address::Tcp(addr) => Ok(Either::Left(connect_tcp(&addr).await?)),
+        Address::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
     }
+}
+
+/// The same, for a PostgreSQL backend.
+pub async fn connect(upstream: &str) -> io::Result<Socket> {
+    Ok(match connect_stream(upstream).await? {
+        Either::Left(s) => Socket::Tcp(s),
+        Either::Right(s) => Socket::Unix(s),
+    })
 }
 
 /// Connects over TCP with Nagle's algorithm off: the proxy writes whole

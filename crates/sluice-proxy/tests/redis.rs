@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -338,26 +339,37 @@ fn default_state_clients_share_upstream_connections_until_they_need_their_own() 
     );
 }
 
-/// redis-cli -s reaches the proxy through its Unix socket file, on a
-/// shared lane and, after MULTI, on a connection of its own; the client is
-/// named by its OS user id.
+/// Clients reach the proxy through its Unix socket file (a raw one, then
+/// redis-cli -s), on a shared lane and, after MULTI, on a connection of
+/// their own, both to Redis's Unix socket; a client is named by its OS
+/// user id.
 #[test]
 fn clients_on_the_unix_socket_share_lanes_and_get_their_own() {
     let Some(server) = RedisServer::start() else { return };
     support::require("redis-cli").expect("redis-cli comes with redis-server here");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("sluice.sock");
-    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Redis);
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.socket_path(), Protocol::Redis);
     config.listen_unix = Some(socket.clone());
     config.tenant_key = TenantKey::ClientAddress;
     let proxy = ProxyHandle::start_with(config, GateConfig::default());
-    let script = "SET k v\nGET k\nMULTI\nINCR n\nEXEC\n";
+    // A plain SET goes over a shared lane, which stays open.
+    let mut shared = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    shared.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n").unwrap();
+    let mut reply = [0; 5];
+    shared.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"+OK\r\n");
+    let mut direct = Command::new("redis-cli");
+    direct.args(["-p", &server.port.to_string(), "CLIENT", "LIST"]);
+    let clients = String::from_utf8_lossy(&support::run_with_stdin(direct, "").stdout).into_owned();
+    let on_socket = format!("laddr={}", server.socket_path());
+    assert!(clients.contains(&on_socket), "no client on {on_socket}:\n{clients}");
+    // MULTI gives redis-cli's connection an upstream of its own.
     let mut command = Command::new("redis-cli");
     command.arg("-s").arg(&socket);
-    let out = support::run_with_stdin(command, script);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = support::run_with_stdin(command, "GET k\nMULTI\nINCR n\nEXEC\n");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout, "OK\nv\nOK\nQUEUED\n1\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "v\nOK\nQUEUED\n1\n");
     let tenant = format!("unix:{}", unsafe { libc::getuid() });
     let served = proxy.tenant(&tenant).map_or(0, |t| t.requests);
     assert!(served >= 3, "tenant {tenant}: {served} requests");

@@ -36,7 +36,7 @@ pub struct ProxyArgs {
     /// for psql -h /tmp -p 6432 (overrides the file)
     #[arg(long)]
     pub listen_unix: Option<PathBuf>,
-    /// The database's host:port, or PostgreSQL's Unix socket path such as
+    /// The database's host:port, or its Unix socket's path such as
     /// /var/run/postgresql/.s.PGSQL.5432 (overrides the file)
     #[arg(long)]
     pub upstream: Option<String>,

@@ -43,10 +43,11 @@ use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
-use crate::client::{self, Peer};
+use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::Slot;
 use crate::session::{admit, drive, send, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
+use crate::socket::{self, Stream};
 
 /// A request inside the database.
 struct Request {
@@ -104,7 +105,7 @@ impl Shared {
 /// Serves one client from its first byte: inside TLS if it asks for it and
 /// TLS is configured (see [`super::tls`]).
 pub(crate) async fn serve(
-    mut client: client::Stream,
+    mut client: Stream,
     peer: &Peer,
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
@@ -112,7 +113,7 @@ pub(crate) async fn serve(
     let mut buf = BytesMut::new();
     match (startup(&mut client, &mut buf, ctx, ctx.tls.is_some()).await?, &ctx.tls) {
         (Begin::Session(startup), _) => {
-            let (rd, wr) = client::split(&mut client);
+            let (rd, wr) = socket::split(&mut client);
             session(rd, wr, buf, startup, peer, ctx, shutdown).await
         }
         (Begin::Tls, Some(acceptor)) => {

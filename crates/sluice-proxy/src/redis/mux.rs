@@ -17,12 +17,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
 use crate::session::READ_SIZE;
-use crate::socket::connect_tcp;
+use crate::socket::{self, OwnedReadHalf, OwnedWriteHalf};
 
 /// A command's reply, or why there is none.
 pub(crate) type Answer = Result<Bytes, Arc<str>>;
@@ -92,14 +91,14 @@ impl Mux {
 
 /// Dials the upstream, then writes and reads until the connection fails.
 async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
-    let stream = match connect_tcp(&upstream).await {
+    let stream = match socket::connect_stream(&upstream).await {
         Ok(s) => s,
         Err(e) => {
             let why = format!("sluice: cannot reach the upstream server {upstream}: {e}");
             return fail(&mut calls, Vec::new(), why);
         }
     };
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = socket::into_split(stream);
     let in_flight = InFlight::default();
     let failure = tokio::select! {
         e = write_calls(wr, &mut calls, &in_flight) => e,

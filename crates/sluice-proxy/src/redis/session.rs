@@ -22,16 +22,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp;
 use tokio::sync::watch;
 
 use super::command::{classify, Args, Kind};
 use super::resp::{CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
-use crate::client::{self, Peer};
+use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
 use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
+use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 
 /// What the upstream → client direction does when it reaches an entry.
 enum Pending {
@@ -79,7 +79,7 @@ impl Shared {
 
 /// Serves one client: connects upstream, then relays until either side ends.
 pub(crate) async fn serve(
-    mut client: client::Stream,
+    mut client: Stream,
     peer: &Peer,
     ctx: &Context,
     shutdown: watch::Receiver<bool>,
@@ -108,8 +108,8 @@ pub(crate) async fn serve(
         state: Mutex::default(),
         flags: Flags::default(),
     };
-    let (client_rd, client_wr) = client::split(&mut client);
-    let (upstream_rd, upstream_wr) = upstream.split();
+    let (client_rd, client_wr) = socket::split(&mut client);
+    let (upstream_rd, upstream_wr) = socket::split(&mut upstream);
     let up = Up {
         client: client_rd,
         upstream: upstream_wr,
@@ -134,8 +134,8 @@ pub(crate) async fn serve(
 
 /// Client → upstream: frames commands, asks the gate, forwards.
 struct Up<'a> {
-    client: client::ReadHalf<'a>,
-    upstream: tcp::WriteHalf<'a>,
+    client: ReadHalf<'a>,
+    upstream: WriteHalf<'a>,
     buf: BytesMut,
     parser: CommandParser,
     shared: &'a Shared,
@@ -387,8 +387,8 @@ pub(crate) fn refusal_reply(refusal: &Refusal) -> Bytes {
 
 /// Upstream → client: frames replies, completes their requests, forwards.
 struct Down<'a> {
-    upstream: tcp::ReadHalf<'a>,
-    client: client::WriteHalf<'a>,
+    upstream: ReadHalf<'a>,
+    client: WriteHalf<'a>,
     buf: BytesMut,
     /// Used only when the proxy's own answers are interleaved with replies.
     out: BytesMut,

@@ -19,7 +19,7 @@
 
 use std::io;
 
-use crate::client::{self, ReadHalf, WriteHalf};
+use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -54,14 +54,14 @@ enum Entry {
 /// Serves `client` over lane `lane` of `mux` until the phase ends. `buf`
 /// keeps what the client sent beyond it.
 pub(crate) async fn serve(
-    client: &mut client::Stream,
+    client: &mut Stream,
     buf: &mut BytesMut,
     who: &Who,
     ctx: &Context,
     (mux, lane): (&Mux, usize),
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Phase> {
-    let (rd, wr) = client::split(client);
+    let (rd, wr) = socket::split(client);
     let (entries, heard) = mpsc::unbounded_channel();
     let up = Up {
         client: rd,

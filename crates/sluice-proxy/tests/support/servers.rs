@@ -280,12 +280,12 @@ impl Drop for PgServer {
     }
 }
 
-/// A private Redis 7 on 127.0.0.1 with no persistence and an ACL user
-/// `alice` (password `secret`).
+/// A private Redis 7 on 127.0.0.1 and a Unix socket, with no persistence
+/// and an ACL user `alice` (password `secret`).
 pub struct RedisServer {
     process: Process,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -310,6 +310,7 @@ impl RedisServer {
             "no",
         ]);
         command.arg("--dir").arg(dir.path());
+        command.arg("--unixsocket").arg(dir.path().join("redis.sock"));
         let log = dir.path().join("redis.log");
         let mut process = Process::spawn(command, "redis-server", &log);
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -318,15 +319,16 @@ impl RedisServer {
         });
         let acl = redis_call(addr, "ACL SETUSER alice on >secret ~* &* +@all");
         assert_eq!(acl.as_deref(), Some("+OK"), "creating the ACL user alice");
-        Some(RedisServer {
-            process,
-            port,
-            _dir: dir,
-        })
+        Some(RedisServer { process, port, dir })
     }
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The path of its Unix socket.
+    pub fn socket_path(&self) -> String {
+        self.dir.path().join("redis.sock").display().to_string()
     }
 }
 
