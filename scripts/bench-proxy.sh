@@ -61,11 +61,10 @@
 #                     TXN=1 as `sluice-txn`) connecting to PostgreSQL's
 #                     Unix socket instead of 127.0.0.1 (pgbouncer-unix,
 #                     sluice-unix, sluice-txn-unix); clients still use TCP
-#   LOCAL=1           with PGBENCH=1, also targets whose clients connect
-#                     through Unix sockets as well (pgbench -h DIR), each
-#                     with PostgreSQL's socket upstream: direct-local,
-#                     pgbouncer-local (unix_socket_dir) and sluice-local
-#                     (listen_unix)
+#   LOCAL=1           also targets whose clients connect through Unix
+#                     sockets (pgbench -h DIR), each with PostgreSQL's
+#                     socket upstream: direct-local, pgbouncer-local
+#                     (unix_socket_dir) and sluice-local (listen_unix)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   PGBENCH=1         drive the targets with pgbench itself
@@ -268,7 +267,6 @@ else
         fi
     fi
     if [[ -n "${LOCAL:-}" ]]; then
-        [[ -n "${PGBENCH:-}" ]] || { echo "LOCAL=1 needs PGBENCH=1: sluice bench pg connects over TCP only" >&2; exit 1; }
         targets+=",direct-local=$work:$PG_PORT"
         BOUNCER_HOST=$work BOUNCER_SOCKET_DIR=$work start_bouncer pgbouncer-local $((BOUNCER_PORT + 3))
         targets+=",pgbouncer-local=$work:$((BOUNCER_PORT + 3))"

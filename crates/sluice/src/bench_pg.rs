@@ -31,7 +31,9 @@ use crate::steal::CpuTimes;
     --users 8,256 --cpu sluice=$(pidof sluice)\n\
     scripts/bench-proxy.sh sets up PostgreSQL, PgBouncer and sluice proxy and runs this.")]
 pub struct PgBench {
-    /// Targets as NAME=HOST:PORT, comma-separated; the first is the baseline
+    /// Targets as NAME=HOST:PORT, comma-separated; the first is the baseline.
+    /// HOST may be a directory, where pgbench connects to the Unix socket
+    /// HOST/.s.PGSQL.PORT
     #[arg(long, value_delimiter = ',', required = true)]
     pub targets: Vec<String>,
     /// User counts to run, comma-separated
