@@ -7,8 +7,10 @@
 //! `redis-cli -s PATH`) skips the loopback TCP stack on every message.
 //!
 //! The socket file is made readable and writable by every local user (mode
-//! 0777, PostgreSQL's and PgBouncer's default): the database still
-//! authenticates each client. A file left at the path by a proxy that did
+//! 0777, PostgreSQL's and PgBouncer's default): no wider than a TCP port on
+//! 127.0.0.1, which every local user reaches too, and the database still
+//! authenticates each client (put the file in a directory of restricted
+//! access to narrow it). A file left at the path by a proxy that did
 //! not stop cleanly is replaced; one a running server answers on, or one
 //! that is not a socket, is an error.
 //!
