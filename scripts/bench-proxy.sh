@@ -15,7 +15,7 @@
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
 #   THREADS=1         also run a sluice proxy with this many worker threads
-#                     (sluice-1t)
+#                     (sluice-1t; with LOCAL=1 also sluice-local-1t)
 #   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
 #                     from another build (copy target/release/sluice away
 #                     before a change), to measure the change
@@ -274,7 +274,11 @@ else
         CLIENT_DIR=$work UPSTREAM=$work/.s.PGSQL.$PG_PORT start_sluice sluice-local $((SLUICE_PORT + 30)) ""
     fi
     if [[ -n "${THREADS:-}" ]]; then
-        PROXY_TOML="threads = $THREADS\n" start_sluice "sluice-${THREADS}t" $((SLUICE_PORT + 8)) ""
+        PROXY_TOML="${PROXY_TOML:-}threads = $THREADS\n" start_sluice "sluice-${THREADS}t" $((SLUICE_PORT + 8)) ""
+        if [[ -n "${LOCAL:-}" ]]; then
+            CLIENT_DIR=$work UPSTREAM=$work/.s.PGSQL.$PG_PORT PROXY_TOML="${PROXY_TOML:-}threads = $THREADS\n" \
+                start_sluice "sluice-local-${THREADS}t" $((SLUICE_PORT + 31)) ""
+        fi
     fi
     if [[ -n "${PLAIN:-}" ]]; then
         start_sluice sluice-plain $((SLUICE_PORT + 9)) "" '[optimizer.model]\nrefine = false\n'
