@@ -8,11 +8,12 @@
 //! PostgreSQL's backends, which read without a buffer in between, a
 //! [`Socket`].
 //!
-//! PostgreSQL then authenticates every client of the proxy by its `local`
-//! lines of pg_hba.conf: `peer` there would see the proxy's OS user for
-//! every client and let each in as that user without a password; use
-//! `scram-sha-256` (or `trust` where that is meant). PostgreSQL speaks no
-//! TLS on its Unix socket, so `upstream_tls` needs a host:port upstream.
+//! With its socket as the upstream, PostgreSQL authenticates every client
+//! of the proxy by its `local` lines of pg_hba.conf: `peer` there would
+//! see the proxy's OS user for every client and let each in as that user
+//! without a password; use `scram-sha-256` (or `trust` where that is
+//! meant). PostgreSQL speaks no TLS on its Unix socket, so `upstream_tls`
+//! needs a host:port upstream.
 
 use std::io;
 use std::net::SocketAddr;
