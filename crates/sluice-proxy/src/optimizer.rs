@@ -716,7 +716,7 @@ impl Optimizer {
                     plan.ps.extend(candidates);
                 }
                 if step < plan.ps.len() {
-                    let why = format!("model: sampling throughput at P{step} = {}", plan.ps[step]);
+                    let why = format!("model: sampling throughput at P{step} = {}", plan.next());
                     self.begin(sweep, plan, resume, now, why);
                 } else if fitted {
                     self.finish_sampling(&plan.samples, now);
@@ -844,10 +844,11 @@ impl Optimizer {
     }
 
     /// The periodic re-run at an unchanged demand of `users`: measures
-    /// P/2, P and 2P around the held P and keeps the best. A departure:
-    /// the paper samples afresh, and on PostgreSQL the samples at P = 2
-    /// and P = all users, 4 s each, fell inside measured windows and cost
-    /// them 10–30% (docs/BENCHMARKS.md, run P4). With a re-run in every
+    /// P/2, P and 2P around the held P and keeps it unless another beat it
+    /// by [`MARGIN`]. A departure: the paper samples afresh, and on
+    /// PostgreSQL the samples at P = 2 and P = all users, 4 s each, fell
+    /// inside measured windows and cost them 10–30% (docs/BENCHMARKS.md,
+    /// run P4). With a re-run in every
     /// window, this sweep cost 1–7% less than the full one (run RR); it
     /// moves P by what one noisy sample shows (there, 18 to 9).
     fn start_around(&mut self, users: usize, now: Instant, resume: Held) {

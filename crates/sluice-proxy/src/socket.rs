@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
 use tokio_util::either::Either;
 
@@ -89,18 +89,16 @@ pub enum Peer {
     Unix(PathBuf),
 }
 
-/// An upstream connection without TLS.
-pub enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
+/// A PostgreSQL backend's connection without TLS: a [`Stream`] read and
+/// written through its readiness, which `Either` does not pass on.
+pub struct Socket(pub Stream);
 
 /// Runs the same expression on whichever stream `socket` holds.
 macro_rules! on_stream {
     ($socket:expr, $s:ident => $e:expr) => {
-        match $socket {
-            Socket::Tcp($s) => $e,
-            Socket::Unix($s) => $e,
+        match &$socket.0 {
+            Either::Left($s) => $e,
+            Either::Right($s) => $e,
         }
     };
 }
@@ -113,14 +111,6 @@ pub(crate) async fn connect_stream(upstream: &str) -> io::Result<Stream> {
     }
 }
 
-/// The same, for a PostgreSQL backend.
-pub async fn connect(upstream: &str) -> io::Result<Socket> {
-    Ok(match connect_stream(upstream).await? {
-        Either::Left(s) => Socket::Tcp(s),
-        Either::Right(s) => Socket::Unix(s),
-    })
-}
-
 /// Connects over TCP with Nagle's algorithm off: the proxy writes whole
 /// requests and answers, so delaying small writes only adds latency.
 pub async fn connect_tcp(addr: &str) -> io::Result<TcpStream> {
@@ -130,19 +120,19 @@ pub async fn connect_tcp(addr: &str) -> io::Result<TcpStream> {
 }
 
 /// Connects to the server `peer` names again (for a CancelRequest).
-pub async fn connect_peer(peer: &Peer) -> io::Result<Socket> {
+pub async fn connect_peer(peer: &Peer) -> io::Result<Stream> {
     match peer {
-        Peer::Tcp(addr) => Ok(Socket::Tcp(TcpStream::connect(addr).await?)),
-        Peer::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path).await?)),
+        Peer::Tcp(addr) => Ok(Either::Left(TcpStream::connect(addr).await?)),
+        Peer::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
     }
 }
 
 impl Socket {
     /// The server this connection reached.
     pub fn peer(&self) -> io::Result<Peer> {
-        match self {
-            Socket::Tcp(s) => Ok(Peer::Tcp(s.peer_addr()?)),
-            Socket::Unix(s) => match s.peer_addr()?.as_pathname() {
+        match &self.0 {
+            Either::Left(s) => Ok(Peer::Tcp(s.peer_addr()?)),
+            Either::Right(s) => match s.peer_addr()?.as_pathname() {
                 Some(path) => Ok(Peer::Unix(path.to_path_buf())),
                 None => Err(io::Error::other("the upstream's Unix socket has no path")),
             },
@@ -171,11 +161,6 @@ impl Socket {
 
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         on_stream!(self, s => s.try_write(buf))
-    }
-
-    /// Writes all of `buf`, waiting as the socket fills.
-    pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        on_stream!(self, s => s.write_all(buf).await)
     }
 }
 

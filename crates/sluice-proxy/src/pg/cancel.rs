@@ -10,6 +10,8 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use tokio::io::AsyncWriteExt;
+
 use super::frame::BackendKey;
 use super::pool::Link;
 use crate::socket;

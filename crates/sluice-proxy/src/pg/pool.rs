@@ -56,6 +56,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::AsyncWrite;
+use tokio_util::either::Either;
 
 use super::auth_file::{self, AuthFileError, Secret};
 use super::frame::{self, BackendKey, Startup};
@@ -84,12 +85,12 @@ impl Backend {
     /// Connects to `upstream`, inside TLS if `tls` is set and the server
     /// accepts it (see [`super::upstream_tls`]).
     pub async fn connect(upstream: &str, tls: Option<&UpstreamTls>) -> io::Result<Backend> {
-        let socket = socket::connect(upstream).await?;
+        let socket = Socket(socket::connect_stream(upstream).await?);
         let peer = socket.peer()?;
         let stream = match (tls, socket) {
             (None, socket) => ServerStream::Plain(socket),
-            (Some(tls), Socket::Tcp(tcp)) => tls.open(tcp).await?,
-            (Some(_), Socket::Unix(_)) => {
+            (Some(tls), Socket(Either::Left(tcp))) => tls.open(tcp).await?,
+            (Some(_), Socket(Either::Right(_))) => {
                 return Err(io::Error::other(
                     "upstream_tls over a Unix socket (the configuration check should have refused it)",
                 ))

@@ -49,6 +49,7 @@ use tokio_rustls::rustls::crypto::{verify_tls12_signature, verify_tls13_signatur
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use super::frame;
 use super::tls::{certificates, private_key, provider, TlsError};
@@ -162,7 +163,7 @@ impl UpstreamTls {
                 let tls = self.connector.connect(self.name.clone(), tcp).await?;
                 Ok(ServerStream::Tls(Box::new(Mutex::new(tls))))
             }
-            b'N' if self.mode == SslMode::Prefer => Ok(ServerStream::Plain(Socket::Tcp(tcp))),
+            b'N' if self.mode == SslMode::Prefer => Ok(ServerStream::Plain(Socket(Either::Left(tcp)))),
             b'N' => Err(io::Error::other(format!(
                 "the server does not accept TLS, and upstream_tls.mode is \"{}\"",
                 self.mode
