@@ -3,7 +3,8 @@
 //! (experiments on the deterministic simulator), `demo` (sluice-kv under
 //! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
 //! the simulator and of the I/O runtime), `serve` (the sluice-kv store
-//! over RESP2) and `proxy` (AppleS admission in front of PostgreSQL or Redis).
+//! over RESP2), `proxy` (AppleS admission in front of PostgreSQL or Redis)
+//! and `model` (AppleS's throughput model fitted to measured samples).
 
 mod bench;
 mod bench_io;
@@ -11,6 +12,7 @@ mod bench_pg;
 mod bench_redis;
 mod demo;
 mod demo_report;
+mod model;
 mod pressure;
 mod proxy;
 mod serve;
@@ -48,6 +50,7 @@ enum Command {
     Serve(serve::ServeArgs),
     Demo(demo::DemoArgs),
     Proxy(proxy::ProxyArgs),
+    Model(model::ModelArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run_demo(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Model(args) => model::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -28,6 +28,24 @@ fn help_explains_every_option() {
 }
 
 #[test]
+fn model_fits_samples_and_names_bad_ones() {
+    let out = sluice(&["model", "512=1025", "2=859", "32=1670"]);
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains("P0 = 2 (λ 859/s), P2 = 512 (λ 1025/s)"), "{table}");
+    for (args, says) in [
+        (&["model", "2=859", "32", "512=1025"][..], "`32` is not P=THROUGHPUT"),
+        (&["model", "2=859", "512=1025"][..], "3 values required"),
+        (&["model", "2=859", "32=1", "32=2"][..], "P = 32 is given twice"),
+    ] {
+        let out = sluice(args);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(err.contains(says) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn bad_experiment_files_get_one_line_naming_the_field() {
     let dir = scratch("bad");
     let cases = [

@@ -1,0 +1,218 @@
+//! `sluice model`: AppleS's throughput model (§4.3.1, Eq. 2) fitted to
+//! throughput measured by hand, the same fit `sluice proxy` makes from its
+//! own samples (`sluice_core::controller::matching_point`).
+//!
+//! Given three samples they are P0, P1 and P2 and the answer is the
+//! matching point C. Given a sweep (more than three), the lowest P is P0,
+//! the highest P2, and each P between serves in turn as the middle sample
+//! P1, as in AppleS Fig. 7, which reports Eq. 2 insensitive to that choice
+//! and its matching point's throughput 3.58% (mean) below the peak. The
+//! throughput at a C the sweep did not measure is interpolated linearly
+//! between the measured P on either side, an estimate the table marks.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use sluice_core::controller::matching_point::{matching_point, Sample};
+
+/// Fit AppleS's three-sample throughput model (Eq. 2) to measured throughput
+#[derive(Args)]
+#[command(
+    long_about = "Fit AppleS's three-sample throughput model (Eq. 2) to measured throughput \
+    and print its matching point C, the P `sluice proxy` would let in.\n\n\
+    Give each sample as P=THROUGHPUT (requests or transactions per second measured with P \
+    requests let in, e.g. by a proxy with `parallelism` pinned). Three samples are P0, P1 and P2 \
+    (P2 = the number of users). More are a sweep: the lowest P is P0, the highest P2, and each P \
+    between is tried as the middle sample P1, as in AppleS Fig. 7; each row gives the throughput \
+    the sweep measured at that C and how far below the sweep's peak it is.\n\n\
+    Example: sluice model 2=859 8=1350 16=1561 32=1502 256=1025"
+)]
+pub struct ModelArgs {
+    /// Throughput samples as P=THROUGHPUT, three or more, each P once
+    #[arg(required = true, num_args = 3.., value_name = "P=THROUGHPUT", value_parser = parse_sample)]
+    samples: Vec<Sample>,
+}
+
+fn parse_sample(text: &str) -> Result<Sample, String> {
+    let (p, throughput) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not P=THROUGHPUT (such as 16=1561)"))?;
+    let p: usize = p
+        .trim()
+        .parse()
+        .map_err(|_| format!("P in `{text}` is not a whole number"))?;
+    let throughput: f64 = throughput
+        .trim()
+        .parse()
+        .map_err(|_| format!("the throughput in `{text}` is not a number"))?;
+    if p == 0 {
+        return Err(format!("P in `{text}` must be at least 1"));
+    }
+    if !(throughput > 0.0 && throughput.is_finite()) {
+        return Err(format!("the throughput in `{text}` must be above 0"));
+    }
+    Ok(Sample { p, throughput })
+}
+
+pub fn run(args: ModelArgs) -> Result<()> {
+    let mut samples = args.samples;
+    samples.sort_by_key(|s| s.p);
+    if let Some(w) = samples.windows(2).find(|w| w[0].p == w[1].p) {
+        bail!("P = {} is given twice; give each P once", w[0].p);
+    }
+    print!("{}", report(&samples));
+    Ok(())
+}
+
+/// The table: a row per middle sample.
+fn report(samples: &[Sample]) -> String {
+    let (s0, s2) = (samples[0], samples[samples.len() - 1]);
+    let middles = &samples[1..samples.len() - 1];
+    let sweep = middles.len() > 1;
+    let peak = samples
+        .iter()
+        .copied()
+        .fold(s0, |a, s| if s.throughput > a.throughput { s } else { a });
+    let mut out = format!(
+        "P0 = {} (λ {:.0}/s), P2 = {} (λ {:.0}/s)\n",
+        s0.p, s0.throughput, s2.p, s2.throughput
+    );
+    if sweep {
+        out += &format!("peak of the sweep: λ({}) = {:.0}/s\n", peak.p, peak.throughput);
+    }
+    out += &format!(
+        "{:>6} {:>10} {:>10} {:>6} {:>12}{}\n",
+        "P1",
+        "B",
+        "γ",
+        "C",
+        "model λ(C)",
+        if sweep { "   swept λ(C)  below peak" } else { "" }
+    );
+    let mut shortfalls = Vec::new();
+    let mut unfitted = false;
+    for &s1 in middles {
+        let mp = matching_point(s0, s1, s2);
+        let (b, gamma, fitted) = match mp.model {
+            Some(m) => (
+                format!("{:.4}", m.b),
+                format!("{:.5}", m.gamma),
+                format!("{:.0}", m.throughput(mp.p as f64)),
+            ),
+            None => {
+                unfitted = true;
+                ("-".into(), "-".into(), "no fit".into())
+            }
+        };
+        out += &format!("{:>6} {b:>10} {gamma:>10} {:>6} {fitted:>12}", s1.p, mp.p);
+        if sweep {
+            let (at_c, exact) = swept_throughput(samples, mp.p);
+            let below = 1.0 - at_c / peak.throughput;
+            shortfalls.push(below);
+            let mark = if exact { ' ' } else { '*' };
+            out += &format!(" {at_c:>12.0}{mark} {:>9.1}%", below * 100.0);
+        }
+        out += "\n";
+    }
+    if sweep {
+        let mean = shortfalls.iter().sum::<f64>() / shortfalls.len() as f64;
+        out += &format!(
+            "mean below peak over the {} choices of P1: {:.1}% (AppleS Fig. 7: 3.58%)\n\
+             * interpolated between the swept P on either side of C\n",
+            shortfalls.len(),
+            mean * 100.0
+        );
+    }
+    if unfitted {
+        out += "no fit: the samples show no contention (throughput grows at least linearly); C = P2\n";
+    }
+    out
+}
+
+/// The sweep's throughput at `p` (sorted samples, `p` within their range),
+/// and whether it was measured there rather than interpolated.
+fn swept_throughput(samples: &[Sample], p: usize) -> (f64, bool) {
+    let i = samples.partition_point(|s| s.p < p);
+    let hi = samples[i.min(samples.len() - 1)];
+    if hi.p == p || i == 0 {
+        return (hi.throughput, hi.p == p);
+    }
+    let lo = samples[i - 1];
+    let t = (p - lo.p) as f64 / (hi.p - lo.p) as f64;
+    (lo.throughput + t * (hi.throughput - lo.throughput), false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(p: usize, throughput: f64) -> Sample {
+        Sample { p, throughput }
+    }
+
+    #[test]
+    fn samples_parse_and_bad_ones_are_named() {
+        assert_eq!(parse_sample("16=1561.5").unwrap(), s(16, 1561.5));
+        for (bad, says) in [
+            ("16", "is not P=THROUGHPUT"),
+            ("x=3", "P in `x=3` is not a whole number"),
+            ("0=3", "must be at least 1"),
+            ("4=fast", "is not a number"),
+            ("4=-1", "must be above 0"),
+            ("4=inf", "must be above 0"),
+        ] {
+            let e = parse_sample(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_p_is_refused() {
+        let args = ModelArgs {
+            samples: vec![s(2, 800.0), s(16, 1500.0), s(16, 1400.0), s(256, 1000.0)],
+        };
+        let e = run(args).unwrap_err().to_string();
+        assert!(e.contains("P = 16 is given twice"), "{e}");
+    }
+
+    #[test]
+    fn throughput_between_swept_p_is_interpolated() {
+        let sweep = [s(2, 800.0), s(8, 1400.0), s(16, 1600.0), s(256, 1000.0)];
+        assert_eq!(swept_throughput(&sweep, 8), (1400.0, true));
+        assert_eq!(swept_throughput(&sweep, 12), (1500.0, false));
+        assert_eq!(swept_throughput(&sweep, 136), (1300.0, false));
+    }
+
+    #[test]
+    fn a_sweep_tries_each_middle_sample_and_measures_c_against_the_peak() {
+        // The hand sweep of 2026-11-23 at 256 users (BENCHMARKS.md, "The
+        // matching point against a hand sweep of P") with the model's own
+        // samples of that run at 2 and 256 (their lowest).
+        let sweep = [s(2, 847.0), s(8, 1349.0), s(16, 1561.0), s(32, 1389.0), s(256, 1131.0)];
+        let table = report(&sweep);
+        assert!(table.contains("peak of the sweep: λ(16) = 1561/s"), "{table}");
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.trim_start().starts_with(char::is_numeric))
+            .collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        for (row, p1) in rows.iter().zip(["8", "16", "32"]) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[0], p1, "{table}");
+            let c: usize = cols[3].parse().unwrap();
+            assert!((2..=256).contains(&c), "{table}");
+            let below: f64 = cols.last().unwrap().trim_end_matches('%').parse().unwrap();
+            assert!((0.0..100.0).contains(&below), "{table}");
+        }
+        assert!(table.contains("mean below peak over the 3 choices of P1"), "{table}");
+    }
+
+    #[test]
+    fn three_samples_give_the_matching_point_alone() {
+        let table = report(&[s(2, 859.0), s(32, 1670.0), s(512, 1025.0)]);
+        assert!(!table.contains("no fit"), "{table}");
+        assert!(!table.contains("peak"), "{table}");
+        let row = table.lines().find(|l| l.trim_start().starts_with("32")).unwrap();
+        // The samples docs/reproductions/apples.md cites for C = 11.
+        assert_eq!(row.split_whitespace().nth(3), Some("11"), "{table}");
+    }
+}
