@@ -182,7 +182,10 @@ impl ProxyConfig {
     /// loop per worker and lanes per worker, two still ran at 0.83–0.99×
     /// one); pgbench with
     /// 8 users ran 16% faster with two (a lone thread, descheduled among
-    /// PostgreSQL's backends, stalls every session).
+    /// PostgreSQL's backends, stalls every session). Under transaction
+    /// pooling one thread spent 6–17% less CPU per transaction and ran
+    /// 0.93–1.06× two through Unix sockets (runs L4 and T1), no gain to
+    /// change the default for.
     pub fn worker_threads(&self) -> usize {
         match (self.threads, self.protocol) {
             (0, Protocol::Redis) => 1,
