@@ -875,10 +875,7 @@ impl Optimizer {
                 m.b,
                 m.gamma
             ),
-            None => format!(
-                "model: {}; no contention fitted, letting every user in",
-                shown.join(" ")
-            ),
+            None => format!("model: {}; no curve of Eq. 2 fits, the best measured", shown.join(" ")),
         };
         let matched = Held {
             p: mp.p,

@@ -68,10 +68,10 @@ fn report(samples: &[Sample]) -> String {
     let (s0, s2) = (samples[0], samples[samples.len() - 1]);
     let middles = &samples[1..samples.len() - 1];
     let sweep = middles.len() > 1;
-    let peak = samples
+    let peak = *samples
         .iter()
-        .copied()
-        .fold(s0, |a, s| if s.throughput > a.throughput { s } else { a });
+        .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+        .unwrap_or(&s0);
     let mut out = format!(
         "P0 = {} (λ {:.0}/s), P2 = {} (λ {:.0}/s)\n",
         s0.p, s0.throughput, s2.p, s2.throughput
@@ -79,33 +79,18 @@ fn report(samples: &[Sample]) -> String {
     if sweep {
         out += &format!("peak of the sweep: λ({}) = {:.0}/s\n", peak.p, peak.throughput);
     }
+    let sweep_heads = if sweep { "   swept λ(C)  below peak" } else { "" };
     out += &format!(
-        "{:>6} {:>10} {:>10} {:>6} {:>12}{}\n",
-        "P1",
-        "B",
-        "γ",
-        "C",
-        "model λ(C)",
-        if sweep { "   swept λ(C)  below peak" } else { "" }
+        "{:>6} {:>10} {:>10} {:>6} {:>12}{sweep_heads}\n",
+        "P1", "B", "γ", "C", "model λ(C)"
     );
-    let mut shortfalls = Vec::new();
-    let mut unfitted = false;
+    let (mut shortfalls, mut unfitted) = (Vec::new(), false);
     for &s1 in middles {
-        let mp = matching_point(s0, s1, s2);
-        let (b, gamma, fitted) = match mp.model {
-            Some(m) => (
-                format!("{:.4}", m.b),
-                format!("{:.5}", m.gamma),
-                format!("{:.0}", m.throughput(mp.p as f64)),
-            ),
-            None => {
-                unfitted = true;
-                ("-".into(), "-".into(), "no fit".into())
-            }
-        };
-        out += &format!("{:>6} {b:>10} {gamma:>10} {:>6} {fitted:>12}", s1.p, mp.p);
+        let (c, columns, fitted) = fit_columns(s0, s1, s2);
+        out += &columns;
+        unfitted |= !fitted;
         if sweep {
-            let (at_c, exact) = swept_throughput(samples, mp.p);
+            let (at_c, exact) = swept_throughput(samples, c);
             let below = 1.0 - at_c / peak.throughput;
             shortfalls.push(below);
             let mark = if exact { ' ' } else { '*' };
@@ -123,9 +108,26 @@ fn report(samples: &[Sample]) -> String {
         );
     }
     if unfitted {
-        out += "no fit: the samples show no contention (throughput grows at least linearly); C = P2\n";
+        out += "no fit: no curve of Eq. 2 passes through P0, P1 and P2 (throughput grows at least \
+                linearly, or dips at P1); C is the best measured of the three\n";
     }
     out
+}
+
+/// The matching point from P0, P1 and P2, with the row's model columns
+/// and whether a model was fitted.
+fn fit_columns(s0: Sample, s1: Sample, s2: Sample) -> (usize, String, bool) {
+    let mp = matching_point(s0, s1, s2);
+    let (b, gamma, at_c) = match mp.model {
+        Some(m) => (
+            format!("{:.4}", m.b),
+            format!("{:.5}", m.gamma),
+            format!("{:.0}", m.throughput(mp.p as f64)),
+        ),
+        None => ("-".into(), "-".into(), "no fit".into()),
+    };
+    let columns = format!("{:>6} {b:>10} {gamma:>10} {:>6} {at_c:>12}", s1.p, mp.p);
+    (mp.p, columns, mp.model.is_some())
 }
 
 /// The sweep's throughput at `p` (sorted samples, `p` within their range),

@@ -17,10 +17,16 @@
 //!   is the smallest P within `plateau` (2%) of the best λ on the range,
 //!   which is the paper's stated goal ("the smallest P where the throughput
 //!   peaks").
-//! - When the samples show no contention (r_k ≤ 0: throughput grows at
-//!   least linearly), no model is fitted and C = P2: let every user in.
-//! - When r1/r2 lies outside what any γ > 0 can produce, γ is clamped to the
-//!   end of its search range that comes closest.
+//! - When no curve of Eq. 2's shape passes through the samples, none is
+//!   fitted and C is the best measured of the three. That is P2, every
+//!   user in, when throughput grows at least linearly (r_k ≤ 0); and it is
+//!   what a noisy λ(P1) below every such curve through λ(P0) and λ(P2)
+//!   gets (r1/r2 above what the steepest decay in γ's range produces),
+//!   where the nearest fit is a step at P0 (B → ∞) whose first maximum
+//!   is P0 itself: measured on PostgreSQL at 256 users, λ(2) = 865,
+//!   λ(32) = 1094, λ(256) = 1263 put C at 2 (docs/BENCHMARKS.md, run F7).
+//! - When r1/r2 lies below what any γ in range produces, γ is clamped to
+//!   the range's low end, where α decays linearly in P (a smooth curve).
 
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +82,9 @@ impl ThroughputModel {
         let (p1, p2) = (s1.p as f64, s2.p as f64);
         let term = |gamma: f64, p: f64| ((-gamma * p0).exp() - (-gamma * p).exp()) * (p - 1.0);
         let ratio = |gamma: f64| term(gamma, p1) / term(gamma, p2);
+        if r1 / r2 > ratio(GAMMA_RANGE.1) {
+            return None;
+        }
         let gamma = bisect_increasing(ratio, r1 / r2, GAMMA_RANGE);
         let b = r1 / (p0 * term(gamma, p1));
         (b.is_finite() && b > 0.0).then_some(ThroughputModel { p0, lambda0, b, gamma })
@@ -97,17 +106,25 @@ impl ThroughputModel {
     }
 }
 
-/// The matching point from three samples (P2 is the number of active users).
+/// The matching point from three samples (P2 is the number of active
+/// users); without a fit, the best measured of the three.
 pub fn matching_point(s0: Sample, s1: Sample, s2: Sample) -> MatchingPoint {
     match ThroughputModel::fit(s0, s1, s2) {
         Some(model) => MatchingPoint {
             p: model.matching_point(s2.p),
             model: Some(model),
         },
-        None => MatchingPoint {
-            p: s2.p.max(1),
-            model: None,
-        },
+        None => {
+            // The last of equals wins: more users in for the same throughput.
+            let best = [s0, s1, s2]
+                .into_iter()
+                .max_by(|a, b| a.throughput.total_cmp(&b.throughput))
+                .unwrap_or(s2);
+            MatchingPoint {
+                p: best.p.max(1),
+                model: None,
+            }
+        }
     }
 }
 
@@ -181,6 +198,17 @@ mod tests {
             matching_point(linear(1), linear(8), linear(64)),
             MatchingPoint { p: 64, model: None }
         );
+    }
+
+    #[test]
+    fn a_sample_below_every_curve_gets_the_best_measured_p() {
+        let s = |p, throughput| Sample { p, throughput };
+        // Run F7, round 1: λ(32) fell below the line Eq. 2 allows.
+        let mp = matching_point(s(2, 865.0), s(32, 1094.0), s(256, 1263.0));
+        assert_eq!(mp, MatchingPoint { p: 256, model: None });
+        // Super-linear to P1 and falling after it: P1 was measured best.
+        let mp = matching_point(s(2, 100.0), s(8, 450.0), s(64, 300.0));
+        assert_eq!(mp, MatchingPoint { p: 8, model: None });
     }
 
     #[test]
