@@ -631,103 +631,132 @@ impl Optimizer {
     }
 
     fn model_tick(&mut self, period: &Period, now: Instant) {
-        let m = self.config.model.clone();
-        if let ModelPhase::Sampling { plan, resume, .. } = &self.model {
-            // A sample is λ at a fixed number of users; one taken while
-            // users come or go would bend the fit (users leaving halfway
-            // through the last sample once set P to half their number).
-            let (users, demand, resume) = (plan.users, period.peak_demand, *resume);
-            if demand == 0 {
-                self.shelve(now);
-                return self.resume(resume, now, format!("model: the {users} users left while sampling"));
-            }
-            if m.demand_moved(demand, users) {
-                let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
-                self.decide("matching_point", self.gate.parallelism() as f64, why);
-                self.shelve(now);
-                return self.start_sampling(demand, now, resume);
-            }
+        if self.sampling_upset(period, now) {
+            return;
         }
-        match &mut self.model {
-            ModelPhase::Holding {
-                since,
-                users,
-                moved_since,
-            } => {
-                // A change of demand counts once it has lasted a settle
-                // time: clients connecting or leaving pass through every
-                // count on their way. No demand is no change: the users
-                // coming back from a pause (pgbench run after pgbench run)
-                // would otherwise be sampled afresh each time, at P = 2
-                // and P = all of them.
-                let demand = period.peak_demand;
-                let moved = demand > 0 && m.demand_moved(demand, *users);
-                *moved_since = if moved { moved_since.or(Some(now)) } else { None };
-                let sustained = moved_since.is_some_and(|t| now - t >= Duration::from_millis(m.settle_ms));
-                let stale = now - *since >= Duration::from_millis(m.rerun_ms);
-                // A stale level is re-run at its own demand only: a lone
-                // request between runs once began (and at once left) one.
-                if demand > 0 && (sustained || (stale && !moved)) {
-                    let held = Held {
-                        p: self.gate.parallelism(),
-                        users: *users,
-                    };
-                    if !sustained {
-                        self.start_around(demand, now, held);
-                    } else if let Some(matched) = self.recall(demand) {
-                        let why = format!(
-                            "model: {demand} users; P = {} matched {} users before",
-                            matched.p, matched.users
-                        );
-                        self.hold(matched, now, why);
-                    } else {
-                        self.start_sampling(demand, now, held);
-                    }
-                }
-            }
-            ModelPhase::Sampling {
-                sweep,
-                plan,
-                started,
-                completed,
-                resume,
-            } => {
-                let since = now - *started;
-                if since < Duration::from_millis(m.settle_ms) {
-                    return;
-                }
-                *completed += period.completed();
-                if since < Duration::from_millis(m.settle_ms + m.sample_ms) {
-                    return;
-                }
-                let throughput = *completed as f64 / (m.sample_ms as f64 / 1e3);
-                let p = plan.next();
-                if throughput == 0.0 {
-                    let (why, resume) = (format!("model: nothing finished at P = {p}"), *resume);
-                    return self.resume(resume, now, why);
-                }
-                plan.samples.push(Sample { p, throughput });
-                // Every way on below replaces the phase.
-                let (sweep, mut plan, resume) = (*sweep, std::mem::take(plan), *resume);
-                let step = plan.samples.len();
-                let fitted = sweep == Sweep::Model && step == 3;
-                if fitted && m.refine {
-                    let candidates = self.refinement(&plan.samples);
-                    plan.ps.extend(candidates);
-                }
-                if step < plan.ps.len() {
-                    let why = format!("model: sampling throughput at P{step} = {}", plan.next());
-                    self.begin(sweep, plan, resume, now, why);
-                } else if fitted {
-                    self.finish_sampling(&plan.samples, now);
-                } else {
-                    let held = Held {
-                        p: resume.p,
-                        users: plan.users,
-                    };
-                    self.finish_best(sweep, &plan.samples, held, now);
-                }
-            }
+        match self.model {
+            ModelPhase::Holding { .. } => self.holding_tick(period, now),
+            ModelPhase::Sampling { .. } => self.sampling_tick(period, now),
+        }
+    }
+
+    /// Ends a sampling whose users left or whose demand moved, and says
+    /// whether it did. A sample is λ at a fixed number of users; one taken
+    /// while users come or go would bend the fit (users leaving halfway
+    /// through the last sample once set P to half their number).
+    fn sampling_upset(&mut self, period: &Period, now: Instant) -> bool {
+        let ModelPhase::Sampling { plan, resume, .. } = &self.model else {
+            return false;
+        };
+        let (users, demand, resume) = (plan.users, period.peak_demand, *resume);
+        if demand == 0 {
+            self.shelve(now);
+            self.resume(resume, now, format!("model: the {users} users left while sampling"));
+        } else if self.config.model.demand_moved(demand, users) {
+            let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
+            self.decide("matching_point", self.gate.parallelism() as f64, why);
+            self.shelve(now);
+            self.start_sampling(demand, now, resume);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    /// While a P is held: samples again when the demand has moved for a
+    /// settle time, or re-runs around the held P once it is stale.
+    fn holding_tick(&mut self, period: &Period, now: Instant) {
+        let m = &self.config.model;
+        let (settle, rerun) = (Duration::from_millis(m.settle_ms), Duration::from_millis(m.rerun_ms));
+        let ModelPhase::Holding {
+            since,
+            users,
+            moved_since,
+        } = &mut self.model
+        else {
+            return;
+        };
+        // A change of demand counts once it has lasted a settle time:
+        // clients connecting or leaving pass through every count on their
+        // way. No demand is no change: the users coming back from a pause
+        // (pgbench run after pgbench run) would otherwise be sampled afresh
+        // each time, at P = 2 and P = all of them.
+        let demand = period.peak_demand;
+        let moved = demand > 0 && m.demand_moved(demand, *users);
+        *moved_since = if moved { moved_since.or(Some(now)) } else { None };
+        let sustained = moved_since.is_some_and(|t| now - t >= settle);
+        let stale = now - *since >= rerun;
+        // A stale level is re-run at its own demand only: a lone request
+        // between runs once began (and at once left) one.
+        if demand == 0 || !(sustained || (stale && !moved)) {
+            return;
+        }
+        let held = Held {
+            p: self.gate.parallelism(),
+            users: *users,
+        };
+        if !sustained {
+            self.start_around(demand, now, held);
+        } else if let Some(matched) = self.recall(demand) {
+            let why = format!(
+                "model: {demand} users; P = {} matched {} users before",
+                matched.p, matched.users
+            );
+            self.hold(matched, now, why);
+        } else {
+            self.start_sampling(demand, now, held);
+        }
+    }
+
+    /// While sampling: counts what finishes after the settle time and, once
+    /// a sample is complete, goes on to the next P or ends the sampling.
+    fn sampling_tick(&mut self, period: &Period, now: Instant) {
+        let m = &self.config.model;
+        let (settle, sample_ms, refine) = (m.settle_ms, m.sample_ms, m.refine);
+        let ModelPhase::Sampling {
+            sweep,
+            plan,
+            started,
+            completed,
+            resume,
+        } = &mut self.model
+        else {
+            return;
+        };
+        let since = now - *started;
+        if since < Duration::from_millis(settle) {
+            return;
+        }
+        *completed += period.completed();
+        if since < Duration::from_millis(settle + sample_ms) {
+            return;
+        }
+        let throughput = *completed as f64 / (sample_ms as f64 / 1e3);
+        let p = plan.next();
+        if throughput == 0.0 {
+            let (why, resume) = (format!("model: nothing finished at P = {p}"), *resume);
+            return self.resume(resume, now, why);
+        }
+        plan.samples.push(Sample { p, throughput });
+        // Every way on below replaces the phase.
+        let (sweep, mut plan, resume) = (*sweep, std::mem::take(plan), *resume);
+        let step = plan.samples.len();
+        let fitted = sweep == Sweep::Model && step == 3;
+        if fitted && refine {
+            let candidates = self.refinement(&plan.samples);
+            plan.ps.extend(candidates);
+        }
+        if step < plan.ps.len() {
+            let why = format!("model: sampling throughput at P{step} = {}", plan.next());
+            self.begin(sweep, plan, resume, now, why);
+        } else if fitted {
+            self.finish_sampling(&plan.samples, now);
+        } else {
+            let held = Held {
+                p: resume.p,
+                users: plan.users,
+            };
+            self.finish_best(sweep, &plan.samples, held, now);
         }
     }
 

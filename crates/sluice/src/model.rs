@@ -24,7 +24,7 @@ use sluice_core::controller::matching_point::{matching_point, Sample};
     (P2 = the number of users). More are a sweep: the lowest P is P0, the highest P2, and each P \
     between is tried as the middle sample P1, as in AppleS Fig. 7; each row gives the throughput \
     the sweep measured at that C and how far below the sweep's peak it is.\n\n\
-    Example: sluice model 2=859 8=1350 16=1561 32=1502 256=1025"
+    Example (run F7 in docs/BENCHMARKS.md): sluice model 2=813 8=1329 16=1432 24=1494 64=1242 256=1142"
 )]
 pub struct ModelArgs {
     /// Throughput samples as P=THROUGHPUT, three or more, each P once
