@@ -1,7 +1,8 @@
 //! Invariants of AppleS's three-sample model (§4.3.1), whatever throughput
-//! is measured: the matching point C lies in 1..=P2; a fitted curve passes
-//! through λ(P0) (α(P0) = 1 by construction) and is finite over the range;
-//! without a fit, C is the best measured of the three samples.
+//! is measured: the matching point C lies in 1..=P2, and in P0..=P2 when a
+//! curve is fitted; a fitted curve passes through λ(P0) (α(P0) = 1 by construction) and is finite and positive
+//! from P0 to P2; without a fit, C is the best measured of the three
+//! samples.
 
 use proptest::prelude::*;
 use sluice_core::controller::matching_point::{matching_point, Sample};
@@ -30,9 +31,10 @@ proptest! {
         prop_assert!((1..=s[2].p).contains(&mp.p), "C = {} outside 1..={}", mp.p, s[2].p);
         match mp.model {
             Some(m) => {
+                prop_assert!(mp.p >= s[0].p, "C = {} below P0 = {} for {m:?}", mp.p, s[0].p);
                 let at_p0 = m.throughput(s[0].p as f64);
                 prop_assert!((at_p0 - s[0].throughput).abs() <= 1e-9 * s[0].throughput);
-                for p in 1..=s[2].p {
+                for p in s[0].p..=s[2].p {
                     let l = m.throughput(p as f64);
                     prop_assert!(l.is_finite() && l > 0.0, "λ({p}) = {l} for {m:?}");
                 }

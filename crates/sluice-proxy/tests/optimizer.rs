@@ -354,7 +354,7 @@ async fn a_periodic_re_run_samples_only_around_the_held_p() {
     let sampled: Vec<usize> = measured(&decision.why).iter().map(|&(p, _)| p).collect();
     let mut around = vec![(held / 2).max(1), held, (2 * held).min(64.max(held))];
     around.dedup();
-    assert_eq!(sampled, around, "{}", decision.why);
+    assert_eq!(sampled, around, "held {held}: {decisions:?}");
     let full = decisions
         .iter()
         .filter(|d| d.why.contains("users; sampling throughput at P0"));

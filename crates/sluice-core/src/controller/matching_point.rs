@@ -10,7 +10,7 @@
 //! users) gives two equations for B and γ. Writing r_k = P_k·λ0/λ_k − P0,
 //! their ratio r1/r2 depends on γ alone and is monotone in it, so γ is found
 //! by bisection and B follows. The matching point C is the first local
-//! maximum of λ(P) on 1..=P2.
+//! maximum of λ(P) on P0..=P2.
 //!
 //! Departures, each for a case the paper does not meet:
 //! - Eq. 2 often rises towards an asymptote without a local maximum. Then C
@@ -25,8 +25,15 @@
 //!   where the nearest fit is a step at P0 (B → ∞) whose first maximum
 //!   is P0 itself: measured on PostgreSQL at 256 users, λ(2) = 865,
 //!   λ(32) = 1094, λ(256) = 1263 put C at 2 (docs/BENCHMARKS.md, run F7).
-//! - When r1/r2 lies below what any γ in range produces, γ is clamped to
-//!   the range's low end, where α decays linearly in P (a smooth curve).
+//! - When r1/r2 lies below what the slowest decay in range produces, γ is
+//!   clamped to the range's low end: α then falls linearly in P and Eq. 2's
+//!   denominator is quadratic, the curve of a service time growing with
+//!   the square of the requests inside (the simulated database of
+//!   sluice-proxy's `tests/optimizer.rs` lies on that edge, and its
+//!   samples fall either side of it). That curve passes through λ(P0) and
+//!   λ(P1) and misses λ(P2).
+//! - C is searched from P0 up (the paper's P0 < C): below P0 α would
+//!   exceed 1 and Eq. 2 can turn negative.
 
 use serde::{Deserialize, Serialize};
 
@@ -82,27 +89,30 @@ impl ThroughputModel {
         let (p1, p2) = (s1.p as f64, s2.p as f64);
         let term = |gamma: f64, p: f64| ((-gamma * p0).exp() - (-gamma * p).exp()) * (p - 1.0);
         let ratio = |gamma: f64| term(gamma, p1) / term(gamma, p2);
-        if r1 / r2 > ratio(GAMMA_RANGE.1) {
+        let target = r1 / r2;
+        if target > ratio(GAMMA_RANGE.1) {
             return None;
         }
-        let gamma = bisect_increasing(ratio, r1 / r2, GAMMA_RANGE);
+        let gamma = bisect_increasing(ratio, target, GAMMA_RANGE);
         let b = r1 / (p0 * term(gamma, p1));
         (b.is_finite() && b > 0.0).then_some(ThroughputModel { p0, lambda0, b, gamma })
     }
 
-    /// The first local maximum of λ on 1..=max_p, else the smallest P
-    /// within the plateau of the best.
+    /// The first local maximum of λ on P0..=max_p, else the smallest P
+    /// within the plateau of the best. Below P0, where α would exceed 1,
+    /// Eq. 2 describes nothing (and can turn negative).
     pub fn matching_point(&self, max_p: usize) -> usize {
-        let max_p = max_p.max(1);
-        let lambda: Vec<f64> = (1..=max_p).map(|p| self.throughput(p as f64)).collect();
+        let first = (self.p0.round() as usize).max(1);
+        let max_p = max_p.max(first);
+        let lambda: Vec<f64> = (first..=max_p).map(|p| self.throughput(p as f64)).collect();
         if let Some(i) = (0..lambda.len().saturating_sub(1)).find(|&i| lambda[i + 1] < lambda[i]) {
-            return i + 1;
+            return first + i;
         }
         let best = lambda.iter().copied().fold(f64::MIN, f64::max);
         lambda
             .iter()
             .position(|&l| l >= best * (1.0 - PLATEAU))
-            .map_or(max_p, |i| i + 1)
+            .map_or(max_p, |i| first + i)
     }
 }
 
@@ -129,14 +139,12 @@ pub fn matching_point(s0: Sample, s1: Sample, s2: Sample) -> MatchingPoint {
 }
 
 /// The x in `range` (log-spaced search) where the increasing `f` meets
-/// `target`, or the nearer end when it never does.
+/// `target` (at most `f` at the range's end), or the range's start when
+/// `f` is above `target` all along.
 fn bisect_increasing(f: impl Fn(f64) -> f64, target: f64, range: (f64, f64)) -> f64 {
     let (mut lo, mut hi) = (range.0.ln(), range.1.ln());
-    if f(lo.exp()) >= target {
+    if f(range.0) >= target {
         return range.0;
-    }
-    if f(hi.exp()) <= target {
-        return range.1;
     }
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);
@@ -209,6 +217,18 @@ mod tests {
         // Super-linear to P1 and falling after it: P1 was measured best.
         let mp = matching_point(s(2, 100.0), s(8, 450.0), s(64, 300.0));
         assert_eq!(mp, MatchingPoint { p: 8, model: None });
+    }
+
+    #[test]
+    fn a_collapse_past_p1_is_fitted_at_the_slowest_decay_and_searched_from_p0() {
+        let s = |p, throughput| Sample { p, throughput };
+        // Found by the property test: γ at the low end of its range, a
+        // curve that turns negative below P0, where C used to be sought.
+        let mp = matching_point(s(5, 2155.0), s(6, 211.0), s(7, 1.0));
+        let model = mp.model.expect("fitted at the slowest decay");
+        assert_eq!(model.gamma, GAMMA_RANGE.0);
+        assert!(model.throughput(2.0) < 0.0, "{model:?}");
+        assert_eq!(mp.p, 5);
     }
 
     #[test]
