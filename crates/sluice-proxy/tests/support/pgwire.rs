@@ -26,7 +26,7 @@ pub struct PgConn {
 }
 
 /// How a query ended.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QueryError {
     /// An ErrorResponse with this SQLSTATE and message.
     Server {
@@ -81,9 +81,7 @@ impl PgConn {
     /// `password`.
     fn log_in(self, user: &str, password: Option<&str>) -> PgConn {
         let mut conn = self;
-        let mut startup = BytesMut::new();
-        frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
-        conn.send(&startup);
+        conn.send_startup(user);
         let mut scram = None;
         loop {
             match conn.read_message() {
@@ -119,6 +117,13 @@ impl PgConn {
                 None => panic!("the proxy closed the connection during startup"),
             }
         }
+    }
+
+    /// Sends a StartupMessage for `user` and database `postgres`.
+    pub fn send_startup(&mut self, user: &str) {
+        let mut startup = BytesMut::new();
+        frame::write_startup(&mut startup, &[("user", user), ("database", "postgres")]);
+        self.send(&startup);
     }
 
     /// A bare TCP connection to send anything on.

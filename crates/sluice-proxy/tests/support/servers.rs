@@ -5,6 +5,7 @@
 //! server programs then run as the `postgres` system user, which owns the
 //! temporary directory.
 
+use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -90,6 +91,30 @@ impl Process {
     }
 }
 
+/// How a PostgreSQL server is started, kept to start it again.
+struct Launch {
+    program: PathBuf,
+    args: Vec<OsString>,
+    owner: Option<(u32, u32)>,
+    log: PathBuf,
+}
+
+impl Launch {
+    /// Starts the server and waits until it answers on its socket.
+    fn spawn(&self, socket_dir: &Path, port: u16) -> Process {
+        let mut command = Command::new(&self.program);
+        if let Some((uid, gid)) = self.owner {
+            command.uid(uid).gid(gid);
+        }
+        command.args(&self.args);
+        let mut process = Process::spawn(command, "postgres", &self.log);
+        wait_until(&mut process, &self.log, || {
+            psql_socket(socket_dir, port, "SELECT 1").status.success()
+        });
+        process
+    }
+}
+
 /// Waits until `ready` holds, failing with the server's log if it exits or
 /// takes too long.
 fn wait_until(process: &mut Process, log: &Path, mut ready: impl FnMut() -> bool) {
@@ -118,6 +143,7 @@ fn wait_until(process: &mut Process, log: &Path, mut ready: impl FnMut() -> bool
 /// TLS ([`PgServer::start_tls`]), it takes TCP connections only inside TLS.
 pub struct PgServer {
     process: Process,
+    launch: Launch,
     pub port: u16,
     socket_dir: PathBuf,
     _dir: tempfile::TempDir,
@@ -208,19 +234,20 @@ impl PgServer {
             }
         }
         let port = free_port();
-        let mut server = as_owner(&postgres);
-        server.arg("-D").arg(&data).arg("-p").arg(port.to_string());
-        server
-            .arg("-c")
-            .arg(format!("unix_socket_directories={}", dir.path().display()));
+        let mut args: Vec<OsString> = vec!["-D".into(), data.into(), "-p".into(), port.to_string().into()];
+        settings.push(format!("unix_socket_directories={}", dir.path().display()));
         for setting in settings {
-            server.arg("-c").arg(setting);
+            args.extend(["-c".into(), setting.into()]);
         }
-        let log = dir.path().join("postgres.log");
-        let mut process = Process::spawn(server, "postgres", &log);
+        let launch = Launch {
+            program: postgres,
+            args,
+            owner,
+            log: dir.path().join("postgres.log"),
+        };
         let socket_dir = dir.path().to_path_buf();
+        let process = launch.spawn(&socket_dir, port);
         let pg = |sql: &str| psql_socket(&socket_dir, port, sql);
-        wait_until(&mut process, &log, || pg("SELECT 1").status.success());
         for user in [PG_USER, PG_CLEARTEXT_USER] {
             let created = pg(&format!("CREATE ROLE {user} LOGIN PASSWORD '{PG_PASSWORD}'"));
             assert!(
@@ -231,6 +258,7 @@ impl PgServer {
         }
         Some(PgServer {
             process,
+            launch,
             port,
             socket_dir,
             _dir: dir,
@@ -244,6 +272,18 @@ impl PgServer {
     /// The path of the server's Unix socket.
     pub fn socket_path(&self) -> String {
         format!("{}/.s.PGSQL.{}", self.socket_dir.display(), self.port)
+    }
+
+    /// Kills the server at once, every process of it with SIGKILL, as a
+    /// crash or the OOM killer would: no backend says goodbye to its client.
+    pub fn kill(&mut self) {
+        self.process.stop(libc::SIGKILL);
+    }
+
+    /// Starts the killed server again on its port and data directory
+    /// (PostgreSQL recovers from its WAL) and waits until it answers.
+    pub fn start_again(&mut self) {
+        self.process = self.launch.spawn(&self.socket_dir, self.port);
     }
 
     /// Runs SQL as `postgres` over the Unix socket, around the proxy.

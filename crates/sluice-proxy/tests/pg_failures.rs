@@ -1,0 +1,203 @@
+//! Failures around the proxy in front of a real PostgreSQL 15 (issue 5,
+//! "Robustness"): the server killed under its clients and started again,
+//! and clients that vanish at any point of a request. Either way every
+//! slot comes back to the gate and the proxy goes on serving.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sluice_proxy::gate::GateConfig;
+use sluice_proxy::pg::frame;
+use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
+use support::pgwire::{server_error, PgConn, QueryError};
+use support::proxy::{gate, ProxyHandle};
+use support::servers::PgServer;
+
+fn session_proxy(server: &PgServer, gate: GateConfig) -> ProxyHandle {
+    ProxyHandle::start(Protocol::Pg, &server.addr(), TenantKey::Connection, gate)
+}
+
+fn pooled_proxy(server: &PgServer, gate: GateConfig) -> ProxyHandle {
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    ProxyHandle::start_with(config, gate)
+}
+
+/// Waits up to 10 s for the gate's (requests inside, requests queued) to
+/// satisfy `done`, and returns them as they are then.
+fn gate_until(proxy: &ProxyHandle, done: impl Fn((usize, usize)) -> bool) -> (usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let gate = proxy.gate.snapshot();
+        let now = (gate.in_flight, gate.queued);
+        if done(now) || Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn gate_settles(proxy: &ProxyHandle, in_flight: usize, queued: usize) -> (usize, usize) {
+    gate_until(proxy, |now| now == (in_flight, queued))
+}
+
+/// Reads until the connection closes; the last ErrorResponse, if any.
+fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
+    let mut last = None;
+    while let Some((tag, body)) = conn.read_message() {
+        if tag == b'E' {
+            last = Some(server_error(&body));
+        }
+    }
+    last
+}
+
+fn server_error_of(sqlstate: &str, message: &str) -> QueryError {
+    QueryError::Server {
+        sqlstate: sqlstate.into(),
+        message: message.into(),
+    }
+}
+
+#[test]
+fn a_killed_server_gives_each_client_a_clear_error_and_is_served_again_once_back() {
+    let Some(mut server) = PgServer::start() else { return };
+    let session = session_proxy(&server, GateConfig::default());
+    let pooled = pooled_proxy(&server, GateConfig::default());
+    let mut idle = PgConn::connect(pooled.addr, "postgres");
+    assert_eq!(idle.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    let mut busy = [
+        PgConn::connect(session.addr, "postgres"),
+        PgConn::connect(pooled.addr, "postgres"),
+    ];
+    for conn in &mut busy {
+        conn.send_query("SELECT pg_sleep(60)");
+    }
+    for proxy in [&session, &pooled] {
+        assert_eq!(gate_settles(proxy, 1, 0), (1, 0), "the sleeping query is inside");
+    }
+
+    server.kill();
+    let closed = server_error_of("08006", "sluice: the upstream server closed the connection");
+    for conn in &mut busy {
+        assert_eq!(last_error_before_close(conn), Some(closed.clone()));
+    }
+    for proxy in [&session, &pooled] {
+        assert_eq!(gate_settles(proxy, 0, 0), (0, 0), "the killed request's slot came back");
+    }
+    let mut login = PgConn::raw(session.addr);
+    login.send_startup("postgres");
+    match last_error_before_close(&mut login) {
+        Some(QueryError::Server { sqlstate, message }) => {
+            assert_eq!(sqlstate, "08006");
+            assert!(
+                message.starts_with("sluice: cannot reach the upstream server"),
+                "{message}"
+            );
+        }
+        other => panic!("a login while the server is down got {other:?}"),
+    }
+    match idle.query("SELECT 1") {
+        Err(QueryError::Server { sqlstate, message }) => {
+            assert_eq!(sqlstate, "08006");
+            assert!(message.contains("cannot open a server connection"), "{message}");
+        }
+        other => panic!("a pooled request while the server is down got {other:?}"),
+    }
+
+    server.start_again();
+    assert_eq!(
+        idle.query("SELECT 2"),
+        Ok(vec!["2".to_string()]),
+        "the pooled client's session went on"
+    );
+    let mut fresh = PgConn::connect(session.addr, "postgres");
+    assert_eq!(fresh.query("SELECT 3"), Ok(vec!["3".to_string()]));
+    for proxy in [&session, &pooled] {
+        assert_eq!(gate_settles(proxy, 0, 0), (0, 0));
+    }
+}
+
+/// What one client sends before it vanishes.
+#[derive(Clone, Copy, Debug)]
+enum Vanish {
+    /// Half a Query message: the proxy has not seen a request yet.
+    MidMessage,
+    /// A query inside the database or queued at the gate.
+    MidQuery,
+    /// An open transaction block, then a query inside it.
+    MidBlock,
+    /// An extended-protocol batch without its Sync.
+    BeforeSync,
+}
+
+impl Vanish {
+    const ALL: [Vanish; 4] = [
+        Vanish::MidMessage,
+        Vanish::MidQuery,
+        Vanish::MidBlock,
+        Vanish::BeforeSync,
+    ];
+
+    fn send(self, conn: &mut PgConn) {
+        match self {
+            Vanish::MidMessage => conn.send(b"Q\0\0\0\x40SELECT pg_sl"),
+            Vanish::MidQuery => conn.send_query("SELECT pg_sleep(0.2)"),
+            Vanish::MidBlock => {
+                conn.send_query("BEGIN");
+                conn.send_query("SELECT pg_sleep(0.2)");
+            }
+            Vanish::BeforeSync => {
+                let mut out = BytesMut::new();
+                frame::write_message(&mut out, b'P', b"\0SELECT pg_sleep(0.2)\0\0\0");
+                frame::write_message(&mut out, b'B', b"\0\0\0\0\0\0\0\0");
+                frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
+                conn.send(&out);
+            }
+        }
+    }
+}
+
+#[test]
+fn clients_that_vanish_at_random_points_give_back_every_slot() {
+    let Some(server) = PgServer::start() else { return };
+    let mut rng = StdRng::seed_from_u64(5);
+    for proxy in [
+        session_proxy(&server, gate(2, 10_000, 30_000)),
+        pooled_proxy(&server, gate(2, 10_000, 30_000)),
+    ] {
+        let mut survivor = PgConn::connect(proxy.addr, "postgres");
+        for round in 0..3 {
+            let mut clients: Vec<PgConn> = (0..12).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+            for conn in &mut clients {
+                Vanish::ALL[rng.gen_range(0..Vanish::ALL.len())].send(conn);
+            }
+            let (inside, queued) = gate_until(&proxy, |(inside, queued)| inside == 2 && queued > 0);
+            assert!(
+                inside == 2 && queued > 0,
+                "round {round}: {inside} inside, {queued} queued"
+            );
+            // Each vanishes at its own moment: before its request is let
+            // in, while it is inside, or after its answer.
+            while !clients.is_empty() {
+                std::thread::sleep(Duration::from_millis(rng.gen_range(0..60)));
+                clients.swap_remove(rng.gen_range(0..clients.len()));
+            }
+            assert_eq!(
+                gate_settles(&proxy, 0, 0),
+                (0, 0),
+                "round {round}: slots or queue places held after every client left"
+            );
+            assert_eq!(
+                survivor.query("SELECT 1"),
+                Ok(vec!["1".to_string()]),
+                "round {round}: a client that stayed is served"
+            );
+        }
+    }
+}
