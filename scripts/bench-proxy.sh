@@ -65,6 +65,12 @@
 #                     sockets (pgbench -h DIR), each with PostgreSQL's
 #                     socket upstream: direct-local, pgbouncer-local
 #                     (unix_socket_dir) and sluice-local (listen_unix)
+#   IDLE_CLIENTS=5000 instead, open that many idle sessions through
+#                     PgBouncer and through a sluice proxy with transaction
+#                     pooling (scripts/pg-idle-connections.py), one pooler
+#                     at a time, and report each one's RSS before, with
+#                     them, and after they left (issue 5: at most 64 KiB
+#                     per idle client)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)
 #   PGBENCH=1         drive the targets with pgbench itself
@@ -150,7 +156,7 @@ auth_type = trust
 auth_file = $work/users.txt
 pool_mode = transaction
 default_pool_size = 16
-max_client_conn = 2000
+max_client_conn = $((2000 + ${IDLE_CLIENTS:-0}))
 logfile = $work/$name.log
 $extra
 INI
@@ -230,6 +236,10 @@ elif [[ -n "${WEIGHTS:-}" ]]; then
     TENANT_KEY=application_name start_sluice sluice-weighted $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$weights_toml"
     TENANT_KEY=application_name start_sluice sluice-equal $((SLUICE_PORT + 10)) "" "$pin$fixed"
     tenant_args=(--tenants "$WEIGHTS")
+elif [[ -n "${IDLE_CLIENTS:-}" ]]; then
+    echo "== $IDLE_CLIENTS idle clients through PgBouncer and sluice (transaction pooling)"
+    PROXY_TOML='pool = "transaction"\n' start_sluice sluice $SLUICE_PORT ""
+    decisions_ports=""
 else
     echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"
     start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
@@ -290,7 +300,37 @@ else
     done
 fi
 
-if [[ -n "${PGBENCH:-}" ]]; then
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
+# idle_rss NAME PID HOST PORT: the RSS of pooler NAME (process PID) before,
+# with $IDLE_CLIENTS idle sessions through it, and after they left; twice,
+# so that memory kept for reuse is told from memory lost.
+idle_rss() {
+    local name=$1 pid=$2 host=$3 port=$4 before with after holder
+    for cycle in 1 2; do
+        before=$(rss_kib "$pid")
+        python3 scripts/pg-idle-connections.py "$IDLE_CLIENTS" "$host" "$port" postgres >"$work/idle-$name.log" 2>&1 &
+        holder=$!
+        until grep -q holding "$work/idle-$name.log"; do
+            kill -0 $holder 2>/dev/null || { cat "$work/idle-$name.log"; echo "$name: idle sessions did not open" >&2; exit 1; }
+            sleep 0.5
+        done
+        with=$(rss_kib "$pid")
+        kill $holder && wait $holder || true
+        sleep 2
+        after=$(rss_kib "$pid")
+        awk -v name="$name" -v c="$cycle" -v n="$IDLE_CLIENTS" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
+            printf "%s, cycle %d: RSS %d KiB before, %d KiB with %d idle clients, %d KiB after they left: %.1f KiB per idle client (target <= 64)\n",
+                name, c, b, w, n, a, (w - b) / n }'
+    done
+}
+
+if [[ -n "${IDLE_CLIENTS:-}" ]]; then
+    for entry in ${cpu_args//,/ }; do
+        name=${entry%%=*} pid=${entry#*=}
+        addr=$(tr , '\n' <<<"$targets" | sed -n "s/^$name=//p")
+        idle_rss "$name" "$pid" "${addr%:*}" "${addr##*:}"
+    done
+elif [[ -n "${PGBENCH:-}" ]]; then
     scripts/pgbench-rounds.sh "$targets" "$@"
 else
     target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"

@@ -833,12 +833,7 @@ impl Optimizer {
 
     /// Samples λ for `users`; `resume` is what to hold if they leave.
     fn start_sampling(&mut self, users: usize, now: Instant, resume: Held) {
-        let p0 = self.config.model.p0;
-        if users <= p0 + 1 {
-            self.model = holding(now, users);
-            if self.gate.parallelism() < users {
-                self.set_p(users, format!("model: only {users} users, no contention to model"));
-            }
+        if self.too_few_to_model(users, now) {
             return;
         }
         if let Some(left) = self.take_unfinished(users, now) {
@@ -852,10 +847,26 @@ impl Optimizer {
             self.decide("matching_point", self.gate.parallelism() as f64, why.clone());
             return self.begin(Sweep::Model, left, resume, now, why);
         }
+        let p0 = self.config.model.p0;
         let p1 = ((p0 * users) as f64).sqrt().round() as usize;
         let ps = vec![p0, p1.clamp(p0 + 1, users - 1), users];
         let why = format!("model: {users} users; sampling throughput at P0 = {p0}");
         self.begin(Sweep::Model, Plan::fresh(ps, users), resume, now, why);
+    }
+
+    /// With no more users than P0 + 1 there is no contention to sample,
+    /// first or again: holds the P let in (raised to the users if below)
+    /// and says whether it did. A re-run at one user once sampled P = 8
+    /// and 16, each letting in the same one request.
+    fn too_few_to_model(&mut self, users: usize, now: Instant) -> bool {
+        if users > self.config.model.p0 + 1 {
+            return false;
+        }
+        self.model = holding(now, users);
+        if self.gate.parallelism() < users {
+            self.set_p(users, format!("model: only {users} users, no contention to model"));
+        }
+        true
     }
 
     /// Lets in the first P of `ps` not yet in `samples` and starts
@@ -881,6 +892,9 @@ impl Optimizer {
     /// window, this sweep cost 1–7% less than the full one (run RR); it
     /// moves P by what one noisy sample shows (there, 18 to 9).
     fn start_around(&mut self, users: usize, now: Instant, resume: Held) {
+        if self.too_few_to_model(users, now) {
+            return;
+        }
         let p = resume.p;
         let mut ps = vec![(p / 2).max(1), p, (2 * p).min(users.max(p))];
         ps.dedup();

@@ -361,6 +361,25 @@ async fn a_periodic_re_run_samples_only_around_the_held_p() {
     assert_eq!(full.count(), 1, "the re-run swept all of P again: {decisions:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few_users_to_contend_are_never_re_run() {
+    let rerun = ModelConfig {
+        rerun_ms: 300,
+        ..model(false)
+    };
+    let (gate, log, stop) = start_optimizer(ParallelismMode::Model, rerun);
+    let _users = spawn_users(&gate, 3);
+    // Several re-run periods, each of which would sample if allowed to.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    stop.send(true).unwrap();
+    let decisions = log.recent();
+    assert!(
+        decisions.iter().all(|d| !d.why.contains("sampling")),
+        "3 users (P0 = 2) were sampled: {decisions:?}"
+    );
+    assert_eq!(gate.parallelism(), 64, "P stays above the users");
+}
+
 /// Closed-loop users of `tenant` whose requests take 5 ms inside.
 fn spawn_tenant(gate: &Gate, tenant: &str, users: usize) {
     for _ in 0..users {
