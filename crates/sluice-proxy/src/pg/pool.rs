@@ -340,7 +340,10 @@ impl Pool {
                 return Ok(backend);
             }
         }
-        self.dial(startup).await.map(Arc::new)
+        // Boxed: dialling is rare, and unboxed its state would make every
+        // session's future larger by it, idle or not (docs/BENCHMARKS.md,
+        // "Idle PostgreSQL clients").
+        Box::pin(self.dial(startup)).await.map(Arc::new)
     }
 
     /// Takes back a backend whose session is idle (ReadyForQuery 'I', all

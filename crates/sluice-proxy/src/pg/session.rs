@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use super::cancel::CancelGuard;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
@@ -46,7 +47,7 @@ use super::prepared::Statements;
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::Slot;
-use crate::session::{admit, drive, send, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
+use crate::session::{admit, drive, room_to_read, send, ClientEnd, Context, Flags, Outcome, Who};
 use crate::socket::{self, Stream};
 
 /// A request inside the database.
@@ -116,17 +117,31 @@ pub(crate) async fn serve(
             let (rd, wr) = socket::split(&mut client);
             session(rd, wr, buf, startup, peer, ctx, shutdown).await
         }
-        (Begin::Tls, Some(acceptor)) => {
-            let mut client = acceptor.accept(client).await?;
-            match startup(&mut client, &mut buf, ctx, false).await? {
-                Begin::Session(startup) => {
-                    let (rd, wr) = tokio::io::split(client);
-                    session(rd, wr, buf, startup, peer, ctx, shutdown).await
-                }
-                Begin::Tls | Begin::Done => Ok(()),
-            }
-        }
+        // Boxed: a TLS session's state (the TLS connection's and its own)
+        // would otherwise size every plain session's future too, and an
+        // idle client holds its future whole.
+        (Begin::Tls, Some(acceptor)) => Box::pin(serve_tls(acceptor, client, buf, peer, ctx, shutdown)).await,
         (Begin::Tls, None) | (Begin::Done, _) => Ok(()),
+    }
+}
+
+/// Serves a client that was answered 'S' to its SSLRequest: the TLS
+/// handshake, then the session inside it.
+async fn serve_tls(
+    acceptor: &TlsAcceptor,
+    client: Stream,
+    mut buf: BytesMut,
+    peer: &Peer,
+    ctx: &Context,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut client = acceptor.accept(client).await?;
+    match startup(&mut client, &mut buf, ctx, false).await? {
+        Begin::Session(startup) => {
+            let (rd, wr) = tokio::io::split(client);
+            session(rd, wr, buf, startup, peer, ctx, shutdown).await
+        }
+        Begin::Tls | Begin::Done => Ok(()),
     }
 }
 
@@ -311,7 +326,7 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
             if let Some(end) = self.forward().await? {
                 return Ok(end);
             }
-            self.buf.reserve(READ_SIZE);
+            room_to_read(&mut self.buf);
             if self.client.read_buf(&mut self.buf).await? == 0 {
                 return Ok(ClientEnd::Closed);
             }
@@ -573,7 +588,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             if let Some(last) = self.finished() {
                 return send(&mut self.client, &last).await;
             }
-            self.buf.reserve(READ_SIZE);
+            room_to_read(&mut self.buf);
             let backend = self.shared.link.get();
             tokio::select! {
                 read = read_from(backend.as_deref(), &mut self.buf) => {

@@ -30,7 +30,7 @@ use super::shared::{self, Phase};
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
-use crate::session::{admit, drive, ClientEnd, Context, Flags, Outcome, Who, READ_SIZE};
+use crate::session::{admit, drive, room_to_read, ClientEnd, Context, Flags, Outcome, Who};
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 
 /// What the upstream → client direction does when it reaches an entry.
@@ -175,7 +175,7 @@ impl Up<'_> {
                 }
                 Some(Exit::Stop(end)) => return Ok(end),
             }
-            self.buf.reserve(READ_SIZE);
+            room_to_read(&mut self.buf);
             if self.client.read_buf(&mut self.buf).await? == 0 {
                 return Ok(ClientEnd::Closed);
             }
@@ -409,7 +409,7 @@ impl Down<'_> {
             if self.finished() {
                 return Ok(());
             }
-            self.buf.reserve(READ_SIZE);
+            room_to_read(&mut self.buf);
             tokio::select! {
                 read = self.upstream.read_buf(&mut self.buf) => {
                     if read? == 0 {

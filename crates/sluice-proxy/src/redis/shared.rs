@@ -29,7 +29,7 @@ use super::mux::{Answer, Mux};
 use super::resp::CommandParser;
 use super::session::{error_reply, refusal_reply};
 use crate::gate::Slot;
-use crate::session::{admitted, Context, Outcome, Who, READ_SIZE};
+use crate::session::{admitted, room_to_read, Context, Outcome, Who};
 
 /// How the shared phase ended.
 pub(crate) enum Phase {
@@ -100,7 +100,7 @@ impl Up<'_> {
             if let Some(phase) = self.send_commands().await {
                 return Ok(phase);
             }
-            self.buf.reserve(READ_SIZE);
+            room_to_read(self.buf);
             tokio::select! {
                 read = self.client.read_buf(self.buf) => if read? == 0 {
                     return Ok(Phase::Done);
