@@ -8,7 +8,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_proxy::gate::GateConfig;

@@ -91,6 +91,15 @@ impl Process {
     }
 }
 
+/// A command for `program` that runs as `owner` (uid, gid) when given.
+fn as_owner(program: &Path, owner: Option<(u32, u32)>) -> Command {
+    let mut command = Command::new(program);
+    if let Some((uid, gid)) = owner {
+        command.uid(uid).gid(gid);
+    }
+    command
+}
+
 /// How a PostgreSQL server is started, kept to start it again.
 struct Launch {
     program: PathBuf,
@@ -102,10 +111,7 @@ struct Launch {
 impl Launch {
     /// Starts the server and waits until it answers on its socket.
     fn spawn(&self, socket_dir: &Path, port: u16) -> Process {
-        let mut command = Command::new(&self.program);
-        if let Some((uid, gid)) = self.owner {
-            command.uid(uid).gid(gid);
-        }
+        let mut command = as_owner(&self.program, self.owner);
         command.args(&self.args);
         let mut process = Process::spawn(command, "postgres", &self.log);
         wait_until(&mut process, &self.log, || {
@@ -178,15 +184,8 @@ impl PgServer {
         if let Some((uid, gid)) = owner {
             chown(dir.path(), Some(uid), Some(gid)).expect("giving the temporary directory to postgres");
         }
-        let as_owner = |program: &Path| {
-            let mut command = Command::new(program);
-            if let Some((uid, gid)) = owner {
-                command.uid(uid).gid(gid);
-            }
-            command
-        };
         let data = dir.path().join("data");
-        let mut init = as_owner(&initdb);
+        let mut init = as_owner(&initdb, owner);
         init.arg("-D")
             .arg(&data)
             .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
