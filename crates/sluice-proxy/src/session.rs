@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -47,6 +47,73 @@ pub(crate) fn room_to_read(buf: &mut BytesMut) {
         *buf = BytesMut::with_capacity(IDLE_READ_SIZE);
     } else {
         buf.reserve(IDLE_READ_SIZE);
+    }
+}
+
+/// Replies a session holds for a client that has not read them yet, and
+/// the bound past which the session stops taking that client's commands.
+///
+/// A slot is held while the database works, not while a client reads:
+/// sessions read their server's replies (and give slots back) whether or
+/// not the client keeps up, and hold them here instead. What a slow reader
+/// can make a session hold is bounded without holding a slot: past
+/// `max_bytes` of unread replies, or `max_replies` commands not yet
+/// answered, the session lets no new command through until the client
+/// reads. It goes on reading what the client sends (up to its own bound)
+/// meanwhile, so a client that writes a whole pipeline before reading the
+/// first reply is answered, as Redis answers it. Each bound is overshot by
+/// at most the replies of the commands already let through, and those are
+/// bounded by P.
+pub(crate) struct Backlog {
+    /// Commands let through whose replies have not reached the client's
+    /// output yet.
+    replies: AtomicUsize,
+    /// Reply bytes waiting for the client to read them.
+    bytes: AtomicUsize,
+    max_replies: usize,
+    max_bytes: usize,
+    room: Notify,
+}
+
+impl Backlog {
+    pub fn new(max_replies: usize, max_bytes: usize) -> Self {
+        Backlog {
+            replies: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            max_replies,
+            max_bytes,
+            room: Notify::new(),
+        }
+    }
+
+    /// Whether another command may go through now.
+    pub fn has_room(&self) -> bool {
+        self.replies.load(Ordering::Relaxed) < self.max_replies && self.bytes.load(Ordering::Relaxed) < self.max_bytes
+    }
+
+    /// A command went through; its reply is owed.
+    pub fn owe(&self) {
+        self.replies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A reply owed reached the client's output (or was dropped).
+    pub fn paid(&self) {
+        self.replies.fetch_sub(1, Ordering::Relaxed);
+        self.room.notify_one();
+    }
+
+    /// `bytes` of replies wait for the client now.
+    pub fn set_bytes(&self, bytes: usize) {
+        self.bytes.store(bytes, Ordering::Relaxed);
+        if bytes < self.max_bytes {
+            self.room.notify_one();
+        }
+    }
+
+    /// Waits until the backlog may have shrunk (a permit left by an earlier
+    /// change counts, so no wake-up is lost between `has_room` and here).
+    pub async fn changed(&self) {
+        self.room.notified().await
     }
 }
 
@@ -163,6 +230,8 @@ pub(crate) enum ClientEnd {
     /// The client broke the protocol: send it the error queued for it, then
     /// close.
     ProtocolError,
+    /// The client asked to end the session: deliver what is queued, close.
+    Quit,
 }
 
 /// Signals from the session to its upstream → client direction.
@@ -210,7 +279,7 @@ pub(crate) async fn drive(
                 match end? {
                     ClientEnd::Closed => return Ok(()),
                     ClientEnd::Shutdown => flags.set(&flags.draining),
-                    ClientEnd::ProtocolError => flags.set(&flags.closing),
+                    ClientEnd::ProtocolError | ClientEnd::Quit => flags.set(&flags.closing),
                 }
                 return down.await;
             }

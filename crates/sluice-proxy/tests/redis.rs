@@ -183,28 +183,27 @@ fn subscribe_turns_the_connection_into_a_stream() {
 fn a_refused_command_gets_an_error_and_others_go_on() {
     let Some(server) = RedisServer::start() else { return };
     let proxy = proxy(&server, TenantKey::Connection, gate(1, 1, 300));
-    let mut holder = RespConn::connect(proxy.addr);
-    assert_eq!(holder.call(&["MULTI"]), "+OK\r\n");
+    let holder = proxy.hold_slot("holder");
     let mut refused = RespConn::connect(proxy.addr);
     let err = refused.call(&["GET", "k"]);
     assert!(err.starts_with("-ERR sluice: "), "refusal relayed as -ERR: {err}");
 
-    // A refused MULTI refuses its whole transaction: nothing in it runs.
-    assert!(refused.call(&["MULTI"]).starts_with("-ERR sluice: "));
-    assert!(refused
-        .call(&["SET", "k", "from-refused-tx"])
-        .starts_with("-ERR sluice: "));
-    assert!(refused.call(&["EXEC"]).starts_with("-ERR sluice: "));
+    // A transaction takes no slot until its EXEC; a refused EXEC discards
+    // it, so nothing in it runs, and the connection is out of MULTI.
+    assert_eq!(refused.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(refused.call(&["SET", "k", "from-refused-tx"]), "+QUEUED\r\n");
+    let err = refused.call(&["EXEC"]);
+    assert!(err.starts_with("-ERR sluice: "), "refused EXEC: {err}");
 
-    assert_eq!(holder.call(&["SET", "k", "v"]), "+QUEUED\r\n");
-    assert_eq!(holder.call(&["EXEC"]), "*1\r\n+OK\r\n");
+    drop(holder);
     assert_eq!(
         refused.call(&["GET", "k"]),
-        "$1\r\nv\r\n",
-        "served once the slot is free"
+        "$-1\r\n",
+        "served once the slot is free, and the transaction never ran"
     );
+    assert_eq!(refused.call(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
     let refusals: u64 = proxy.stats.snapshot().iter().map(|t| t.refused).sum();
-    assert_eq!(refusals, 2, "GET and MULTI were refused by the gate");
+    assert_eq!(refusals, 2, "GET and EXEC were refused by the gate");
 }
 
 #[test]
@@ -420,8 +419,7 @@ fn a_client_on_a_shared_lane_is_served_again_when_the_upstream_returns() {
 fn clients_that_vanish_mid_request_give_back_every_slot() {
     let Some(server) = RedisServer::start() else { return };
     let proxy = proxy(&server, TenantKey::Connection, gate(1, 10_000, 10_000));
-    let mut holder = RespConn::connect(proxy.addr);
-    assert_eq!(holder.call(&["MULTI"]), "+OK\r\n", "holds the only slot");
+    let holder = proxy.hold_slot("holder");
     let value = "x".repeat(1024);
     // Half the clients start with SELECT, which gives them their own
     // upstream connection: both the shared lanes and the dedicated path
@@ -445,7 +443,7 @@ fn clients_that_vanish_mid_request_give_back_every_slot() {
     assert!(proxy.gate.snapshot().queued >= 20, "every client has a request waiting");
     drop(clients);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(holder.call(&["EXEC"]), "*0\r\n");
+    drop(holder);
     let mut gate = proxy.gate.snapshot();
     while (gate.in_flight, gate.queued) != (0, 0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

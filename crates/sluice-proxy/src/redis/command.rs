@@ -1,10 +1,13 @@
 //! What a Redis command means for admission (issue 5, §2 "Requests" and §3
-//! "Tenants"): most commands are one request each; MULTI…EXEC is one
-//! request; blocking commands, SUBSCRIBE and MONITOR pass through outside
-//! admission; AUTH, HELLO and CLIENT SETNAME may name the tenant.
+//! "Tenants"): most commands are one request each; a transaction is one
+//! request, admitted at its EXEC; blocking commands, SUBSCRIBE and MONITOR
+//! pass through outside admission; AUTH, HELLO and CLIENT SETNAME may name
+//! the tenant; CLIENT REPLY and QUIT are the proxy's to answer.
 //!
 //! Blocking commands bypass the gate because a client blocked for minutes
-//! would otherwise hold one of the P slots and stall everyone else.
+//! would otherwise hold one of the P slots and stall everyone else; for the
+//! same reason MULTI and the commands it queues take no slot (the server
+//! only queues them), and the slot is taken by EXEC, which runs them.
 
 use std::ops::Range;
 
@@ -39,10 +42,17 @@ impl<'a, 'r> Args<'a, 'r> {
 pub enum Kind<'a> {
     /// An ordinary command: one request.
     Plain,
-    /// Starts a transaction: admitted here, released after EXEC or DISCARD.
+    /// Starts a transaction; the server queues what follows until EXEC.
     Multi,
-    /// Ends a transaction (EXEC, DISCARD, or RESET, which discards it).
+    /// Runs the open transaction: its one request.
+    Exec,
+    /// Drops the open transaction (DISCARD, or RESET, which also turns
+    /// replies back on).
     EndTx,
+    /// `CLIENT REPLY ON|OFF|SKIP`: which replies the client wants.
+    Reply(ReplyMode),
+    /// Ends the connection once every earlier reply is delivered.
+    Quit,
     /// May block for a long time: passes through outside admission.
     Blocking,
     /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE or MONITOR: from here on the
@@ -54,6 +64,15 @@ pub enum Kind<'a> {
         user: Option<&'a [u8]>,
         name: Option<&'a [u8]>,
     },
+}
+
+/// Which replies a client wants (`CLIENT REPLY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// None for the next command, then on again.
+    Skip,
 }
 
 fn is(arg: Option<&[u8]>, name: &str) -> bool {
@@ -87,8 +106,12 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
         xread(args)
     } else if upper("MULTI") {
         Kind::Multi
-    } else if upper("EXEC") || upper("DISCARD") || upper("RESET") {
+    } else if upper("EXEC") {
+        Kind::Exec
+    } else if upper("DISCARD") || upper("RESET") {
         Kind::EndTx
+    } else if upper("QUIT") {
+        Kind::Quit
     } else if upper("AUTH") {
         auth(args)
     } else if upper("HELLO") {
@@ -98,6 +121,8 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
             user: None,
             name: args.get(2),
         }
+    } else if upper("CLIENT") && is(args.get(1), "REPLY") && args.len() == 3 {
+        client_reply(args.get(2))
     } else {
         Kind::Plain
     }
@@ -240,6 +265,19 @@ fn xread<'a>(args: Args<'a, '_>) -> Kind<'a> {
     }
 }
 
+/// A mode Redis does not know is left for the server to refuse.
+fn client_reply<'a>(mode: Option<&[u8]>) -> Kind<'a> {
+    if is(mode, "ON") {
+        Kind::Reply(ReplyMode::On)
+    } else if is(mode, "OFF") {
+        Kind::Reply(ReplyMode::Off)
+    } else if is(mode, "SKIP") {
+        Kind::Reply(ReplyMode::Skip)
+    } else {
+        Kind::Plain
+    }
+}
+
 /// `AUTH password` authenticates the user "default"; `AUTH user password`
 /// names the user.
 fn auth<'a>(args: Args<'a, '_>) -> Kind<'a> {
@@ -329,9 +367,18 @@ mod tests {
     #[test]
     fn transactions() {
         assert_eq!(kind("multi"), Kind::Multi);
-        assert_eq!(kind("EXEC"), Kind::EndTx);
+        assert_eq!(kind("EXEC"), Kind::Exec);
         assert_eq!(kind("DISCARD"), Kind::EndTx);
         assert_eq!(kind("RESET"), Kind::EndTx);
+    }
+
+    #[test]
+    fn client_reply_and_quit_are_the_proxys() {
+        assert_eq!(kind("client reply off"), Kind::Reply(ReplyMode::Off));
+        assert_eq!(kind("CLIENT REPLY SKIP"), Kind::Reply(ReplyMode::Skip));
+        assert_eq!(kind("CLIENT REPLY On"), Kind::Reply(ReplyMode::On));
+        assert_eq!(kind("CLIENT REPLY maybe"), Kind::Plain, "the server refuses it");
+        assert_eq!(kind("quit"), Kind::Quit);
     }
 
     #[test]

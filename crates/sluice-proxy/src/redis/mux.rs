@@ -10,6 +10,10 @@
 //! twemproxy does; a client always uses the same lane, so its own commands
 //! run in the order it sent them. A lane that fails answers its waiting
 //! commands with an error and is dialled again by the next command.
+//!
+//! A command's slot travels with it and is given back the moment its
+//! reply is framed, before the client has it: the reader never waits for a
+//! client, so a client that does not read holds no slot.
 
 use std::collections::VecDeque;
 use std::io;
@@ -20,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
+use crate::gate::Slot;
 use crate::session::READ_SIZE;
 use crate::socket::{self, OwnedReadHalf, OwnedWriteHalf};
 
@@ -30,10 +35,18 @@ pub(crate) type Answer = Result<Bytes, Arc<str>>;
 struct Call {
     command: Bytes,
     reply: oneshot::Sender<Answer>,
+    slot: Slot,
+}
+
+/// A written command waiting for its reply.
+struct Waiter {
+    reply: oneshot::Sender<Answer>,
+    /// Dropped with the waiter: when the reply is framed, or the lane fails.
+    _slot: Slot,
 }
 
 /// Written commands waiting for their replies, oldest first.
-type InFlight = Arc<Mutex<VecDeque<oneshot::Sender<Answer>>>>;
+type InFlight = Arc<Mutex<VecDeque<Waiter>>>;
 
 /// Largest batch the writer gathers before it writes.
 const BATCH_BYTES: usize = 64 * 1024;
@@ -65,10 +78,11 @@ impl Mux {
         (worker * self.per_worker + key % self.per_worker) % self.lanes.len()
     }
 
-    /// Queues `command` on lane `lane`; the receiver gets its reply.
-    pub fn call(&self, lane: usize, command: Bytes) -> oneshot::Receiver<Answer> {
+    /// Queues `command`, admitted with `slot`, on lane `lane`; the
+    /// receiver gets its reply.
+    pub fn call(&self, lane: usize, command: Bytes, slot: Slot) -> oneshot::Receiver<Answer> {
         let (reply, answer) = oneshot::channel();
-        let mut call = Call { command, reply };
+        let mut call = Call { command, reply, slot };
         let mut tx = self.lanes[lane % self.lanes.len()]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -114,11 +128,12 @@ async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
 
 /// Closes the lane (the next command dials a new one) and answers every
 /// command written or queued on it with `why`.
-fn fail(calls: &mut mpsc::UnboundedReceiver<Call>, written: Vec<oneshot::Sender<Answer>>, why: String) {
+fn fail(calls: &mut mpsc::UnboundedReceiver<Call>, written: Vec<Waiter>, why: String) {
     calls.close();
     let why: Arc<str> = why.into();
+    let written = written.into_iter().map(|w| w.reply);
     let queued = std::iter::from_fn(|| calls.try_recv().ok().map(|c| c.reply));
-    for reply in written.into_iter().chain(queued) {
+    for reply in written.chain(queued) {
         let _ = reply.send(Err(Arc::clone(&why)));
     }
 }
@@ -143,7 +158,10 @@ async fn write_calls(
             let mut waiting = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
             while let Some(call) = next {
                 batch.extend_from_slice(&call.command);
-                waiting.push_back(call.reply);
+                waiting.push_back(Waiter {
+                    reply: call.reply,
+                    _slot: call.slot,
+                });
                 next = if batch.len() < BATCH_BYTES {
                     calls.try_recv().ok()
                 } else {
@@ -184,7 +202,7 @@ async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight) -> io::Error 
             let waiter = in_flight.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
             match waiter {
                 Some(w) => {
-                    let _ = w.send(Ok(bytes));
+                    let _ = w.reply.send(Ok(bytes));
                 }
                 None => return io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for"),
             }

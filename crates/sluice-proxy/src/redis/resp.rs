@@ -9,12 +9,18 @@
 //!
 //! - [`CommandParser`] frames client commands: arrays of bulk strings and
 //!   inline commands, with Redis's own limits (bulk ≤ 512 MiB, inline line
-//!   ≤ 64 KiB) and a bound on the number of arguments.
+//!   ≤ 64 KiB) and a bound on the number of arguments. Inline commands are
+//!   split as Redis splits them (double quotes with escapes, single quotes),
+//!   so that a line Redis would refuse with "unbalanced quotes" is refused
+//!   here and never reaches a connection other clients share.
 //! - [`ReplyScanner`] frames server replies: every RESP2 type and the RESP3
 //!   types a server sends after `HELLO 3` (map, set, double, boolean, null,
 //!   big number, verbatim string, bulk error, push, attribute). Redis 7 sends
 //!   RESP3 types only to a client that asked for them, so the scanner accepts
-//!   them at any time rather than tracking the protocol version.
+//!   them at any time rather than tracking the protocol version. Nesting
+//!   has no fixed limit (Redis itself sends replies thousands of levels
+//!   deep, from a script returning a recursive table): each open level
+//!   costs 16 bytes and takes at least 4 bytes of the reply to open.
 //!
 //! Malformed input is an error that names what is wrong; nothing here panics
 //! on any input (property-tested).
@@ -34,8 +40,6 @@ pub const MAX_INLINE_LEN: usize = 64 * 1024;
 const MAX_HEADER_LINE: usize = 32;
 /// Longest line in a reply (simple strings, errors, numbers, big numbers).
 pub const MAX_REPLY_LINE: usize = 1024 * 1024;
-/// Deepest nesting of aggregates in a reply.
-pub const MAX_DEPTH: usize = 1024;
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum RespError {
@@ -51,8 +55,8 @@ pub enum RespError {
     MissingCrlf,
     #[error("Protocol error: unknown reply type byte 0x{0:02x}")]
     UnknownType(u8),
-    #[error("Protocol error: reply nested deeper than {MAX_DEPTH} levels")]
-    TooDeep,
+    #[error("Protocol error: unbalanced quotes in request")]
+    UnbalancedQuotes,
     #[error("Protocol error: empty line where a reply type byte belongs")]
     EmptyLine,
 }
@@ -142,17 +146,7 @@ impl CommandParser {
         let Some((text, len)) = line(buf, MAX_INLINE_LEN, "inline command")? else {
             return Ok(None);
         };
-        let mut start = None;
-        for (i, &b) in text.iter().chain([&b' ']).enumerate() {
-            match (b.is_ascii_whitespace(), start) {
-                (true, Some(s)) => {
-                    self.args.push(s..i);
-                    start = None;
-                }
-                (false, None) => start = Some(i),
-                _ => {}
-            }
-        }
+        split_inline(text, &mut self.args)?;
         Ok(Some(len))
     }
 
@@ -178,6 +172,58 @@ impl CommandParser {
         }
         Ok(Some(self.pos))
     }
+}
+
+/// Splits an inline command into arguments as Redis's `sdssplitargs` does:
+/// blanks separate arguments; a double-quoted part may hold escapes
+/// (`\"`, `\n`, `\x41`, ...), a single-quoted part only `\'`; a closing
+/// quote must end its argument. A range covers an argument's raw bytes,
+/// without its outer quotes when it is quoted whole: escapes are left for
+/// the server to resolve, since the proxy forwards the line as it came.
+fn split_inline(text: &[u8], args: &mut Vec<Range<usize>>) -> Result<(), RespError> {
+    let mut i = 0;
+    loop {
+        while text.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        if i == text.len() {
+            return Ok(());
+        }
+        let start = i;
+        let mut quoted_whole = None;
+        while let Some(&b) = text.get(i) {
+            match b {
+                b if b.is_ascii_whitespace() => break,
+                b'"' | b'\'' => {
+                    let close = closing_quote(text, i)?;
+                    if i == start && text.get(close + 1).is_none_or(u8::is_ascii_whitespace) {
+                        quoted_whole = Some(start + 1..close);
+                    }
+                    i = close + 1;
+                    if text.get(i).is_some_and(|b| !b.is_ascii_whitespace()) {
+                        return Err(RespError::UnbalancedQuotes);
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        args.push(quoted_whole.unwrap_or(start..i));
+    }
+}
+
+/// Where the quote opened at `open` closes; a backslash escapes the next
+/// byte inside double quotes, and a quote inside single quotes.
+fn closing_quote(text: &[u8], open: usize) -> Result<usize, RespError> {
+    let quote = text[open];
+    let mut i = open + 1;
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'\\' if quote == b'"' || text.get(i + 1) == Some(&b'\'') => i += 2,
+            b if b == quote => return Ok(i),
+            _ => i += 1,
+        }
+    }
+    Err(RespError::UnbalancedQuotes)
 }
 
 /// The payload range of the bulk string at the start of `buf`, once it is
@@ -314,9 +360,6 @@ impl ReplyScanner {
     fn aggregate(&mut self, len: Option<u64>, per: u64, attribute: bool) -> Result<Option<Reply>, RespError> {
         match len {
             Some(n) if n > 0 => {
-                if self.levels.len() >= MAX_DEPTH {
-                    return Err(RespError::TooDeep);
-                }
                 self.levels.push(Level {
                     remaining: n * per,
                     attribute,

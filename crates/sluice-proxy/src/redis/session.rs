@@ -2,17 +2,31 @@
 //! on its own upstream connection once the shared phase ([`super::shared`])
 //! has handed it over (or from the start with `shared_upstreams = 0`):
 //! every command is admitted by the gate before it is forwarded and holds
-//! its slot until its reply is complete; MULTI…EXEC holds one slot from
-//! MULTI to the reply of EXEC or DISCARD; pipelined commands are admitted
-//! and answered in order. Blocking commands pass through outside admission,
+//! its slot until the server's reply is complete; pipelined commands are
+//! admitted and answered in order. A transaction is one request, admitted
+//! at its EXEC: MULTI and the commands it queues go through at once, since
+//! the server only queues them, so a client that thinks between MULTI and
+//! EXEC holds no slot. Blocking commands pass through outside admission,
 //! and after SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE or MONITOR the connection
 //! becomes a plain byte stream (even after the client unsubscribes: from
 //! then on its commands are not admitted, which is rare and harmless).
 //!
+//! The two directions run at once: replies are read from the server as
+//! they come, whether or not the client reads them, and wait for the client
+//! in the session's [`Backlog`], whose bound stops the client's new
+//! commands, not the server's replies. A client that stops reading thus
+//! holds no slot, only its own backlog.
+//!
 //! A refused command gets `-ERR <refusal>` in its place among the replies.
-//! A refused MULTI refuses the whole transaction: every command up to EXEC
-//! or DISCARD gets the same error and none reaches the server, so no command
-//! meant to be atomic runs on its own.
+//! A refused EXEC discards the transaction (the proxy sends DISCARD in its
+//! place and answers with the refusal), so no command meant to be atomic
+//! runs on its own.
+//!
+//! `CLIENT REPLY OFF` and `SKIP` are the proxy's: the server always
+//! replies, so that the proxy knows when each command is done and gives its
+//! slot back, and the proxy drops the replies the client asked not to get
+//! (inside MULTI, CLIENT REPLY is refused). QUIT is answered by the proxy,
+//! which closes the connection once every earlier reply is delivered.
 
 use std::collections::VecDeque;
 use std::io;
@@ -24,13 +38,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::command::{classify, Args, Kind};
-use super::resp::{CommandParser, Reply, ReplyScanner};
+use super::command::{classify, Args, Kind, ReplyMode};
+use super::resp::{encode_command, CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Slot};
-use crate::session::{admit, drive, room_to_read, ClientEnd, Context, Flags, Outcome, Who};
+use crate::session::{admit, drive, room_to_read, Backlog, ClientEnd, Context, Flags, Outcome, Who};
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 
 /// What the upstream → client direction does when it reaches an entry.
@@ -40,6 +54,7 @@ enum Pending {
         slot: Option<Slot>,
         outcome: Option<Outcome>,
         rename: Option<Arc<str>>,
+        deliver: Deliver,
     },
     /// The proxy answers this command itself, in its place among the replies.
     Answer(Bytes),
@@ -47,8 +62,17 @@ enum Pending {
     Stream,
 }
 
+/// What the client gets of a server reply.
+enum Deliver {
+    /// The reply as the server sent it.
+    Reply,
+    /// Nothing (`CLIENT REPLY OFF` or `SKIP`).
+    Nothing,
+    /// These bytes instead (a refused EXEC's refusal, for its DISCARD's OK).
+    Instead(Bytes),
+}
+
 /// What the two directions share.
-#[derive(Default)]
 struct State {
     /// Commands sent upstream (or answered by the proxy), oldest first.
     pending: VecDeque<Pending>,
@@ -61,6 +85,7 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     flags: Flags,
+    backlog: Backlog,
 }
 
 impl Shared {
@@ -70,6 +95,9 @@ impl Shared {
 
     fn push(&self, entry: Pending) {
         let answered_here = matches!(entry, Pending::Answer(_));
+        if !matches!(entry, Pending::Stream) {
+            self.backlog.owe();
+        }
         self.lock().pending.push_back(entry);
         if answered_here {
             self.flags.wake.notify_one();
@@ -105,8 +133,13 @@ pub(crate) async fn serve(
         }
     };
     let shared = Shared {
-        state: Mutex::default(),
+        state: Mutex::new(State {
+            pending: VecDeque::new(),
+            rename: None,
+            in_tx: false,
+        }),
         flags: Flags::default(),
+        backlog: super::backlog(),
     };
     let (client_rd, client_wr) = socket::split(&mut client);
     let (upstream_rd, upstream_wr) = socket::split(&mut upstream);
@@ -118,8 +151,10 @@ pub(crate) async fn serve(
         shared: &shared,
         ctx,
         who,
-        tx: None,
-        refused_tx: None,
+        in_tx: false,
+        replies: ReplyMode::On,
+        held: false,
+        eof: false,
     };
     let down = Down {
         upstream: upstream_rd,
@@ -127,6 +162,7 @@ pub(crate) async fn serve(
         buf: BytesMut::new(),
         out: BytesMut::new(),
         scanner: ReplyScanner::default(),
+        deliver: Deliver::Reply,
         shared: &shared,
     };
     drive(up.run(), down.run(), &shared.flags, shutdown).await
@@ -141,15 +177,21 @@ struct Up<'a> {
     shared: &'a Shared,
     ctx: &'a Context,
     who: Who,
-    /// The open transaction's slot, released with EXEC's or DISCARD's reply.
-    tx: Option<(Slot, Outcome)>,
-    /// The refusal of the open transaction's MULTI.
-    refused_tx: Option<Bytes>,
+    /// MULTI was forwarded and its EXEC or DISCARD not yet.
+    in_tx: bool,
+    /// The client's `CLIENT REPLY` mode.
+    replies: ReplyMode,
+    /// Complete commands wait in `buf` for the backlog to have room.
+    held: bool,
+    /// The client closed its side; what it sent before is still served.
+    eof: bool,
 }
 
 /// What to do with one framed command.
 enum Action {
     Forward,
+    /// Send these bytes upstream in the command's place.
+    Replace(Bytes),
     Skip,
     /// Forward it and then everything else unframed.
     Stream,
@@ -175,21 +217,42 @@ impl Up<'_> {
                 }
                 Some(Exit::Stop(end)) => return Ok(end),
             }
-            room_to_read(&mut self.buf);
-            if self.client.read_buf(&mut self.buf).await? == 0 {
+            if self.eof && !self.held {
                 return Ok(ClientEnd::Closed);
             }
+            self.read_or_wait().await?;
         }
     }
 
-    /// Handles every complete command in the buffer; forwarded commands go
-    /// upstream in as few writes as possible. Returns `Some` when the
-    /// session leaves command framing.
+    /// Reads more from the client; while commands are held, also wakes when
+    /// the backlog may have room, and reads only up to `MAX_READ_AHEAD`.
+    async fn read_or_wait(&mut self) -> io::Result<()> {
+        let backlog = &self.shared.backlog;
+        if !super::reads_more(self.held, self.eof, self.buf.len()) {
+            backlog.changed().await;
+            return Ok(());
+        }
+        room_to_read(&mut self.buf);
+        tokio::select! {
+            read = self.client.read_buf(&mut self.buf) => self.eof = read? == 0,
+            _ = backlog.changed(), if self.held => {}
+        }
+        Ok(())
+    }
+
+    /// Handles every complete command in the buffer that the backlog has
+    /// room for; forwarded commands go upstream in as few writes as
+    /// possible. Returns `Some` when the session leaves command framing.
     async fn forward(&mut self) -> io::Result<Option<Exit>> {
         let mut buf = mem::take(&mut self.buf);
         let mut pos = 0;
         let mut unsent = 0..0;
+        self.held = false;
         let outcome = loop {
+            if !self.shared.backlog.has_room() {
+                self.held = true;
+                break None;
+            }
             let len = match self.parser.parse(&buf[pos..]) {
                 Ok(Some(len)) => len,
                 Ok(None) => break None,
@@ -201,7 +264,15 @@ impl Up<'_> {
             let command = pos..pos + len;
             let action = self.command(&buf, command.clone(), &mut unsent).await?;
             pos += len;
-            if matches!(action, Action::Forward | Action::Stream) {
+            let replacement = match &action {
+                Action::Replace(bytes) => Some(bytes.clone()),
+                _ => None,
+            };
+            if let Some(bytes) = replacement {
+                self.upstream.write_all(&buf[unsent]).await?;
+                self.upstream.write_all(&bytes).await?;
+                unsent = command.end..command.end;
+            } else if matches!(action, Action::Forward | Action::Stream) {
                 if unsent.end != command.start {
                     self.upstream.write_all(&buf[unsent]).await?;
                     unsent = command.start..command.start;
@@ -209,7 +280,7 @@ impl Up<'_> {
                 unsent.end = command.end;
             }
             match action {
-                Action::Forward | Action::Skip => {}
+                Action::Forward | Action::Replace(_) | Action::Skip => {}
                 Action::Stream => {
                     // Whatever follows is no longer framed: it goes as is.
                     unsent.end = buf.len();
@@ -233,11 +304,12 @@ impl Up<'_> {
             return Ok(Action::Skip);
         }
         let kind = classify(args);
-        if self.refused_tx.is_some() {
-            return Ok(self.inside_refused_tx(&kind));
+        if let Kind::Quit = kind {
+            self.answer(Bytes::from_static(b"+OK\r\n"));
+            return Ok(Action::Stop(ClientEnd::Quit));
         }
-        if self.tx.is_some() {
-            return Ok(self.inside_tx(&kind));
+        if self.in_tx {
+            return self.inside_tx(&kind, &buf[unsent.clone()], unsent).await;
         }
         if self.shared.flags.draining() {
             return Ok(Action::Stop(ClientEnd::Shutdown));
@@ -245,11 +317,7 @@ impl Up<'_> {
         match kind {
             Kind::Blocking => {
                 self.who.stats.record_passthrough();
-                self.shared.push(Pending::Reply {
-                    slot: None,
-                    outcome: None,
-                    rename: None,
-                });
+                self.expect_reply(None, None);
                 Ok(Action::Forward)
             }
             Kind::Stream => {
@@ -257,17 +325,83 @@ impl Up<'_> {
                 self.shared.push(Pending::Stream);
                 Ok(Action::Stream)
             }
-            Kind::Multi => self.multi(&buf[unsent.clone()], unsent).await,
+            Kind::Multi => {
+                self.in_tx = true;
+                self.shared.lock().in_tx = true;
+                self.expect_reply(None, None);
+                Ok(Action::Forward)
+            }
+            Kind::Reply(mode) => {
+                self.client_reply(mode);
+                Ok(Action::Skip)
+            }
             Kind::Names { user, name } => {
                 let rename = self.rename(user, name);
                 self.request(&buf[unsent.clone()], unsent, rename).await
             }
-            Kind::Plain | Kind::EndTx => self.request(&buf[unsent.clone()], unsent, None).await,
+            Kind::EndTx => {
+                // RESET turns replies back on (DISCARD outside a transaction
+                // is an error that changes nothing).
+                self.replies = ReplyMode::On;
+                self.request(&buf[unsent.clone()], unsent, None).await
+            }
+            Kind::Plain | Kind::Exec | Kind::Quit => self.request(&buf[unsent.clone()], unsent, None).await,
         }
     }
 
-    /// The new tenant name a naming command asks for, if the tenant key is
-    /// that kind of name.
+    /// `CLIENT REPLY`: the server keeps replying; the proxy drops what the
+    /// client asked not to get.
+    fn client_reply(&mut self, mode: ReplyMode) {
+        match mode {
+            ReplyMode::On => {
+                self.replies = ReplyMode::On;
+                self.answer(Bytes::from_static(b"+OK\r\n"));
+            }
+            ReplyMode::Off => self.replies = ReplyMode::Off,
+            // SKIP while replies are off changes nothing.
+            ReplyMode::Skip if self.replies == ReplyMode::On => self.replies = ReplyMode::Skip,
+            ReplyMode::Skip => {}
+        }
+    }
+
+    /// Whether the client wants the reply to the command being handled;
+    /// a SKIP covers this one command.
+    fn wants_reply(&mut self) -> bool {
+        match self.replies {
+            ReplyMode::On => true,
+            ReplyMode::Off => false,
+            ReplyMode::Skip => {
+                self.replies = ReplyMode::On;
+                false
+            }
+        }
+    }
+
+    /// The proxy answers the command being handled itself.
+    fn answer(&mut self, bytes: Bytes) {
+        if self.wants_reply() {
+            self.shared.push(Pending::Answer(bytes));
+        }
+    }
+
+    /// The server answers the command being handled.
+    fn expect_reply(&mut self, admitted: Option<(Slot, Outcome)>, rename: Option<Arc<str>>) {
+        let deliver = if self.wants_reply() {
+            Deliver::Reply
+        } else {
+            Deliver::Nothing
+        };
+        let (slot, outcome) = admitted.unzip();
+        self.shared.push(Pending::Reply {
+            slot,
+            outcome,
+            rename,
+            deliver,
+        });
+    }
+
+    /// The name Redis might rename a tenant to, if the tenant key is that
+    /// kind of name.
     fn rename(&self, user: Option<&[u8]>, name: Option<&[u8]>) -> Option<Arc<str>> {
         let chosen = match self.ctx.tenant_key {
             TenantKey::User => user,
@@ -284,84 +418,78 @@ impl Up<'_> {
         unsent: &mut Range<usize>,
         rename: Option<Arc<str>>,
     ) -> io::Result<Action> {
-        self.apply_rename();
-        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent_bytes).await?;
-        if flushed {
-            *unsent = unsent.end..unsent.end;
-        }
-        match answer {
-            Ok((slot, outcome)) => {
-                self.shared.push(Pending::Reply {
-                    slot: Some(slot),
-                    outcome: Some(outcome),
-                    rename,
-                });
-                Ok(Action::Forward)
-            }
-            Err(refusal) => {
-                self.shared.push(Pending::Answer(refusal_reply(&refusal)));
-                Ok(Action::Skip)
-            }
-        }
-    }
-
-    /// Admits a transaction at its MULTI.
-    async fn multi(&mut self, unsent_bytes: &[u8], unsent: &mut Range<usize>) -> io::Result<Action> {
-        self.apply_rename();
-        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent_bytes).await?;
-        if flushed {
-            *unsent = unsent.end..unsent.end;
-        }
-        match answer {
+        match self.admit(unsent_bytes, unsent).await? {
             Ok(admitted) => {
-                self.tx = Some(admitted);
-                self.shared.lock().in_tx = true;
-                self.shared.push(Pending::Reply {
-                    slot: None,
-                    outcome: None,
-                    rename: None,
-                });
+                self.expect_reply(Some(admitted), rename);
                 Ok(Action::Forward)
             }
             Err(refusal) => {
-                let reply = refusal_reply(&refusal);
-                self.refused_tx = Some(reply.clone());
-                self.shared.push(Pending::Answer(reply));
+                self.answer(refusal_reply(&refusal));
                 Ok(Action::Skip)
             }
         }
     }
 
-    fn inside_tx(&mut self, kind: &Kind<'_>) -> Action {
-        let entry = match (kind, self.tx.take()) {
-            (Kind::EndTx, Some((slot, outcome))) => {
-                self.shared.lock().in_tx = false;
-                Pending::Reply {
-                    slot: Some(slot),
-                    outcome: Some(outcome),
-                    rename: None,
-                }
-            }
-            (_, tx) => {
-                self.tx = tx;
-                Pending::Reply {
-                    slot: None,
-                    outcome: None,
-                    rename: None,
-                }
-            }
-        };
-        self.shared.push(entry);
-        Action::Forward
+    async fn admit(
+        &mut self,
+        unsent_bytes: &[u8],
+        unsent: &mut Range<usize>,
+    ) -> io::Result<Result<(Slot, Outcome), Refusal>> {
+        self.apply_rename();
+        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent_bytes).await?;
+        if flushed {
+            *unsent = unsent.end..unsent.end;
+        }
+        Ok(answer)
     }
 
-    fn inside_refused_tx(&mut self, kind: &Kind<'_>) -> Action {
-        let reply = match kind {
-            Kind::EndTx => self.refused_tx.take(),
-            _ => self.refused_tx.clone(),
+    /// Inside MULTI: the server queues commands; EXEC is the request.
+    async fn inside_tx(
+        &mut self,
+        kind: &Kind<'_>,
+        unsent_bytes: &[u8],
+        unsent: &mut Range<usize>,
+    ) -> io::Result<Action> {
+        let action = match kind {
+            Kind::Exec => match self.admit(unsent_bytes, unsent).await? {
+                Ok(admitted) => {
+                    self.expect_reply(Some(admitted), None);
+                    Action::Forward
+                }
+                Err(refusal) => {
+                    let deliver = if self.wants_reply() {
+                        Deliver::Instead(refusal_reply(&refusal))
+                    } else {
+                        Deliver::Nothing
+                    };
+                    self.shared.push(Pending::Reply {
+                        slot: None,
+                        outcome: None,
+                        rename: None,
+                        deliver,
+                    });
+                    let mut discard = BytesMut::new();
+                    encode_command(&["DISCARD"], &mut discard);
+                    Action::Replace(discard.freeze())
+                }
+            },
+            Kind::Reply(_) => {
+                self.answer(error_reply("sluice: CLIENT REPLY inside MULTI is not supported"));
+                return Ok(Action::Skip);
+            }
+            Kind::EndTx => {
+                self.replies = ReplyMode::On;
+                self.expect_reply(None, None);
+                Action::Forward
+            }
+            _ => {
+                self.expect_reply(None, None);
+                return Ok(Action::Forward);
+            }
         };
-        self.shared.push(Pending::Answer(reply.unwrap_or_default()));
-        Action::Skip
+        self.in_tx = false;
+        self.shared.lock().in_tx = false;
+        Ok(action)
     }
 
     /// Takes up a tenant name the server accepted since the last command.
@@ -385,14 +513,17 @@ pub(crate) fn refusal_reply(refusal: &Refusal) -> Bytes {
     error_reply(&refusal.to_string())
 }
 
-/// Upstream → client: frames replies, completes their requests, forwards.
+/// Upstream → client: frames replies, completes their requests, and writes
+/// to the client without ever letting a slow client stop the reading.
 struct Down<'a> {
     upstream: ReadHalf<'a>,
     client: WriteHalf<'a>,
     buf: BytesMut,
-    /// Used only when the proxy's own answers are interleaved with replies.
+    /// What waits for the client to read it.
     out: BytesMut,
     scanner: ReplyScanner,
+    /// What becomes of the reply being scanned.
+    deliver: Deliver,
     shared: &'a Shared,
 }
 
@@ -406,11 +537,13 @@ enum Next {
 impl Down<'_> {
     async fn run(mut self) -> io::Result<()> {
         loop {
-            if self.finished() {
+            if self.out.is_empty() && self.finished() {
                 return Ok(());
             }
             room_to_read(&mut self.buf);
             tokio::select! {
+                biased;
+                written = self.client.write(&self.out), if !self.out.is_empty() => self.written(written?)?,
                 read = self.upstream.read_buf(&mut self.buf) => {
                     if read? == 0 {
                         return self.upstream_closed().await;
@@ -418,11 +551,25 @@ impl Down<'_> {
                 }
                 _ = self.shared.flags.wake.notified() => {}
             }
-            if self.forward().await? {
+            if self.forward()? {
+                self.client.write_all(&self.out).await?;
                 tokio::io::copy(&mut self.upstream, &mut self.client).await?;
                 return Ok(());
             }
+            self.shared.backlog.set_bytes(self.out.len());
         }
+    }
+
+    fn written(&mut self, n: usize) -> io::Result<()> {
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.out.advance(n);
+        if self.out.is_empty() {
+            // Not a slice of the last large reply's buffer, kept alive.
+            self.out = BytesMut::new();
+        }
+        Ok(())
     }
 
     /// Draining or closing, and nothing is left to answer.
@@ -435,27 +582,30 @@ impl Down<'_> {
         state.pending.is_empty() && !state.in_tx
     }
 
-    /// Forwards the complete part of the buffer, with the proxy's own
-    /// answers in their places. Returns true when the connection has become
-    /// a byte stream.
-    async fn forward(&mut self) -> io::Result<bool> {
+    /// Moves the complete part of the buffer to the client's output, with
+    /// the proxy's own answers in their places and without the replies the
+    /// client does not want. Returns true when the connection has become a
+    /// byte stream.
+    fn forward(&mut self) -> io::Result<bool> {
         let mut buf = mem::take(&mut self.buf);
         let mut pos = 0;
         let mut copied = 0;
         let mut stream = false;
         loop {
             if self.scanner.is_idle() {
-                match self.next() {
+                self.emit(&buf[copied..pos]);
+                copied = pos;
+                match self.next(buf.get(pos).copied()) {
                     Next::Scan => {}
                     Next::Answer(answer) => {
-                        self.out.extend_from_slice(&buf[copied..pos]);
                         self.out.extend_from_slice(&answer);
-                        copied = pos;
                         continue;
                     }
                     Next::Stream => {
                         stream = true;
+                        self.out.extend_from_slice(&buf[pos..]);
                         pos = buf.len();
+                        copied = pos;
                         break;
                     }
                 }
@@ -467,26 +617,41 @@ impl Down<'_> {
                 Some(reply) => self.complete(reply),
             }
         }
-        if self.out.is_empty() {
-            self.client.write_all(&buf[..pos]).await?;
-        } else {
-            self.out.extend_from_slice(&buf[copied..pos]);
-            self.client.write_all(&self.out).await?;
-            self.out.clear();
-        }
+        self.emit(&buf[copied..pos]);
         buf.advance(pos);
         self.buf = buf;
         Ok(stream)
     }
 
-    fn next(&mut self) -> Next {
+    /// Passes reply bytes on, unless the reply they belong to is dropped.
+    fn emit(&mut self, bytes: &[u8]) {
+        if let Deliver::Reply = self.deliver {
+            self.out.extend_from_slice(bytes);
+        }
+    }
+
+    /// Between replies: what the next entry asks for, given the first byte
+    /// of the next reply if it has come (a push is no command's reply).
+    fn next(&mut self, first: Option<u8>) -> Next {
         let mut state = self.shared.lock();
+        self.deliver = Deliver::Reply;
         match state.pending.front() {
             Some(Pending::Answer(_)) => match state.pending.pop_front() {
-                Some(Pending::Answer(answer)) => Next::Answer(answer),
+                Some(Pending::Answer(answer)) => {
+                    drop(state);
+                    self.shared.backlog.paid();
+                    Next::Answer(answer)
+                }
                 _ => Next::Scan,
             },
             Some(Pending::Stream) => Next::Stream,
+            Some(Pending::Reply { deliver, .. }) if first.is_some_and(|b| b != b'>') => {
+                self.deliver = match deliver {
+                    Deliver::Reply => Deliver::Reply,
+                    Deliver::Nothing | Deliver::Instead(_) => Deliver::Nothing,
+                };
+                Next::Scan
+            }
             _ => Next::Scan,
         }
     }
@@ -499,13 +664,23 @@ impl Down<'_> {
         let entry = self.shared.lock().pending.pop_front();
         // An entry-less reply is unsolicited (say, an error before the server
         // closes); it is forwarded all the same.
-        if let Some(Pending::Reply { slot, outcome, rename }) = entry {
+        if let Some(Pending::Reply {
+            slot,
+            outcome,
+            rename,
+            deliver,
+        }) = entry
+        {
             drop(slot);
+            self.shared.backlog.paid();
             if let Some(outcome) = outcome {
                 outcome.finish(reply.is_error());
             }
             if let (Some(name), false) = (rename, reply.is_error()) {
                 self.shared.lock().rename = Some(name);
+            }
+            if let Deliver::Instead(bytes) = deliver {
+                self.out.extend_from_slice(&bytes);
             }
         }
     }
@@ -513,13 +688,12 @@ impl Down<'_> {
     /// The server closed: commands still waiting get an error each, when the
     /// reply stream is between replies (mid-reply, an error would corrupt it).
     async fn upstream_closed(&mut self) -> io::Result<()> {
-        if !self.scanner.is_idle() {
-            return Ok(());
-        }
-        let waiting = self.shared.lock().pending.len();
-        let error = error_reply("sluice: the upstream server closed the connection");
-        for _ in 0..waiting {
-            self.out.extend_from_slice(&error);
+        if self.scanner.is_idle() {
+            let waiting = self.shared.lock().pending.len();
+            let error = error_reply("sluice: the upstream server closed the connection");
+            for _ in 0..waiting {
+                self.out.extend_from_slice(&error);
+            }
         }
         self.client.write_all(&self.out).await
     }

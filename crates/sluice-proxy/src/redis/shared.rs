@@ -28,8 +28,7 @@ use super::command::{shareable, Args};
 use super::mux::{Answer, Mux};
 use super::resp::CommandParser;
 use super::session::{error_reply, refusal_reply};
-use crate::gate::Slot;
-use crate::session::{admitted, room_to_read, Context, Outcome, Who};
+use crate::session::{admitted, room_to_read, Backlog, Context, Outcome, Who};
 
 /// How the shared phase ended.
 pub(crate) enum Phase {
@@ -40,11 +39,11 @@ pub(crate) enum Phase {
     Dedicated,
 }
 
-/// What the client hears next, in order.
+/// What the client hears next, in order. The slot of a command sent to a
+/// lane is the lane's to give back (see [`Mux`]).
 enum Entry {
     Reply {
         answer: oneshot::Receiver<Answer>,
-        slot: Slot,
         outcome: Outcome,
     },
     /// The proxy's own answer: a refusal or a protocol error.
@@ -63,6 +62,7 @@ pub(crate) async fn serve(
 ) -> io::Result<Phase> {
     let (rd, wr) = socket::split(client);
     let (entries, heard) = mpsc::unbounded_channel();
+    let backlog = super::backlog();
     let up = Up {
         client: rd,
         buf,
@@ -72,8 +72,11 @@ pub(crate) async fn serve(
         mux,
         lane,
         entries,
+        backlog: &backlog,
+        held: false,
+        eof: false,
     };
-    let (phase, answered) = tokio::join!(up.run(shutdown), answer(wr, heard));
+    let (phase, answered) = tokio::join!(up.run(shutdown), answer(wr, heard, &backlog));
     answered?;
     phase
 }
@@ -87,6 +90,12 @@ struct Up<'a> {
     mux: &'a Mux,
     lane: usize,
     entries: mpsc::UnboundedSender<Entry>,
+    /// What waits for the client (see [`Backlog`]).
+    backlog: &'a Backlog,
+    /// Complete commands wait in `buf` for the backlog to have room.
+    held: bool,
+    /// The client closed its side; what it sent before is still served.
+    eof: bool,
 }
 
 impl Up<'_> {
@@ -100,19 +109,30 @@ impl Up<'_> {
             if let Some(phase) = self.send_commands().await {
                 return Ok(phase);
             }
-            room_to_read(self.buf);
+            if self.eof && !self.held {
+                return Ok(Phase::Done);
+            }
+            let read_more = super::reads_more(self.held, self.eof, self.buf.len());
+            if read_more {
+                room_to_read(self.buf);
+            }
             tokio::select! {
-                read = self.client.read_buf(self.buf) => if read? == 0 {
-                    return Ok(Phase::Done);
-                },
+                read = self.client.read_buf(self.buf), if read_more => self.eof = read? == 0,
+                _ = self.backlog.changed(), if self.held => {}
                 _ = shutdown.changed() => return Ok(Phase::Done),
             }
         }
     }
 
-    /// Sends the complete commands in the buffer; `Some` ends the phase.
+    /// Sends the complete commands in the buffer that the backlog has room
+    /// for; `Some` ends the phase.
     async fn send_commands(&mut self) -> Option<Phase> {
+        self.held = false;
         loop {
+            if !self.backlog.has_room() {
+                self.held = true;
+                return None;
+            }
             let len = match self.parser.parse(self.buf) {
                 Ok(Some(len)) => len,
                 Ok(None) => return None,
@@ -132,8 +152,7 @@ impl Up<'_> {
             let command = self.buf.split_to(len).freeze();
             let entry = match admitted(self.who, self.ctx.gate.admit(&self.who.tenant).await) {
                 Ok((slot, outcome)) => Entry::Reply {
-                    answer: self.mux.call(self.lane, command),
-                    slot,
+                    answer: self.mux.call(self.lane, command, slot),
                     outcome,
                 },
                 Err(refusal) => Entry::Answer(refusal_reply(&refusal)),
@@ -143,6 +162,7 @@ impl Up<'_> {
     }
 
     fn tell(&self, entry: Entry) {
+        self.backlog.owe();
         // The answering side outlives this one: it stops only when
         // `entries` is dropped or the client is gone, when nothing is lost.
         let _ = self.entries.send(entry);
@@ -151,13 +171,17 @@ impl Up<'_> {
 
 /// Writes the answers in order, as many at once as are ready, until the
 /// sending side is done and everything it sent is answered.
-async fn answer(mut client: WriteHalf<'_>, mut heard: mpsc::UnboundedReceiver<Entry>) -> io::Result<()> {
+async fn answer(
+    mut client: WriteHalf<'_>,
+    mut heard: mpsc::UnboundedReceiver<Entry>,
+    backlog: &Backlog,
+) -> io::Result<()> {
     let mut out = BytesMut::new();
     loop {
         let entry = match heard.try_recv() {
             Ok(entry) => entry,
             Err(_) => {
-                flush(&mut client, &mut out).await?;
+                flush(&mut client, &mut out, backlog).await?;
                 match heard.recv().await {
                     Some(entry) => entry,
                     None => return Ok(()),
@@ -166,19 +190,14 @@ async fn answer(mut client: WriteHalf<'_>, mut heard: mpsc::UnboundedReceiver<En
         };
         match entry {
             Entry::Answer(bytes) => out.extend_from_slice(&bytes),
-            Entry::Reply {
-                mut answer,
-                slot,
-                outcome,
-            } => {
+            Entry::Reply { mut answer, outcome } => {
                 let reply = match answer.try_recv() {
                     Err(oneshot::error::TryRecvError::Empty) => {
-                        flush(&mut client, &mut out).await?;
+                        flush(&mut client, &mut out, backlog).await?;
                         (&mut answer).await.ok()
                     }
                     received => received.ok(),
                 };
-                drop(slot);
                 let reply = match reply {
                     Some(Ok(bytes)) => bytes,
                     Some(Err(why)) => error_reply(&why),
@@ -188,13 +207,16 @@ async fn answer(mut client: WriteHalf<'_>, mut heard: mpsc::UnboundedReceiver<En
                 out.extend_from_slice(&reply);
             }
         }
+        backlog.set_bytes(out.len());
+        backlog.paid();
     }
 }
 
-async fn flush(client: &mut WriteHalf<'_>, out: &mut BytesMut) -> io::Result<()> {
+async fn flush(client: &mut WriteHalf<'_>, out: &mut BytesMut, backlog: &Backlog) -> io::Result<()> {
     if !out.is_empty() {
         client.write_all(out).await?;
         out.clear();
+        backlog.set_bytes(0);
     }
     Ok(())
 }

@@ -65,6 +65,18 @@ impl ProxyHandle {
         self.stats.snapshot().into_iter().find(|t| &*t.tenant == name)
     }
 
+    /// Takes one of the gate's slots for `tenant`, as a request inside the
+    /// database would, until the slot is dropped.
+    pub fn hold_slot(&self, tenant: &str) -> sluice_proxy::gate::Slot {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("building a runtime to wait at the gate");
+        runtime
+            .block_on(self.gate.admit(&self.gate.tenant(tenant)))
+            .expect("a slot for the holder")
+    }
+
     /// What the gate recorded for one tenant (admissions, latencies).
     pub fn gate_tenant(&self, name: &str) -> Option<sluice_proxy::gate::TenantSnapshot> {
         self.gate.snapshot().tenants.into_iter().find(|t| t.name == name)
