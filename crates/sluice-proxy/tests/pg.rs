@@ -24,31 +24,37 @@ fn proxy(server: &PgServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
 #[test]
 fn psql_runs_statements_transactions_and_copy() {
     let Some(server) = PgServer::start() else { return };
-    let proxy = proxy(&server, TenantKey::User, GateConfig::default());
-    let script = "\
-CREATE TABLE items (id int PRIMARY KEY, name text);
+    for (table, proxy) in [
+        ("session", proxy(&server, TenantKey::User, GateConfig::default())),
+        ("pooled", pooled(&server, 60, GateConfig::default())),
+    ] {
+        let script = format!(
+            "\
+CREATE TABLE {table} (id int PRIMARY KEY, name text);
 BEGIN;
-INSERT INTO items VALUES (1, 'one');
-INSERT INTO items VALUES (2, 'two');
+INSERT INTO {table} VALUES (1, 'one');
+INSERT INTO {table} VALUES (2, 'two');
 COMMIT;
 BEGIN;
-INSERT INTO items VALUES (3, 'rolled back');
+INSERT INTO {table} VALUES (3, 'rolled back');
 ROLLBACK;
-COPY items FROM STDIN;
+COPY {table} FROM STDIN;
 3\tthree
 4\tfour
 \\.
-SELECT count(*) FROM items;
-COPY (SELECT id, name FROM items ORDER BY id) TO STDOUT;
-";
-    let out = psql(&proxy, "postgres", None, script);
-    assert!(out.status.success(), "psql failed: {}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "4\n1\tone\n2\ttwo\n3\tthree\n4\tfour\n");
-    let stats = proxy.tenant("postgres").expect("stats of tenant postgres");
-    // CREATE, two transaction blocks (one request each), COPY FROM, SELECT,
-    // COPY TO.
-    assert_eq!(stats.requests, 6);
-    assert_eq!(stats.errors, 0);
+SELECT count(*) FROM {table};
+COPY (SELECT id, name FROM {table} ORDER BY id) TO STDOUT;
+"
+        );
+        let out = psql(&proxy, "postgres", None, &script);
+        assert!(out.status.success(), "{table}: psql failed: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "4\n1\tone\n2\ttwo\n3\tthree\n4\tfour\n", "{table}");
+        let stats = proxy.tenant("postgres").expect("stats of tenant postgres");
+        // CREATE, two transaction blocks (one request each), COPY FROM,
+        // SELECT, COPY TO.
+        assert_eq!(stats.requests, 6, "{table}");
+        assert_eq!(stats.errors, 0, "{table}");
+    }
 }
 
 #[test]

@@ -39,10 +39,12 @@
 //! authentication the pool grows only by logins.
 //!
 //! Named prepared statements (protocol-level Parse) follow their client
-//! from backend to backend ([`super::prepared`]). Other session state set
-//! outside a transaction block (SET, PREPARE in SQL, LISTEN, temporary
-//! tables, session advisory locks) may be gone, or met by another client,
-//! at the next request, as with any transaction pooler. A client that disconnects in the middle of a request takes
+//! from backend to backend ([`super::prepared`]), and SQL that drops them
+//! drops the client's own; `LISTEN` is refused with an error naming session
+//! pooling ([`super::sql`]). Other session state set outside a transaction
+//! block (SET, PREPARE in SQL, temporary tables, session advisory locks)
+//! may be gone, or met by another client, at the next request, as with any
+//! transaction pooler: docs/transaction-pooling.md has the whole table. A client that disconnects in the middle of a request takes
 //! its backend with it: it is closed, never pooled.
 
 use std::collections::{HashMap, VecDeque};
@@ -61,7 +63,7 @@ use tokio_util::either::Either;
 use super::auth_file::{self, AuthFileError, Secret};
 use super::frame::{self, BackendKey, Startup};
 use super::password::{self, AuthError, Login};
-use super::prepared::{self, Made, Statement};
+use super::prepared::Made;
 use super::upstream_tls::{ServerStream, UpstreamTls};
 use crate::socket::{self, Peer, Socket};
 use crate::stats::Stats;
@@ -145,40 +147,6 @@ impl Backend {
         }
         std::future::poll_fn(|cx| self.stream.poll_flush(cx)).await
     }
-
-    /// Makes a pooled client's `statements` on this idle backend, before
-    /// its request, closing the least recently used beyond `limit` (see
-    /// [`super::prepared`]); returns those the server refused.
-    pub async fn make(&self, statements: &[Statement], limit: usize) -> io::Result<Vec<Statement>> {
-        let victims = self.made.add(statements, limit);
-        let mut out = BytesMut::new();
-        prepared::write_makes(statements, &victims, &mut out);
-        self.write_all(&out).await?;
-        let mut buf = BytesMut::new();
-        let mut failed = Vec::new();
-        for statement in statements {
-            if !self.answered(&mut buf, b'1').await? {
-                self.made.remove(statement);
-                failed.push(statement.clone());
-            }
-        }
-        if !victims.is_empty() {
-            self.answered(&mut buf, b'3').await?;
-        }
-        Ok(failed)
-    }
-
-    /// Reads up to the next ReadyForQuery; returns whether a message
-    /// tagged `tag` came before it.
-    async fn answered(&self, buf: &mut BytesMut, tag: u8) -> io::Result<bool> {
-        let mut seen = false;
-        loop {
-            match self.next_message(buf).await?.0 {
-                b'Z' => return Ok(seen),
-                t => seen |= t == tag,
-            }
-        }
-    }
 }
 
 /// The backend a session uses now: its own for the whole session, or under
@@ -247,14 +215,12 @@ pub(crate) enum PoolError {
     Refused { sqlstate: String, message: String },
     #[error("sluice: opening a pooled connection: {0}")]
     Protocol(String),
-    #[error("sluice: making the client's prepared statements on a pooled connection: {0}")]
-    Prepare(io::Error),
 }
 
 impl PoolError {
     pub fn sqlstate(&self) -> &str {
         match self {
-            PoolError::Connect { .. } | PoolError::Prepare(_) => "08006",
+            PoolError::Connect { .. } => "08006",
             // sqlclient_unable_to_establish_sqlconnection
             PoolError::Auth(_) | PoolError::AuthFile(_) => "08001",
             PoolError::Refused { sqlstate, .. } => sqlstate,

@@ -17,9 +17,12 @@
 //!   the statement already (another client may have made it); the
 //!   CloseComplete answering the Close the client never sent is dropped. A
 //!   client's Close only forgets the statement: others may use it.
-//! - Before a request's first message goes out, the statements the client
-//!   has and the leased backend lacks are made on it (Close, Parse and Sync
-//!   each, answered before the request starts).
+//! - A Bind or Describe of a statement the backend lacks (it was made on
+//!   another backend, closed to keep the limit, or dropped by SQL) is
+//!   preceded by the statement's Close and Parse, whose answers are dropped:
+//!   a statement is made where and when it is used, in the same batch, at
+//!   no extra round trip. If the Parse fails now (a table it reads is
+//!   gone), the client gets PostgreSQL's error for it in its batch.
 //! - A statement counts as made on a backend from the moment its Parse is
 //!   sent; one whose Parse failed, or was skipped after an error up to the
 //!   Sync, is forgotten at the ReadyForQuery that ends its batch, as
@@ -28,22 +31,37 @@
 //! - A backend keeps at most `max_prepared_statements` (default 200, as
 //!   PgBouncer's): making one more closes the least recently bound there,
 //!   and the proxy drops that Close's answer too. A client needing it again
-//!   has it made again before its next request.
+//!   has it made again where it binds it, so a client may hold any number
+//!   of statements.
+//! - SQL that drops statements acts on the issuing client's own: `DEALLOCATE
+//!   name` of a statement the client prepared by protocol forgets it (the
+//!   backend's copy, which other clients may share, stays); `DEALLOCATE
+//!   ALL` and `DISCARD ALL` run on the backend (they drop every statement
+//!   there, and the proxy notes the backend as having none, so others' are
+//!   made again where they are used) and forget all of the client's.
 //!
-//! Departures, as PgBouncer's: statements made or dropped with SQL
-//! (PREPARE, DEALLOCATE, DISCARD ALL) are not tracked; errors about a
-//! statement name the server's name, not the client's; a request that
-//! itself uses more statements than the limit may find one closed. A
-//! client redefining a name it holds gets PostgreSQL's error 42P05, raised
-//! by sending the held statement's Parse twice under its server name.
+//! Departures, as PgBouncer's: statements made with SQL PREPARE are the
+//! backend's, not the client's, and do not follow it; errors about a
+//! statement name the server's name, not the client's; a batch that itself
+//! binds more statements than the limit may find a portal of one closed
+//! (closing a statement closes its portals). A client redefining a name it
+//! holds gets PostgreSQL's error 42P05, raised by sending the held
+//! statement's Parse twice under its server name.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::frame;
+use super::sql::SessionSql;
+
+/// What a `LISTEN` runs instead under transaction pooling: an error in the
+/// client's own transaction, as if the server had refused it.
+const LISTEN_REFUSED: &str = "DO $sluice$BEGIN RAISE EXCEPTION USING ERRCODE = 'feature_not_supported', \
+     MESSAGE = 'sluice: LISTEN needs session pooling (pool = \"session\"): under transaction pooling \
+     the client moves between server connections, and notifications go to the one that listened'; END$sluice$";
 
 /// A Close for a statement no backend has: PostgreSQL answers it with
 /// CloseComplete and nothing else.
@@ -107,26 +125,20 @@ impl Made {
         self.lock().last.contains_key(server)
     }
 
-    pub fn remove(&self, statement: &Statement) {
-        self.forget(&statement.server);
-    }
-
     fn forget(&self, server: &Bytes) {
         self.lock().last.remove(server);
     }
 
-    /// Notes `statements` as made, and returns the server names to close
-    /// so that at most `limit` remain: the least recently used, never one
-    /// of `statements`.
-    pub fn add(&self, statements: &[Statement], limit: usize) -> Vec<Bytes> {
+    /// Notes `statement` as made, and returns the server names to close
+    /// so that at most `limit` remain: the least recently used, never
+    /// `statement` (the one used last).
+    pub fn add(&self, statement: &Statement, limit: usize) -> Vec<Bytes> {
         let mut uses = self.lock();
-        for statement in statements {
-            uses.clock += 1;
-            let now = uses.clock;
-            uses.last.insert(statement.server.clone(), now);
-        }
+        uses.clock += 1;
+        let now = uses.clock;
+        uses.last.insert(statement.server.clone(), now);
         let mut victims = Vec::new();
-        while uses.last.len() > limit.max(statements.len()) {
+        while uses.last.len() > limit.max(1) {
             let oldest = uses
                 .last
                 .iter()
@@ -137,6 +149,11 @@ impl Made {
             victims.push(oldest);
         }
         victims
+    }
+
+    /// The backend dropped every statement (DEALLOCATE ALL, DISCARD ALL).
+    pub fn clear(&self) {
+        self.lock().last.clear();
     }
 }
 
@@ -150,8 +167,13 @@ enum Reply {
     Drop,
     /// A client's Parse of a new statement.
     Parsed { client: Bytes, server: Bytes },
+    /// A statement made again before its Bind or Describe: the answer is
+    /// dropped, and without one the backend does not have it.
+    Remade { server: Bytes },
     /// A Sync, Query or FunctionCall.
     Ready,
+    /// A Sync the proxy added: its ReadyForQuery is dropped.
+    Synced,
 }
 
 /// One client's prepared statements, and the answers owed for the Parse and
@@ -181,9 +203,10 @@ impl Statements {
         match tag {
             b'P' => self.parse(body, made, out),
             b'B' => self.bind(body, made, out),
-            b'D' => self.describe(body, out),
+            b'D' => self.describe(body, made, out),
             b'C' => self.close(body, out),
-            b'S' | b'Q' | b'F' => {
+            b'Q' => self.query(body, made, out),
+            b'S' | b'F' => {
                 self.replies.push_back(Reply::Ready);
                 false
             }
@@ -191,13 +214,63 @@ impl Statements {
         }
     }
 
+    /// A simple Query: SQL about session state is mapped to the client's
+    /// own (see [`super::sql`]).
+    fn query(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+        let text = split_cstr(body).map_or(body, |(text, _)| text);
+        let rewritten = self.session_sql(text, made, out, true);
+        if let Some(text) = &rewritten {
+            frame::write_message_parts(out, b'Q', &[text, b"\0"]);
+        }
+        self.replies.push_back(Reply::Ready);
+        rewritten.is_some()
+    }
+
+    /// The text to run instead of `text` when it is SQL about session
+    /// state, after whatever it needs sent first (into `out`): `DEALLOCATE`
+    /// of a statement the client holds drops the backend's copy (made
+    /// first if missing; `own_sync` when it goes before a simple Query,
+    /// whose run an error in the batch before it would otherwise skip), and
+    /// `LISTEN` raises an error that names session pooling.
+    fn session_sql(&mut self, text: &[u8], made: &Made, out: &mut BytesMut, own_sync: bool) -> Option<Vec<u8>> {
+        match super::sql::classify(text)? {
+            SessionSql::Listen => Some(LISTEN_REFUSED.as_bytes().to_vec()),
+            SessionSql::Deallocate(name) => {
+                let held = self.named.get(&name[..])?.clone();
+                if !made.contains(&held.server) {
+                    self.make_if_missing(&held, made, out);
+                    if own_sync {
+                        frame::write_message(out, b'S', b"");
+                        self.replies.push_back(Reply::Synced);
+                    }
+                }
+                self.named.remove(&name[..]);
+                made.forget(&held.server);
+                Some([&b"DEALLOCATE "[..], &held.server].concat())
+            }
+            SessionSql::DeallocateAll | SessionSql::DiscardAll => None,
+        }
+    }
+
+    /// `DEALLOCATE ALL` or `DISCARD ALL` completed on the backend: it has no
+    /// statement left, and the client holds none.
+    pub fn dropped_all(&mut self, made: &Made) {
+        self.named.clear();
+        made.clear();
+    }
+
     fn parse(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((name, rest)) = split_cstr(body) else {
             return false;
         };
         if name.is_empty() {
+            let rewritten = split_cstr(rest).and_then(|(text, types)| {
+                let text = self.session_sql(text, made, out, false)?;
+                frame::write_message_parts(out, b'P', &[b"\0", &text, b"\0", types]);
+                Some(())
+            });
             self.replies.push_back(Reply::Relay);
-            return false;
+            return rewritten.is_some();
         }
         if let Some(held) = self.named.get(name) {
             // PostgreSQL refuses to redefine a name (42P05): the second of
@@ -210,42 +283,68 @@ impl Statements {
             self.replies.push_back(Reply::Relay);
             return true;
         }
-        let statement = Statement::new(rest);
+        let statement = match split_cstr(rest) {
+            // A LISTEN prepared under a name runs as its refusal too.
+            Some((text, types)) if super::sql::classify(text) == Some(SessionSql::Listen) => {
+                Statement::new(&[LISTEN_REFUSED.as_bytes(), b"\0", types].concat())
+            }
+            _ => Statement::new(rest),
+        };
         statement.write_make(out);
         self.replies.push_back(Reply::Drop);
         self.replies.push_back(Reply::Parsed {
             client: Bytes::copy_from_slice(name),
             server: statement.server.clone(),
         });
-        for victim in made.add(std::slice::from_ref(&statement), self.limit) {
-            write_close(&victim, out);
-            self.replies.push_back(Reply::Drop);
-        }
+        self.close_victims(made.add(&statement, self.limit), out);
         self.named.insert(Bytes::copy_from_slice(name), statement);
         true
     }
 
-    fn bind(&self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+    fn bind(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((portal, rest)) = split_cstr(body) else {
             return false;
         };
         let Some((name, rest)) = split_cstr(rest) else {
             return false;
         };
-        let Some(held) = self.named.get(name) else {
+        let Some(held) = self.named.get(name).cloned() else {
             return false;
         };
+        self.make_if_missing(&held, made, out);
         made.lock().touch(&held.server);
         frame::write_message_parts(out, b'B', &[portal, b"\0", &held.server, b"\0", rest]);
         true
     }
 
-    fn describe(&self, body: &[u8], out: &mut BytesMut) -> bool {
-        let Some(held) = statement_named(body).and_then(|name| self.named.get(name)) else {
+    fn describe(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+        let Some(held) = statement_named(body).and_then(|name| self.named.get(name)).cloned() else {
             return false;
         };
+        self.make_if_missing(&held, made, out);
         frame::write_message_parts(out, b'D', &[b"S", &held.server, b"\0"]);
         true
+    }
+
+    /// Makes `held` on the backend first if it lacks it, closing the least
+    /// recently used beyond the limit.
+    fn make_if_missing(&mut self, held: &Statement, made: &Made, out: &mut BytesMut) {
+        if made.contains(&held.server) {
+            return;
+        }
+        held.write_make(out);
+        self.replies.push_back(Reply::Drop);
+        self.replies.push_back(Reply::Remade {
+            server: held.server.clone(),
+        });
+        self.close_victims(made.add(held, self.limit), out);
+    }
+
+    fn close_victims(&mut self, victims: Vec<Bytes>, out: &mut BytesMut) {
+        for victim in victims {
+            write_close(&victim, out);
+            self.replies.push_back(Reply::Drop);
+        }
     }
 
     fn close(&mut self, body: &[u8], out: &mut BytesMut) -> bool {
@@ -266,69 +365,38 @@ impl Statements {
     pub fn reply(&mut self, tag: u8, made: &Made) -> bool {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
-                Some(Reply::Drop) => false,
-                Some(Reply::Ready) => {
+                Some(Reply::Drop | Reply::Remade { .. }) => false,
+                Some(end @ (Reply::Ready | Reply::Synced)) => {
                     // A reply no message asked for: keep the batch's end.
-                    self.replies.push_front(Reply::Ready);
+                    self.replies.push_front(end);
                     true
                 }
                 Some(Reply::Relay | Reply::Parsed { .. }) | None => true,
             },
-            b'Z' => {
-                self.end_batch(made);
-                true
-            }
+            b'Z' => self.end_batch(made),
             _ => true,
         }
     }
 
     /// A ReadyForQuery: the Parses of its batch still unanswered failed or
     /// were skipped after an error; their statements exist nowhere.
-    fn end_batch(&mut self, made: &Made) {
+    /// Returns whether the client is to see it.
+    fn end_batch(&mut self, made: &Made) -> bool {
         while let Some(reply) = self.replies.pop_front() {
             match reply {
-                Reply::Ready => return,
+                Reply::Ready => return true,
+                Reply::Synced => return false,
                 Reply::Parsed { client, server } => {
                     made.forget(&server);
                     if self.named.get(&client).is_some_and(|held| held.server == server) {
                         self.named.remove(&client);
                     }
                 }
+                Reply::Remade { server } => made.forget(&server),
                 Reply::Relay | Reply::Drop => {}
             }
         }
-    }
-
-    /// The client's statements that a backend has not made, once each.
-    pub fn missing(&self, made: &Made) -> Vec<Statement> {
-        let mut seen = HashSet::new();
-        self.named
-            .values()
-            .filter(|held| !made.contains(&held.server) && seen.insert(held.server.clone()))
-            .cloned()
-            .collect()
-    }
-
-    /// Forgets statements that could not be made on a backend: whatever
-    /// made them work once (a table, a type) is gone.
-    pub fn forget(&mut self, failed: &[Statement]) {
-        self.named.retain(|_, held| !failed.contains(held));
-    }
-}
-
-/// Close and Parse, then Sync, for each statement, then Close of each
-/// victim and one Sync: what the backend is sent to make them before a
-/// request.
-pub(crate) fn write_makes(statements: &[Statement], victims: &[Bytes], out: &mut BytesMut) {
-    for statement in statements {
-        statement.write_make(out);
-        frame::write_message(out, b'S', b"");
-    }
-    if !victims.is_empty() {
-        for victim in victims {
-            write_close(victim, out);
-        }
-        frame::write_message(out, b'S', b"");
+        true
     }
 }
 

@@ -442,22 +442,13 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         Ok(Action::Forward)
     }
 
-    /// Transaction pooling: a backend for the request just admitted, with
-    /// the client's prepared statements made on it.
+    /// Transaction pooling: a backend for the request just admitted (the
+    /// client's prepared statements are made on it as they are used).
     async fn lease(&self) -> Result<(), PoolError> {
         let Some(pooling) = &self.shared.pooling else {
             return Ok(());
         };
         let backend = pooling.pool.lease(&pooling.login).await?;
-        let missing = self.shared.lock().statements.missing(&backend.made);
-        if !missing.is_empty() {
-            let limit = pooling.pool.max_prepared();
-            let failed = backend.make(&missing, limit).await.map_err(PoolError::Prepare)?;
-            if !failed.is_empty() {
-                tracing::debug!("{} prepared statements could not be made again", failed.len());
-                self.shared.lock().statements.forget(&failed);
-            }
-        }
         self.shared.link.set(backend);
         self.shared.flags.wake.notify_one();
         Ok(())
@@ -665,7 +656,10 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         let relay = self.statement_reply(tag);
         let mut released = false;
         match tag {
-            b'Z' => released = self.ready(body.first().copied().unwrap_or(b'I')),
+            // A ReadyForQuery the client does not see answers the proxy's
+            // own Sync, not one the request counts.
+            b'Z' if relay => released = self.ready(body.first().copied().unwrap_or(b'I')),
+            b'C' => self.command_complete(body),
             b'K' => self.backend_key(body),
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
@@ -690,6 +684,17 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         };
         let mut state = self.shared.lock();
         state.authenticating || state.statements.reply(tag, &backend.made)
+    }
+
+    /// Under transaction pooling, a `DEALLOCATE ALL` or `DISCARD ALL` that
+    /// succeeded dropped every prepared statement on the backend.
+    fn command_complete(&self, tag: &[u8]) {
+        if self.shared.pooling.is_none() || !matches!(tag, b"DEALLOCATE ALL\0" | b"DISCARD ALL\0") {
+            return;
+        }
+        if let Some(backend) = self.shared.link.get() {
+            self.shared.lock().statements.dropped_all(&backend.made);
+        }
     }
 
     /// BackendKeyData: registered for cancels; under transaction pooling

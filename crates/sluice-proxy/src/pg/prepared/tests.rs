@@ -114,17 +114,35 @@ fn replies_drop_the_added_close_and_note_what_a_backend_made() {
         [false, true, true, true],
         "only the Close the client sent is answered"
     );
-    assert!(c.statements.missing(&c.made).is_empty(), "the backend has q");
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"B", "the backend has q");
 
-    let other = Made::default();
-    let missing = c.statements.missing(&other);
-    assert_eq!(missing.len(), 1);
-    assert!(other.add(&missing, 200).is_empty());
-    let mut out = BytesMut::new();
-    write_makes(&missing, &[], &mut out);
-    let tags: Vec<u8> = messages(&out).iter().map(|(tag, _)| *tag).collect();
-    assert_eq!(tags, b"CPS");
-    assert!(c.statements.missing(&other).is_empty());
+    // On another backend, q is made where it is bound, and the answers to
+    // its making are dropped.
+    c.made = Made::default();
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"CPB");
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"B", "made once");
+    c.send(b'S', b"");
+    assert_eq!(c.replies(b"31Z"), [false, false, true]);
+    assert!(c.made.contains(&Bytes::from(c.server_name("q"))));
+}
+
+fn tags(sent: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    sent.iter().map(|(tag, _)| *tag).collect()
+}
+
+#[test]
+fn a_statement_that_cannot_be_made_again_is_not_counted_as_made() {
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT * FROM gone"));
+    c.send(b'S', b"");
+    assert_eq!(c.replies(b"31Z"), [false, true, true]);
+    c.made = Made::default();
+    assert_eq!(tags(&c.send(b'D', b"Sq\0")), b"CPD");
+    c.send(b'S', b"");
+    // The table is gone: CloseComplete, then the Parse's error.
+    assert_eq!(c.replies(b"3Z"), [false, true]);
+    assert!(c.made.lock().last.is_empty());
+    assert!(c.statements.named.contains_key(&b"q"[..]), "the client still holds it");
 }
 
 #[test]
@@ -142,7 +160,6 @@ fn a_parse_that_failed_is_forgotten_at_the_end_of_its_batch_only() {
         "the next batch is untouched"
     );
     assert_eq!(c.replies(b"31Z"), [false, true, true]);
-    assert!(c.statements.missing(&c.made).is_empty());
     assert_eq!(c.made.lock().last.len(), 1, "only 'good' is on the backend");
 
     // The name is free again: a new Parse of it is made, not refused.
@@ -179,8 +196,7 @@ fn a_backend_keeps_at_most_the_limit_closing_the_least_recently_bound() {
     c.send(b'P', &parse_body("b", "SELECT 'b'"));
     c.send(b'B', &bind_body("a"));
     let sent = c.send(b'P', &parse_body("c", "SELECT 'c'"));
-    let tags: Vec<u8> = sent.iter().map(|(tag, _)| *tag).collect();
-    assert_eq!(tags, b"CPC", "Close and Parse of c, Close of b");
+    assert_eq!(tags(&sent), b"CPC", "Close and Parse of c, Close of b");
     assert_eq!(sent[2].1, statement_body(&c.server_name("b")), "a was bound since");
     c.send(b'S', b"");
     assert_eq!(
@@ -188,32 +204,61 @@ fn a_backend_keeps_at_most_the_limit_closing_the_least_recently_bound() {
         [false, true, false, true, false, true, false, true],
         "the Closes the client never sent are dropped"
     );
-    let missing = c.statements.missing(&c.made);
-    assert_eq!(missing.len(), 1, "b must be made again before it is bound");
-    let victims = c.made.add(&missing, 2);
-    assert_eq!(victims, vec![Bytes::from(c.server_name("a"))]);
-    let mut out = BytesMut::new();
-    write_makes(&missing, &victims, &mut out);
-    let tags: Vec<u8> = messages(&out).iter().map(|(tag, _)| *tag).collect();
-    assert_eq!(tags, b"CPSCS");
+    // b is made again where it is bound, closing a, now the least recent.
+    let sent = c.send(b'B', &bind_body("b"));
+    assert_eq!(tags(&sent), b"CPCB");
+    assert_eq!(sent[2].1, statement_body(&c.server_name("a")));
+    assert_eq!(c.made.lock().last.len(), 2);
 }
 
 #[test]
-fn forget_drops_statements_that_could_not_be_made() {
+fn deallocate_of_a_held_statement_drops_the_backends_copy_making_it_first_if_missing() {
     let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT 1"));
+    c.send(b'S', b"");
+    c.replies(b"31Z");
+    let server = c.server_name("q");
+    let dealloc = |server: &[u8]| [&b"DEALLOCATE "[..], server, b"\0"].concat();
+    assert_eq!(c.send(b'Q', b"deallocate \"q\";\0"), vec![(b'Q', dealloc(&server))]);
+    assert!(c.statements.named.is_empty() && c.made.lock().last.is_empty());
+    assert_eq!(c.replies(b"Z"), [true]);
+    assert_eq!(
+        c.send(b'Q', b"DEALLOCATE q\0"),
+        vec![(b'Q', b"DEALLOCATE q\0".to_vec())],
+        "no longer held: as it is"
+    );
+    assert_eq!(c.replies(b"Z"), [true]);
+
+    // Held, but not on this backend: made first, in a batch of its own.
+    c.send(b'P', &parse_body("r", "SELECT 2"));
+    c.send(b'S', b"");
+    c.replies(b"31Z");
+    c.made = Made::default();
+    let sent = c.send(b'Q', b"DEALLOCATE r\0");
+    assert_eq!(tags(&sent), b"CPSQ");
+    assert_eq!(
+        c.replies(b"31ZZ"),
+        [false, false, false, true],
+        "only the Query's ReadyForQuery is seen"
+    );
+
+    // The extended protocol: the unnamed statement's text is rewritten.
+    c.send(b'P', &parse_body("s", "SELECT 3"));
+    let s = String::from_utf8(c.server_name("s")).unwrap();
+    let sent = c.send(b'P', &parse_body("", "DEALLOCATE s"));
+    assert_eq!(sent, vec![(b'P', parse_body("", &format!("DEALLOCATE {s}")))]);
+}
+
+#[test]
+fn listen_runs_as_an_error_and_deallocate_all_forgets_everything() {
+    let mut c = Client::new(200);
+    let sent = c.send(b'Q', b"LISTEN ch\0");
+    assert!(sent[0].1.starts_with(b"DO $sluice$BEGIN RAISE EXCEPTION"), "{sent:?}");
+    let sent = c.send(b'P', &parse_body("", "listen ch"));
+    assert!(sent[0].1.starts_with(b"\0DO $sluice$"), "{sent:?}");
     c.send(b'P', &parse_body("a", "SELECT 1"));
-    c.send(b'P', &parse_body("b", "SELECT 1"));
-    c.send(b'P', &parse_body("c", "SELECT 2"));
-    let missing = c.statements.missing(&Made::default());
-    assert_eq!(missing.len(), 2, "a and b share one statement");
-    let gone: Vec<Statement> = missing
-        .into_iter()
-        .filter(|m| m.parse.starts_with(b"SELECT 1"))
-        .collect();
-    c.statements.forget(&gone);
-    let mut left: Vec<&[u8]> = c.statements.named.keys().map(|k| &k[..]).collect();
-    left.sort();
-    assert_eq!(left, [&b"c"[..]]);
+    c.statements.dropped_all(&c.made);
+    assert!(c.statements.named.is_empty() && c.made.lock().last.is_empty());
 }
 
 proptest! {
@@ -229,6 +274,5 @@ proptest! {
             prop_assert!(c.made.lock().last.len() <= limit);
         }
         c.replies(&replies);
-        let _ = c.statements.missing(&c.made);
     }
 }
