@@ -50,6 +50,12 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     limit_malloc_arenas();
+    // Accept failures, writes stopped by a full disk and their resumption
+    // are logged; RUST_LOG chooses more or less.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
     let config = match &args.runtime {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -73,7 +79,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server = Server::bind(addr, Arc::new(db), server_options)
         .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;
     eprintln!("sluice serve: {} on {}", args.dir.display(), server.local_addr()?);
-    server.run().context("accepting connections")
+    server.run();
+    Ok(())
 }
 
 /// glibc gives each thread that allocates concurrently an arena of its own,
