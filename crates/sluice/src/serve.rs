@@ -21,6 +21,9 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush and compaction run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
+    A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
+    retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
+    backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
     Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v")]
 pub struct ServeArgs {
     /// Directory of the store (created if missing)
