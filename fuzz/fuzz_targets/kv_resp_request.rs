@@ -11,6 +11,7 @@ const LIMITS: Limits = Limits {
     max_args: 8,
     max_bulk: 64,
     max_inline: 128,
+    unauthenticated: false,
 };
 
 fuzz_target!(|data: &[u8]| {

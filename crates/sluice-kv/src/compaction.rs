@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::db::{Inner, State};
 use crate::error::Result;
-use crate::flush::table_options;
+use crate::flush::{remove_table, table_options};
 use crate::merge::{MergeIter, Source};
 use crate::options::Options;
 use crate::sstable::TableBuilder;
@@ -97,18 +97,26 @@ pub(crate) fn compact_one(inner: &Inner) -> Result<bool> {
     st.compacting = true;
     let version = st.version.clone();
     drop(st);
-    let merged = merge(inner, &p, &version);
+    let mut created = Vec::new();
+    let merged = merge(inner, &p, &version, &mut created);
     let mut st = inner.state.lock();
     st.compacting = false;
-    let outputs = merged?;
+    // Tables cut short, or not recorded, would hold space that a full
+    // disk needs for the retry.
+    let remove_created = || created.iter().for_each(|&n| remove_table(&inner.dir, n));
+    let outputs = merged.inspect_err(|_| remove_created())?;
     let mut next = (*st.version).clone();
     let gone: Vec<u64> = p.inputs.iter().chain(&p.next).map(|t| t.number()).collect();
     next.remove(&gone);
     for t in outputs {
         next.add(p.level + 1, t);
     }
-    st.version = Arc::new(next);
-    st.manifest().store(&inner.rt, &inner.dir)?;
+    let before = std::mem::replace(&mut st.version, Arc::new(next));
+    if let Err(e) = st.manifest().store(&inner.rt, &inner.dir) {
+        st.version = before;
+        remove_created();
+        return Err(e);
+    }
     inner
         .compaction_task
         .set_backlog(pending_bytes(&st.version, &inner.options));
@@ -121,8 +129,9 @@ pub(crate) fn compact_one(inner: &Inner) -> Result<bool> {
     Ok(true)
 }
 
-/// Merges the picked tables into new tables for `level + 1`.
-fn merge(inner: &Inner, p: &Pick, v: &Version) -> Result<Vec<Arc<TableHandle>>> {
+/// Merges the picked tables into new tables for `level + 1`; the number
+/// of every table it starts goes into `created`.
+fn merge(inner: &Inner, p: &Pick, v: &Version, created: &mut Vec<u64>) -> Result<Vec<Arc<TableHandle>>> {
     let mut sources: Vec<Source> = p
         .inputs
         .iter()
@@ -139,6 +148,7 @@ fn merge(inner: &Inner, p: &Pick, v: &Version) -> Result<Vec<Arc<TableHandle>>> 
         }
         if builder.is_none() {
             let number = inner.state.lock().number();
+            created.push(number);
             let file = inner.rt.open(table_path(&inner.dir, number), true)?;
             builder = Some((number, TableBuilder::new(file, table_options(&inner.options))));
         }

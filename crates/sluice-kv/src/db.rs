@@ -10,13 +10,26 @@
 //! become its inferred helpers); group commit's followers wait on the
 //! leader's lock while it syncs the WAL (RocksDB raises compaction to user
 //! priority while writes stall; here it happens through inheritance).
+//!
+//! # A failed write to disk
+//!
+//! When a WAL append or sync, a flush or a compaction fails (a full disk,
+//! most often), the store stops taking writes, each refused with the
+//! failure named ([`KvError::Background`]); reads go on, and nothing
+//! acknowledged is lost. What failed is retried, pausing 50 ms and
+//! doubling up to 5 s between tries, and writes resume once it succeeds:
+//! a failed WAL is never appended to again (a record may be cut short in
+//! it, or its pages dropped by a failed sync), so its memtable moves onto
+//! a new WAL and writes resume once that memtable is flushed to a table;
+//! a failed flush or compaction is run again. Without background workers
+//! the next writer retries. The stop and the resumption are logged.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_io::sync::{Condvar, Mutex, MutexGuard};
 use sluice_io::{Background, Runtime, SluiceFile, TaskKind};
@@ -43,8 +56,27 @@ pub(crate) struct State {
     pub flushing: bool,
     pub compacting: bool,
     pub closing: bool,
-    /// A background failure stops writes (data on disk is left as it was).
-    pub error: Option<String>,
+    /// A failed write to disk stops writes until a retry succeeds.
+    pub stopped: Option<Stopped>,
+    /// The WAL failed an append or a sync: it takes no more records, and
+    /// its memtable moves onto a new WAL.
+    pub wal_failed: bool,
+}
+
+/// What failed: the WAL (a writer's append or sync), a flush or a
+/// compaction; each is retried where it ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failed {
+    Wal,
+    Flush,
+    Compaction,
+}
+
+/// Why writes are stopped.
+pub(crate) struct Stopped {
+    failed: Failed,
+    reason: String,
+    since: Instant,
 }
 
 impl State {
@@ -66,12 +98,55 @@ impl State {
     }
 
     fn check(&self) -> Result<()> {
-        match &self.error {
-            Some(e) => Err(KvError::Background(e.clone())),
+        match &self.stopped {
+            Some(s) => Err(KvError::Background(s.reason.clone())),
             None => Ok(()),
         }
     }
+
+    /// Stops writes after `failed` failed with `e` (the first failure
+    /// names the stop until writes resume).
+    fn stop(&mut self, failed: Failed, e: &dyn std::fmt::Display) {
+        if failed == Failed::Wal {
+            self.wal_failed = true;
+        }
+        if self.stopped.is_none() {
+            let reason = match failed {
+                Failed::Wal => format!("writing the WAL failed: {e}"),
+                Failed::Flush => format!("flushing a memtable failed: {e}"),
+                Failed::Compaction => format!("compaction failed: {e}"),
+            };
+            tracing::error!("writes stopped: {reason}; retrying");
+            self.stopped = Some(Stopped {
+                failed,
+                reason,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Resumes writes stopped by one of `retried`, once nothing that
+    /// failed is left to redo: the memtables of a failed WAL are flushed.
+    fn resume(&mut self, retried: &[Failed]) {
+        let Some(s) = self.stopped.as_ref().filter(|s| retried.contains(&s.failed)) else {
+            return;
+        };
+        if s.failed != Failed::Compaction && (self.wal_failed || !self.imm.is_empty()) {
+            return;
+        }
+        tracing::info!(
+            "writes resume, stopped for {:.1?} after: {}",
+            s.since.elapsed(),
+            s.reason
+        );
+        self.stopped = None;
+    }
 }
+
+/// The pause before retrying a failed write to disk, doubling up to the
+/// second: soon enough that a passing failure costs little, rare enough
+/// that a full disk is not hammered.
+const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(5));
 
 pub(crate) struct Inner {
     pub dir: PathBuf,
@@ -126,14 +201,21 @@ impl Db {
             options,
         });
         let workers = if inner.options.background {
-            let flush_work = |st: &State, _: &Options| !st.flushing && !st.imm.is_empty();
+            let flush_work = |st: &State, _: &Options| !st.flushing && (!st.imm.is_empty() || st.wal_failed);
             vec![
-                spawn_worker(inner.clone(), inner.flush_task.clone(), flush_work, flush::flush_one),
+                spawn_worker(
+                    inner.clone(),
+                    inner.flush_task.clone(),
+                    Failed::Flush,
+                    flush_work,
+                    Inner::flush_step,
+                ),
                 spawn_worker(
                     inner.clone(),
                     inner.compaction_task.clone(),
+                    Failed::Compaction,
                     compaction::needed,
-                    compaction::compact_one,
+                    Inner::compaction_step,
                 ),
             ]
         } else {
@@ -167,10 +249,16 @@ impl Db {
         // A failed append may leave part of a record in the WAL; a later
         // record written over it could leave garbage behind that replay
         // would call corruption. So the store stops taking writes (reads
-        // go on), as RocksDB does on a WAL error.
-        let end = st.wal.append(seq, &batch).inspect_err(|e| {
-            st.error.get_or_insert_with(|| format!("WAL append failed: {e}"));
-        })?;
+        // go on), as RocksDB does on a WAL error, until the WAL is replaced.
+        let end = match st.wal.append(seq, &batch) {
+            Ok(end) => end,
+            Err(e) => {
+                st.stop(Failed::Wal, &e);
+                drop(st);
+                inner.work.notify_all();
+                return Err(e);
+            }
+        };
         st.last_seq += batch.len() as u64;
         for (k, v) in batch.ops {
             st.mem.insert(k, v);
@@ -182,7 +270,7 @@ impl Db {
             // pages; nothing written since can be trusted to be durable.
             inner
                 .commit(number, end, &file, &appended)
-                .inspect_err(|e| inner.fail(e))?;
+                .inspect_err(|e| inner.fail(Failed::Wal, e))?;
         }
         Ok(())
     }
@@ -214,8 +302,14 @@ impl Db {
     /// from the slowdown trigger; freeze the memtable when it is full.
     fn make_room(&self, st: &mut MutexGuard<'_, State>) -> Result<()> {
         let (inner, o) = (&self.inner, &self.inner.options);
-        let mut delayed = false;
+        let (mut delayed, mut retried) = (false, false);
         loop {
+            if st.stopped.is_some() && !o.background && !retried {
+                // Without workers, the writer retries what failed; its
+                // outcome is the stop's, checked next.
+                retried = true;
+                let _ = MutexGuard::unlocked(st, || inner.retry_flush());
+            }
             st.check()?;
             let l0 = st.version.levels[0].len();
             if l0 >= o.l0_stop_trigger || st.imm.len() >= o.max_immutables {
@@ -349,7 +443,11 @@ impl Inner {
     /// treat every record of a WAL older than the current one as durable.
     pub fn freeze(&self, st: &mut State) -> Result<()> {
         if self.options.sync {
-            st.wal.file.sync()?;
+            if let Err(e) = st.wal.file.sync() {
+                st.stop(Failed::Wal, &e);
+                self.work.notify_all();
+                return Err(e.into());
+            }
             let old = (st.wal.number, st.wal.end.load(Ordering::Acquire));
             let mut synced = self.synced.lock();
             *synced = (*synced).max(old);
@@ -377,6 +475,51 @@ impl Inner {
         Ok(())
     }
 
+    /// Moves the memtable of a failed WAL onto a new WAL. The failed WAL
+    /// is not appended to again; its records stay in memory until their
+    /// memtable is flushed, and replay (after a crash before that) stops
+    /// at the record it cut short.
+    pub fn replace_failed_wal(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if !st.wal_failed {
+            return Ok(());
+        }
+        let number = st.number();
+        let wal = Wal::create(&self.rt, &self.dir, number)?;
+        let mem = std::mem::replace(&mut st.mem, Memtable::new(number));
+        if !mem.is_empty() {
+            st.imm.push_back(Arc::new(mem));
+        }
+        st.wal = wal;
+        st.wal_failed = false;
+        Ok(())
+    }
+
+    /// The flush worker's step: a failed WAL replaced, then the oldest
+    /// frozen memtable flushed; writes stopped by a WAL or a flush resume
+    /// once none is left.
+    fn flush_step(&self) -> Result<bool> {
+        self.replace_failed_wal()?;
+        let flushed = flush::flush_one(self)?;
+        self.state.lock().resume(&[Failed::Wal, Failed::Flush]);
+        Ok(flushed)
+    }
+
+    /// The compaction worker's step; writes stopped by a compaction resume
+    /// once it succeeds.
+    fn compaction_step(&self) -> Result<bool> {
+        let compacted = compaction::compact_one(self)?;
+        self.state.lock().resume(&[Failed::Compaction]);
+        Ok(compacted)
+    }
+
+    /// A writer's retry without background workers: the flush worker's
+    /// steps until every frozen memtable is flushed.
+    fn retry_flush(&self) -> Result<()> {
+        while self.flush_step()? {}
+        Ok(())
+    }
+
     /// With background work off, a stalled writer does it itself.
     fn catch_up(&self) -> Result<()> {
         if !flush::flush_one(self)? {
@@ -385,25 +528,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Records a background failure: writers get it from now on.
-    pub fn fail(&self, e: &KvError) {
-        let mut st = self.state.lock();
-        st.error.get_or_insert_with(|| e.to_string());
-        drop(st);
+    /// Records a failed write to disk: writers are refused with it until
+    /// a retry succeeds.
+    pub fn fail(&self, failed: Failed, e: &KvError) {
+        self.state.lock().stop(failed, e);
         self.done.notify_all();
+        self.work.notify_all();
     }
 }
 
 /// A background worker: runs `step` as `task` whenever `has_work` says so,
-/// until the store closes; a failure stops it and is reported to writers.
+/// until the store closes. A failed step stops writes as `failed` and is
+/// retried after a pause that doubles while it keeps failing.
 fn spawn_worker(
     inner: Arc<Inner>,
     task: Arc<Background>,
+    failed: Failed,
     has_work: fn(&State, &Options) -> bool,
     step: fn(&Inner) -> Result<bool>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let _task = task.enter();
+        let mut pause = RETRY_PAUSE.0;
         loop {
             let mut st = inner.state.lock();
             while !st.closing && !has_work(&st, &inner.options) {
@@ -413,9 +559,18 @@ fn spawn_worker(
                 return;
             }
             drop(st);
-            if let Err(e) = step(&inner) {
-                inner.fail(&e);
-                return;
+            match step(&inner) {
+                Ok(_) => pause = RETRY_PAUSE.0,
+                Err(e) => {
+                    inner.fail(failed, &e);
+                    tracing::debug!("{} failed: {e}; retrying in {pause:?}", task.name());
+                    let retry_at = Instant::now() + pause;
+                    let mut st = inner.state.lock();
+                    while let Some(left) = retry_at.checked_duration_since(Instant::now()).filter(|_| !st.closing) {
+                        inner.work.wait_timeout(&mut st, left);
+                    }
+                    pause = (pause * 2).min(RETRY_PAUSE.1);
+                }
             }
         }
     })

@@ -28,7 +28,7 @@ pub enum KvError {
     KeyOrder { path: PathBuf },
     #[error("invalid options: {0}")]
     Options(String),
-    #[error("the store is shut down after an earlier background error: {0}")]
+    #[error("writes are stopped until a failed write to disk succeeds on retry: {0}")]
     Background(String),
 }
 

@@ -51,22 +51,38 @@ pub(crate) fn flush_one(inner: &Inner) -> Result<bool> {
     let written = write_table(&inner.rt, &inner.dir, &inner.options, &inner.cache, number, &mem);
     let mut st = inner.state.lock();
     st.flushing = false;
-    let handle = written?;
+    // A table cut short would hold space that a full disk needs for the retry.
+    let handle = written.inspect_err(|_| remove_table(&inner.dir, number))?;
     inner
         .flush_task
         .set_backlog(st.imm.iter().skip(1).map(|m| m.bytes() as u64).sum());
     let mut version = (*st.version).clone();
     version.add(0, handle);
-    st.version = Arc::new(version);
-    st.imm.pop_front();
+    let before = std::mem::replace(&mut st.version, Arc::new(version));
+    let flushed = st.imm.pop_front();
     let manifest = st.manifest();
-    manifest.store(&inner.rt, &inner.dir)?;
+    if let Err(e) = manifest.store(&inner.rt, &inner.dir) {
+        // Unrecorded, the table is as if never written: the memtable is
+        // flushed again on retry.
+        st.version = before;
+        if let Some(mem) = flushed {
+            st.imm.push_front(mem);
+        }
+        remove_table(&inner.dir, number);
+        return Err(e);
+    }
     let floor = manifest.wal_floor;
     drop(st);
     remove_wals_below(&inner.dir, floor);
     inner.done.notify_all();
     inner.work.notify_all();
     Ok(true)
+}
+
+/// Deletes a table that is not part of the store (its space is all it
+/// holds; a table left behind is deleted when the store next opens).
+pub(crate) fn remove_table(dir: &std::path::Path, number: u64) {
+    let _ = std::fs::remove_file(table_path(dir, number));
 }
 
 /// Deletes WAL files numbered below `floor`; a file that cannot be

@@ -7,7 +7,7 @@
 //!
 //! | piece | file |
 //! |---|---|
-//! | write path, write stalls, group commit, reads, scans | `db.rs` |
+//! | write path, write stalls, group commit, reads, scans; writes stopped by a failed write to disk and resumed | `db.rs` |
 //! | write-ahead log, replay | `wal.rs` |
 //! | atomic batches | `batch.rs` |
 //! | memtable | `memtable.rs` |
@@ -19,7 +19,7 @@
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
 //! | RESP2 protocol | `resp.rs` |
-//! | the server of `sluice serve`; its commands | `server.rs`, `commands.rs`, `commands/` |
+//! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
 //! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |
 //!
 //! The YCSB drivers are in `sluice-bench`; `sluice demo` runs them on this

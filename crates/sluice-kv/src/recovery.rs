@@ -43,7 +43,8 @@ pub(crate) fn recover(rt: &Runtime, dir: &Path, options: &Options, cache: &Arc<B
         flushing: false,
         compacting: false,
         closing: false,
-        error: None,
+        stopped: None,
+        wal_failed: false,
     };
     st.manifest().store(rt, dir)?;
     remove_wals_below(dir, st.mem.wal);

@@ -13,6 +13,10 @@ pub struct Limits {
     pub max_args: usize,
     pub max_bulk: usize,
     pub max_inline: usize,
+    /// These are the limits before authentication ([`Limits::before_auth`]);
+    /// an array or bulk over them is named "unauthenticated", as Redis
+    /// names it, so that the client learns it has to authenticate first.
+    pub unauthenticated: bool,
 }
 
 impl Default for Limits {
@@ -21,6 +25,30 @@ impl Default for Limits {
             max_args: 1 << 20,
             max_bulk: 512 << 20,
             max_inline: 64 << 10,
+            unauthenticated: false,
+        }
+    }
+}
+
+impl Limits {
+    /// Redis's limits for a client that has not authenticated yet: at most
+    /// 10 arguments of at most 16 KiB, so that whoever can connect without
+    /// the password cannot make the server buffer a large request.
+    pub fn before_auth(self) -> Limits {
+        Limits {
+            max_args: self.max_args.min(10),
+            max_bulk: self.max_bulk.min(16 << 10),
+            max_inline: self.max_inline,
+            unauthenticated: true,
+        }
+    }
+
+    /// How an array or bulk length over these limits is named.
+    fn over(&self) -> &'static str {
+        if self.unauthenticated {
+            "unauthenticated"
+        } else {
+            "invalid"
         }
     }
 }
@@ -94,7 +122,7 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
     };
     let count = number(head, "multibulk")?;
     if count > limits.max_args as i64 {
-        return err("invalid multibulk length");
+        return err(format!("{} multibulk length", limits.over()));
     }
     let mut args = Vec::with_capacity(count.clamp(0, 1024) as usize);
     for _ in 0..count.max(0) {
@@ -107,8 +135,11 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
             return Ok(None);
         };
         let len = number(len, "bulk")?;
-        if len < 0 || len > limits.max_bulk as i64 {
+        if len < 0 {
             return err("invalid bulk length");
+        }
+        if len > limits.max_bulk as i64 {
+            return err(format!("{} bulk length", limits.over()));
         }
         let end = start + len as usize;
         if buf.len() < end + 2 {
@@ -248,6 +279,7 @@ mod tests {
             max_bulk: 4,
             max_args: 2,
             max_inline: 8,
+            unauthenticated: false,
         };
         assert!(
             parse(b"*1\r\n$5\r\n", &small).is_err(),
@@ -267,6 +299,25 @@ mod tests {
         // were bounded in bytes but not in arguments.
         let e = parse(b"a b c\r\n", &small).unwrap_err();
         assert!(e.to_string().contains("more than 2 arguments"), "{e}");
+    }
+
+    #[test]
+    fn limits_before_auth_are_redis_s_and_name_themselves() {
+        let l = Limits::default().before_auth();
+        let e = parse(b"*11\r\n", &l).unwrap_err();
+        assert_eq!(e.to_string(), "Protocol error: unauthenticated multibulk length");
+        let e = parse(b"*1\r\n$16385\r\n", &l).unwrap_err();
+        assert_eq!(e.to_string(), "Protocol error: unauthenticated bulk length");
+        let e = parse(b"*1\r\n$536870912\r\n", &l).unwrap_err();
+        assert_eq!(e.to_string(), "Protocol error: unauthenticated bulk length");
+        assert_eq!(parse(b"*10\r\n$16384\r\n", &l), Ok(None), "at the limits, more to come");
+        let e = parse(b"*1\r\n$-1\r\n", &l).unwrap_err();
+        assert_eq!(e.to_string(), "Protocol error: invalid bulk length");
+        let small = Limits {
+            max_args: 2,
+            ..Limits::default()
+        };
+        assert_eq!(small.before_auth().max_args, 2, "never above the configured limits");
     }
 
     #[test]
@@ -299,7 +350,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
-            let small = Limits { max_bulk: 64, max_args: 8, max_inline: 64 };
+            let small = Limits { max_bulk: 64, max_args: 8, max_inline: 64, unauthenticated: false };
             if let Ok(Some((_, used))) = parse(&bytes, &small) {
                 prop_assert!(used <= bytes.len());
             }

@@ -8,13 +8,42 @@
 //! keeps the request context on the calling thread (RCP's enlightenment
 //! API, `ctx_begin/ctx_end`), and the store blocks in its I/O; a thread per
 //! connection keeps each request on one thread from parse to reply.
+//!
+//! # Hostile clients
+//!
+//! Whoever can connect must not be able to stop the server or take its
+//! memory:
+//!
+//! - **Accept errors are never fatal.** When the process runs out of file
+//!   descriptors (or threads) the listener's error is logged at most once
+//!   per second, with how many were not, and accepting pauses 10 ms,
+//!   doubling to 100 ms, so that the server does not spin while it waits
+//!   for connections to close; errors that concern one connection only
+//!   (aborted before it was accepted) are retried at once.
+//! - **Bounds before authentication.** With a password configured, a
+//!   client that has not authenticated gets Redis's limits
+//!   ([`Limits::before_auth`]: 10 arguments of 16 KiB) and small buffers
+//!   ([`UNAUTHENTICATED_HELD`]); past them it is answered with the protocol
+//!   error and closed. The server holds well under 1 MiB for it.
+//! - **Pipelines flow.** A connection reads and writes at once: its socket
+//!   is non-blocking and the thread waits in `poll(2)` for whichever of
+//!   reading and writing can go on, so a client that writes a long
+//!   pipeline before it reads any reply is not deadlocked against a server
+//!   blocked writing replies. While a client does not read, its replies
+//!   wait up to a bound ([`Held::output`]); past it the connection stops
+//!   executing that client's requests (the others run on their own threads
+//!   and do not notice), reads on, and holds the requests read but not
+//!   executed up to another bound ([`Held::input`]); past that it stops
+//!   reading, and TCP holds the client back. A request still arriving is
+//!   bounded by [`Limits`] instead: it is not executed before it is whole.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
@@ -28,6 +57,46 @@ use crate::Db;
 /// Stripes of the per-key write locks: enough that unrelated keys rarely
 /// share one among a few hundred connections.
 const KEY_LOCK_STRIPES: usize = 1024;
+
+/// Bytes a connection may hold for its client, beyond the request it is
+/// still receiving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Whole requests read but not executed, waiting for the client to
+    /// read its replies.
+    pub input: usize,
+    /// Replies not yet written; past this the connection executes nothing
+    /// more for the client until it reads.
+    pub output: usize,
+}
+
+/// An authenticated client's bounds. Redis lets a client's query buffer
+/// reach 1 GiB; with a thread per connection and a few hundred clients
+/// that is more memory than the machine has, so 64 MiB: many times the
+/// pipelines client libraries send (1,000 SETs of 1 KiB are 1 MiB) and
+/// several of the store's largest values (16 MiB by default). 1 MiB of
+/// replies keeps the socket fed with few system calls; more would only
+/// hold memory.
+pub const HELD: Held = Held {
+    input: 64 << 20,
+    output: 1 << 20,
+};
+
+/// A client that has not authenticated (with a password configured): a
+/// few of its largest requests (10 arguments of 16 KiB) and replies.
+pub const UNAUTHENTICATED_HELD: Held = Held {
+    input: 256 << 10,
+    output: 64 << 10,
+};
+
+/// Bytes a connection reads at a time.
+const READ_CHUNK: usize = 64 << 10;
+
+/// The pause after a failed accept, doubling up to the second.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
+
+/// Accept failures are logged at most once per this interval.
+const ACCEPT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug, Default)]
 pub struct ServerOptions {
@@ -126,14 +195,92 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Accepts connections until the listener fails.
-    pub fn run(self) -> std::io::Result<()> {
-        for stream in self.listener.incoming() {
-            let stream = stream?;
-            let shared = self.shared.clone();
-            std::thread::spawn(move || connection(&shared, stream));
+    /// Accepts connections for as long as the process runs: a failure to
+    /// accept one, or to start its thread, is logged (at most once per
+    /// second) and backed off, never fatal.
+    pub fn run(self) {
+        let mut pause = ACCEPT_BACKOFF.0;
+        let mut reports = Throttle::new(ACCEPT_REPORT_INTERVAL);
+        loop {
+            let (what, e) = match self.listener.accept() {
+                Ok((stream, _)) => {
+                    let shared = self.shared.clone();
+                    let started = std::thread::Builder::new()
+                        .name("sluice-kv client".into())
+                        .spawn(move || connection(&shared, stream));
+                    match started {
+                        Ok(_) => {
+                            pause = ACCEPT_BACKOFF.0;
+                            continue;
+                        }
+                        Err(e) => ("starting a thread for a connection", e),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => ("accepting a connection", e),
+            };
+            let once = one_connection(&e);
+            if let Some(unreported) = reports.report(Instant::now()) {
+                let retry = if once { Duration::ZERO } else { pause };
+                tracing::warn!(
+                    "{what} failed: {e}; retrying in {retry:?} ({unreported} more failures since the last report)"
+                );
+            }
+            if !once {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(ACCEPT_BACKOFF.1);
+            }
         }
-        Ok(())
+    }
+}
+
+/// Whether an accept error concerns one connection only (it went away
+/// before it was accepted; Linux also passes on a pending network error
+/// of the new socket), so that accepting the next needs no pause.
+fn one_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    ) || matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPROTO
+                | libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+        )
+    )
+}
+
+/// Reports of a repeating failure, at most one per interval.
+struct Throttle {
+    interval: Duration,
+    last: Option<Instant>,
+    unreported: u64,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Throttle {
+        Throttle {
+            interval,
+            last: None,
+            unreported: 0,
+        }
+    }
+
+    /// Whether a failure at `now` is reported; if so, how many since the
+    /// last report were not.
+    fn report(&mut self, now: Instant) -> Option<u64> {
+        if self.last.is_some_and(|last| now.duration_since(last) < self.interval) {
+            self.unreported += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unreported))
     }
 }
 
@@ -148,55 +295,208 @@ fn connection(shared: &Shared, stream: TcpStream) {
         authenticated: shared.options.password.is_none(),
         quit: false,
     };
-    serve(shared, &mut session, stream);
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = stream.set_nodelay(true);
+        let _ = serve(shared, &mut session, &mut Conn::new(stream));
+    }
     shared.forget(own);
 }
 
-fn serve(shared: &Shared, session: &mut Session, mut stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let (mut buf, mut chunk, mut out) = (Vec::new(), vec![0u8; 64 << 10], Vec::new());
-    while !session.quit {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        let used = match serve_buffered(shared, session, &buf, &mut out) {
-            Ok(used) => used,
-            Err(reply) => {
-                reply.encode(&mut out);
-                session.quit = true;
-                buf.len()
-            }
+/// A connection's socket and buffers: `input[start..]` is read and not
+/// executed, `output[sent..]` is not yet written.
+struct Conn {
+    stream: TcpStream,
+    input: Vec<u8>,
+    start: usize,
+    output: Vec<u8>,
+    sent: usize,
+    /// The client has closed its side: what it sent is still executed and
+    /// answered.
+    eof: bool,
+}
+
+/// Serves the connection until the client leaves or the session ends
+/// (QUIT, a protocol error), its last replies written.
+fn serve(shared: &Shared, session: &mut Session, c: &mut Conn) -> io::Result<()> {
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let held = if session.authenticated {
+            HELD
+        } else {
+            UNAUTHENTICATED_HELD
         };
-        buf.drain(..used);
-        if stream.write_all(&out).is_err() {
-            return;
+        let stalled = run_requests(shared, session, c, held.output);
+        c.write()?;
+        let unsent = c.sent < c.output.len();
+        if stalled && !unsent {
+            // The socket took every reply: room to run more at once.
+            continue;
         }
-        out.clear();
+        if (session.quit || c.eof) && !unsent {
+            let _ = c.stream.shutdown(Shutdown::Write);
+            return Ok(());
+        }
+        // Stalled on its replies, the connection reads on up to its bound.
+        let read = !c.eof && !session.quit && (!stalled || c.input.len() - c.start < held.input);
+        c.wait(read, unsent)?;
+        if read {
+            c.read(&mut chunk)?;
+        }
     }
 }
 
-/// Runs every whole request in `buf`, appending replies to `out`; returns
-/// the bytes used, or the protocol error that ends the connection.
-fn serve_buffered(shared: &Shared, session: &mut Session, buf: &[u8], out: &mut Vec<u8>) -> Result<usize, Reply> {
-    let mut used = 0;
+/// Runs whole requests from the connection's input while its unsent
+/// replies stay under `output_held`; true if it stopped for them (input
+/// may hold whole requests still), false if it ran out of whole requests.
+fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_held: usize) -> bool {
+    let mut stalled = false;
     while !session.quit {
-        let parsed = parse(&buf[used..], &shared.options.limits).map_err(Reply::error)?;
-        let Some((args, n)) = parsed else { break };
-        used += n;
-        if args.is_empty() {
-            continue;
+        if c.output.len() - c.sent >= output_held {
+            stalled = true;
+            break;
         }
-        let started = Instant::now();
-        let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
-        let arrival = shared.clock.elapsed().as_nanos() as u64;
-        let reply = {
-            let _ctx = sluice_io::enter(Ctx::new(id, arrival).with_tenant(session.tenant, 1.0));
-            execute(shared, session, &args)
+        let limits = if session.authenticated {
+            shared.options.limits
+        } else {
+            shared.options.limits.before_auth()
         };
-        let failed = matches!(reply, Reply::Error(_));
-        shared.record(session.tenant, started.elapsed().as_nanos() as u64, failed);
-        reply.encode(out);
+        let args = match parse(&c.input[c.start..], &limits) {
+            Ok(Some((args, n))) => {
+                c.start += n;
+                args
+            }
+            Ok(None) => break,
+            Err(e) => {
+                Reply::error(e).encode(&mut c.output);
+                session.quit = true;
+                break;
+            }
+        };
+        if !args.is_empty() {
+            run_request(shared, session, &args).encode(&mut c.output);
+        }
     }
-    Ok(used)
+    c.consumed();
+    stalled
+}
+
+/// Runs one request as foreground work of the session's tenant.
+fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+    let started = Instant::now();
+    let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
+    let arrival = shared.clock.elapsed().as_nanos() as u64;
+    let reply = {
+        let _ctx = sluice_io::enter(Ctx::new(id, arrival).with_tenant(session.tenant, 1.0));
+        execute(shared, session, args)
+    };
+    let failed = matches!(reply, Reply::Error(_));
+    shared.record(session.tenant, started.elapsed().as_nanos() as u64, failed);
+    reply
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            input: Vec::new(),
+            start: 0,
+            output: Vec::new(),
+            sent: 0,
+            eof: false,
+        }
+    }
+
+    /// Drops executed input; buffers a burst made large go back to a
+    /// chunk's size once empty, so that an idle connection holds little.
+    fn consumed(&mut self) {
+        if self.start == self.input.len() {
+            self.input.clear();
+            self.input.shrink_to(READ_CHUNK);
+            self.start = 0;
+        } else if self.start > self.input.len() / 2 {
+            // Moving the rest costs no more than the executed part did.
+            self.input.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// Writes replies until they are all written or the socket is full.
+    fn write(&mut self) -> io::Result<()> {
+        while self.sent < self.output.len() {
+            match self.stream.write(&self.output[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.sent == self.output.len() {
+            self.output.clear();
+            self.output.shrink_to(READ_CHUNK);
+            self.sent = 0;
+        } else if self.sent > self.output.len() / 2 {
+            self.output.drain(..self.sent);
+            self.sent = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads what has arrived, up to a chunk.
+    fn read(&mut self, chunk: &mut [u8]) -> io::Result<()> {
+        match self.stream.read(chunk) {
+            Ok(0) => self.eof = true,
+            Ok(n) => self.input.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Waits until the socket can be read (if `read`) or written (if
+    /// `write`), or has failed.
+    fn wait(&self, read: bool, write: bool) -> io::Result<()> {
+        let mut fd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: if read { libc::POLLIN } else { 0 } | if write { libc::POLLOUT } else { 0 },
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one pollfd that lives across the call, for a socket
+            // this connection owns.
+            if unsafe { libc::poll(&mut fd, 1, -1) } >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_reported_once_per_interval_with_a_count() {
+        let mut t = Throttle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(t.report(at(0)), Some(0));
+        assert_eq!(t.report(at(10)), None);
+        assert_eq!(t.report(at(999)), None);
+        assert_eq!(t.report(at(1000)), Some(2), "the two in between are counted");
+        assert_eq!(t.report(at(2500)), Some(0));
+    }
+
+    #[test]
+    fn only_errors_of_one_connection_skip_the_pause() {
+        assert!(one_connection(&io::ErrorKind::ConnectionAborted.into()));
+        assert!(one_connection(&io::Error::from_raw_os_error(libc::EPROTO)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENOMEM)));
+    }
 }

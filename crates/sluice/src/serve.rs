@@ -21,6 +21,9 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush and compaction run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
+    A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
+    retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
+    backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
     Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v")]
 pub struct ServeArgs {
     /// Directory of the store (created if missing)
@@ -50,6 +53,12 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     limit_malloc_arenas();
+    // Accept failures, writes stopped by a full disk and their resumption
+    // are logged; RUST_LOG chooses more or less.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
     let config = match &args.runtime {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -73,7 +82,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server = Server::bind(addr, Arc::new(db), server_options)
         .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;
     eprintln!("sluice serve: {} on {}", args.dir.display(), server.local_addr()?);
-    server.run().context("accepting connections")
+    server.run();
+    Ok(())
 }
 
 /// glibc gives each thread that allocates concurrently an arena of its own,
