@@ -181,6 +181,16 @@ mod tests {
         assert!(err("[gate.weights]\nbob = -1\n").contains("gate.weights.bob"));
         assert!(err("[optimizer]\nparallelism = 'magic'\n").contains("magic"));
         assert!(err("[[optimizer.slo]]\ntenant = 'a'\npercentile = 100\ntarget_ms = 5\n").contains("percentile"));
+        let token = "token = '0123456789abcdef'";
+        assert!(err(&format!("[admin]\n{token}\ntoken_file = '/t'\n")).contains("admin.token_file"));
+        assert!(err("[admin]\ntoken = 'has a space in it, long'\n").contains("admin.token"));
+        assert!(err("[admin]\nallowed_origins = ['evil.example.com']\n").contains("admin.allowed_origins"));
+        assert!(err("[admin]\nlisten = 'sluice.internal:9187'\n").contains("admin.token"));
+        assert!(!format!(
+            "{:?}",
+            Settings::parse(&format!("{MINIMAL}[admin]\n{token}\n")).unwrap()
+        )
+        .contains("0123"));
         assert!(
             Settings::parse("[proxy]\nlisten = ''\nupstream = 'x:1'\nprotocol = 'redis'\n")
                 .unwrap_err()
