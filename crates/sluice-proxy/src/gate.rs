@@ -400,6 +400,12 @@ impl Gate {
         self.shared.lock().stage.policy().zeta()
     }
 
+    /// Whether the gate holds a record of tenant `name` (seen, or given a
+    /// weight or an SLO); the admin port counts the tenants it creates.
+    pub fn knows(&self, name: &str) -> bool {
+        self.shared.lock().by_name.contains_key(name)
+    }
+
     /// Keeps a per-period latency histogram for tenant `name`, whose SLO
     /// controller needs its percentiles.
     pub fn track_percentiles(&self, name: &str) {

@@ -84,6 +84,7 @@ async fn start_admin(
     if settings.admin.listen.trim().is_empty() {
         return Ok(None);
     }
+    let rules = admin::Rules::new(&settings.admin)?;
     let listener = TcpListener::bind(&settings.admin.listen)
         .await
         .map_err(|e| format!("cannot listen on the admin address {}: {e}", settings.admin.listen))?;
@@ -92,7 +93,7 @@ async fn start_admin(
         let stop = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
-        if let Err(e) = admin::serve(listener, admin, stop).await {
+        if let Err(e) = admin::serve(listener, admin, rules, stop).await {
             tracing::error!("admin port stopped: {e}");
         }
     });
@@ -124,7 +125,7 @@ fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) 
     if let Err(e) = slo_targets.replace(new.optimizer.slo.clone()) {
         tracing::error!("reload: {e}");
     }
-    if old.proxy != new.proxy || old.admin.listen != new.admin.listen {
+    if old.proxy != new.proxy || old.admin != new.admin {
         tracing::warn!("reload: [proxy] and [admin] changes take effect at the next start");
     }
     tracing::info!("settings reloaded");

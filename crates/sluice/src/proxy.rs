@@ -23,7 +23,9 @@ use tokio::signal::unix::{signal, SignalKind};
     their own.\n\n\
     Quick start: sluice proxy --protocol pg --listen 127.0.0.1:6432 --upstream 127.0.0.1:5432\n\
     With a file: sluice proxy --config docs/proxy.example.toml (every setting documented there).\n\
-    The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate, POST /weight, POST /slo and DELETE /slo/NAME. \
+    The admin port (default 127.0.0.1:9187) serves /metrics, /stats, POST /gate, POST /weight, POST /slo and DELETE /slo/NAME; \
+    it accepts only Host names it is configured for, refuses browser pages of other sites, and with [admin] token_file \
+    (required when it listens beyond localhost) only requests bearing the token. \
     SIGHUP reloads the file; SIGINT or SIGTERM drains requests in flight and stops.")]
 pub struct ProxyArgs {
     /// Settings file (TOML; see docs/proxy.example.toml)
@@ -141,9 +143,11 @@ async fn serve(settings: Settings, path: Option<PathBuf>) -> Result<()> {
     };
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<sluice_proxy::service::Addresses>();
     let unix = (settings.proxy.listen_unix.as_ref()).map_or(String::new(), |p| format!(" and {}", p.display()));
+    let token = settings.admin.token.is_some() || settings.admin.token_file.is_some();
+    let token = if token { " (bearer token required)" } else { "" };
     tokio::spawn(async move {
         if let Ok(a) = started_rx.await {
-            let admin = a.admin.map_or("off".to_string(), |x| format!("http://{x}"));
+            let admin = a.admin.map_or("off".to_string(), |x| format!("http://{x}{token}"));
             eprintln!("sluice proxy: listening on {}{unix}, admin {admin}", a.proxy);
         }
     });
