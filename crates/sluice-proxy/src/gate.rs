@@ -1031,7 +1031,10 @@ mod tests {
         let g = gate(1, 10, 200);
         let mut open = g.admit(&g.tenant("c1")).await.unwrap();
         open.park();
-        let next = g.admit(&g.tenant("c2")).await.expect("let in while the first is parked");
+        let next = g
+            .admit(&g.tenant("c2"))
+            .await
+            .expect("let in while the first is parked");
         drop(next);
         open.unpark();
         drop(open);

@@ -313,7 +313,11 @@ mod tests {
         assert_eq!(reports, [1, 100, 100], "the first at once, then each second's count");
         backoff.succeeded();
         let (pause, report) = backoff.failed(start + ms(3005));
-        assert_eq!((pause, report), (ms(10), Some(100)), "a success starts the pauses again");
+        assert_eq!(
+            (pause, report),
+            (ms(10), Some(100)),
+            "a success starts the pauses again"
+        );
     }
 
     #[test]

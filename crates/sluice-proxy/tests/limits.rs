@@ -76,7 +76,10 @@ fn expect_error(conn: &mut PgConn, sqlstate: &str, says: &str) -> String {
 fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("a VmRSS line");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS in kB")
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in kB")
 }
 
 /// Logs in as far as the startup packet, then announces a message of
@@ -153,7 +156,10 @@ fn a_login_that_does_not_complete_in_time_is_closed() {
         expect_error(conn, "08P01", "login_timeout_ms = 200");
     }
     let waited = started.elapsed();
-    assert!(waited >= login_timeout - Duration::from_millis(20), "closed after {waited:?}");
+    assert!(
+        waited >= login_timeout - Duration::from_millis(20),
+        "closed after {waited:?}"
+    );
 }
 
 #[test]

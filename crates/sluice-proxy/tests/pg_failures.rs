@@ -99,7 +99,10 @@ fn a_killed_server_gives_each_client_a_clear_error_and_is_served_again_once_back
     for (i, conn) in busy.iter_mut().enumerate() {
         match last_error_before_close(conn) {
             Some(QueryError::Server { sqlstate, message }) if sqlstate == "08006" => {
-                assert!(message.starts_with("sluice: the upstream server"), "client {i}: {message}");
+                assert!(
+                    message.starts_with("sluice: the upstream server"),
+                    "client {i}: {message}"
+                );
             }
             // A backend that noticed its postmaster die before it was
             // killed too says so itself, and the proxy adds nothing.
@@ -110,7 +113,11 @@ fn a_killed_server_gives_each_client_a_clear_error_and_is_served_again_once_back
         }
     }
     for proxy in [&session, &pooled] {
-        assert_eq!(gate_settles(proxy, 0, 0), (0, 0), "the killed requests' slots came back");
+        assert_eq!(
+            gate_settles(proxy, 0, 0),
+            (0, 0),
+            "the killed requests' slots came back"
+        );
         assert_eq!(parked_settles(proxy, 0), 0, "and the parked one's");
     }
     let mut login = PgConn::raw(session.addr);

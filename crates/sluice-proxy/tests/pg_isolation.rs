@@ -75,7 +75,11 @@ fn sessions_idle_in_a_transaction_do_not_hold_other_tenants_back() {
                 assert_eq!(conn.query("BEGIN"), Ok(vec![]));
                 assert_eq!(conn.query("SELECT 1"), Ok(vec!["1".to_string()]));
             }
-            assert_eq!(gate_settles(&proxy, (0, P)), (0, P), "{pool:?}: the idle sessions parked");
+            assert_eq!(
+                gate_settles(&proxy, (0, P)),
+                (0, P),
+                "{pool:?}: the idle sessions parked"
+            );
             let beside = p99_of_select_1(&mut probe, 300);
             let snapshot = proxy.gate.snapshot();
             assert_eq!(snapshot.parked, P, "{pool:?}");

@@ -179,9 +179,7 @@ pub(crate) async fn serve(
         // Boxed: a TLS session's state (the TLS connection's and its own)
         // would otherwise size every plain session's future too, and an
         // idle client holds its future whole.
-        (Begin::Tls, Some(acceptor)) => {
-            Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await
-        }
+        (Begin::Tls, Some(acceptor)) => Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await,
         (Begin::Tls, None) | (Begin::Done, _) => Ok(()),
     }
 }
