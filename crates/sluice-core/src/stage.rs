@@ -58,6 +58,14 @@ impl<P: Policy + ?Sized> Stage<P> {
         Ok(())
     }
 
+    /// A job that gave its slot back without finishing (it waits on
+    /// something outside the stage) is in service again at once, even
+    /// above the limit: it may hold what the jobs before it in the queue
+    /// need. No new job starts until the count is below the limit again.
+    pub fn resume(&mut self) {
+        self.in_service += 1;
+    }
+
     pub fn policy(&self) -> &P {
         self.policy.as_ref()
     }
@@ -114,5 +122,24 @@ mod tests {
         assert_eq!(s.complete(), Err(StageError::NothingInService));
         assert!(Stage::<Fifo>::new(Box::new(Fifo::default()), 0).is_err());
         assert_eq!(s.set_limit(0), Err(StageError::ZeroLimit));
+    }
+
+    #[test]
+    fn a_resumed_job_goes_above_the_limit_and_holds_new_ones_back() {
+        let mut s = Stage::new(Box::new(Fifo::default()), 1).unwrap();
+        let dev = FlatDevice::default();
+        for i in 0..2 {
+            s.push(Job::new(i, Ctx::new(i, 0), 0, 0), 0);
+        }
+        assert!(s.dispatch(0, &dev).is_some());
+        s.complete().unwrap();
+        assert!(s.dispatch(0, &dev).is_some(), "the slot given back is taken");
+        s.resume();
+        assert_eq!(s.in_service(), 2, "the first job is back, above the limit");
+        s.push(Job::new(2, Ctx::new(2, 0), 0, 0), 0);
+        s.complete().unwrap();
+        assert!(s.dispatch(0, &dev).is_none(), "still at the limit");
+        s.complete().unwrap();
+        assert!(s.dispatch(0, &dev).is_some());
     }
 }

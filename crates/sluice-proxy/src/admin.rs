@@ -1,8 +1,10 @@
 //! The admin HTTP port, bound to localhost unless configured otherwise:
 //!
-//! - `GET /metrics`: OpenMetrics text — the gate (P, ζ, in flight, queued)
-//!   and per tenant: requests, errors, refusals, pass-through commands,
-//!   queued, in flight, and latency and queue-wait quantiles.
+//! - `GET /metrics`: OpenMetrics text — the gate (P, ζ, in flight, parked,
+//!   queued) and per tenant: requests, errors, refusals, pass-through
+//!   commands, queued, in flight, parked (waiting on their client inside a
+//!   transaction, not counted toward P), and latency and queue-wait
+//!   quantiles.
 //! - `GET /stats`: the same as JSON, with the optimizer's recent decisions.
 //! - `POST /gate` with `{"parallelism": 32}` and/or `{"zeta": 4}` (answered
 //!   with P and ζ), and `POST /weight` with `{"tenant": "alice", "weight":
@@ -508,6 +510,12 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
     );
     gauge(
         &mut reg,
+        "gate_parked",
+        "Requests waiting on their client inside a transaction, not counted toward P",
+        gate.parked as f64,
+    );
+    gauge(
+        &mut reg,
         "gate_queued",
         "Requests waiting at the gate",
         gate.queued as f64,
@@ -526,6 +534,11 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
     let weight = family(&mut reg, "tenant_weight", "Weight phi");
     let queued = family(&mut reg, "tenant_queued", "Requests waiting");
     let in_flight = family(&mut reg, "tenant_in_flight", "Requests inside the database");
+    let parked = family(
+        &mut reg,
+        "tenant_parked",
+        "Requests waiting on their client inside a transaction",
+    );
     let counters = |reg: &mut Registry, name: &str, help: &str| {
         let f = Family::<Labels, Counter>::default();
         reg.register(name, help, f.clone());
@@ -548,6 +561,7 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
         weight.get_or_create(&l()).set(t.weight);
         queued.get_or_create(&l()).set(t.queued as f64);
         in_flight.get_or_create(&l()).set(t.in_flight as f64);
+        parked.get_or_create(&l()).set(t.parked as f64);
         admitted.get_or_create(&l()).inc_by(t.admitted);
         refused.get_or_create(&l()).inc_by(t.refused + t.timed_out);
         let q = |s: &str| vec![("tenant", t.name.clone()), ("quantile", s.to_string())];

@@ -116,6 +116,43 @@ pub struct ProxyConfig {
     /// the server asks one (see `pg::auth_file`).
     #[serde(default)]
     pub auth_file: Option<PathBuf>,
+    /// Client connections the listener keeps at once; one more is refused
+    /// (PostgreSQL: FATAL 53300 "sorry, too many clients already"; Redis:
+    /// "-ERR max number of clients reached") and closed. 0: no limit.
+    #[serde(default = "default_max_client_conn")]
+    pub max_client_conn: usize,
+    /// PostgreSQL: how long a client has to complete its login (startup
+    /// packets, TLS handshake, authentication), as PostgreSQL's
+    /// authentication_timeout; at least 1.
+    #[serde(default = "default_login_timeout_ms")]
+    pub login_timeout_ms: u64,
+    /// PostgreSQL: how long a request waits on its client inside a
+    /// transaction before its slot stops counting toward P (see
+    /// `pg::session`); 0 parks it at once.
+    #[serde(default = "default_idle_in_transaction_release_ms")]
+    pub idle_in_transaction_release_ms: u64,
+    /// PostgreSQL: a session that waits on its client inside a transaction
+    /// this long is ended with FATAL 25P03, as PostgreSQL's
+    /// idle_in_transaction_session_timeout; 0 (the default): never.
+    #[serde(default)]
+    pub idle_in_transaction_timeout_ms: u64,
+}
+
+/// Far more clients than a database serves at once, while a flood of
+/// connections is still refused before it runs the proxy out of file
+/// descriptors or memory (an idle PostgreSQL client costs about 10 KiB).
+fn default_max_client_conn() -> usize {
+    10_000
+}
+
+/// PostgreSQL's default authentication_timeout, one minute.
+fn default_login_timeout_ms() -> u64 {
+    60_000
+}
+
+/// See `pg::session` for why 10 ms.
+fn default_idle_in_transaction_release_ms() -> u64 {
+    10
 }
 
 /// PgBouncer's default for its `max_prepared_statements`.
@@ -151,6 +188,10 @@ pub enum ConfigError {
     TlsOverUnixSocket(String),
     #[error("auth_file is read only by transaction pooling: set pool = \"transaction\" or remove it (a client of session pooling logs in on its own server connection)")]
     AuthFileWithoutPool,
+    #[error("login_timeout_ms must be at least 1 (PostgreSQL's authentication_timeout is 60000 ms)")]
+    NoLoginTime,
+    #[error("idle_in_transaction_release_ms ({release}) must be below idle_in_transaction_timeout_ms ({timeout}), or the session ends before its slot is ever released")]
+    ReleaseAfterIdleTimeout { release: u64, timeout: u64 },
 }
 
 impl ProxyConfig {
@@ -171,6 +212,10 @@ impl ProxyConfig {
             server_idle_timeout_secs: default_server_idle_timeout_secs(),
             max_prepared_statements: default_max_prepared_statements(),
             auth_file: None,
+            max_client_conn: default_max_client_conn(),
+            login_timeout_ms: default_login_timeout_ms(),
+            idle_in_transaction_release_ms: default_idle_in_transaction_release_ms(),
+            idle_in_transaction_timeout_ms: 0,
         }
     }
 
@@ -226,6 +271,13 @@ impl ProxyConfig {
         }
         if self.auth_file.is_some() && self.pool != PoolMode::Transaction {
             return Err(ConfigError::AuthFileWithoutPool);
+        }
+        if self.login_timeout_ms == 0 {
+            return Err(ConfigError::NoLoginTime);
+        }
+        let (release, timeout) = (self.idle_in_transaction_release_ms, self.idle_in_transaction_timeout_ms);
+        if timeout != 0 && release >= timeout {
+            return Err(ConfigError::ReleaseAfterIdleTimeout { release, timeout });
         }
         let fits = match self.tenant_key {
             TenantKey::Database | TenantKey::ApplicationName => self.protocol == Protocol::Pg,
@@ -328,6 +380,18 @@ mod tests {
         config.tenant_key = TenantKey::User;
         assert_eq!(config.validate(), Err(ConfigError::AuthFileWithoutPool));
         config.pool = PoolMode::Transaction;
+        assert_eq!(config.validate(), Ok(()));
+        config.login_timeout_ms = 0;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.starts_with("login_timeout_ms must be at least 1"), "{err}");
+        config.login_timeout_ms = 1;
+        config.idle_in_transaction_timeout_ms = 10;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.starts_with("idle_in_transaction_release_ms (10) must be below idle_in_transaction_timeout_ms (10)"),
+            "{err}"
+        );
+        config.idle_in_transaction_release_ms = 0;
         assert_eq!(config.validate(), Ok(()));
         config.upstream = " ".into();
         assert_eq!(config.validate(), Err(ConfigError::EmptyAddress { field: "upstream" }));

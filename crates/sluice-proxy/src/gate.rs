@@ -10,6 +10,26 @@
 //! database) → `Slot` dropped (done, failed or disconnected). The state sits
 //! behind one short-held mutex: each request takes it three times.
 //!
+//! What P counts: requests the database is working on, not requests that
+//! wait on their client. A PostgreSQL transaction block is one request, and
+//! between its statements the database does nothing for it while the client
+//! thinks; counted there, P such clients would shut every other client out
+//! for as long as they think, and a client driving several connections from
+//! one thread (pgbench -M prepared, fewer threads than clients) would wait
+//! at the gate for slots that only its own blocked thread can give back: a
+//! deadlock at any P. So a session waiting on its client inside a request
+//! parks its slot ([`Slot::park`]): it stops counting toward P, and the slot
+//! goes to the next request the policy picks. When the client goes on,
+//! [`Slot::unpark`] counts the request again at once, even if that takes the
+//! requests inside above P: it holds locks and a backend inside the
+//! database, which the requests let in meanwhile may wait for, and making it
+//! queue behind them could deadlock. The excess is brief (it is gone as
+//! requests finish, and no new one is let in while it lasts) and is what
+//! AppleS means by P: the work inside the database. Invariant: a request is
+//! counted in `in_flight` exactly while it holds an unparked slot, in
+//! `parked` exactly while it holds a parked one; no request waits at the gate
+//! for one that is parked, so any P ≥ 1 is free of deadlock.
+//!
 //! Tenants are kept once seen, except that [`Gate::forget`] drops an idle
 //! one that nothing configures (the proxy forgets a tenant named by its
 //! connection when the connection closes; otherwise a proxy serving
@@ -128,6 +148,8 @@ struct TenantRecord {
     name: Arc<str>,
     weight: f64,
     in_flight: usize,
+    /// Requests holding a parked slot: waiting on their client.
+    parked: usize,
     admitted: u64,
     refused: u64,
     timed_out: u64,
@@ -161,6 +183,8 @@ struct State {
     by_name: HashMap<Arc<str>, TenantId>,
     waiters: HashMap<u64, oneshot::Sender<()>>,
     next_tag: u64,
+    /// Requests holding a parked slot (not counted by the stage).
+    parked: usize,
     /// Most requests queued or inside at once since the last period.
     peak_demand: usize,
     peak_in_flight: usize,
@@ -194,12 +218,17 @@ pub struct Gate {
 }
 
 /// A request inside the database. Dropping it returns the slot, whether the
-/// request completed, failed, or its client went away.
+/// request completed, failed, or its client went away; parked, it stops
+/// counting toward P until unparked (see the module's doc).
 pub struct Slot {
     shared: Arc<Shared>,
     tenant: TenantId,
     arrived: Instant,
     pub admitted: Instant,
+    /// Since when it is parked, if it is.
+    parked_at: Option<Instant>,
+    /// Time spent parked before, left out of its time inside the database.
+    parked_for: Duration,
 }
 
 /// A request waiting for its slot; dropping it (the client went away, the
@@ -223,6 +252,7 @@ impl Gate {
             by_name: HashMap::new(),
             waiters: HashMap::new(),
             next_tag: 0,
+            parked: 0,
             peak_demand: 0,
             peak_in_flight: 0,
             service: Moments::default(),
@@ -287,6 +317,8 @@ impl Gate {
                     tenant: tenant.id,
                     arrived,
                     admitted,
+                    parked_at: None,
+                    parked_for: Duration::ZERO,
                 })
             }
             // A dropped sender would mean the gate forgot the request: treat
@@ -378,7 +410,7 @@ impl Gate {
             return false;
         };
         let rec = &st.tenants[id.0 as usize];
-        if rec.pinned || rec.in_flight > 0 || st.stage.policy().queued(id) > 0 {
+        if rec.pinned || rec.in_flight > 0 || rec.parked > 0 || st.stage.policy().queued(id) > 0 {
             return false;
         }
         st.tenants.remove(id.0 as usize);
@@ -394,6 +426,11 @@ impl Gate {
     /// Requests inside the database now.
     pub fn in_flight(&self) -> usize {
         self.shared.lock().stage.in_service()
+    }
+
+    /// Requests waiting on their client with their slot parked.
+    pub fn parked(&self) -> usize {
+        self.shared.lock().parked
     }
 
     pub fn zeta(&self) -> f64 {
@@ -454,6 +491,7 @@ impl Gate {
             parallelism: st.stage.limit(),
             zeta: st.stage.policy().zeta(),
             in_flight: st.stage.in_service(),
+            parked: st.parked,
             queued: st.stage.queued(),
             wait_p99_ms: st.wait.quantile(0.99) as f64 / 1e6,
             wait_p999_ms: st.wait.quantile(0.999) as f64 / 1e6,
@@ -537,6 +575,7 @@ impl TenantRecord {
             name,
             weight,
             in_flight: 0,
+            parked: 0,
             admitted: 0,
             refused: 0,
             timed_out: 0,
@@ -559,6 +598,7 @@ impl TenantRecord {
             weight: self.weight,
             queued,
             in_flight: self.in_flight,
+            parked: self.parked,
             admitted: self.admitted,
             completed: self.latency.as_ref().map_or(0, |h| h.count()),
             refused: self.refused,
@@ -571,21 +611,70 @@ impl TenantRecord {
     }
 }
 
+impl Slot {
+    /// The request waits on its client: it stops counting toward P, and a
+    /// waiting request may take its place. Does nothing if already parked.
+    pub fn park(&mut self) {
+        if self.parked_at.is_some() {
+            return;
+        }
+        self.parked_at = Some(Instant::now());
+        let mut st = self.shared.lock();
+        st.parked += 1;
+        let rec = &mut st.tenants[self.tenant.0 as usize];
+        rec.parked += 1;
+        rec.in_flight -= 1;
+        st.stage.complete().expect("an unparked slot is in service");
+        st.grant_free_slots();
+    }
+
+    /// The client went on: the request counts toward P again at once, even
+    /// above it (see the module's doc). Does nothing if not parked.
+    pub fn unpark(&mut self) {
+        let Some(since) = self.parked_at.take() else {
+            return;
+        };
+        let now = Instant::now();
+        self.parked_for += now - since;
+        let mut st = self.shared.lock();
+        st.parked -= 1;
+        let rec = &mut st.tenants[self.tenant.0 as usize];
+        rec.parked -= 1;
+        rec.in_flight += 1;
+        st.stage.resume();
+        if st.stage.in_service() == 1 {
+            st.progress_at = now;
+        }
+        st.peak_in_flight = st.peak_in_flight.max(st.stage.in_service());
+    }
+
+    pub fn is_parked(&self) -> bool {
+        self.parked_at.is_some()
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let now = Instant::now();
         let latency = nanos(now - self.arrived);
-        let service = (now - self.admitted).as_secs_f64();
+        let parked_for = self.parked_for + self.parked_at.map_or(Duration::ZERO, |since| now - since);
+        let service = (now - self.admitted).saturating_sub(parked_for).as_secs_f64();
         let mut st = self.shared.lock();
         st.service.record(service);
-        st.note_progress(now);
         let rec = &mut st.tenants[self.tenant.0 as usize];
         record(&mut rec.latency, latency);
         if rec.track_percentiles {
             record(&mut rec.period_latency, latency);
         }
         rec.period.record(latency as f64);
-        st.release(self.tenant);
+        if self.parked_at.is_some() {
+            // Its slot was given back when it parked.
+            rec.parked -= 1;
+            st.parked -= 1;
+        } else {
+            st.note_progress(now);
+            st.release(self.tenant);
+        }
     }
 }
 
@@ -651,6 +740,9 @@ pub struct GateSnapshot {
     pub parallelism: usize,
     pub zeta: f64,
     pub in_flight: usize,
+    /// Requests waiting on their client with their slot parked, not
+    /// counted in `in_flight`.
+    pub parked: usize,
     pub queued: usize,
     /// Queue wait of every tenant's requests together.
     pub wait_p99_ms: f64,
@@ -664,6 +756,7 @@ pub struct TenantSnapshot {
     pub weight: f64,
     pub queued: usize,
     pub in_flight: usize,
+    pub parked: usize,
     pub admitted: u64,
     pub completed: u64,
     pub refused: u64,
@@ -904,6 +997,73 @@ mod tests {
         assert_eq!(g.snapshot().in_flight, 3);
         assert!(g.set_parallelism(0).unwrap_err().contains("parallelism"));
         assert!(g.set_zeta(f64::NAN).unwrap_err().contains("zeta"));
+    }
+
+    #[tokio::test]
+    async fn a_parked_slot_lets_the_next_request_in_and_comes_back_above_p() {
+        let g = gate(1, 10, 5_000);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut thinking = g.admit(&g.tenant("a")).await.unwrap();
+        spawn_requests(&g, "b", 2, &tx, true);
+        settle().await;
+        assert_eq!((g.snapshot().in_flight, g.snapshot().queued), (1, 2));
+        thinking.park();
+        thinking.park();
+        assert_eq!(rx.recv().await.unwrap(), "b", "the parked slot went to b");
+        let snap = g.snapshot();
+        assert_eq!((snap.in_flight, snap.parked, snap.queued), (1, 1, 1));
+        let a = snap.tenants.iter().find(|t| t.name == "a").unwrap();
+        assert_eq!((a.in_flight, a.parked), (0, 1));
+        assert!(!g.forget("a"), "a tenant with a parked request is kept");
+        thinking.unpark();
+        thinking.unpark();
+        assert!(!thinking.is_parked());
+        let snap = g.snapshot();
+        assert_eq!(
+            (snap.in_flight, snap.parked, snap.queued),
+            (2, 0, 1),
+            "back at once, above P = 1"
+        );
+        drop(thinking);
+        settle().await;
+        assert!(rx.try_recv().is_err(), "still at P: nobody else is let in");
+        assert_eq!(g.snapshot().in_flight, 1);
+    }
+
+    #[tokio::test]
+    async fn one_client_holding_a_parked_slot_is_not_deadlocked_by_its_own_next_request() {
+        // A thread drives two connections: the first's transaction is open
+        // and waits on that thread, which is blocked on the second's request.
+        let g = gate(1, 10, 200);
+        let mut open = g.admit(&g.tenant("c1")).await.unwrap();
+        open.park();
+        let next = g
+            .admit(&g.tenant("c2"))
+            .await
+            .expect("let in while the first is parked");
+        drop(next);
+        open.unpark();
+        drop(open);
+        let snap = g.snapshot();
+        assert_eq!((snap.in_flight, snap.parked), (0, 0));
+        assert_eq!(g.snapshot().tenants.iter().map(|t| t.completed).sum::<u64>(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_parked_slot_gives_back_nothing_twice_and_its_parked_time_is_not_service() {
+        let g = gate(2, 10, 5_000);
+        let t = g.tenant("a");
+        let mut parked = g.admit(&t).await.unwrap();
+        parked.park();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        drop(parked);
+        let period = g.take_period();
+        assert!(period.service.mean() < 0.05, "service {} s", period.service.mean());
+        let snap = g.snapshot();
+        assert_eq!((snap.in_flight, snap.parked), (0, 0));
+        let both = (g.admit(&t).await.unwrap(), g.admit(&t).await.unwrap());
+        assert_eq!(g.snapshot().in_flight, 2, "P = 2 still, no slot lost or gained");
+        drop(both);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! | file | what | source |
 //! |---|---|---|
-//! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots, refusals, per-tenant wait and latency | AppleS §3.3 |
+//! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots (a request waiting on its client parks its slot), refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | issue 5 §1, §7 |
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
@@ -24,11 +24,19 @@
 //! changes session state, and has its own from then on (`redis::shared`; the issue asks for one per client,
 //! which cost two reads and two writes per command). Sessions run on worker
 //! threads, one event loop each (`workers`), as many as
-//! `ProxyConfig::worker_threads` says by protocol. A client that
-//! drives several connections from one thread with blocking calls (pgbench
-//! -M prepared with fewer threads than clients) can deadlock against any
-//! admission limit: a blocked call waits at the gate while the thread's
-//! other connections hold slots. Tenants, once seen, are kept until the proxy restarts, but for
+//! `ProxyConfig::worker_threads` says by protocol. P counts requests the
+//! database works on: a PostgreSQL session waiting on its client inside a
+//! transaction parks its slot after `idle_in_transaction_release_ms` and
+//! takes it back, even above P, when the client goes on (see [`gate`] and
+//! `pg::session`), so that clients that think inside transactions do not
+//! shut others out, and a client driving several connections from one
+//! thread with blocking calls (pgbench -M prepared with fewer threads than
+//! clients) does not deadlock against its own open transactions at any P.
+//! `idle_in_transaction_timeout_ms` ends such sessions (25P03) when set.
+//! Before login a PostgreSQL client is bounded: a startup packet of 10,000
+//! bytes, other messages of 64 KiB, `login_timeout_ms` to complete the
+//! login; `max_client_conn` bounds the clients of a listener in either
+//! protocol, refused in their protocol beyond it (`server`). Tenants, once seen, are kept until the proxy restarts, but for
 //! tenants named by their connection, forgotten when it closes.
 
 pub mod admin;

@@ -3,14 +3,25 @@
 //! upstream connection, or for Redis a shared one until it needs its own),
 //! and on shutdown stops accepting, lets every request in flight finish (up
 //! to the drain timeout), then closes the connections.
+//!
+//! At `max_client_conn` sessions a new client is told so in its protocol
+//! (PostgreSQL: FATAL 53300, as PostgreSQL at max_connections; Redis: the
+//! error redis-server gives at maxclients) and closed, without the cost of
+//! a session. A failed accept (out of file descriptors, most often) leaves
+//! the listener usable: the loop pauses, 10 ms after the first failure in a
+//! row and twice as long after each next one up to 1 s, instead of spinning
+//! on the connection it cannot take, and says so at most once a second with
+//! the count since ([`AcceptBackoff`]).
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -88,6 +99,12 @@ impl Proxy {
                 };
                 Pool::start(settings, stats)
             }),
+            pg_limits: pg::session::Limits {
+                login_timeout: Duration::from_millis(config.login_timeout_ms),
+                idle_release: Duration::from_millis(config.idle_in_transaction_release_ms),
+                idle_timeout: (config.idle_in_transaction_timeout_ms > 0)
+                    .then(|| Duration::from_millis(config.idle_in_transaction_timeout_ms)),
+            },
         });
         Ok(Proxy {
             listeners,
@@ -117,23 +134,35 @@ impl Proxy {
         let (stop, stopped) = watch::channel(false);
         let mut sessions = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut backoff = AcceptBackoff::default();
+        let (protocol, limit) = (self.config.protocol, self.config.max_client_conn);
         loop {
             tokio::select! {
                 accepted = self.listeners.accept() => match accepted {
                     Ok((client, peer)) => {
-                        let session = session(client, peer, Arc::clone(&self.ctx), self.config.protocol, stopped.clone());
+                        backoff.succeeded();
+                        while sessions.try_join_next().is_some() {}
+                        if limit != 0 && sessions.len() >= limit {
+                            tracing::debug!("client {peer} refused: max_client_conn = {limit} reached");
+                            self.workers.next().spawn(refuse(client, protocol, limit));
+                            continue;
+                        }
+                        let session = session(client, peer, Arc::clone(&self.ctx), protocol, stopped.clone());
                         sessions.spawn_on(session, self.workers.next());
                     }
-                    // Out of descriptors and the like: the listener stays
-                    // usable, so wait a little instead of spinning.
                     Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let (pause, report) = backoff.failed(Instant::now());
+                        if let Some(failures) = report {
+                            tracing::warn!("accept failed ({failures} times since the last report): {e}; pausing {pause:?}");
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            () = &mut shutdown => break,
+                        }
                     }
                 },
                 () = &mut shutdown => break,
             }
-            while sessions.try_join_next().is_some() {}
         }
         drop(self.listeners);
         let _ = stop.send(true);
@@ -157,6 +186,88 @@ pub async fn run(config: ProxyConfig, gate: Gate, shutdown: impl Future<Output =
     Proxy::bind(config, gate).await?.run(shutdown).await
 }
 
+/// How long a refused client is given to read its refusal.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
+/// What a client over `max_client_conn` is told, in its protocol.
+fn too_many_clients(protocol: Protocol, limit: usize) -> BytesMut {
+    let mut out = BytesMut::new();
+    match protocol {
+        Protocol::Pg => {
+            let message = format!("sorry, too many clients already (sluice: max_client_conn = {limit})");
+            pg::frame::write_error(&mut out, "FATAL", "53300", &message);
+        }
+        Protocol::Redis => out.extend_from_slice(b"-ERR max number of clients reached\r\n"),
+    }
+    out
+}
+
+/// Tells a client over the limit why, and closes: the refusal is written,
+/// the write side shut, and what the client sends meanwhile read and
+/// dropped until it closes (up to [`REFUSAL_TIME`]), since closing with
+/// its bytes unread would reset the connection, and the reset can reach
+/// the client before it read the refusal.
+async fn refuse(client: Accepted, protocol: Protocol, limit: usize) {
+    let Ok(mut client) = client.register() else {
+        return;
+    };
+    let refusal = too_many_clients(protocol, limit);
+    let told = async {
+        client.write_all(&refusal).await?;
+        client.shutdown().await?;
+        let mut sink = [0u8; 512];
+        while client.read(&mut sink).await? > 0 {}
+        io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_TIME, told).await;
+}
+
+/// The accept loop's pause after failures, and its rate-limited report.
+#[derive(Debug)]
+struct AcceptBackoff {
+    pause: Duration,
+    /// Failures not reported yet.
+    unreported: u64,
+    reported_at: Option<Instant>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const LONGEST: Duration = Duration::from_secs(1);
+    const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+    /// An accept failed at `now`: how long to pause, and the failures to
+    /// report now, if it is time to.
+    fn failed(&mut self, now: Instant) -> (Duration, Option<u64>) {
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(Self::LONGEST);
+        self.unreported += 1;
+        let due = self
+            .reported_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= Self::REPORT_EVERY);
+        if !due {
+            return (pause, None);
+        }
+        self.reported_at = Some(now);
+        (pause, Some(std::mem::take(&mut self.unreported)))
+    }
+
+    /// An accept succeeded: the next failure pauses briefly again.
+    fn succeeded(&mut self) {
+        self.pause = Self::FIRST;
+    }
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            pause: Self::FIRST,
+            unreported: 0,
+            reported_at: None,
+        }
+    }
+}
+
 /// Serves one client on the worker it was given. The socket is registered
 /// here, with that worker's reactor: registered with the listener's, each
 /// of its wake-ups would cross threads.
@@ -177,5 +288,49 @@ async fn session(client: Accepted, peer: Peer, ctx: Arc<Context>, protocol: Prot
         if ctx.gate.forget(&name) {
             ctx.stats.forget(&name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_failures_pause_longer_each_time_and_are_reported_once_a_second() {
+        let mut backoff = AcceptBackoff::default();
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut pauses = Vec::new();
+        let mut reports = Vec::new();
+        // 300 failures in a row, 10 ms apart: the pauses grow to 1 s.
+        for i in 0..300 {
+            let (pause, report) = backoff.failed(start + ms(10 * i));
+            pauses.push(pause);
+            reports.extend(report);
+        }
+        assert_eq!(&pauses[..8], &[10, 20, 40, 80, 160, 320, 640, 1000].map(ms));
+        assert!(pauses[8..].iter().all(|&p| p == ms(1000)));
+        assert_eq!(reports, [1, 100, 100], "the first at once, then each second's count");
+        backoff.succeeded();
+        let (pause, report) = backoff.failed(start + ms(3005));
+        assert_eq!(
+            (pause, report),
+            (ms(10), Some(100)),
+            "a success starts the pauses again"
+        );
+    }
+
+    #[test]
+    fn a_refusal_speaks_the_client_protocol() {
+        let pg = too_many_clients(Protocol::Pg, 7);
+        let header = pg::frame::parse_header(&pg).unwrap().unwrap();
+        assert_eq!((header.tag, header.len), (b'E', pg.len()));
+        assert_eq!(pg::frame::error_field(&pg[5..], b'C'), Some("53300"));
+        let message = pg::frame::error_field(&pg[5..], b'M').unwrap();
+        assert!(message.starts_with("sorry, too many clients already"), "{message}");
+        assert_eq!(
+            &too_many_clients(Protocol::Redis, 7)[..],
+            b"-ERR max number of clients reached\r\n"
+        );
     }
 }

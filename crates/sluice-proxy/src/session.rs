@@ -132,6 +132,9 @@ pub(crate) struct Context {
     pub mux: Option<crate::redis::mux::Mux>,
     /// PostgreSQL under transaction pooling: the idle backends.
     pub pool: Option<Arc<crate::pg::pool::Pool>>,
+    /// PostgreSQL: the login timeout and the waits on a client inside a
+    /// transaction.
+    pub pg_limits: crate::pg::session::Limits,
 }
 
 /// The tenant a connection belongs to, and its statistics.

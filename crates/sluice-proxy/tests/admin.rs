@@ -149,9 +149,18 @@ async fn live_changes_apply_and_bad_values_are_named() {
         .find(|t| t["name"] == "alice")
         .unwrap();
     assert_eq!(alice["weight"], 3.0);
+    assert_eq!(
+        (stats["gate"]["parked"].as_u64(), alice["parked"].as_u64()),
+        (Some(0), Some(0))
+    );
     let (status, metrics) = http(admin, "GET", "/metrics", "").await;
     assert_eq!(status, 200);
     assert!(metrics.contains("tenant=\"alice\""), "{metrics}");
+    assert!(metrics.contains("sluice_gate_parked 0"), "{metrics}");
+    assert!(
+        metrics.contains("sluice_tenant_parked{tenant=\"alice\"} 0"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

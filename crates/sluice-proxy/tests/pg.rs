@@ -122,12 +122,9 @@ fn pgbench_simple_and_prepared_have_no_failures() {
     let proxy = proxy(&server, TenantKey::Connection, gate(4, 64, 10_000));
     pgbench(&proxy, &["-i", "-s", "1", "-q"]);
     for mode in ["simple", "prepared", "extended"] {
-        // One pgbench thread per client: in prepared mode pgbench prepares
-        // with a blocking call inside the thread that also drives its other
-        // clients, so with fewer threads than clients a prepare waiting at
-        // the gate stalls clients that hold slots mid-transaction (a
-        // deadlock of the client against any admission limit, PgBouncer's
-        // pool included).
+        // One pgbench thread per client here; fewer threads than clients
+        // (a prepare blocking the thread of clients idle mid-transaction)
+        // are pg_isolation.rs's case.
         let report = pgbench(&proxy, &["-c", "6", "-j", "6", "-T", "2", "-M", mode]);
         assert!(
             report.contains("number of failed transactions: 0 (0.000%)"),
@@ -295,7 +292,12 @@ fn extended(sql: &str) -> BytesMut {
 #[test]
 fn a_refused_request_gets_a_sqlstate_and_the_session_goes_on() {
     let Some(server) = PgServer::start() else { return };
-    let proxy = proxy(&server, TenantKey::Connection, gate(1, 1, 300));
+    // The open block keeps its slot while its client thinks: it is not
+    // released within the test.
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.tenant_key = TenantKey::Connection;
+    config.idle_in_transaction_release_ms = 60_000;
+    let proxy = ProxyHandle::start_with(config, gate(1, 1, 300));
     let mut holder = PgConn::connect(proxy.addr, "postgres");
     let mut other = PgConn::connect(proxy.addr, "postgres");
     holder.query("BEGIN").expect("BEGIN");

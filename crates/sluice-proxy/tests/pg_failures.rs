@@ -1,5 +1,6 @@
 //! Failures around the proxy in front of a real PostgreSQL 15 (issue 5,
-//! "Robustness"): the server killed under its clients and started again,
+//! "Robustness"): the server killed under its clients (every client inside
+//! a request is told with 08006) and started again,
 //! and clients that vanish at any point of a request. Either way every
 //! slot comes back to the gate and the proxy goes on serving.
 
@@ -45,6 +46,15 @@ fn gate_settles(proxy: &ProxyHandle, in_flight: usize, queued: usize) -> (usize,
     gate_until(proxy, |now| now == (in_flight, queued))
 }
 
+/// Waits up to 10 s for the gate to have `parked` requests parked.
+fn parked_settles(proxy: &ProxyHandle, parked: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.gate.parked() != parked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proxy.gate.parked()
+}
+
 /// Reads until the connection closes; the last ErrorResponse, if any.
 fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
     let mut last = None;
@@ -56,13 +66,6 @@ fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
     last
 }
 
-fn server_error_of(sqlstate: &str, message: &str) -> QueryError {
-    QueryError::Server {
-        sqlstate: sqlstate.into(),
-        message: message.into(),
-    }
-}
-
 #[test]
 fn a_killed_server_gives_each_client_a_clear_error_and_is_served_again_once_back() {
     let Some(mut server) = PgServer::start() else { return };
@@ -70,24 +73,52 @@ fn a_killed_server_gives_each_client_a_clear_error_and_is_served_again_once_back
     let pooled = pooled_proxy(&server, GateConfig::default());
     let mut idle = PgConn::connect(pooled.addr, "postgres");
     assert_eq!(idle.query("SELECT 1"), Ok(vec!["1".to_string()]));
-    let mut busy = [
-        PgConn::connect(session.addr, "postgres"),
-        PgConn::connect(pooled.addr, "postgres"),
-    ];
-    for conn in &mut busy {
-        conn.send_query("SELECT pg_sleep(60)");
+    // Inside a request on each proxy: a query running, one with more
+    // queries behind it that its backend has not read (killed, the backend
+    // resets the connection rather than closing it), and a transaction
+    // waiting on its client (its slot parked).
+    let mut busy = Vec::new();
+    for proxy in [&session, &pooled] {
+        let mut running = PgConn::connect(proxy.addr, "postgres");
+        running.send_query("SELECT pg_sleep(60)");
+        let mut queued_behind = PgConn::connect(proxy.addr, "postgres");
+        queued_behind.send_query("SELECT pg_sleep(60)");
+        for _ in 0..64 {
+            queued_behind.send_query(&format!("SELECT '{}'", "x".repeat(1024)));
+        }
+        let mut idle_in_block = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(idle_in_block.query("BEGIN"), Ok(vec![]));
+        busy.extend([running, queued_behind, idle_in_block]);
     }
     for proxy in [&session, &pooled] {
-        assert_eq!(gate_settles(proxy, 1, 0), (1, 0), "the sleeping query is inside");
+        assert_eq!(gate_settles(proxy, 2, 0), (2, 0), "the sleeping queries are inside");
+        assert_eq!(parked_settles(proxy, 1), 1, "the idle transaction is parked");
     }
 
     server.kill();
-    let closed = server_error_of("08006", "sluice: the upstream server closed the connection");
-    for conn in &mut busy {
-        assert_eq!(last_error_before_close(conn), Some(closed.clone()));
+    for (i, conn) in busy.iter_mut().enumerate() {
+        match last_error_before_close(conn) {
+            Some(QueryError::Server { sqlstate, message }) if sqlstate == "08006" => {
+                assert!(
+                    message.starts_with("sluice: the upstream server"),
+                    "client {i}: {message}"
+                );
+            }
+            // A backend that noticed its postmaster die before it was
+            // killed too says so itself, and the proxy adds nothing.
+            Some(QueryError::Server { sqlstate, message }) if sqlstate == "57P01" => {
+                assert!(message.contains("unexpected postmaster exit"), "client {i}: {message}");
+            }
+            other => panic!("client {i} inside a request got {other:?}, not 08006"),
+        }
     }
     for proxy in [&session, &pooled] {
-        assert_eq!(gate_settles(proxy, 0, 0), (0, 0), "the killed request's slot came back");
+        assert_eq!(
+            gate_settles(proxy, 0, 0),
+            (0, 0),
+            "the killed requests' slots came back"
+        );
+        assert_eq!(parked_settles(proxy, 0), 0, "and the parked one's");
     }
     let mut login = PgConn::raw(session.addr);
     login.send_startup("postgres");

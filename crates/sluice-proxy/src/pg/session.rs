@@ -29,15 +29,47 @@
 //! extended-protocol batch is discarded up to its Sync, which gets the
 //! ReadyForQuery. A malformed message gets ErrorResponse 08P01 and closes
 //! that connection only.
+//!
+//! Waiting on the client: once a request's answers are all in and the last
+//! ReadyForQuery says a transaction is open ('T' or 'E'), the request waits
+//! on its client. After `idle_in_transaction_release_ms` of that its gate
+//! slot is parked (see [`crate::gate`]: P counts work inside the database),
+//! and the client's next message takes it back at once. The default, 10 ms,
+//! is far above the gap between a ReadyForQuery and the next statement of a
+//! client that runs its transaction without pausing (well under 1 ms on one
+//! host, a few ms across a LAN), so such transactions keep their slot and
+//! never touch the gate between statements, and far below the admission
+//! wait other clients would otherwise spend behind one that pauses: a
+//! paused slot costs them at most 10 ms once. With
+//! `idle_in_transaction_timeout_ms` set, a session that waits on its client
+//! in a transaction that long is ended with FATAL 25P03, as PostgreSQL's
+//! idle_in_transaction_session_timeout does; its backend goes with it and
+//! the server rolls the transaction back.
+//!
+//! Before login: the whole login (startup packets, TLS handshake,
+//! authentication up to the first ReadyForQuery) must complete within
+//! `login_timeout_ms` (PostgreSQL's authentication_timeout), or the client
+//! gets FATAL 08P01 and is closed (without a word inside an unfinished TLS
+//! handshake). A startup packet is at most 10,000 bytes (PostgreSQL's
+//! MAX_STARTUP_PACKET_LENGTH) and any other message before the login
+//! completes at most [`MAX_LOGIN_MESSAGE_LEN`] (PostgreSQL's limit for
+//! authentication messages), so an unauthenticated client cannot make the
+//! proxy buffer more; after login a message may be as long as PostgreSQL
+//! allows.
+//!
+//! When the server goes away under a session, its client is told with FATAL
+//! 08006 (unless the server said why itself), whichever direction noticed.
 
 use std::io;
 use std::mem;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
 use super::cancel::CancelGuard;
@@ -49,6 +81,23 @@ use crate::config::TenantKey;
 use crate::gate::Slot;
 use crate::session::{admit, drive, room_to_read, send, ClientEnd, Context, Flags, Outcome, Who};
 use crate::socket::{self, Stream};
+
+/// Longest message other than a startup packet accepted before the login
+/// completes: PostgreSQL reads an authentication message of at most
+/// PG_MAX_AUTH_TOKEN_LENGTH (65,535) bytes, plus its tag and length.
+pub const MAX_LOGIN_MESSAGE_LEN: usize = 65_535 + 5;
+
+/// The listener's limits on PostgreSQL sessions (see the module's doc).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub login_timeout: Duration,
+    /// How long a request waits on its client inside a transaction before
+    /// its slot is parked.
+    pub idle_release: Duration,
+    /// How long it may wait so before the session is ended; `None`: for
+    /// ever.
+    pub idle_timeout: Option<Duration>,
+}
 
 /// A request inside the database.
 struct Request {
@@ -72,6 +121,11 @@ struct State {
     outbox: BytesMut,
     /// Under transaction pooling: the client's named prepared statements.
     statements: Statements,
+    /// Since when the request waits on its client inside a transaction;
+    /// cleared by the client's next message.
+    idle_since: Option<Instant>,
+    /// Writing to the server failed: it is gone.
+    upstream_gone: bool,
 }
 
 struct Shared {
@@ -112,17 +166,29 @@ pub(crate) async fn serve(
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
-    match (startup(&mut client, &mut buf, ctx, ctx.tls.is_some()).await?, &ctx.tls) {
+    let deadline = Instant::now() + ctx.pg_limits.login_timeout;
+    let begun = timeout_at(deadline, startup(&mut client, &mut buf, ctx, ctx.tls.is_some())).await;
+    let Ok(begun) = begun else {
+        return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
+    };
+    match (begun?, &ctx.tls) {
         (Begin::Session(startup), _) => {
             let (rd, wr) = socket::split(&mut client);
-            session(rd, wr, buf, startup, peer, ctx, shutdown).await
+            session(rd, wr, buf, startup, peer, ctx, deadline, shutdown).await
         }
         // Boxed: a TLS session's state (the TLS connection's and its own)
         // would otherwise size every plain session's future too, and an
         // idle client holds its future whole.
-        (Begin::Tls, Some(acceptor)) => Box::pin(serve_tls(acceptor, client, buf, peer, ctx, shutdown)).await,
+        (Begin::Tls, Some(acceptor)) => Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await,
         (Begin::Tls, None) | (Begin::Done, _) => Ok(()),
     }
+}
+
+fn login_timed_out(ctx: &Context) -> String {
+    format!(
+        "sluice: the login did not complete within login_timeout_ms = {}",
+        ctx.pg_limits.login_timeout.as_millis()
+    )
 }
 
 /// Serves a client that was answered 'S' to its SSLRequest: the TLS
@@ -133,13 +199,21 @@ async fn serve_tls(
     mut buf: BytesMut,
     peer: &Peer,
     ctx: &Context,
+    deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let mut client = acceptor.accept(client).await?;
-    match startup(&mut client, &mut buf, ctx, false).await? {
+    // An unfinished handshake has no channel to say why on.
+    let Ok(handshake) = timeout_at(deadline, acceptor.accept(client)).await else {
+        return Ok(());
+    };
+    let mut client = handshake?;
+    let Ok(begun) = timeout_at(deadline, startup(&mut client, &mut buf, ctx, false)).await else {
+        return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
+    };
+    match begun? {
         Begin::Session(startup) => {
             let (rd, wr) = tokio::io::split(client);
-            session(rd, wr, buf, startup, peer, ctx, shutdown).await
+            session(rd, wr, buf, startup, peer, ctx, deadline, shutdown).await
         }
         Begin::Tls | Begin::Done => Ok(()),
     }
@@ -156,7 +230,9 @@ enum Begin {
     Done,
 }
 
-/// Relays one session once its StartupMessage is in `buf`.
+/// Relays one session once its StartupMessage is in `buf`; the login must
+/// complete by `login_deadline`.
+#[allow(clippy::too_many_arguments)]
 async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     client_rd: R,
     mut client_wr: W,
@@ -164,6 +240,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     (params, startup_len): (StartupParams, usize),
     peer: &Peer,
     ctx: &Context,
+    login_deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
@@ -188,6 +265,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             unsynced: false,
             outbox: BytesMut::new(),
             statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
+            idle_since: None,
+            upstream_gone: false,
         }),
         flags: Flags::default(),
         link,
@@ -204,6 +283,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         discarding: false,
         out: BytesMut::new(),
         rewritten: BytesMut::new(),
+        login_deadline,
+        logged_in: false,
     };
     let down = Down {
         client: client_wr,
@@ -214,6 +295,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         last_tag: 0,
         challenged: false,
         reopens: false,
+        idle: None,
+        parked: false,
     };
     drive(up.run(), down.run(), &shared.flags, shutdown).await
 }
@@ -306,6 +389,9 @@ struct Up<'a, R> {
     out: BytesMut,
     /// A message rewritten under transaction pooling, before it joins `out`.
     rewritten: BytesMut,
+    login_deadline: Instant,
+    /// The login completed (seen once, so as not to ask the state again).
+    logged_in: bool,
 }
 
 /// What to do with one message.
@@ -320,17 +406,55 @@ enum Action {
 
 impl<R: AsyncRead + Unpin> Up<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
-        send(&mut self.upstream, &self.buf[..self.startup_len]).await?;
+        if let Err(e) = send(&mut self.upstream, &self.buf[..self.startup_len]).await {
+            return Ok(self.upstream_failed(&e));
+        }
         self.buf.advance(self.startup_len);
         loop {
-            if let Some(end) = self.forward().await? {
-                return Ok(end);
+            match self.forward().await {
+                Ok(Some(end)) => return Ok(end),
+                Ok(None) => {}
+                // Only writes to the server fail in `forward`.
+                Err(e) => return Ok(self.upstream_failed(&e)),
             }
             room_to_read(&mut self.buf);
-            if self.client.read_buf(&mut self.buf).await? == 0 {
-                return Ok(ClientEnd::Closed);
+            if !self.logging_in() {
+                if self.client.read_buf(&mut self.buf).await? == 0 {
+                    return Ok(ClientEnd::Closed);
+                }
+                continue;
+            }
+            match timeout_at(self.login_deadline, self.client.read_buf(&mut self.buf)).await {
+                Ok(read) => {
+                    if read? == 0 {
+                        return Ok(ClientEnd::Closed);
+                    }
+                }
+                Err(_) if self.logging_in() => {
+                    let e = login_timed_out(self.ctx);
+                    self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", &e));
+                    return Ok(ClientEnd::ProtocolError);
+                }
+                // The login completed while the client was quiet.
+                Err(_) => {}
             }
         }
+    }
+
+    /// Whether the login is still going on.
+    fn logging_in(&mut self) -> bool {
+        if !self.logged_in {
+            self.logged_in = !self.shared.lock().authenticating;
+        }
+        !self.logged_in
+    }
+
+    /// Writing to the server failed: the session ends, its client told by
+    /// the other direction (see [`Down::finished`]).
+    fn upstream_failed(&self, e: &io::Error) -> ClientEnd {
+        tracing::debug!("writing to the upstream server failed: {e}");
+        self.shared.lock().upstream_gone = true;
+        ClientEnd::ProtocolError
     }
 
     /// Handles every complete message in the buffer; forwarded messages go
@@ -341,6 +465,15 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         let mut pos = 0;
         let outcome = loop {
             let header = match frame::parse_header(&buf[pos..]) {
+                Ok(Some(header)) if header.len > MAX_LOGIN_MESSAGE_LEN && self.logging_in() => {
+                    let e = format!(
+                        "sluice: message too long before login: '{}' of {} bytes (at most {MAX_LOGIN_MESSAGE_LEN} until the login completes)",
+                        char::from(header.tag).escape_default(),
+                        header.len
+                    );
+                    self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", &e));
+                    break Some(ClientEnd::ProtocolError);
+                }
                 Ok(Some(header)) if header.len <= buf.len() - pos => header,
                 Ok(Some(header)) => {
                     buf.reserve(header.len - (buf.len() - pos));
@@ -408,7 +541,15 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
             (starts, state.authenticating)
         };
         if !starts {
-            count(&mut self.shared.lock(), tag);
+            let mut state = self.shared.lock();
+            // The client went on: a request that waited on it counts
+            // toward P again at once.
+            if state.idle_since.take().is_some() {
+                if let Some(request) = state.request.as_mut() {
+                    request.slot.unpark();
+                }
+            }
+            count(&mut state, tag);
             return Ok(Action::Forward);
         }
         if authenticating && self.shared.pooling.is_some() {
@@ -571,6 +712,11 @@ struct Down<'a, W> {
     /// may be closed. Otherwise the pool grows only by logins, and keeps
     /// what they bring until the idle timeout.
     reopens: bool,
+    /// Since when the request waits on its client in a transaction, as this
+    /// side last set it (the client side clears the shared one).
+    idle: Option<Instant>,
+    /// Its slot was parked in this wait.
+    parked: bool,
 }
 
 impl<W: AsyncWrite + Unpin> Down<'_, W> {
@@ -581,16 +727,61 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             room_to_read(&mut self.buf);
             let backend = self.shared.link.get();
+            let idle_deadline = self.idle_deadline();
             tokio::select! {
-                read = read_from(backend.as_deref(), &mut self.buf) => {
-                    if read? == 0 {
-                        return self.upstream_closed().await;
+                read = read_from(backend.as_deref(), &mut self.buf) => match read {
+                    Ok(0) => return self.upstream_closed(None).await,
+                    Ok(_) => {}
+                    Err(e) => return self.upstream_closed(Some(e)).await,
+                },
+                _ = self.shared.flags.wake.notified() => {}
+                () = sleep_until(idle_deadline) => {
+                    if let Some(last) = self.waited_on_client() {
+                        return send(&mut self.client, &last).await;
                     }
                 }
-                _ = self.shared.flags.wake.notified() => {}
             }
             self.forward().await?;
         }
+    }
+
+    /// When the wait on the client next calls for something: parking the
+    /// slot, then the idle-in-transaction timeout.
+    fn idle_deadline(&self) -> Option<Instant> {
+        let since = self.idle?;
+        let limits = &self.ctx.pg_limits;
+        if self.parked {
+            limits.idle_timeout.map(|timeout| since + timeout)
+        } else {
+            Some(since + limits.idle_release)
+        }
+    }
+
+    /// The idle deadline passed: parks the slot, or when the timeout is up,
+    /// returns the last bytes for the client.
+    fn waited_on_client(&mut self) -> Option<BytesMut> {
+        let since = self.idle?;
+        let mut state = self.shared.lock();
+        if state.idle_since != Some(since) {
+            // The client went on meanwhile.
+            self.idle = None;
+            return None;
+        }
+        if !self.parked {
+            self.parked = true;
+            if let Some(request) = state.request.as_mut() {
+                request.slot.park();
+            }
+            return None;
+        }
+        let timeout = self.ctx.pg_limits.idle_timeout.unwrap_or_default();
+        let mut last = mem::take(&mut state.outbox);
+        let e = format!(
+            "sluice: terminating connection due to idle-in-transaction timeout (idle_in_transaction_timeout_ms = {})",
+            timeout.as_millis()
+        );
+        frame::write_error(&mut last, "FATAL", "25P03", &e);
+        Some(last)
     }
 
     /// The last bytes for the client when the session is to end now: after
@@ -602,7 +793,11 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         }
         let mut state = self.shared.lock();
         if flags.closing() {
-            return Some(mem::take(&mut state.outbox));
+            let mut last = mem::take(&mut state.outbox);
+            if state.upstream_gone {
+                self.tell_closed(&mut last, None);
+            }
+            return Some(last);
         }
         if flags.draining() && state.request.is_none() {
             let mut last = mem::take(&mut state.outbox);
@@ -731,11 +926,20 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 state.syncs = state.syncs.saturating_sub(1);
                 let answered_all = state.syncs == 0 && !state.unsynced;
                 if status == b'I' && answered_all {
+                    state.idle_since = None;
                     state.request.take()
                 } else {
                     None
                 }
             };
+            if ended.is_none() && !logged_in && status != b'I' && state.syncs == 0 && !state.unsynced {
+                // Everything is answered inside a transaction: the request
+                // waits on its client.
+                let now = Instant::now();
+                state.idle_since = state.request.as_ref().map(|_| now);
+                self.idle = state.idle_since;
+                self.parked = false;
+            }
             let idle = state.request.is_none() && status == b'I';
             let pooled = self.shared.pooling.as_ref().filter(|_| idle);
             (
@@ -763,18 +967,33 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
         released
     }
 
-    /// The server closed: unless it said why, the client is told.
-    async fn upstream_closed(&mut self) -> io::Result<()> {
+    /// The server closed, or reading from it failed (`error`): unless it
+    /// said why, the client is told.
+    async fn upstream_closed(&mut self, error: Option<io::Error>) -> io::Result<()> {
         let mut last = mem::take(&mut self.shared.lock().outbox);
-        if self.last_tag != b'E' {
-            frame::write_error(
-                &mut last,
-                "FATAL",
-                "08006",
-                "sluice: the upstream server closed the connection",
-            );
-        }
+        self.tell_closed(&mut last, error);
         send(&mut self.client, &last).await
+    }
+
+    /// Adds FATAL 08006 for the client to `last`, unless the server's last
+    /// message was an error of its own.
+    fn tell_closed(&self, last: &mut BytesMut, error: Option<io::Error>) {
+        if self.last_tag == b'E' {
+            return;
+        }
+        let message = match error {
+            Some(e) => format!("sluice: the upstream server connection failed: {e}"),
+            None => "sluice: the upstream server closed the connection".into(),
+        };
+        frame::write_error(last, "FATAL", "08006", &message);
+    }
+}
+
+/// Sleeps until `deadline`; with none, for ever.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

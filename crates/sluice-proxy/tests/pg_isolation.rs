@@ -1,0 +1,178 @@
+//! A slot is held while the database works, not while a client thinks, in
+//! front of a real PostgreSQL 15: sessions idle inside a transaction do not
+//! hold other tenants back, pgbench driving many connections from few
+//! threads runs without a failure at any P in both pooling modes, and the
+//! idle-in-transaction timeout ends such a session with 25P03.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sluice_proxy::gate::GateConfig;
+use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
+use support::pgwire::{server_error, PgConn, QueryError};
+use support::proxy::{gate, ProxyHandle};
+use support::psql::text;
+use support::servers::PgServer;
+
+fn proxy(server: &PgServer, pool: PoolMode, gate: GateConfig, configure: impl FnOnce(&mut ProxyConfig)) -> ProxyHandle {
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.tenant_key = TenantKey::Connection;
+    config.pool = pool;
+    configure(&mut config);
+    ProxyHandle::start_with(config, gate)
+}
+
+/// Waits up to 10 s for the gate's (in flight, parked) to be `want`.
+fn gate_settles(proxy: &ProxyHandle, want: (usize, usize)) -> (usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let gate = proxy.gate.snapshot();
+        let now = (gate.in_flight, gate.parked);
+        if now == want || Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The 99th percentile of `n` round trips of `SELECT 1` on `conn`, after
+/// 20 not counted (under transaction pooling the first may open a backend:
+/// the idle sessions hold two).
+fn p99_of_select_1(conn: &mut PgConn, n: usize) -> Duration {
+    for _ in 0..20 {
+        assert_eq!(conn.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    }
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let started = Instant::now();
+            assert_eq!(conn.query("SELECT 1"), Ok(vec!["1".to_string()]));
+            started.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[n * 99 / 100]
+}
+
+#[test]
+fn sessions_idle_in_a_transaction_do_not_hold_other_tenants_back() {
+    let Some(server) = PgServer::start() else { return };
+    const P: usize = 2;
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        // Were the idle sessions counted, every probe would wait out this.
+        let proxy = proxy(&server, pool, gate(P, 1024, 2_000), |_| {});
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        // Alone and beside the idle sessions, measured in pairs so that a
+        // noisy moment of the machine does not decide; one pair within 2x
+        // suffices, and a gate that counted the idle sessions fails them
+        // all by seconds.
+        let mut pairs = Vec::new();
+        for _ in 0..5 {
+            let alone = p99_of_select_1(&mut probe, 300);
+            let mut idle: Vec<PgConn> = (0..P).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+            for conn in &mut idle {
+                assert_eq!(conn.query("BEGIN"), Ok(vec![]));
+                assert_eq!(conn.query("SELECT 1"), Ok(vec!["1".to_string()]));
+            }
+            assert_eq!(
+                gate_settles(&proxy, (0, P)),
+                (0, P),
+                "{pool:?}: the idle sessions parked"
+            );
+            let beside = p99_of_select_1(&mut probe, 300);
+            let snapshot = proxy.gate.snapshot();
+            assert_eq!(snapshot.parked, P, "{pool:?}");
+            assert_eq!(snapshot.tenants.iter().map(|t| t.parked).sum::<usize>(), P);
+            for conn in &mut idle {
+                assert_eq!(conn.query("COMMIT"), Ok(vec![]), "{pool:?}: the transaction goes on");
+            }
+            assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+            pairs.push((alone, beside));
+            if beside <= alone * 2 {
+                break;
+            }
+        }
+        let (alone, beside) = *pairs.last().unwrap();
+        assert!(
+            beside <= alone * 2,
+            "{pool:?}: p99 of SELECT 1 beside {P} idle transactions vs alone: {pairs:?}"
+        );
+        eprintln!("{pool:?}: p99 alone, beside {P} idle transactions: {pairs:?}");
+    }
+}
+
+fn pgbench(port: u16, args: &[&str]) -> (bool, String) {
+    let out = Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .arg("postgres")
+        .output()
+        .expect("running pgbench");
+    let report = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.success(), report)
+}
+
+#[test]
+fn pgbench_with_more_connections_than_threads_has_no_failures_at_any_p() {
+    let Some(server) = PgServer::start() else { return };
+    if support::require("pgbench").is_none() {
+        return;
+    }
+    let direct = server.addr();
+    let port: u16 = direct.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    let (ok, report) = pgbench(port, &["-i", "-s", "1", "-q"]);
+    assert!(ok, "pgbench -i failed:\n{report}");
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        for p in [1, 2, 4, 8] {
+            // A request that waited out this would fail its transaction.
+            let proxy = proxy(&server, pool, gate(p, 1024, 10_000), |_| {});
+            let port = proxy.addr.port();
+            for clients in [["-c", "16", "-j", "2"], ["-c", "5", "-j", "1"]] {
+                let mut args = vec!["-M", "prepared", "-t", "10"];
+                args.extend(clients);
+                let (ok, report) = pgbench(port, &args);
+                assert!(ok, "{pool:?}, P = {p}, pgbench {args:?} failed:\n{report}");
+                assert!(
+                    report.contains("number of failed transactions: 0 "),
+                    "{pool:?}, P = {p}, {args:?}:\n{report}"
+                );
+            }
+            assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}, P = {p}");
+        }
+    }
+}
+
+#[test]
+fn a_session_idle_in_a_transaction_past_the_timeout_is_ended_with_25p03() {
+    let Some(server) = PgServer::start() else { return };
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, GateConfig::default(), |c| {
+            c.idle_in_transaction_timeout_ms = 300;
+        });
+        let mut idle = PgConn::connect(proxy.addr, "postgres");
+        let mut busy = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(idle.query("BEGIN"), Ok(vec![]));
+        assert_eq!(busy.query("BEGIN"), Ok(vec![]));
+        // The busy one never waits as long: it goes on.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(busy.query("SELECT 1"), Ok(vec!["1".to_string()]), "{pool:?}");
+        }
+        let mut last = None;
+        while let Some((tag, body)) = idle.read_message() {
+            if tag == b'E' {
+                last = Some(server_error(&body));
+            }
+        }
+        match last {
+            Some(QueryError::Server { sqlstate, message }) => {
+                assert_eq!(sqlstate, "25P03", "{pool:?}: {message}");
+                assert!(message.contains("idle-in-transaction timeout"), "{message}");
+            }
+            other => panic!("{pool:?}: the idle session ended with {other:?}"),
+        }
+        assert_eq!(busy.query("COMMIT"), Ok(vec![]), "{pool:?}");
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+    }
+}
