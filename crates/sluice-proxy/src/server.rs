@@ -32,6 +32,7 @@ use crate::pg::cancel::CancelRegistry;
 use crate::pg::pool::{Pool, PoolSettings};
 use crate::pg::upstream_tls::UpstreamTls;
 use crate::redis::mux::Mux;
+use crate::redis::UpstreamAuth;
 use crate::session::Context;
 use crate::stats::Stats;
 use crate::workers::Workers;
@@ -79,6 +80,10 @@ impl Proxy {
             })?;
         let workers = Workers::start(config.worker_threads()).map_err(ProxyError::Workers)?;
         let stats = Arc::<Stats>::default();
+        let upstream_auth = Arc::new(match config.protocol {
+            Protocol::Redis => UpstreamAuth::probe(&config.upstream).await,
+            Protocol::Pg => UpstreamAuth::default(),
+        });
         let ctx = Arc::new(Context {
             gate,
             stats: Arc::clone(&stats),
@@ -87,8 +92,11 @@ impl Proxy {
             tenant_key: config.tenant_key,
             tls,
             upstream_tls: upstream_tls.clone(),
-            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0)
-                .then(|| Mux::new(config.upstream.clone(), config.shared_upstreams, workers.len())),
+            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0).then(|| {
+                let upstream = (config.upstream.clone(), Arc::clone(&upstream_auth));
+                Mux::new(upstream, config.shared_upstreams, workers.len())
+            }),
+            upstream_auth,
             pool: (config.pool == PoolMode::Transaction).then(|| {
                 let settings = PoolSettings {
                     upstream: config.upstream.clone(),

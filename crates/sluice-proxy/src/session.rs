@@ -130,6 +130,8 @@ pub(crate) struct Context {
     pub upstream_tls: Option<Arc<crate::pg::upstream_tls::UpstreamTls>>,
     /// Redis: upstream connections shared by clients in the default state.
     pub mux: Option<crate::redis::mux::Mux>,
+    /// Redis: whether the server asks clients to authenticate.
+    pub upstream_auth: Arc<crate::redis::UpstreamAuth>,
     /// PostgreSQL under transaction pooling: the idle backends.
     pub pool: Option<Arc<crate::pg::pool::Pool>>,
     /// PostgreSQL: the login timeout and the waits on a client inside a

@@ -199,3 +199,80 @@ fn clients_beyond_max_client_conn_are_refused_in_their_protocol() {
     );
     assert_eq!(refused.reply(), None, "closed after the refusal");
 }
+
+/// An upstream that asks for AUTH: every line it reads is answered NOAUTH.
+fn upstream_asking_auth() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding the upstream");
+    let addr = listener.local_addr().expect("its address");
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut chunk) {
+                    let lines = chunk[..n].iter().filter(|&&b| b == b'\n').count();
+                    let noauth = b"-NOAUTH Authentication required.\r\n".repeat(lines);
+                    if n == 0 || conn.write_all(&noauth).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Announces a 512 MiB bulk before AUTH and sends 4 MiB of it; returns
+/// what came back before the close.
+fn send_a_huge_bulk_before_auth(addr: SocketAddr) -> String {
+    let mut conn = TcpStream::connect(addr).expect("connecting to the proxy");
+    conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    conn.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$536870912\r\n").unwrap();
+    let mut writer = conn.try_clone().expect("cloning the client's socket");
+    let pushing = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            if writer.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    pushing.join().expect("the writer thread");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Where Redis asks for AUTH, a client that has not authenticated is held
+/// to Redis's own bounds for it (10 arguments, 16 KiB bulks) and cannot
+/// make the proxy hold its 512 MiB bulk.
+#[test]
+fn a_redis_client_before_auth_cannot_make_the_proxy_hold_a_huge_bulk() {
+    let _one = one_at_a_time();
+    for shared in [2, 0] {
+        let mut config = ProxyConfig::new("127.0.0.1:0", upstream_asking_auth().to_string(), Protocol::Redis);
+        config.shared_upstreams = shared;
+        let proxy = ProxyHandle::start_with(config, GateConfig::default());
+        let mut conn = RespConn::connect(proxy.addr);
+        assert_eq!(conn.call(&["PING"]), "-NOAUTH Authentication required.\r\n");
+        send_a_huge_bulk_before_auth(proxy.addr);
+        let before = rss_kib();
+        for _ in 0..4 {
+            assert_eq!(
+                send_a_huge_bulk_before_auth(proxy.addr),
+                "-ERR Protocol error: unauthenticated bulk length\r\n"
+            );
+        }
+        let grown = rss_kib().saturating_sub(before);
+        eprintln!("4 Redis clients announcing 512 MiB before AUTH: the process grew by {grown} KiB");
+        assert!(grown < 1024, "shared_upstreams = {shared}: grew by {grown} KiB");
+        let eleven = format!("*11\r\n{}", "$1\r\nx\r\n".repeat(11));
+        let mut conn = RespConn::connect(proxy.addr);
+        conn.send_raw(eleven.as_bytes());
+        assert_eq!(
+            conn.reply().as_deref(),
+            Some("-ERR Protocol error: unauthenticated multibulk length\r\n")
+        );
+        assert_eq!(conn.reply(), None, "closed after the error");
+    }
+}

@@ -12,8 +12,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
-use sluice_proxy::redis::resp::ReplyScanner;
+use sluice_proxy::redis::resp::{encode_command, ReplyScanner};
 use sluice_proxy::{Protocol, ProxyConfig, TenantKey};
 use support::proxy::{gate, ProxyHandle};
 use support::respwire::RespConn;
@@ -324,6 +325,41 @@ fn quit_and_unbalanced_quotes_end_only_that_client() {
             neighbour.call(&["GET", "n"]),
             "$1\r\n1\r\n",
             "{path}: the lane is intact"
+        );
+    }
+}
+
+/// Where Redis asks for a password, an AUTH lifts the bounds on what a
+/// client sends before it, even with a large command right behind it in
+/// the same write; a failed AUTH does not.
+#[test]
+fn auth_lifts_the_bounds_before_it() {
+    let Some(server) = RedisServer::start() else { return };
+    let mut direct = RespConn::connect(server.addr().parse().unwrap());
+    assert_eq!(direct.call(&["CONFIG", "SET", "requirepass", "pw"]), "+OK\r\n");
+    for (path, proxy) in proxies(&server, GateConfig::default()) {
+        let value = "v".repeat(100 * 1024);
+        let mut wrong = RespConn::connect(proxy.addr);
+        let mut bytes = BytesMut::new();
+        encode_command(&["AUTH", "nope"], &mut bytes);
+        encode_command(&["SET", "big", &value], &mut bytes);
+        wrong.send_raw(&bytes);
+        assert!(wrong.reply().unwrap().starts_with("-WRONGPASS"), "{path}");
+        assert_eq!(
+            wrong.reply().as_deref(),
+            Some("-ERR Protocol error: unauthenticated bulk length\r\n"),
+            "{path}"
+        );
+        let mut right = RespConn::connect(proxy.addr);
+        let mut bytes = BytesMut::new();
+        encode_command(&["AUTH", "pw"], &mut bytes);
+        encode_command(&["SET", "big", &value], &mut bytes);
+        right.send_raw(&bytes);
+        assert_eq!(right.reply().as_deref(), Some("+OK\r\n"), "{path}");
+        assert_eq!(
+            right.reply().as_deref(),
+            Some("+OK\r\n"),
+            "{path}: the large SET after AUTH"
         );
     }
 }

@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
+use super::UpstreamAuth;
 use crate::gate::Slot;
 use crate::session::READ_SIZE;
 use crate::socket::{self, OwnedReadHalf, OwnedWriteHalf};
@@ -53,6 +54,7 @@ const BATCH_BYTES: usize = 64 * 1024;
 
 pub(crate) struct Mux {
     upstream: String,
+    auth: Arc<UpstreamAuth>,
     /// `per_worker` lanes for each worker, in worker order.
     lanes: Vec<Mutex<Option<mpsc::UnboundedSender<Call>>>>,
     per_worker: usize,
@@ -60,11 +62,13 @@ pub(crate) struct Mux {
 
 impl Mux {
     /// `per_worker` shared connections to `upstream` for each of `workers`
-    /// (at least one), dialled on first use.
-    pub fn new(upstream: String, per_worker: usize, workers: usize) -> Self {
+    /// (at least one), dialled on first use; their replies tell `auth`
+    /// whether the server asks for AUTH.
+    pub fn new((upstream, auth): (String, Arc<UpstreamAuth>), per_worker: usize, workers: usize) -> Self {
         let per_worker = per_worker.max(1);
         Mux {
             upstream,
+            auth,
             lanes: (0..per_worker * workers).map(|_| Mutex::new(None)).collect(),
             per_worker,
         }
@@ -97,14 +101,14 @@ impl Mux {
         sender
             .send(call)
             .unwrap_or_else(|_| unreachable!("the receiver is alive"));
-        tokio::spawn(lane_task(self.upstream.clone(), calls));
+        tokio::spawn(lane_task(self.upstream.clone(), Arc::clone(&self.auth), calls));
         *tx = Some(sender);
         answer
     }
 }
 
 /// Dials the upstream, then writes and reads until the connection fails.
-async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
+async fn lane_task(upstream: String, auth: Arc<UpstreamAuth>, mut calls: mpsc::UnboundedReceiver<Call>) {
     let stream = match socket::connect_stream(&upstream).await {
         Ok(s) => s,
         Err(e) => {
@@ -116,7 +120,7 @@ async fn lane_task(upstream: String, mut calls: mpsc::UnboundedReceiver<Call>) {
     let in_flight = InFlight::default();
     let failure = tokio::select! {
         e = write_calls(wr, &mut calls, &in_flight) => e,
-        e = read_replies(rd, &in_flight) => e,
+        e = read_replies(rd, &in_flight, &auth) => e,
     };
     let waiting = std::mem::take(&mut *in_flight.lock().unwrap_or_else(PoisonError::into_inner));
     fail(
@@ -177,7 +181,7 @@ async fn write_calls(
 }
 
 /// Frames replies and hands each to the oldest waiting command.
-async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight) -> io::Error {
+async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight, auth: &UpstreamAuth) -> io::Error {
     let mut buf = BytesMut::new();
     let mut scanner = ReplyScanner::default();
     let mut scanned = 0;
@@ -199,6 +203,7 @@ async fn read_replies(mut rd: OwnedReadHalf, in_flight: &InFlight) -> io::Error 
             }
             let bytes = buf.split_to(scanned).freeze();
             scanned = 0;
+            auth.note(&bytes);
             let waiter = in_flight.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
             match waiter {
                 Some(w) => {
@@ -219,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_gets_a_lane_of_its_own_worker() {
-        let mux = Arc::new(Mux::new("127.0.0.1:1".into(), 2, 2));
+        let mux = Arc::new(Mux::new(("127.0.0.1:1".into(), Arc::default()), 2, 2));
         // Off the workers (as in tests on their own runtime): worker 0's.
         assert_eq!((0..4).map(|k| mux.lane_for(k)).collect::<Vec<_>>(), [0, 1, 0, 1]);
         let workers = Workers::start(2).unwrap();

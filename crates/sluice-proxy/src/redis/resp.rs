@@ -36,6 +36,11 @@ pub const MAX_BULK_LEN: u64 = 512 * 1024 * 1024;
 pub const MAX_ARRAY_LEN: u64 = 1 << 26;
 /// Longest inline command line, as Redis's `PROTO_INLINE_MAX_SIZE`.
 pub const MAX_INLINE_LEN: usize = 64 * 1024;
+/// Most arguments of a command from a client that has not authenticated
+/// where the server asks it to, as Redis's own bound for such a client.
+pub const MAX_ARGS_BEFORE_AUTH: u64 = 10;
+/// Longest bulk string from such a client (Redis's bound too).
+pub const MAX_BULK_BEFORE_AUTH: u64 = 16 * 1024;
 /// Longest header line of a command (`*<n>` or `$<n>`).
 const MAX_HEADER_LINE: usize = 32;
 /// Longest line in a reply (simple strings, errors, numbers, big numbers).
@@ -57,6 +62,8 @@ pub enum RespError {
     UnknownType(u8),
     #[error("Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,
+    #[error("Protocol error: unauthenticated {0} length")]
+    Unauthenticated(&'static str),
     #[error("Protocol error: empty line where a reply type byte belongs")]
     EmptyLine,
 }
@@ -114,6 +121,8 @@ pub struct CommandParser {
     pos: usize,
     /// The previous call completed a command; the next one starts afresh.
     done: bool,
+    /// Redis's bounds for a client that has not authenticated apply.
+    before_auth: bool,
 }
 
 impl CommandParser {
@@ -137,6 +146,13 @@ impl CommandParser {
         Ok(framed)
     }
 
+    /// Whether Redis's bounds for a client that has not authenticated (and
+    /// must) apply: at most [`MAX_ARGS_BEFORE_AUTH`] arguments of at most
+    /// [`MAX_BULK_BEFORE_AUTH`] bytes each.
+    pub fn set_before_auth(&mut self, before_auth: bool) {
+        self.before_auth = before_auth;
+    }
+
     /// The arguments of the command just framed, as ranges of its bytes.
     pub fn args(&self) -> &[Range<usize>] {
         &self.args
@@ -157,14 +173,23 @@ impl CommandParser {
                 let Some((text, len)) = line(buf, MAX_HEADER_LINE, "multibulk count")? else {
                     return Ok(None);
                 };
-                let n = length(&text[1..], "multibulk", MAX_ARRAY_LEN)?.unwrap_or(0) as usize;
+                let n = length(&text[1..], "multibulk", MAX_ARRAY_LEN)?.unwrap_or(0);
+                if self.before_auth && n > MAX_ARGS_BEFORE_AUTH {
+                    return Err(RespError::Unauthenticated("multibulk"));
+                }
+                let n = n as usize;
                 self.pos = len;
                 self.expected = Some(n);
                 n
             }
         };
+        let max_bulk = if self.before_auth {
+            MAX_BULK_BEFORE_AUTH
+        } else {
+            MAX_BULK_LEN
+        };
         while self.args.len() < expected {
-            let Some(arg) = bulk(&buf[self.pos..])? else {
+            let Some(arg) = bulk(&buf[self.pos..], max_bulk)? else {
                 return Ok(None);
             };
             self.args.push(self.pos + arg.start..self.pos + arg.end);
@@ -227,8 +252,8 @@ fn closing_quote(text: &[u8], open: usize) -> Result<usize, RespError> {
 }
 
 /// The payload range of the bulk string at the start of `buf`, once it is
-/// complete with its CRLF.
-fn bulk(buf: &[u8]) -> Result<Option<Range<usize>>, RespError> {
+/// complete with its CRLF; longer than `limit`, an error.
+fn bulk(buf: &[u8], limit: u64) -> Result<Option<Range<usize>>, RespError> {
     let Some((text, header)) = line(buf, MAX_HEADER_LINE, "bulk length")? else {
         return Ok(None);
     };
@@ -245,11 +270,12 @@ fn bulk(buf: &[u8]) -> Result<Option<Range<usize>>, RespError> {
                 text: text[1..].to_vec(),
             })
         }
-        n if n as u64 > MAX_BULK_LEN => {
+        n if n as u64 > limit && limit < MAX_BULK_LEN => return Err(RespError::Unauthenticated("bulk")),
+        n if n as u64 > limit => {
             return Err(RespError::TooLong {
                 what: "bulk",
                 len: n as u64,
-                limit: MAX_BULK_LEN,
+                limit,
             })
         }
         n => n as usize,

@@ -55,6 +55,8 @@ enum Pending {
         outcome: Option<Outcome>,
         rename: Option<Arc<str>>,
         deliver: Deliver,
+        /// AUTH, or HELLO with AUTH: a success authenticates the client.
+        authenticates: bool,
     },
     /// The proxy answers this command itself, in its place among the replies.
     Answer(Bytes),
@@ -80,6 +82,11 @@ struct State {
     rename: Option<Arc<str>>,
     /// A transaction is open: draining waits for its EXEC or DISCARD.
     in_tx: bool,
+    /// The server accepted the client's AUTH (or HELLO with AUTH).
+    authenticated: bool,
+    /// An AUTH of a client not yet authenticated awaits its reply: until
+    /// then the commands after it wait, framed by the bounds it settles.
+    auth_pending: bool,
 }
 
 struct Shared {
@@ -137,6 +144,8 @@ pub(crate) async fn serve(
             pending: VecDeque::new(),
             rename: None,
             in_tx: false,
+            authenticated: false,
+            auth_pending: false,
         }),
         flags: Flags::default(),
         backlog: super::backlog(),
@@ -164,6 +173,7 @@ pub(crate) async fn serve(
         scanner: ReplyScanner::default(),
         deliver: Deliver::Reply,
         shared: &shared,
+        auth: &ctx.upstream_auth,
     };
     drive(up.run(), down.run(), &shared.flags, shutdown).await
 }
@@ -224,11 +234,17 @@ impl Up<'_> {
         }
     }
 
+    /// Whether the client has yet to authenticate where the server asks it
+    /// to (see [`super::UpstreamAuth`]).
+    fn before_auth(&self) -> bool {
+        self.ctx.upstream_auth.required() && !self.shared.lock().authenticated
+    }
+
     /// Reads more from the client; while commands are held, also wakes when
     /// the backlog may have room, and reads only up to `MAX_READ_AHEAD`.
     async fn read_or_wait(&mut self) -> io::Result<()> {
         let backlog = &self.shared.backlog;
-        if !super::reads_more(self.held, self.eof, self.buf.len()) {
+        if !super::reads_more(self.held, self.eof, self.before_auth(), self.buf.len()) {
             backlog.changed().await;
             return Ok(());
         }
@@ -249,10 +265,13 @@ impl Up<'_> {
         let mut unsent = 0..0;
         self.held = false;
         let outcome = loop {
-            if !self.shared.backlog.has_room() {
+            let awaits_auth = self.ctx.upstream_auth.required() && self.shared.lock().auth_pending;
+            if !self.shared.backlog.has_room() || awaits_auth {
                 self.held = true;
                 break None;
             }
+            let before_auth = self.before_auth();
+            self.parser.set_before_auth(before_auth);
             let len = match self.parser.parse(&buf[pos..]) {
                 Ok(Some(len)) => len,
                 Ok(None) => break None,
@@ -337,15 +356,15 @@ impl Up<'_> {
             }
             Kind::Names { user, name } => {
                 let rename = self.rename(user, name);
-                self.request(&buf[unsent.clone()], unsent, rename).await
+                self.request(&buf[unsent.clone()], unsent, rename, user.is_some()).await
             }
             Kind::EndTx => {
                 // RESET turns replies back on (DISCARD outside a transaction
                 // is an error that changes nothing).
                 self.replies = ReplyMode::On;
-                self.request(&buf[unsent.clone()], unsent, None).await
+                self.request(&buf[unsent.clone()], unsent, None, false).await
             }
-            Kind::Plain | Kind::Exec | Kind::Quit => self.request(&buf[unsent.clone()], unsent, None).await,
+            Kind::Plain | Kind::Exec | Kind::Quit => self.request(&buf[unsent.clone()], unsent, None, false).await,
         }
     }
 
@@ -386,17 +405,27 @@ impl Up<'_> {
 
     /// The server answers the command being handled.
     fn expect_reply(&mut self, admitted: Option<(Slot, Outcome)>, rename: Option<Arc<str>>) {
+        self.expect(admitted, rename, false);
+    }
+
+    /// The server answers the command being handled, which may
+    /// authenticate the client.
+    fn expect(&mut self, admitted: Option<(Slot, Outcome)>, rename: Option<Arc<str>>, authenticates: bool) {
         let deliver = if self.wants_reply() {
             Deliver::Reply
         } else {
             Deliver::Nothing
         };
         let (slot, outcome) = admitted.unzip();
+        if authenticates && self.before_auth() {
+            self.shared.lock().auth_pending = true;
+        }
         self.shared.push(Pending::Reply {
             slot,
             outcome,
             rename,
             deliver,
+            authenticates,
         });
     }
 
@@ -417,10 +446,11 @@ impl Up<'_> {
         unsent_bytes: &[u8],
         unsent: &mut Range<usize>,
         rename: Option<Arc<str>>,
+        authenticates: bool,
     ) -> io::Result<Action> {
         match self.admit(unsent_bytes, unsent).await? {
             Ok(admitted) => {
-                self.expect_reply(Some(admitted), rename);
+                self.expect(Some(admitted), rename, authenticates);
                 Ok(Action::Forward)
             }
             Err(refusal) => {
@@ -467,6 +497,7 @@ impl Up<'_> {
                         outcome: None,
                         rename: None,
                         deliver,
+                        authenticates: false,
                     });
                     let mut discard = BytesMut::new();
                     encode_command(&["DISCARD"], &mut discard);
@@ -525,6 +556,8 @@ struct Down<'a> {
     /// What becomes of the reply being scanned.
     deliver: Deliver,
     shared: &'a Shared,
+    /// Told of the server's NOAUTH replies.
+    auth: &'a super::UpstreamAuth,
 }
 
 /// What the reply stream does next, decided between replies.
@@ -591,10 +624,12 @@ impl Down<'_> {
         let mut pos = 0;
         let mut copied = 0;
         let mut stream = false;
+        let mut start = 0;
         loop {
             if self.scanner.is_idle() {
                 self.emit(&buf[copied..pos]);
                 copied = pos;
+                start = pos;
                 match self.next(buf.get(pos).copied()) {
                     Next::Scan => {}
                     Next::Answer(answer) => {
@@ -614,7 +649,13 @@ impl Down<'_> {
             pos += n;
             match reply {
                 None => break,
-                Some(reply) => self.complete(reply),
+                Some(reply) => {
+                    if reply.is_error() {
+                        // A simple error is one line, framed whole in one buffer.
+                        self.auth.note(&buf[start..pos]);
+                    }
+                    self.complete(reply);
+                }
             }
         }
         self.emit(&buf[copied..pos]);
@@ -669,9 +710,15 @@ impl Down<'_> {
             outcome,
             rename,
             deliver,
+            authenticates,
         }) = entry
         {
             drop(slot);
+            if authenticates {
+                let mut state = self.shared.lock();
+                state.authenticated |= !reply.is_error();
+                state.auth_pending = false;
+            }
             self.shared.backlog.paid();
             if let Some(outcome) = outcome {
                 outcome.finish(reply.is_error());

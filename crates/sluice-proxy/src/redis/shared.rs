@@ -112,7 +112,8 @@ impl Up<'_> {
             if self.eof && !self.held {
                 return Ok(Phase::Done);
             }
-            let read_more = super::reads_more(self.held, self.eof, self.buf.len());
+            let before_auth = self.ctx.upstream_auth.required();
+            let read_more = super::reads_more(self.held, self.eof, before_auth, self.buf.len());
             if read_more {
                 room_to_read(self.buf);
             }
@@ -133,6 +134,8 @@ impl Up<'_> {
                 self.held = true;
                 return None;
             }
+            // A client here has not authenticated (AUTH ends the phase).
+            self.parser.set_before_auth(self.ctx.upstream_auth.required());
             let len = match self.parser.parse(self.buf) {
                 Ok(Some(len)) => len,
                 Ok(None) => return None,

@@ -64,6 +64,32 @@ fn malformed_commands_get_errors_that_name_the_problem() {
 }
 
 #[test]
+fn before_auth_redis_s_own_bounds_apply() {
+    let mut parser = CommandParser::default();
+    parser.set_before_auth(true);
+    assert_eq!(
+        parser.parse(b"*11\r\n").unwrap_err().to_string(),
+        "Protocol error: unauthenticated multibulk length"
+    );
+    let mut parser = CommandParser::default();
+    parser.set_before_auth(true);
+    assert_eq!(
+        parser.parse(b"*2\r\n$3\r\nSET\r\n$16385\r\n").unwrap_err().to_string(),
+        "Protocol error: unauthenticated bulk length"
+    );
+    let mut parser = CommandParser::default();
+    parser.set_before_auth(true);
+    let auth = b"*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$6\r\nsecret\r\n";
+    assert_eq!(parser.parse(auth).unwrap(), Some(auth.len()));
+    parser.set_before_auth(false);
+    assert_eq!(
+        parser.parse(b"*1\r\n$16385\r\n").unwrap(),
+        None,
+        "waited for once authenticated"
+    );
+}
+
+#[test]
 fn a_bulk_at_the_size_limit_is_waited_for_not_refused() {
     let mut parser = CommandParser::default();
     assert_eq!(parser.parse(b"*1\r\n$536870912\r\nabc").unwrap(), None);
