@@ -36,8 +36,16 @@
 //! Before login a PostgreSQL client is bounded: a startup packet of 10,000
 //! bytes, other messages of 64 KiB, `login_timeout_ms` to complete the
 //! login; `max_client_conn` bounds the clients of a listener in either
-//! protocol, refused in their protocol beyond it (`server`). Tenants, once seen, are kept until the proxy restarts, but for
-//! tenants named by their connection, forgotten when it closes.
+//! protocol, refused in their protocol beyond it (`server`). A Redis
+//! session reads its server's replies as they come, whatever its client
+//! does, and holds them for the client in a bounded backlog
+//! (`session::Backlog`): a client that stops reading holds no slot, and
+//! past the bound only its own new commands wait; a transaction takes its
+//! slot at EXEC, not MULTI; where the server asks for AUTH, a client is
+//! held to Redis's own bounds until it has authenticated
+//! (`redis::UpstreamAuth`). Tenants, once seen, are kept until the proxy
+//! restarts, but for tenants named by their connection, forgotten when it
+//! closes.
 
 pub mod admin;
 mod client;
