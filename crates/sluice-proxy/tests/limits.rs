@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
 use sluice_proxy::{Protocol, ProxyConfig};
-use support::pgwire::{server_error, PgConn, QueryError};
+use support::pgwire::{last_error_before_close, PgConn, QueryError};
 use support::proxy::ProxyHandle;
 use support::respwire::RespConn;
 
@@ -50,17 +50,6 @@ fn proxy(protocol: Protocol, configure: impl FnOnce(&mut ProxyConfig)) -> ProxyH
     ProxyHandle::start_with(config, GateConfig::default())
 }
 
-/// Reads until the connection closes; the last ErrorResponse, if any.
-fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
-    let mut last = None;
-    while let Some((tag, body)) = conn.read_message() {
-        if tag == b'E' {
-            last = Some(server_error(&body));
-        }
-    }
-    last
-}
-
 fn expect_error(conn: &mut PgConn, sqlstate: &str, says: &str) -> String {
     match last_error_before_close(conn) {
         Some(QueryError::Server { sqlstate: got, message }) => {
@@ -82,6 +71,25 @@ fn rss_kib() -> u64 {
         .expect("VmRSS in kB")
 }
 
+/// Sends 4 MiB on `conn` from another thread (the proxy stops reading)
+/// and returns whatever came back before the close (a reset after it is
+/// no matter).
+fn push_4_mib_and_read(mut conn: TcpStream) -> Vec<u8> {
+    let mut writer = conn.try_clone().expect("cloning the client's socket");
+    let pushing = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            if writer.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    pushing.join().expect("the writer thread");
+    answer
+}
+
 /// Logs in as far as the startup packet, then announces a message of
 /// 2^30 - 1 bytes and sends 4 MiB of it (from another thread: the proxy
 /// stops reading); returns the last error it got.
@@ -93,19 +101,7 @@ fn send_a_huge_message_before_login(addr: SocketAddr) -> String {
     start.extend_from_slice(b"p");
     start.extend_from_slice(&((1u32 << 30) - 1).to_be_bytes());
     conn.write_all(&start).expect("sending the startup packet");
-    let mut writer = conn.try_clone().expect("cloning the client's socket");
-    let pushing = std::thread::spawn(move || {
-        let chunk = vec![0u8; 64 * 1024];
-        for _ in 0..64 {
-            if writer.write_all(&chunk).is_err() {
-                break;
-            }
-        }
-    });
-    // Whatever came before the close (a reset after it is no matter).
-    let mut answer = Vec::new();
-    let _ = conn.read_to_end(&mut answer);
-    pushing.join().expect("the writer thread");
+    let answer = push_4_mib_and_read(conn);
     let header = frame::parse_header(&answer).ok().flatten();
     assert_eq!(header.map(|h| h.tag), Some(b'E'), "answer {answer:?}");
     let body = &answer[5..header.unwrap().len];
@@ -228,19 +224,7 @@ fn send_a_huge_bulk_before_auth(addr: SocketAddr) -> String {
     let mut conn = TcpStream::connect(addr).expect("connecting to the proxy");
     conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     conn.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$536870912\r\n").unwrap();
-    let mut writer = conn.try_clone().expect("cloning the client's socket");
-    let pushing = std::thread::spawn(move || {
-        let chunk = vec![b'x'; 64 * 1024];
-        for _ in 0..64 {
-            if writer.write_all(&chunk).is_err() {
-                break;
-            }
-        }
-    });
-    let mut answer = Vec::new();
-    let _ = conn.read_to_end(&mut answer);
-    pushing.join().expect("the writer thread");
-    String::from_utf8_lossy(&answer).into_owned()
+    String::from_utf8_lossy(&push_4_mib_and_read(conn)).into_owned()
 }
 
 /// Where Redis asks for AUTH, a client that has not authenticated is held

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
-use support::pgwire::{server_error, PgConn, QueryError};
+use support::pgwire::{execute, prepare, server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
 use support::psql::{psql, text};
 use support::servers::{PgServer, PG_CLEARTEXT_USER, PG_PASSWORD, PG_USER};
@@ -627,23 +627,6 @@ fn a_bad_auth_file_stops_the_start() {
         };
         assert!(err.to_string().contains(expected), "{err}");
     }
-}
-
-/// Parse of `sql` as the statement `name`, then Sync.
-fn prepare(name: &str, sql: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'P', format!("{name}\0{sql}\0\0\0").as_bytes());
-    frame::write_message(&mut out, b'S', b"");
-    out
-}
-
-/// Bind of the statement `name` (no parameters), Execute, Sync.
-fn execute(name: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'B', format!("\0{name}\0\0\0\0\0\0\0").as_bytes());
-    frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
-    frame::write_message(&mut out, b'S', b"");
-    out
 }
 
 /// The tags of a batch's answer up to its ReadyForQuery, and the SQLSTATE

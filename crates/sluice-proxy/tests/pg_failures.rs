@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
-use support::pgwire::{server_error, PgConn, QueryError};
+use support::pgwire::{last_error_before_close, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
 use support::servers::PgServer;
 
@@ -53,17 +53,6 @@ fn parked_settles(proxy: &ProxyHandle, parked: usize) -> usize {
         std::thread::sleep(Duration::from_millis(20));
     }
     proxy.gate.parked()
-}
-
-/// Reads until the connection closes; the last ErrorResponse, if any.
-fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
-    let mut last = None;
-    while let Some((tag, body)) = conn.read_message() {
-        if tag == b'E' {
-            last = Some(server_error(&body));
-        }
-    }
-    last
 }
 
 #[test]

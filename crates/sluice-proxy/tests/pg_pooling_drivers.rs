@@ -7,12 +7,10 @@
 
 mod support;
 
-use bytes::BytesMut;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig};
-use support::pgwire::{PgConn, QueryError};
+use support::pgwire::{close_statement, execute, prepare, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
 use support::servers::PgServer;
 use tokio_postgres::{Client, NoTls, Statement};
@@ -134,7 +132,7 @@ fn sql_that_drops_statements_acts_on_the_issuing_clients_own() {
         for command in ["DEALLOCATE", "deallocate prepare", "DEALLOCATE ALL", "DISCARD ALL"] {
             for round in 0..5 {
                 for (k, text) in texts.iter().enumerate() {
-                    a.send(&parse(&format!("a{k}"), text));
+                    a.send(&prepare(&format!("a{k}"), text));
                     assert_eq!(
                         a.finish(),
                         (Ok(vec![]), b'I'),
@@ -169,7 +167,7 @@ fn sql_that_drops_statements_acts_on_the_issuing_clients_own() {
                 }
                 let closes: Vec<String> = (0..20).map(|k| format!("a{k}")).collect();
                 for name in closes {
-                    a.send(&close(&name));
+                    a.send(&close_statement(&name));
                     assert_eq!(a.finish().1, b'I');
                 }
             }
@@ -178,31 +176,6 @@ fn sql_that_drops_statements_acts_on_the_issuing_clients_own() {
         let rounds = steady.join().expect("the other client never saw an error");
         assert!(rounds >= 100, "the other client ran {rounds} rounds");
     });
-}
-
-/// Parse of a named statement, then Sync.
-fn parse(name: &str, sql: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'P', format!("{name}\0{sql}\0\0\0").as_bytes());
-    frame::write_message(&mut out, b'S', b"");
-    out
-}
-
-/// Bind of the statement `name` (no parameters), Execute, Sync.
-fn execute(name: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'B', format!("\0{name}\0\0\0\0\0\0\0").as_bytes());
-    frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
-    frame::write_message(&mut out, b'S', b"");
-    out
-}
-
-/// Close of the statement `name`, then Sync.
-fn close(name: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'C', format!("S{name}\0").as_bytes());
-    frame::write_message(&mut out, b'S', b"");
-    out
 }
 
 /// LISTEN cannot follow a client from backend to backend: it fails as a

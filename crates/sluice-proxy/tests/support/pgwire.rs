@@ -186,6 +186,42 @@ impl PgConn {
     }
 }
 
+/// Reads until the connection closes; the last ErrorResponse, if any.
+pub fn last_error_before_close(conn: &mut PgConn) -> Option<QueryError> {
+    let mut last = None;
+    while let Some((tag, body)) = conn.read_message() {
+        if tag == b'E' {
+            last = Some(server_error(&body));
+        }
+    }
+    last
+}
+
+/// Parse of the statement `name`, then Sync.
+pub fn prepare(name: &str, sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'P', format!("{name}\0{sql}\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+/// Bind of the statement `name` (no parameters), Execute, Sync.
+pub fn execute(name: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'B', format!("\0{name}\0\0\0\0\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'E', b"\0\0\0\0\0");
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+/// Close of the statement `name`, then Sync.
+pub fn close_statement(name: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'C', format!("S{name}\0").as_bytes());
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
 pub fn server_error(body: &[u8]) -> QueryError {
     let field = |code: u8| {
         body.split(|&b| b == 0)
