@@ -121,6 +121,13 @@ pub struct ProxyConfig {
     /// "-ERR max number of clients reached") and closed. 0: no limit.
     #[serde(default = "default_max_client_conn")]
     pub max_client_conn: usize,
+    /// The largest message (PostgreSQL) or bulk string (Redis) a client may
+    /// send once logged in: the proxy holds a message whole before it goes
+    /// on, so this bounds what one client can make it hold. Larger is a
+    /// protocol error naming the bound, and the client is closed. 0: the
+    /// server's own bound (PostgreSQL's 1 GiB, Redis's 512 MiB).
+    #[serde(default)]
+    pub max_message_bytes: usize,
     /// PostgreSQL: how long a client has to complete its login (startup
     /// packets, TLS handshake, authentication), as PostgreSQL's
     /// authentication_timeout; at least 1.
@@ -213,6 +220,7 @@ impl ProxyConfig {
             max_prepared_statements: default_max_prepared_statements(),
             auth_file: None,
             max_client_conn: default_max_client_conn(),
+            max_message_bytes: 0,
             login_timeout_ms: default_login_timeout_ms(),
             idle_in_transaction_release_ms: default_idle_in_transaction_release_ms(),
             idle_in_transaction_timeout_ms: 0,

@@ -97,6 +97,11 @@ impl Proxy {
                 Mux::new(upstream, config.shared_upstreams, workers.len())
             }),
             upstream_auth,
+            max_message: match (config.max_message_bytes, config.protocol) {
+                (0, Protocol::Pg) => pg::frame::MAX_MESSAGE_LEN,
+                (0, Protocol::Redis) => crate::redis::resp::MAX_BULK_LEN as usize,
+                (n, _) => n,
+            },
             pool: (config.pool == PoolMode::Transaction).then(|| {
                 let settings = PoolSettings {
                     upstream: config.upstream.clone(),

@@ -130,6 +130,9 @@ pub(crate) struct Context {
     pub upstream_tls: Option<Arc<crate::pg::upstream_tls::UpstreamTls>>,
     /// Redis: upstream connections shared by clients in the default state.
     pub mux: Option<crate::redis::mux::Mux>,
+    /// The largest message (PostgreSQL) or bulk (Redis) a client may send
+    /// once logged in (`max_message_bytes`, the server's bound for 0).
+    pub max_message: usize,
     /// Redis: whether the server asks clients to authenticate.
     pub upstream_auth: Arc<crate::redis::UpstreamAuth>,
     /// PostgreSQL under transaction pooling: the idle backends.

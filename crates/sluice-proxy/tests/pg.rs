@@ -279,6 +279,30 @@ fn malformed_lengths_close_only_that_client() {
     assert_eq!(good.query("SELECT x FROM t"), Ok(vec!["7".to_string()]));
 }
 
+/// `max_message_bytes` bounds a message after login, in either pooling
+/// mode: a larger one closes that client with an error naming the bound.
+#[test]
+fn a_message_beyond_max_message_bytes_closes_only_that_client() {
+    let Some(server) = PgServer::start() else { return };
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+        config.pool = pool;
+        config.max_message_bytes = 1024;
+        let proxy = ProxyHandle::start_with(config, GateConfig::default());
+        let mut fits = PgConn::connect(proxy.addr, "postgres");
+        let padded = |n: usize| format!("SELECT '{}'", "x".repeat(n));
+        assert!(fits.query(&padded(900)).is_ok(), "{pool:?}");
+        let mut big = PgConn::connect(proxy.addr, "postgres");
+        big.send_query(&padded(1100));
+        let message = expect_protocol_violation(&mut big, "a Query beyond max_message_bytes");
+        assert!(
+            message.contains("exceeds max_message_bytes = 1024"),
+            "{pool:?}: {message}"
+        );
+        assert_eq!(fits.query("SELECT 1"), Ok(vec!["1".to_string()]), "{pool:?}");
+    }
+}
+
 /// Parse, Bind, Execute, Sync for `sql` (no parameters).
 fn extended(sql: &str) -> BytesMut {
     let mut out = BytesMut::new();

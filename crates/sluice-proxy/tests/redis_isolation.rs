@@ -363,3 +363,27 @@ fn auth_lifts_the_bounds_before_it() {
         );
     }
 }
+
+/// `max_message_bytes` bounds a bulk after login: a larger one is a
+/// protocol error naming the bound, and only that client is closed.
+#[test]
+fn a_bulk_beyond_max_message_bytes_is_refused() {
+    let Some(server) = RedisServer::start() else { return };
+    for shared in [2, 0] {
+        let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Redis);
+        config.shared_upstreams = shared;
+        config.max_message_bytes = 1024;
+        let proxy = ProxyHandle::start_with(config, GateConfig::default());
+        let mut fits = RespConn::connect(proxy.addr);
+        assert_eq!(fits.call(&["SET", "k", &"f".repeat(1024)]), "+OK\r\n");
+        let mut big = RespConn::connect(proxy.addr);
+        big.send(&["SET", "k", &"b".repeat(1025)]);
+        let refusal = big.reply().unwrap_or_default();
+        assert_eq!(
+            refusal, "-ERR Protocol error: bulk length 1025 exceeds the limit of 1024\r\n",
+            "shared_upstreams = {shared}"
+        );
+        assert_eq!(big.reply(), None, "closed after the error");
+        assert_eq!(fits.call(&["STRLEN", "k"]), ":1024\r\n");
+    }
+}

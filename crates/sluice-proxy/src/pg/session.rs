@@ -457,6 +457,28 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         ClientEnd::ProtocolError
     }
 
+    /// The longest message the client may send now: held whole before it
+    /// goes on, so bounded before the login and by `max_message_bytes`.
+    fn message_limit(&mut self) -> usize {
+        if self.logging_in() {
+            MAX_LOGIN_MESSAGE_LEN
+        } else {
+            self.ctx.max_message
+        }
+    }
+
+    fn too_long(&mut self, tag: u8, len: usize) -> String {
+        let tag = char::from(tag).escape_default();
+        if self.logging_in() {
+            format!("sluice: message too long before login: '{tag}' of {len} bytes (at most {MAX_LOGIN_MESSAGE_LEN} until the login completes)")
+        } else {
+            format!(
+                "sluice: message '{tag}' of {len} bytes exceeds max_message_bytes = {}",
+                self.ctx.max_message
+            )
+        }
+    }
+
     /// Handles every complete message in the buffer; forwarded messages go
     /// upstream in as few writes as possible.
     async fn forward(&mut self) -> io::Result<Option<ClientEnd>> {
@@ -465,12 +487,8 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         let mut pos = 0;
         let outcome = loop {
             let header = match frame::parse_header(&buf[pos..]) {
-                Ok(Some(header)) if header.len > MAX_LOGIN_MESSAGE_LEN && self.logging_in() => {
-                    let e = format!(
-                        "sluice: message too long before login: '{}' of {} bytes (at most {MAX_LOGIN_MESSAGE_LEN} until the login completes)",
-                        char::from(header.tag).escape_default(),
-                        header.len
-                    );
+                Ok(Some(header)) if header.len > self.message_limit() => {
+                    let e = self.too_long(header.tag, header.len);
                     self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", &e));
                     break Some(ClientEnd::ProtocolError);
                 }

@@ -123,6 +123,8 @@ pub struct CommandParser {
     done: bool,
     /// Redis's bounds for a client that has not authenticated apply.
     before_auth: bool,
+    /// The longest bulk after authentication; `MAX_BULK_LEN` if 0.
+    max_bulk: u64,
 }
 
 impl CommandParser {
@@ -151,6 +153,15 @@ impl CommandParser {
     /// [`MAX_BULK_BEFORE_AUTH`] bytes each.
     pub fn set_before_auth(&mut self, before_auth: bool) {
         self.before_auth = before_auth;
+    }
+
+    /// A parser that refuses bulks longer than `max_bulk` (at most
+    /// [`MAX_BULK_LEN`], which 0 stands for).
+    pub fn with_max_bulk(max_bulk: u64) -> CommandParser {
+        CommandParser {
+            max_bulk: max_bulk.min(MAX_BULK_LEN),
+            ..CommandParser::default()
+        }
     }
 
     /// The arguments of the command just framed, as ranges of its bytes.
@@ -183,13 +194,17 @@ impl CommandParser {
                 n
             }
         };
-        let max_bulk = if self.before_auth {
-            MAX_BULK_BEFORE_AUTH
-        } else {
-            MAX_BULK_LEN
+        let max_bulk = match (self.before_auth, self.max_bulk) {
+            (true, _) => MAX_BULK_BEFORE_AUTH,
+            (false, 0) => MAX_BULK_LEN,
+            (false, max) => max,
         };
         while self.args.len() < expected {
-            let Some(arg) = bulk(&buf[self.pos..], max_bulk)? else {
+            let arg = bulk(&buf[self.pos..], max_bulk).map_err(|e| match e {
+                RespError::TooLong { .. } if self.before_auth => RespError::Unauthenticated("bulk"),
+                e => e,
+            })?;
+            let Some(arg) = arg else {
                 return Ok(None);
             };
             self.args.push(self.pos + arg.start..self.pos + arg.end);
@@ -270,7 +285,6 @@ fn bulk(buf: &[u8], limit: u64) -> Result<Option<Range<usize>>, RespError> {
                 text: text[1..].to_vec(),
             })
         }
-        n if n as u64 > limit && limit < MAX_BULK_LEN => return Err(RespError::Unauthenticated("bulk")),
         n if n as u64 > limit => {
             return Err(RespError::TooLong {
                 what: "bulk",

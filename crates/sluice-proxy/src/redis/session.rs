@@ -156,7 +156,7 @@ pub(crate) async fn serve(
         client: client_rd,
         upstream: upstream_wr,
         buf,
-        parser: CommandParser::default(),
+        parser: CommandParser::with_max_bulk(ctx.max_message as u64),
         shared: &shared,
         ctx,
         who,

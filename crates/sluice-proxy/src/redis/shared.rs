@@ -66,7 +66,7 @@ pub(crate) async fn serve(
     let up = Up {
         client: rd,
         buf,
-        parser: CommandParser::default(),
+        parser: CommandParser::with_max_bulk(ctx.max_message as u64),
         who,
         ctx,
         mux,
