@@ -380,10 +380,28 @@ fn a_bulk_beyond_max_message_bytes_is_refused() {
         big.send(&["SET", "k", &"b".repeat(1025)]);
         let refusal = big.reply().unwrap_or_default();
         assert_eq!(
-            refusal, "-ERR Protocol error: bulk length 1025 exceeds the limit of 1024\r\n",
+            refusal, "-ERR Protocol error: invalid bulk length 1025 (the limit is 1024)\r\n",
             "shared_upstreams = {shared}"
         );
         assert_eq!(big.reply(), None, "closed after the error");
         assert_eq!(fits.call(&["STRLEN", "k"]), ":1024\r\n");
+    }
+}
+
+/// Commands that observe or control the server pass while every slot is
+/// held: CLIENT UNPAUSE and SCRIPT KILL may be what frees the slots.
+#[test]
+fn control_commands_pass_while_every_slot_is_held() {
+    let Some(server) = RedisServer::start() else { return };
+    for (path, proxy) in proxies(&server, gate(1, 10_000, 60_000)) {
+        let holder = proxy.hold_slot("holder");
+        let mut c = RespConn::connect(proxy.addr);
+        assert!(c.call(&["INFO", "server"]).starts_with('$'), "{path}");
+        assert!(c.call(&["CLIENT", "ID"]).starts_with(':'), "{path}");
+        assert_eq!(c.call(&["CLIENT", "UNPAUSE"]), "+OK\r\n", "{path}");
+        let err = c.call(&["SCRIPT", "KILL"]);
+        assert!(err.starts_with("-NOTBUSY"), "{path}: {err}");
+        drop(holder);
+        assert_eq!(c.call(&["PING"]), "+PONG\r\n", "{path}");
     }
 }

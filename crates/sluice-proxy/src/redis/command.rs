@@ -8,6 +8,12 @@
 //! would otherwise hold one of the P slots and stall everyone else; for the
 //! same reason MULTI and the commands it queues take no slot (the server
 //! only queues them), and the slot is taken by EXEC, which runs them.
+//! Commands that observe or control the server rather than its data (INFO,
+//! CLIENT, SCRIPT KILL, FUNCTION KILL) bypass it too: they take no time in
+//! the server, and may be what ends the work holding every slot (CLIENT
+//! UNPAUSE after CLIENT PAUSE, SCRIPT KILL of a script that loops), so they
+//! must not wait behind it. SYNC and PSYNC (a replica through the proxy)
+//! turn the connection into a stream, as SUBSCRIBE does.
 
 use std::ops::Range;
 
@@ -55,6 +61,8 @@ pub enum Kind<'a> {
     Quit,
     /// May block for a long time: passes through outside admission.
     Blocking,
+    /// Observes or controls the server: passes through outside admission.
+    Control,
     /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE or MONITOR: from here on the
     /// connection is a stream and passes through outside admission.
     Stream,
@@ -97,9 +105,12 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
         "WAIT",
         "WAITAOF",
     ];
-    const STREAM: [&str; 4] = ["SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR"];
+    const STREAM: [&str; 6] = ["SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR", "SYNC", "PSYNC"];
+    let kill = || is(args.get(1), "KILL");
     if BLOCKING.iter().any(|n| upper(n)) {
         Kind::Blocking
+    } else if upper("INFO") || (upper("SCRIPT") || upper("FUNCTION")) && kill() {
+        Kind::Control
     } else if STREAM.iter().any(|n| upper(n)) {
         Kind::Stream
     } else if upper("XREAD") || upper("XREADGROUP") {
@@ -123,6 +134,8 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
         }
     } else if upper("CLIENT") && is(args.get(1), "REPLY") && args.len() == 3 {
         client_reply(args.get(2))
+    } else if upper("CLIENT") {
+        Kind::Control
     } else {
         Kind::Plain
     }
@@ -382,6 +395,23 @@ mod tests {
     }
 
     #[test]
+    fn commands_that_observe_or_control_the_server_pass_outside_admission() {
+        for control in [
+            "INFO",
+            "info stats",
+            "CLIENT UNPAUSE",
+            "client list",
+            "SCRIPT KILL",
+            "function kill",
+        ] {
+            assert_eq!(kind(control), Kind::Control, "{control}");
+        }
+        assert_eq!(kind("SCRIPT LOAD x"), Kind::Plain);
+        assert_eq!(kind("SYNC"), Kind::Stream);
+        assert_eq!(kind("psync ? -1"), Kind::Stream);
+    }
+
+    #[test]
     fn auth_hello_and_setname_name_the_client() {
         let names = |user: Option<&'static str>, name: Option<&'static str>| Kind::Names {
             user: user.map(str::as_bytes),
@@ -392,6 +422,6 @@ mod tests {
         assert_eq!(kind("HELLO 3 AUTH bob pw SETNAME web"), names(Some("bob"), Some("web")));
         assert_eq!(kind("HELLO 3"), names(None, None));
         assert_eq!(kind("CLIENT SETNAME web"), names(None, Some("web")));
-        assert_eq!(kind("CLIENT LIST"), Kind::Plain);
+        assert_eq!(kind("CLIENT LIST"), Kind::Control);
     }
 }

@@ -52,7 +52,7 @@ pub enum RespError {
     Expected { expected: char, found: u8 },
     #[error("Protocol error: invalid {what} length '{}'", String::from_utf8_lossy(.text).escape_default())]
     BadLength { what: &'static str, text: Vec<u8> },
-    #[error("Protocol error: {what} length {len} exceeds the limit of {limit}")]
+    #[error("Protocol error: invalid {what} length {len} (the limit is {limit})")]
     TooLong { what: &'static str, len: u64, limit: u64 },
     #[error("Protocol error: {what} line longer than {limit} bytes without CRLF")]
     LineTooLong { what: &'static str, limit: usize },
@@ -184,7 +184,18 @@ impl CommandParser {
                 let Some((text, len)) = line(buf, MAX_HEADER_LINE, "multibulk count")? else {
                     return Ok(None);
                 };
-                let n = length(&text[1..], "multibulk", MAX_ARRAY_LEN)?.unwrap_or(0);
+                // Redis skips an array header whose count is below 1.
+                let n = match number(&text[1..], "multibulk")? {
+                    n if n <= 0 => 0,
+                    n if n as u64 > MAX_ARRAY_LEN => {
+                        return Err(RespError::TooLong {
+                            what: "multibulk",
+                            len: n as u64,
+                            limit: MAX_ARRAY_LEN,
+                        })
+                    }
+                    n => n as u64,
+                };
                 if self.before_auth && n > MAX_ARGS_BEFORE_AUTH {
                     return Err(RespError::Unauthenticated("multibulk"));
                 }

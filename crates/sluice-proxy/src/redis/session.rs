@@ -6,8 +6,9 @@
 //! admitted and answered in order. A transaction is one request, admitted
 //! at its EXEC: MULTI and the commands it queues go through at once, since
 //! the server only queues them, so a client that thinks between MULTI and
-//! EXEC holds no slot. Blocking commands pass through outside admission,
-//! and after SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE or MONITOR the connection
+//! EXEC holds no slot. Blocking commands and those that observe or control
+//! the server ([`super::command`]) pass through outside admission, and
+//! after SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR, SYNC or PSYNC the connection
 //! becomes a plain byte stream (even after the client unsubscribes: from
 //! then on its commands are not admitted, which is rare and harmless).
 //!
@@ -334,7 +335,7 @@ impl Up<'_> {
             return Ok(Action::Stop(ClientEnd::Shutdown));
         }
         match kind {
-            Kind::Blocking => {
+            Kind::Blocking | Kind::Control => {
                 self.who.stats.record_passthrough();
                 self.expect_reply(None, None);
                 Ok(Action::Forward)

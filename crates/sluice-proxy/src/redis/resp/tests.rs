@@ -52,9 +52,14 @@ fn malformed_commands_get_errors_that_name_the_problem() {
     let err = |input: &[u8]| parse_all(input).unwrap_err().to_string();
     assert_eq!(err(b"*1\r\n+x\r\n"), "Protocol error: expected '$', got '+'");
     assert_eq!(err(b"*x\r\n"), "Protocol error: invalid multibulk length 'x'");
+    assert_eq!(
+        parse_all(b"*-10\r\nPING\r\n").unwrap(),
+        vec![vec![], words(&["PING"])],
+        "a count below 1 is skipped, as Redis skips it"
+    );
     assert_eq!(err(b"*1\r\n$-5\r\n"), "Protocol error: invalid bulk length '-5'");
-    assert!(err(b"*1\r\n$536870913\r\n").contains("bulk length 536870913 exceeds the limit of 536870912"));
-    assert!(err(b"*99999999999\r\n").contains("multibulk length 99999999999 exceeds"));
+    assert!(err(b"*1\r\n$536870913\r\n").contains("invalid bulk length 536870913 (the limit is 536870912)"));
+    assert!(err(b"*99999999999\r\n").contains("invalid multibulk length 99999999999 (the limit is"));
     assert_eq!(
         err(b"*1\r\n$1\r\nab\r\n"),
         "Protocol error: bulk string not followed by CRLF"
