@@ -16,6 +16,10 @@
 #              LOCAL=1 also runs redis-benchmark through Unix sockets
 #              (-s): direct-local on Redis's own socket, and sluice-local,
 #              listening on a socket file with Redis's socket upstream.
+#              BASE=path/to/sluice also runs sluice-base: the same proxy
+#              and configuration as `sluice` from another build (copy
+#              target/release/sluice away before a change), on its own
+#              port, interleaved with the others, to measure the change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -25,7 +29,7 @@ cargo build --release -p sluice
 rounds=${1:-3} requests=${2:-100000}
 
 # Below the ephemeral range, so that no client connection holds them.
-REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 OWN_PORT=27389 LOCAL_PORT=27399 TWEM_PORT=28379
+REDIS_PORT=26379 SLUICE_PORT=27379 ADMIN_PORT=27380 BASE_PORT=27384 OWN_PORT=27389 LOCAL_PORT=27399 TWEM_PORT=28379
 bench_scratch sluice-bench-redis
 
 redis-server --port $REDIS_PORT --unixsocket "$work/redis.sock" --unixsocketperm 700 \
@@ -60,7 +64,19 @@ sluice:
 YML
 nutcracker -c "$work/twemproxy.yml" -o "$work/twemproxy.log" &
 pids+=($!)
-targets="direct:$REDIS_PORT sluice:$SLUICE_PORT sluice-own:$OWN_PORT twemproxy:$TWEM_PORT"
+targets="direct:$REDIS_PORT sluice:$SLUICE_PORT"
+ycsb_targets=direct=127.0.0.1:$REDIS_PORT,sluice=127.0.0.1:$SLUICE_PORT
+if [[ -n "${BASE:-}" ]]; then
+    # The same configuration as `sluice` on its own port, without an admin port.
+    sed -e "s/:$SLUICE_PORT\"/:$BASE_PORT\"/" -e 's/^listen = "127.0.0.1:'$ADMIN_PORT'"/listen = ""/' \
+        "$work/sluice.toml" >"$work/sluice-base.toml"
+    "$BASE" proxy --config "$work/sluice-base.toml" 2>"$work/sluice-base.log" &
+    pids+=($!)
+    targets+=" sluice-base:$BASE_PORT"
+    ycsb_targets+=",sluice-base=127.0.0.1:$BASE_PORT"
+fi
+targets+=" sluice-own:$OWN_PORT twemproxy:$TWEM_PORT"
+ycsb_targets+=",sluice-own=127.0.0.1:$OWN_PORT,twemproxy=127.0.0.1:$TWEM_PORT"
 if [[ -n "${LOCAL:-}" ]]; then
     cat >"$work/sluice-local.toml" <<TOML
 [proxy]
@@ -106,7 +122,6 @@ done
 
 if [[ -n "${YCSB:-}" ]]; then
     echo "== sluice bench redis, YCSB-$YCSB"
-    ycsb_targets=direct=127.0.0.1:$REDIS_PORT,sluice=127.0.0.1:$SLUICE_PORT,sluice-own=127.0.0.1:$OWN_PORT,twemproxy=127.0.0.1:$TWEM_PORT
     target/release/sluice bench redis --targets "$ycsb_targets" --users "${clients##* }" --workload "$YCSB" --rounds "$rounds"
 fi
 
