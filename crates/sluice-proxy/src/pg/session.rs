@@ -745,6 +745,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             room_to_read(&mut self.buf);
             let backend = self.shared.link.get();
+            self.forget_idle_if_client_went_on();
             let idle_deadline = self.idle_deadline();
             tokio::select! {
                 read = read_from(backend.as_deref(), &mut self.buf) => match read {
@@ -760,6 +761,14 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 }
             }
             self.forward().await?;
+        }
+    }
+
+    /// The client sent its next message since the request began to wait
+    /// on it: no timer is to run until the next wait.
+    fn forget_idle_if_client_went_on(&mut self) {
+        if self.idle.is_some() && self.shared.lock().idle_since != self.idle {
+            self.idle = None;
         }
     }
 
@@ -945,6 +954,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
                 let answered_all = state.syncs == 0 && !state.unsynced;
                 if status == b'I' && answered_all {
                     state.idle_since = None;
+                    self.idle = None;
                     state.request.take()
                 } else {
                     None
