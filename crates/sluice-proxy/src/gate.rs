@@ -36,6 +36,7 @@
 //! millions of short connections would keep a record of each).
 
 use std::collections::HashMap;
+use std::mem;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -229,6 +230,16 @@ pub struct Slot {
     parked_at: Option<Instant>,
     /// Time spent parked before, left out of its time inside the database.
     parked_for: Duration,
+}
+
+/// A request that rides a slot an earlier request of the same client held:
+/// a Redis command pipelined on one connection behind one still in the
+/// server, which runs them one after another (see [`Slot::hand_over`]). It
+/// counts toward nothing; dropping it records its latency as any request's.
+pub struct Rider {
+    shared: Arc<Shared>,
+    tenant: TenantId,
+    arrived: Instant,
 }
 
 /// A request waiting for its slot; dropping it (the client went away, the
@@ -570,6 +581,15 @@ impl State {
 }
 
 impl TenantRecord {
+    /// A request of this tenant ended, `latency` ns after it arrived.
+    fn record_latency(&mut self, latency: u64) {
+        record(&mut self.latency, latency);
+        if self.track_percentiles {
+            record(&mut self.period_latency, latency);
+        }
+        self.period.record(latency as f64);
+    }
+
     fn new(name: Arc<str>, weight: f64) -> Self {
         TenantRecord {
             name,
@@ -651,6 +671,27 @@ impl Slot {
     pub fn is_parked(&self) -> bool {
         self.parked_at.is_some()
     }
+
+    /// A request of the same tenant that arrives now takes the slot over,
+    /// without waiting at the gate: the slot is given back when the new
+    /// request ends, and the request that held it goes on as the returned
+    /// [`Rider`], to record its own latency. Both count as admitted.
+    pub fn hand_over(&mut self) -> Rider {
+        let now = Instant::now();
+        self.shared.lock().tenants[self.tenant.0 as usize].admitted += 1;
+        Rider {
+            shared: Arc::clone(&self.shared),
+            tenant: self.tenant,
+            arrived: mem::replace(&mut self.arrived, now),
+        }
+    }
+}
+
+impl Drop for Rider {
+    fn drop(&mut self) {
+        let latency = nanos(self.arrived.elapsed());
+        self.shared.lock().tenants[self.tenant.0 as usize].record_latency(latency);
+    }
 }
 
 impl Drop for Slot {
@@ -662,11 +703,7 @@ impl Drop for Slot {
         let mut st = self.shared.lock();
         st.service.record(service);
         let rec = &mut st.tenants[self.tenant.0 as usize];
-        record(&mut rec.latency, latency);
-        if rec.track_percentiles {
-            record(&mut rec.period_latency, latency);
-        }
-        rec.period.record(latency as f64);
+        rec.record_latency(latency);
         if self.parked_at.is_some() {
             // Its slot was given back when it parked.
             rec.parked -= 1;
@@ -1064,6 +1101,28 @@ mod tests {
         let both = (g.admit(&t).await.unwrap(), g.admit(&t).await.unwrap());
         assert_eq!(g.snapshot().in_flight, 2, "P = 2 still, no slot lost or gained");
         drop(both);
+    }
+
+    #[tokio::test]
+    async fn a_handed_over_slot_is_given_back_once_and_every_request_records_its_latency() {
+        let g = gate(1, 10, 5_000);
+        let t = g.tenant("a");
+        let mut slot = g.admit(&t).await.unwrap();
+        let rider = slot.hand_over();
+        let snap = g.snapshot();
+        assert_eq!(
+            (snap.in_flight, snap.tenants[0].admitted),
+            (1, 2),
+            "one slot, two requests"
+        );
+        drop(rider);
+        assert_eq!(g.snapshot().in_flight, 1, "the rider gives back nothing");
+        drop(slot);
+        let snap = g.snapshot();
+        assert_eq!((snap.in_flight, snap.tenants[0].completed), (0, 2));
+        let again = g.admit(&t).await.unwrap();
+        assert_eq!(g.snapshot().in_flight, 1, "P = 1 still");
+        drop(again);
     }
 
     #[test]

@@ -178,6 +178,13 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a request of `who`'s.
+    pub fn of(who: &Who) -> Self {
+        Outcome {
+            stats: Arc::clone(&who.stats),
+        }
+    }
+
     /// The request's answer is complete.
     pub fn finish(self, error: bool) {
         self.stats.record(error);
@@ -216,12 +223,7 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
 /// The gate's answer for `who`'s request: with an outcome to count when it
 /// was let in, counted as refused when not.
 pub(crate) fn admitted(who: &Who, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
-    let answer = answer.map(|slot| {
-        let outcome = Outcome {
-            stats: Arc::clone(&who.stats),
-        };
-        (slot, outcome)
-    });
+    let answer = answer.map(|slot| (slot, Outcome::of(who)));
     if answer.is_err() {
         who.stats.record_refused();
     }

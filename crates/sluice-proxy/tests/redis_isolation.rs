@@ -405,3 +405,48 @@ fn control_commands_pass_while_every_slot_is_held() {
         assert_eq!(c.call(&["PING"]), "+PONG\r\n", "{path}");
     }
 }
+
+/// A command a client pipelines behind a looping script shares the
+/// script's slot: with P = 2 another client still reaches Redis and hears
+/// BUSY at once, and SCRIPT KILL frees the connection.
+#[test]
+fn a_command_pipelined_behind_a_busy_script_shares_its_slot() {
+    let Some(server) = RedisServer::start() else { return };
+    let mut direct = RespConn::connect(server.addr().parse().unwrap());
+    assert_eq!(direct.call(&["CONFIG", "SET", "lua-time-limit", "10"]), "+OK\r\n");
+    for (path, proxy) in proxies(&server, gate(2, 10_000, 60_000)) {
+        let mut looping = RespConn::connect(proxy.addr);
+        let mut pipeline = BytesMut::new();
+        encode_command(&["EVAL", "while true do end", "0"], &mut pipeline);
+        encode_command(&["PING"], &mut pipeline);
+        looping.send_raw(&pipeline);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proxy.gate.snapshot().in_flight == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut other = RespConn::connect(proxy.addr);
+        let mut busy = String::new();
+        while !busy.starts_with("-BUSY") && Instant::now() < deadline {
+            other.send(&["PING"]);
+            assert!(
+                other.replies_within(Duration::from_secs(5)),
+                "{path}: another client's PING waits behind the script (gate {:?})",
+                proxy.gate.snapshot()
+            );
+            busy = other.reply().unwrap();
+        }
+        assert!(busy.starts_with("-BUSY"), "{path}: {busy}");
+        assert_eq!(
+            proxy.gate.snapshot().in_flight,
+            1,
+            "{path}: the script and its PING hold one slot"
+        );
+        assert_eq!(other.call(&["SCRIPT", "KILL"]), "+OK\r\n", "{path}");
+        assert!(
+            looping.reply().unwrap().starts_with("-ERR"),
+            "{path}: the script was killed"
+        );
+        assert_eq!(looping.reply().unwrap(), "+PONG\r\n", "{path}");
+        gate_empties(&proxy, path);
+    }
+}

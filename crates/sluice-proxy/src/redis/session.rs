@@ -3,7 +3,15 @@
 //! has handed it over (or from the start with `shared_upstreams = 0`):
 //! every command is admitted by the gate before it is forwarded and holds
 //! its slot until the server's reply is complete; pipelined commands are
-//! admitted and answered in order. A transaction is one request, admitted
+//! admitted and answered in order. A command pipelined behind one still in
+//! the server joins that one's slot rather than taking another, up to
+//! [`MAX_JOINED`] commands a slot: Redis runs one connection's commands one
+//! after another, so a second slot there would count no work and could
+//! only keep another client out (a looping script and a PING pipelined
+//! behind it would hold both slots of P = 2, and other clients would wait
+//! at the gate instead of hearing BUSY from Redis). Each command's latency
+//! is still recorded as its own ([`crate::gate::Rider`]); the bound keeps a
+//! client that never stops pipelining from holding one slot for ever. A transaction is one request, admitted
 //! at its EXEC: MULTI and the commands it queues go through at once, since
 //! the server only queues them, so a client that thinks between MULTI and
 //! EXEC holds no slot. Blocking commands and those that observe or control
@@ -44,15 +52,27 @@ use super::resp::{encode_command, CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
 use crate::client::Peer;
 use crate::config::TenantKey;
-use crate::gate::{Refusal, Slot};
+use crate::gate::{Refusal, Rider, Slot};
 use crate::session::{admit, drive, room_to_read, Backlog, ClientEnd, Context, Flags, Outcome, Who};
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
+
+/// Most commands that share one slot (see the module's doc): a client that
+/// pipelines without pause takes a new one, queueing at the gate like any
+/// other, once this many rode the last.
+pub(crate) const MAX_JOINED: usize = 16;
+
+/// How far back from the newest entry a command looks for the slot to
+/// join; entries without a slot (MULTI's queued commands, passthroughs)
+/// in between are rare and short.
+const JOIN_LOOKBACK: usize = 8;
 
 /// What the upstream → client direction does when it reaches an entry.
 enum Pending {
     /// A reply from the server completes this command.
     Reply {
         slot: Option<Slot>,
+        /// The command handed its slot over to one pipelined behind it.
+        rider: Option<Rider>,
         outcome: Option<Outcome>,
         rename: Option<Arc<str>>,
         deliver: Deliver,
@@ -165,6 +185,7 @@ pub(crate) async fn serve(
         replies: ReplyMode::On,
         held: false,
         eof: false,
+        joined: MAX_JOINED,
     };
     let down = Down {
         upstream: upstream_rd,
@@ -196,6 +217,8 @@ struct Up<'a> {
     held: bool,
     /// The client closed its side; what it sent before is still served.
     eof: bool,
+    /// Commands that rode the slot last taken at the gate.
+    joined: usize,
 }
 
 /// What to do with one framed command.
@@ -423,6 +446,7 @@ impl Up<'_> {
         }
         self.shared.push(Pending::Reply {
             slot,
+            rider: None,
             outcome,
             rename,
             deliver,
@@ -467,10 +491,14 @@ impl Up<'_> {
         unsent: &mut Range<usize>,
     ) -> io::Result<Result<(Slot, Outcome), Refusal>> {
         self.apply_rename();
+        if let Some(slot) = self.join() {
+            return Ok(Ok((slot, Outcome::of(&self.who))));
+        }
         let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent_bytes).await?;
         if flushed {
             *unsent = unsent.end..unsent.end;
         }
+        self.joined = 1;
         Ok(answer)
     }
 
@@ -495,6 +523,7 @@ impl Up<'_> {
                     };
                     self.shared.push(Pending::Reply {
                         slot: None,
+                        rider: None,
                         outcome: None,
                         rename: None,
                         deliver,
@@ -528,7 +557,33 @@ impl Up<'_> {
     fn apply_rename(&mut self) {
         if let Some(name) = self.shared.lock().rename.take() {
             self.who = self.ctx.who(&name);
+            // The slot in the server is the old tenant's.
+            self.joined = MAX_JOINED;
         }
+    }
+
+    /// The slot of a command of this connection still in the server, for
+    /// the command being handled to share, if it may (see [`MAX_JOINED`]).
+    fn join(&mut self) -> Option<Slot> {
+        if self.joined >= MAX_JOINED {
+            return None;
+        }
+        let mut state = self.shared.lock();
+        let slot = state
+            .pending
+            .iter_mut()
+            .rev()
+            .take(JOIN_LOOKBACK)
+            .find_map(|entry| match entry {
+                Pending::Reply { slot, rider, .. } => {
+                    let mut slot = slot.take()?;
+                    *rider = Some(slot.hand_over());
+                    Some(slot)
+                }
+                _ => None,
+            })?;
+        self.joined += 1;
+        Some(slot)
     }
 }
 
@@ -708,13 +763,14 @@ impl Down<'_> {
         // closes); it is forwarded all the same.
         if let Some(Pending::Reply {
             slot,
+            rider,
             outcome,
             rename,
             deliver,
             authenticates,
         }) = entry
         {
-            drop(slot);
+            drop((slot, rider));
             if authenticates {
                 let mut state = self.shared.lock();
                 state.authenticated |= !reply.is_error();
