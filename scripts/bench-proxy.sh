@@ -18,7 +18,12 @@
 #                     (sluice-1t; with LOCAL=1 also sluice-local-1t)
 #   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
 #                     from another build (copy target/release/sluice away
-#                     before a change), to measure the change
+#                     before a change), to measure the change; it runs
+#                     first in each round and is the baseline of the
+#                     table's paired ratios
+#   PIN=8             pin P (and take the optimizer out) in sluice and
+#                     sluice-base alike, so that a BASE comparison measures
+#                     the code, not where the optimizer settled
 #   TXN=1             also run a sluice proxy with transaction pooling
 #                     (pool = "transaction": a backend per request, not
 #                     per client; see crates/sluice-proxy/src/pg/pool.rs)
@@ -242,7 +247,9 @@ elif [[ -n "${IDLE_CLIENTS:-}" ]]; then
     decisions_ports=""
 else
     echo "== sluice proxy on port $SLUICE_PORT (admin $ADMIN_PORT)"
-    start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT"
+    pinned=""
+    [[ -n "${PIN:-}" ]] && pinned="parallelism = $PIN\n[optimizer]\nparallelism = \"fixed\"\n"
+    start_sluice sluice $SLUICE_PORT "127.0.0.1:$ADMIN_PORT" "$pinned"
     if [[ -n "${GRADIENT:-}" ]]; then
         start_sluice sluice-gradient $((SLUICE_PORT + 10)) "" '[optimizer]\nparallelism = "gradient"\n'
     fi
@@ -254,7 +261,10 @@ else
         decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 7))"
     fi
     if [[ -n "${BASE:-}" ]]; then
-        SLUICE_BIN=$BASE start_sluice sluice-base $((SLUICE_PORT + 5)) ""
+        SLUICE_BIN=$BASE start_sluice sluice-base $((SLUICE_PORT + 5)) "" "$pinned"
+        # The first target is the baseline of `sluice bench pg`'s ratios.
+        base_target=${targets##*,}
+        targets="$base_target,${targets%,*}"
     fi
     if [[ -n "${UPSTREAM_TLS:-}" ]]; then
         start_bouncer pgbouncer-tls $((BOUNCER_PORT + 1)) "server_tls_sslmode = require"
