@@ -234,11 +234,11 @@ impl ProxyConfig {
     /// 0.79–0.93× direct with one thread and 0.60–0.69× with two, the
     /// second costing more in context switches than it gave (with an event
     /// loop per worker and lanes per worker, two still ran at 0.83–0.99×
-    /// one); pgbench with
-    /// 8 users ran 16% faster with two (a lone thread, descheduled among
-    /// PostgreSQL's backends, stalls every session). Under transaction
-    /// pooling one thread spent 6–17% less CPU per transaction and ran
-    /// 0.93–1.06× two through Unix sockets (runs L4 and T1), no gain to
+    /// one); pgbench with 8 users ran 16% faster with two (a lone thread,
+    /// descheduled among PostgreSQL's backends, stalls every session).
+    /// Under transaction pooling one thread spent 6–17% less CPU per
+    /// transaction and ran 0.93–1.06× two through Unix sockets
+    /// (docs/BENCHMARKS.md, "Clients through a Unix socket"), no gain to
     /// change the default for.
     pub fn worker_threads(&self) -> usize {
         match (self.threads, self.protocol) {
