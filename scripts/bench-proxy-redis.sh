@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# sluice proxy in front of Redis (issue 5 acceptance): redis-benchmark
+# sluice proxy in front of Redis (targets: docs/BENCHMARKS.md, "`sluice
+# proxy` in front of Redis"): redis-benchmark
 # GET/SET with 50 clients directly, through sluice proxy (default: shared
 # upstream lanes for clients in the default session state), through sluice
 # proxy with a connection of its own per client (`sluice-own`,

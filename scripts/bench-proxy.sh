@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# AppleS on PostgreSQL (issue 5 acceptance): pgbench's TPC-B-like script at
+# AppleS on PostgreSQL (targets: docs/BENCHMARKS.md, "`sluice proxy` in
+# front of PostgreSQL"): pgbench's TPC-B-like script at
 # scale 10 against PostgreSQL 15 directly, through PgBouncer (transaction
 # pooling, pool 16) and through sluice proxy (P tuned by the three-sample
 # model), interleaved and repeated by `sluice bench pg`. Starts private
@@ -74,7 +75,7 @@
 #                     PgBouncer and through a sluice proxy with transaction
 #                     pooling (scripts/pg-idle-connections.py), one pooler
 #                     at a time, and report each one's RSS before, with
-#                     them, and after they left (issue 5: at most 64 KiB
+#                     them, and after they left (target: at most 64 KiB
 #                     per idle client)
 #   PG_SETTINGS="-c synchronous_commit=off"  further settings for the
 #                     private PostgreSQL (postgres command-line options)

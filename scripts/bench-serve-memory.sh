@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Memory of `sluice serve` under YCSB-A (issue 4 acceptance): the server's
+# Memory of `sluice serve` under YCSB-A (target: docs/BENCHMARKS.md,
+# "`sluice serve` memory under YCSB-A"): the server's
 # resident memory after every run of `sluice bench redis`, to check that it
 # stays within its memtable and block-cache budget plus 64 MiB and does not
 # grow with the number of operations run.

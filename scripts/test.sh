@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+# The documents first: every link, path and run id resolves, and nothing
+# cites a text outside the repository (a second, no build needed).
+command -v python3 >/dev/null 2>&1 || apt_install python3
+bash scripts/check-docs.sh
 ensure_rust
 # redis-cli and redis-benchmark for the server's integration test; the
 # proxy's integration tests start private PostgreSQL 15 and Redis 7 servers

@@ -1,6 +1,6 @@
-//! PostgreSQL users as AppleS counts them (issue 5, §8): N users, each a
-//! closed loop on its own connection running pgbench's TPC-B-like script (or
-//! the select-only or simple-update built-ins). pgbench does the load; its
+//! PostgreSQL users as AppleS counts them: N users, each a closed loop on
+//! its own connection running pgbench's TPC-B-like script (or the
+//! select-only or simple-update built-ins). pgbench does the load; its
 //! per-transaction log gives each user's throughput and latencies, from
 //! which come U_f, V_l and the percentiles. Only transactions that finish in
 //! the measured window (after a warm-up) count, so a proxy that tunes itself

@@ -21,7 +21,8 @@ use crate::version::{level_source, table_path, TableHandle, Version};
 /// cost few operations, small enough that one read holds a device only a
 /// couple of milliseconds (256 KiB is 2 ms at 125 MB/s) before a waiting
 /// foreground read gets its turn. With 1 MiB the demo's read p99 during
-/// compaction was 2.5x worse (docs/BENCHMARKS.md).
+/// compaction was 2.5x worse (docs/BENCHMARKS.md, "`sluice demo`: YCSB on
+/// sluice-kv with compaction active").
 const READAHEAD: usize = 256 << 10;
 
 /// What one compaction merges: `inputs` of `level` and the overlapping

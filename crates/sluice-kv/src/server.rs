@@ -4,10 +4,11 @@
 //! of that tenant. A tenant is the connection, or the user it names with
 //! `AUTH user password`.
 //!
-//! Departure from DESIGN.md's choice of tokio for network code: sluice-io
-//! keeps the request context on the calling thread (RCP's enlightenment
-//! API, `ctx_begin/ctx_end`), and the store blocks in its I/O; a thread per
-//! connection keeps each request on one thread from parse to reply.
+//! Departure from the rest of Sluice, whose network code (the proxy) runs
+//! on tokio: sluice-io keeps the request context on the calling thread
+//! (RCP's enlightenment API, `ctx_begin/ctx_end`), and the store blocks in
+//! its I/O; a thread per connection keeps each request on one thread from
+//! parse to reply.
 //!
 //! # Hostile clients
 //!

@@ -1,6 +1,6 @@
-//! The proxy's settings (issue 5, §3 "Tenants" and §7 "Operations"): where
-//! to listen, which server to forward to, which protocol it speaks and what
-//! names a tenant. The gate's own settings (P, ζ, queue bounds) live in
+//! The proxy's settings: where to listen, which server to forward to,
+//! which protocol it speaks and what names a tenant. The gate's own
+//! settings (P, ζ, queue bounds) live in
 //! [`crate::gate::GateConfig`]; the caller builds the [`crate::gate::Gate`]
 //! and hands it to [`crate::server::Proxy::bind`].
 
@@ -22,7 +22,8 @@ pub enum Protocol {
     Redis,
 }
 
-/// What a connection's tenant is named after (issue 5, §3).
+/// What a connection's tenant is named after; each tenant has its own
+/// queue and weight at the gate.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TenantKey {
@@ -50,8 +51,8 @@ pub enum TenantKey {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolMode {
-    /// The backend a client logged in on, for its whole session (issue 5
-    /// §1): session semantics untouched.
+    /// The backend a client logged in on, for its whole session: session
+    /// semantics untouched.
     #[default]
     Session,
     /// A backend per request, taken from a pool of those with the same
@@ -233,11 +234,11 @@ impl ProxyConfig {
     /// 0.79–0.93× direct with one thread and 0.60–0.69× with two, the
     /// second costing more in context switches than it gave (with an event
     /// loop per worker and lanes per worker, two still ran at 0.83–0.99×
-    /// one); pgbench with
-    /// 8 users ran 16% faster with two (a lone thread, descheduled among
-    /// PostgreSQL's backends, stalls every session). Under transaction
-    /// pooling one thread spent 6–17% less CPU per transaction and ran
-    /// 0.93–1.06× two through Unix sockets (runs L4 and T1), no gain to
+    /// one); pgbench with 8 users ran 16% faster with two (a lone thread,
+    /// descheduled among PostgreSQL's backends, stalls every session).
+    /// Under transaction pooling one thread spent 6–17% less CPU per
+    /// transaction and ran 0.93–1.06× two through Unix sockets
+    /// (docs/BENCHMARKS.md, "Clients through a Unix socket"), no gain to
     /// change the default for.
     pub fn worker_threads(&self) -> usize {
         match (self.threads, self.protocol) {

@@ -1,19 +1,20 @@
 //! `sluice proxy`: per-tenant admission control and fair scheduling (AppleS)
-//! in front of unmodified PostgreSQL and Redis (issue 5).
+//! in front of unmodified PostgreSQL and Redis. How a request flows through
+//! these files: docs/ARCHITECTURE.md, "The proxy: `sluice proxy`".
 //!
 //! | file | what | source |
 //! |---|---|---|
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots (a request waiting on its client parks its slot), refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
-//! | [`server`] | the listener: one session per client, graceful drain | issue 5 §1, §7 |
+//! | [`server`] | the listener: one session per client, graceful drain | – |
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
-//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | issue 5 §1–2 |
+//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
 //! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
-//! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | issue 5 §7 |
-//! | [`config`], [`settings`] | the listener's settings; the whole TOML file | issue 5 §7 |
-//! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | issue 5 §7 |
-//! | [`service`] | everything started, reloaded and stopped together | issue 5 §7 |
+//! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | – |
+//! | [`config`], [`settings`] | the listener's settings; the whole TOML file | – |
+//! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | OpenMetrics |
+//! | [`service`] | everything started, reloaded and stopped together | – |
 //!
 //! Departures and limits: a PostgreSQL client has its own upstream
 //! connection (TLS or plain as `[proxy.upstream_tls]` says, whatever the
@@ -21,8 +22,8 @@
 //! pool of the same login's; `pg::pool` says what it measured and what
 //! session state it loses); a Redis client shares a
 //! few batched upstream connections until its first command that reads or
-//! changes session state, and has its own from then on (`redis::shared`; the issue asks for one per client,
-//! which cost two reads and two writes per command). Sessions run on worker
+//! changes session state, and has its own from then on (`redis::shared`; one per client,
+//! the design this replaced, cost two reads and two writes per command). Sessions run on worker
 //! threads, one event loop each (`workers`), as many as
 //! `ProxyConfig::worker_threads` says by protocol. P counts requests the
 //! database works on: a PostgreSQL session waiting on its client inside a

@@ -34,21 +34,23 @@
 //!   stall: a stretch longer than the target (and than
 //!   `STALL_SERVICE_MULTIPLE` times the mean time inside) in which
 //!   requests were inside the database and none finished. The windows
-//!   that wound the weight up on PostgreSQL were such stalls, WAL flushes
-//!   and descheduled clients holding locks, that every tenant waited out
-//!   (docs/BENCHMARKS.md, SLO runs W and A). A first rule, holding when
-//!   the time inside the database alone missed the target at the
-//!   percentile, never fired (run H): fewer than 0.1% of requests were
-//!   inside during a stall; the rest of their wait was queued behind it.
+//!   that wind the weight up on PostgreSQL are such stalls, WAL flushes
+//!   and descheduled clients holding locks, that every tenant waits out
+//!   (docs/BENCHMARKS.md, "SLO classes"). Holding only when the time
+//!   inside the database alone misses the target at the percentile would
+//!   not catch them: fewer than 0.1% of requests are inside during a
+//!   stall; the rest of their wait is queued behind it.
 //!   Under `misses`, a window a stall decided is also left out of the miss
 //!   count, whose fading memory would otherwise carry it into the windows
-//!   after (run S: the weight wound up to its cap of 1,000), and a window
-//!   whose own requests kept within the budget raises nothing, whatever
-//!   older misses the count still carries (run X: 24 such raises in a row,
-//!   to a weight of 86.7 that took best-effort throughput to 1.18× strict).
-//!   Targets start from
-//!   the configuration and change live through [`SloTargets`] (the admin
-//!   port, a reload); a tenant whose target is removed keeps its weight.
+//!   after and wind the weight up to its cap; and a window whose own
+//!   requests kept within the budget raises nothing, whatever older misses
+//!   the count still carries, or the weight goes on rising for many
+//!   windows after the misses stop and takes best-effort throughput with
+//!   it (on PostgreSQL, 24 windows in a row, to a weight of 86.7 that left
+//!   best-effort tenants 1.18× what strict priority gives them).
+//!   Targets start from the configuration and change live through
+//!   [`SloTargets`] (the admin port, a reload); a tenant whose target is
+//!   removed keeps its weight.
 //!
 //! Every change, and every SLO weight held through a stall, is logged as a
 //! [`Decision`] that the admin port shows.
@@ -111,9 +113,10 @@ pub struct ModelConfig {
     pub demand_change: f64,
     /// After the model's matching point C, also measure λ(C) and λ(2C) and
     /// let in whichever measured P did best. On by default, a departure
-    /// from the paper: on PostgreSQL the first local maximum of Eq. 2 lay
-    /// at 7–11, below the peak near 16 that a hand sweep found, and the
-    /// refinement raised throughput 12–19% (docs/BENCHMARKS.md).
+    /// from the paper: on PostgreSQL the first local maximum of Eq. 2 lies
+    /// at 7–11, below the peak near 16 that a hand sweep finds, and the
+    /// refinement raises throughput 12–19% (docs/BENCHMARKS.md, "Refining
+    /// the matching point (now the default)").
     pub refine: bool,
 }
 
@@ -258,12 +261,14 @@ impl OptimizerConfig {
 
 /// A sampling moves P away from its default (after a re-run the held P,
 /// after the model's refinement P = every user) only when another P beat
-/// the default by more than this fraction. On PostgreSQL, re-runs of 4 s
-/// samples without a margin moved P from 20 to 10 on a 1% difference
-/// (docs/BENCHMARKS.md, run F) and with a 5% margin still walked it 16 → 8
-/// → 16 → 32 on differences of 5.5–11% (run M), where the hand sweep's peak
-/// is 16; and a refinement at 8 users held P = 6 on a 5% lead over P = 8
-/// (run U), holding two users back for what a sample's noise can show.
+/// the default by more than this fraction. On PostgreSQL, 4 s samples at
+/// neighbouring P differ by up to ~10% by chance: re-runs without a margin
+/// move P from 20 to 10 on a 1% difference, with a 5% margin they still
+/// walk it 16 → 8 → 16 → 32 on differences of 5.5–11% where the hand
+/// sweep's peak is 16, and without one a refinement at 8 users holds P = 6
+/// on a 5% lead over P = 8, holding two users back for what a sample's
+/// noise can show (docs/BENCHMARKS.md, "A Unix socket to PostgreSQL" and
+/// its "512 users").
 const MARGIN: f64 = 0.10;
 
 /// The measured P that did best, the first on a tie.
@@ -287,8 +292,9 @@ fn choice_with_margin(samples: &[Sample], default: usize) -> Sample {
 /// A window's longest stretch without a finished request counts as a stall
 /// (on which no SLO weight is raised) when longer than the target and than
 /// this many times the mean time requests spent inside the database. On
-/// PostgreSQL (SLO run W) requests took ~8 ms inside (16 at ~2,000 per
-/// second) and the stalls 70–240 ms.
+/// PostgreSQL under the SLO experiment requests take ~8 ms inside (16 at
+/// ~2,000 per second) and the stalls 70–240 ms (docs/BENCHMARKS.md, "SLO
+/// classes").
 const STALL_SERVICE_MULTIPLE: f64 = 4.0;
 
 /// One change the optimizer made (or an SLO weight it held through a
@@ -886,11 +892,11 @@ impl Optimizer {
     /// The periodic re-run at an unchanged demand of `users`: measures
     /// P/2, P and 2P around the held P and keeps it unless another beat it
     /// by [`MARGIN`]. A departure: the paper samples afresh, and on
-    /// PostgreSQL the samples at P = 2 and P = all users, 4 s each, fell
-    /// inside measured windows and cost them 10–30% (docs/BENCHMARKS.md,
-    /// run P4). With a re-run in every
-    /// window, this sweep cost 1–7% less than the full one (run RR); it
-    /// moves P by what one noisy sample shows (there, 18 to 9).
+    /// PostgreSQL the samples at P = 2 and P = all users, 4 s each, cost
+    /// the measured windows they fall in 10–30%, where this sweep costs
+    /// 1–7% less than the full one (docs/BENCHMARKS.md, "pgbench's own
+    /// runs: the model between runs, and pooled backends beyond P"). It
+    /// can move P on one noisy sample, which the margin guards against.
     fn start_around(&mut self, users: usize, now: Instant, resume: Held) {
         if self.too_few_to_model(users, now) {
             return;
@@ -1123,8 +1129,10 @@ mod tests {
             .collect()
     }
 
-    /// Run M: a re-run moved P from 16 to 8 on a 5.5% difference; run RR's
-    /// first re-run found 18 slower than 9 by 18%, which is beyond noise.
+    /// Re-runs on PostgreSQL: 8 ahead of the held 16 by 5.5% is noise
+    /// (docs/BENCHMARKS.md, "A Unix socket to PostgreSQL", its "512
+    /// users"); 9 ahead of the held 18 by 18% is beyond it ("pgbench's own
+    /// runs").
     #[test]
     fn a_re_run_moves_p_only_when_beaten_by_more_than_the_margin() {
         let close = samples(&[(8, 2017.0), (16, 1912.0), (32, 1727.0)]);
@@ -1140,8 +1148,9 @@ mod tests {
         assert_eq!(best_measured(&close).p, 8);
     }
 
-    /// Run U: at 8 users the refinement held P = 6 on λ(6) = 2,335/s
-    /// against λ(8) = 2,212/s (5%); with the margin every user is let in.
+    /// At 8 users on PostgreSQL a refinement measures λ(6) = 2,335/s
+    /// against λ(8) = 2,212/s (5%; docs/BENCHMARKS.md, "A Unix socket to
+    /// PostgreSQL"); with the margin every user is let in.
     /// At 256 users P = 256 is far behind and the best measured P wins.
     #[test]
     fn a_refinement_holds_users_back_only_when_it_pays_by_more_than_the_margin() {
@@ -1151,10 +1160,11 @@ mod tests {
         assert_eq!(choice_with_margin(&many, 256).p, 16);
     }
 
-    /// Run X: the fading count stayed over budget for 24 windows after the
-    /// misses had stopped, and raised the weight in each to 86.7. A window
-    /// whose own requests kept the budget raises nothing; the count still
-    /// lowers the weight once it is under.
+    /// The fading count can stay over budget for many windows after the
+    /// misses stop (24 on PostgreSQL, raising the weight to 86.7 in all;
+    /// docs/BENCHMARKS.md, "SLO classes"). A window whose own requests kept
+    /// the budget raises nothing; the count still lowers the weight once it
+    /// is under.
     #[test]
     fn a_window_within_budget_does_not_raise_on_older_misses() {
         let mut l = slo_loop(&[[10; 90].as_slice(), &[200; 10]].concat());

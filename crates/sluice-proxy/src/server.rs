@@ -1,5 +1,4 @@
-//! The listener (issue 5, §1 and §7 "graceful shutdown that drains requests
-//! in flight"): accepts clients, gives each a session task (with its own
+//! The listener: accepts clients, gives each a session task (with its own
 //! upstream connection, or for Redis a shared one until it needs its own),
 //! and on shutdown stops accepting, lets every request in flight finish (up
 //! to the drain timeout), then closes the connections.

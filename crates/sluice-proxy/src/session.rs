@@ -1,7 +1,7 @@
-//! What the PostgreSQL and Redis sessions share (issue 5, §1 "Each client
-//! connection gets its own upstream connection" and §4 "A slot is always
-//! returned"): the per-connection context, admission that never holds back
-//! bytes a waiting request depends on, request outcome, and the two-direction
+//! What the PostgreSQL and Redis sessions share: the per-connection
+//! context, admission that never holds back bytes a waiting request depends
+//! on, request outcome (the slot comes back however the request ends:
+//! completed, failed or its client gone), and the two-direction
 //! drive loop with graceful shutdown.
 //!
 //! A session runs two futures in one task: client → upstream (framing

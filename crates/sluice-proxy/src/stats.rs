@@ -1,9 +1,10 @@
-//! Per-tenant outcome counters of the proxy's sessions (issue 5, §7): what
-//! only a session sees — requests answered, of which errors, refusals, and
-//! commands that passed through outside admission (blocking commands,
-//! pub/sub), which §2 keeps out of the latency statistics. Queue wait and
-//! latency are recorded by the gate, which sees every request's slot from
-//! arrival to release ([`crate::gate::GateSnapshot`]). Also the number of
+//! Per-tenant outcome counters of the proxy's sessions: what only a session
+//! sees — requests answered, of which errors, refusals, and commands that
+//! passed through outside admission (blocking commands, pub/sub; see
+//! [`crate::redis::command`]), which take no slot and so stay out of the
+//! latency statistics. Queue wait and latency are recorded by the gate,
+//! which sees every request's slot from arrival to release
+//! ([`crate::gate::GateSnapshot`]). Also the number of
 //! backends idle in the transaction pool. Counters are atomics.
 
 use std::collections::HashMap;

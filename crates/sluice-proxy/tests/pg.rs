@@ -1,4 +1,4 @@
-//! The proxy in front of a real PostgreSQL 15 (issue 5, §1–§3, §9): psql
+//! The proxy in front of a real PostgreSQL 15: psql
 //! and pgbench through it, SCRAM authentication relayed, CancelRequest
 //! forwarded, malformed bytes confined to their client, refusals answered
 //! with a SQLSTATE while the session goes on; transaction pooling.

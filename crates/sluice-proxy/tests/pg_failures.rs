@@ -1,5 +1,5 @@
-//! Failures around the proxy in front of a real PostgreSQL 15 (issue 5,
-//! "Robustness"): the server killed under its clients (every client inside
+//! Failures around the proxy in front of a real PostgreSQL 15: the server
+//! killed under its clients (every client inside
 //! a request is told with 08006) and started again,
 //! and clients that vanish at any point of a request. Either way every
 //! slot comes back to the gate and the proxy goes on serving.

@@ -1,4 +1,4 @@
-//! TLS through the proxy with a real PostgreSQL 15 (issue 5, §1): for
+//! TLS through the proxy with a real PostgreSQL 15: for
 //! clients that ask for it (`[proxy.tls]`), and to a server that takes TCP
 //! connections only inside TLS (`[proxy.upstream_tls]`), with SCRAM logins
 //! and transaction pooling across both.

@@ -1,4 +1,4 @@
-//! The proxy in front of a real Redis 7 (issue 5, §1–§3, §9): redis-cli and
+//! The proxy in front of a real Redis 7: redis-cli and
 //! redis-benchmark through it, transactions, pipelines, AUTH tenants, RESP3
 //! after HELLO 3, blocking commands and pub/sub outside admission, refusals.
 

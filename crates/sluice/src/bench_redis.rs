@@ -1,8 +1,8 @@
-//! `sluice bench redis`: Redis users as AppleS counts them (issue 5, §8):
-//! N users, each a closed loop on its own connection running a YCSB core
-//! workload, against several RESP targets (Redis directly, through `sluice
-//! proxy`, through another proxy) interleaved round by round, with per-user
-//! throughput, U_f, V_l, latency percentiles and CPU steal.
+//! `sluice bench redis`: Redis users as AppleS counts them: N users, each a
+//! closed loop on its own connection running a YCSB core workload, against
+//! several RESP targets (Redis directly, through `sluice proxy`, through
+//! another proxy) interleaved round by round, with per-user throughput,
+//! U_f, V_l, latency percentiles and CPU steal.
 
 use anyhow::{Context, Result};
 use clap::Args;

@@ -1,7 +1,8 @@
 //! I/O pressure stall (Linux PSI, /proc/pressure/io): the share of time in
 //! which every task that had work was waiting on I/O. On a shared disk a
 //! slow WAL flush stops every commit at once, and a run's tail latency then
-//! measures the disk, not the scheduling (docs/BENCHMARKS.md, SLO run W).
+//! measures the disk, not the scheduling (docs/BENCHMARKS.md, "SLO
+//! classes").
 //! A run's average hides such a stall, so benchmarks record the worst
 //! second of each run beside its CPU steal.
 

@@ -23,8 +23,10 @@
 //!   what a noisy λ(P1) below every such curve through λ(P0) and λ(P2)
 //!   gets (r1/r2 above what the steepest decay in γ's range produces),
 //!   where the nearest fit is a step at P0 (B → ∞) whose first maximum
-//!   is P0 itself: measured on PostgreSQL at 256 users, λ(2) = 865,
-//!   λ(32) = 1094, λ(256) = 1263 put C at 2 (docs/BENCHMARKS.md, run F7).
+//!   is P0 itself: samples measured on PostgreSQL at 256 users, λ(2) =
+//!   865, λ(32) = 1094, λ(256) = 1263, would put C at 2
+//!   (docs/BENCHMARKS.md, "Eq. 2 against a fine hand sweep, with each
+//!   middle sample").
 //! - When r1/r2 lies below what the slowest decay in range produces, γ is
 //!   clamped to the range's low end: α then falls linearly in P and Eq. 2's
 //!   denominator is quadratic, the curve of a service time growing with
@@ -211,7 +213,8 @@ mod tests {
     #[test]
     fn a_sample_below_every_curve_gets_the_best_measured_p() {
         let s = |p, throughput| Sample { p, throughput };
-        // Run F7, round 1: λ(32) fell below the line Eq. 2 allows.
+        // Measured on PostgreSQL at 256 users (docs/BENCHMARKS.md, "Eq. 2
+        // against a fine hand sweep"): λ(32) lies below the line Eq. 2 allows.
         let mp = matching_point(s(2, 865.0), s(32, 1094.0), s(256, 1263.0));
         assert_eq!(mp, MatchingPoint { p: 256, model: None });
         // Super-linear to P1 and falling after it: P1 was measured best.

@@ -8,12 +8,13 @@
 //! Departure: PSLO's model-based gain is replaced by a step proportional in
 //! log space, φ ← φ·(measured / (setpoint·target))^gain, bounded per window
 //! to [1/max_step, max_step]. It needs no model of the database, and unlike
-//! fixed up/down steps (tried first) it does not ratchet the share up on
-//! every noisy window: on PostgreSQL a window's p99.9 swung 30–100 ms at a
-//! fixed weight, and fixed steps (×1.5 on a miss, ×0.9 well inside) kept
-//! the latency-sensitive tenant at 45 ms against a 60 ms target with half
-//! the throughput. The setpoint below 1 leaves room for that noise, since
-//! the target is judged over a whole run, not per window.
+//! fixed up/down steps it does not ratchet the share up on every noisy
+//! window: on PostgreSQL a window's p99.9 swings 30–100 ms at a fixed
+//! weight, and fixed steps (×1.5 on a miss, ×0.9 well inside) keep the
+//! latency-sensitive tenant at 45 ms against a 60 ms target with half the
+//! throughput (docs/BENCHMARKS.md, "SLO classes"). The setpoint below 1
+//! leaves room for that noise, since the target is judged over a whole
+//! run, not per window.
 //!
 //! Anti-windup: a weight only decides who gets a free slot, so raising it
 //! helps only if the gate gave slots to other tenants while this one had a
@@ -21,27 +22,29 @@
 //! (its requests found free slots, or every slot was held while the
 //! database stalled), the miss lies inside the database and the weight is
 //! held rather than raised; it may still fall. Without this, stall windows
-//! of 150–370 ms on PostgreSQL wound the weight up to ~100, far past the
-//! weight at which the tenant is already served first. In the experiment
-//! run since (docs/BENCHMARKS.md, SLO run E) the tenant was passed over
-//! 1,300–7,400 times in every 5 s window, so being passed over did not
-//! tell stall windows apart; the proxy's optimizer therefore also holds
-//! the weight on windows in which no request finished for longer than the
-//! target (SLO run W found the windows that wound the weight up to be
-//! WAL-flush stalls).
+//! of 150–370 ms on PostgreSQL wind the weight up to ~100, far past the
+//! weight at which the tenant is already served first. Being passed over
+//! does not tell every stall window apart, though: on PostgreSQL a
+//! latency-sensitive tenant is passed over thousands of times in every 5 s
+//! window, stalls included, and the windows that wind its weight up are
+//! WAL-flush stalls of the shared disk (docs/BENCHMARKS.md, "SLO
+//! classes"). The proxy's optimizer therefore also holds the weight on
+//! windows in which no request finished for longer than the target.
 //!
 //! What the loop steers can be either of two measures of the same target.
 //! The window's percentile (PSLO's, and the default): on PostgreSQL a 5 s
 //! window holds ~2,500 latency-sensitive requests, so its p99.9 is decided
-//! by the 3 slowest, and windows of 120–320 ms between windows of 30–55 ms
-//! wound the weight up to 9.5 (docs/BENCHMARKS.md, SLO run T repeat). Or
-//! the [`MissRate`]: the fraction of requests slower than the target, with
-//! older windows fading, steered to the fraction the percentile allows
+//! by the 3 slowest, and a few windows of 120–320 ms among windows of
+//! 30–55 ms can wind the weight up to 9.5 (docs/BENCHMARKS.md, "SLO
+//! classes"). Or the [`MissRate`]: the fraction of requests slower than
+//! the target, with older windows fading, steered to the fraction the
+//! percentile allows
 //! (0.1% for p99.9). A target on a percentile is a budget of misses; a few
 //! slow requests spend a little of it instead of a whole window's verdict.
-//! Measured side by side on PostgreSQL (SLO run M) it did no better: its
-//! weight wound up to 8.8 as well, and it met both halves of the target in
-//! 1 round of 3 against 2 for the window percentile, which stays default.
+//! Side by side on PostgreSQL it does no better: its weight winds up as
+//! well, and it meets both halves of the target in fewer rounds than the
+//! window percentile (docs/BENCHMARKS.md, "SLO classes"), which stays the
+//! default.
 
 use serde::{Deserialize, Serialize};
 

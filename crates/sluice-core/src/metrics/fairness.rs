@@ -1,4 +1,4 @@
-//! Fairness across tenants (AppleS §3.1, DESIGN.md "Metrics"):
+//! Fairness across tenants (AppleS §3.1):
 //!
 //! - Unfairness `U_f = max_i |N_i/φ_i - H| / H`, `H = mean_i(N_i/φ_i)`, where
 //!   N_i is the work tenant i got done and φ_i its weight.

@@ -1,7 +1,7 @@
-//! The metric definitions, one implementation each (DESIGN.md, "Metrics"):
-//! tardiness and miss ratio (TraQIOS Def. 1–2), latency distributions
-//! (HdrHistogram), and per-tenant throughput, unfairness U_f and latency
-//! variability V_l (AppleS §3.1).
+//! The metric definitions, one implementation each, which the simulator,
+//! the benchmarks and the proxy all report with: tardiness and miss ratio
+//! (TraQIOS Def. 1–2), latency distributions (HdrHistogram), and per-tenant
+//! throughput, unfairness U_f and latency variability V_l (AppleS §3.1).
 
 mod fairness;
 mod latency;

@@ -1,5 +1,5 @@
-//! CancelRequest forwarding (issue 5, §1: "CancelRequest forwarded to the
-//! right backend"). A client cancels a running query by opening a new
+//! CancelRequest forwarding: a cancel reaches the backend whose key it
+//! carries, and no other. A client cancels a running query by opening a new
 //! connection and sending its backend's key; the proxy relays each backend's
 //! BackendKeyData unchanged, so the key a client holds is the backend's own.
 //! The registry maps every live session's key to its upstream address, and

@@ -1,5 +1,5 @@
-//! PostgreSQL wire protocol v3 framing for the proxy (issue 5, §1
-//! "Protocols"): the untyped packets of the startup phase (StartupMessage,
+//! PostgreSQL wire protocol v3 framing for the proxy: the untyped packets
+//! of the startup phase (StartupMessage,
 //! SSLRequest, GSSENCRequest, CancelRequest) and the typed messages after it
 //! (one tag byte, then a big-endian i32 length that counts itself).
 //!

@@ -1,4 +1,4 @@
-//! PostgreSQL behind the proxy (issue 5, §1–§3): wire protocol v3 framing,
+//! PostgreSQL behind the proxy: wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
 //! (with the prepared statements it keeps for clients and the passwords it
 //! opens backends with), TLS on either side, and the session that relays a

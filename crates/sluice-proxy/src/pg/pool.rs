@@ -1,19 +1,21 @@
 //! Server connections (backends) and, opt-in, transaction pooling.
 //!
-//! By default (`pool = "session"`, issue 5 §1) a client keeps the backend
-//! it logged in on for its whole session. With `pool = "transaction"` a
-//! client holds a backend only while a request (§2: a statement, or a
-//! transaction block, up to ReadyForQuery 'I') is in flight, as PgBouncer's
+//! By default (`pool = "session"`) a client keeps the backend it logged in
+//! on for its whole session, so that its session state is PostgreSQL's own.
+//! With `pool = "transaction"` a client holds a backend only while a
+//! request (a statement, or a transaction block, up to ReadyForQuery 'I';
+//! see [`super::session`]) is in flight, as PgBouncer's
 //! transaction mode does; between requests the backend waits in the pool
 //! for any client whose StartupMessage is byte for byte the same (same
 //! user, database and startup options, hence the same session defaults).
 //!
-//! Departure from issue 5 §1, and why: with a backend per client, 512
+//! Why depart from a backend per client: with one per client, 512
 //! clients keep 512 backends, and PostgreSQL runs the admitted work among
 //! all of them: every transaction lands on a backend whose caches went cold
-//! while 511 others ran. Measured (docs/BENCHMARKS.md, "512 users: where the
-//! distance comes from"), that rotation and the idle backends themselves
-//! cost ~30% of throughput at P = 16, which no admission order can win back.
+//! while 511 others ran. That rotation and the idle backends themselves
+//! cost ~30% of throughput at P = 16 (docs/BENCHMARKS.md, "512 users: where
+//! the distance to PgBouncer comes from"), which no admission order can win
+//! back.
 //! The pool hands out the most recently used backend first (LIFO), so the
 //! P admitted requests run on a few warm backends, and a task closes
 //! backends left idle longer than `server_idle_timeout_secs`. Among idle
@@ -27,7 +29,8 @@
 //! more can never be in use at once, and those a burst of logins brings
 //! would otherwise hold server memory until they time out. Throughput did
 //! not move with it (pgbench at 256 users: 0.97–1.03× without it, with 16
-//! pooled backends instead of 46; docs/BENCHMARKS.md).
+//! pooled backends instead of 46; docs/BENCHMARKS.md, "pgbench's own runs:
+//! the model between runs, and pooled backends beyond P").
 //!
 //! Authentication stays PostgreSQL's: a client logs in on a fresh backend,
 //! relayed byte for byte (any method, SCRAM included), and that backend then

@@ -1,4 +1,5 @@
-//! One PostgreSQL client connection through the proxy (issue 5, §1–§2).
+//! One PostgreSQL client connection through the proxy: its startup and
+//! login, and its requests.
 //!
 //! Startup: SSLRequest is answered 'S' and the session continues inside
 //! TLS when TLS is configured ([`super::tls`]), else 'N'; GSSENCRequest is

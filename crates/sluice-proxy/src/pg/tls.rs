@@ -1,6 +1,7 @@
-//! TLS between PostgreSQL clients and the proxy (issue 5, §1: "SSLRequest
-//! answered 'N' unless TLS is configured"). With a certificate and key
-//! configured, an SSLRequest is answered 'S' and the session continues
+//! TLS between PostgreSQL clients and the proxy. Without a certificate
+//! configured, an SSLRequest is answered 'N' and the client goes on in
+//! plain text; with a certificate and key configured, an SSLRequest is
+//! answered 'S' and the session continues
 //! inside TLS (rustls, through tokio-rustls). The proxy's own connections to
 //! PostgreSQL are secured separately ([`super::upstream_tls`]), as
 //! PgBouncer's client_tls and server_tls settings are. GSSENCRequest is

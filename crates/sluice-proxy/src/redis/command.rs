@@ -1,5 +1,5 @@
-//! What a Redis command means for admission (issue 5, §2 "Requests" and §3
-//! "Tenants"): most commands are one request each; a transaction is one
+//! What a Redis command means for admission, and for naming its tenant:
+//! most commands are one request each; a transaction is one
 //! request, admitted at its EXEC; blocking commands, SUBSCRIBE and MONITOR
 //! pass through outside admission; AUTH, HELLO and CLIENT SETNAME may name
 //! the tenant; CLIENT REPLY and QUIT are the proxy's to answer.

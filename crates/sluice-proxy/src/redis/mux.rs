@@ -1,6 +1,6 @@
 //! Upstream connections shared by Redis clients whose session is still in
-//! its default state (a departure from issue 5 §1, "each client connection
-//! gets its own upstream connection"; see [`super::shared`]).
+//! its default state (a departure from one upstream connection per client,
+//! the design they replaced; [`super::shared`] says why).
 //!
 //! Each lane is one upstream connection with a writer task, which sends the
 //! commands queued for it in as few writes as it can, and a reader task,

@@ -1,6 +1,6 @@
-//! RESP framing for the proxy (issue 5, §1 "Protocols" and §2 "Requests"):
-//! where each client command and each server reply begins and ends, nothing
-//! more. The proxy forwards the original bytes, so it never builds values.
+//! RESP framing for the proxy: where each client command and each server
+//! reply begins and ends, nothing more. The proxy forwards the original
+//! bytes, so it never builds values.
 //!
 //! Written by hand because a proxy needs what no RESP crate offers: resumable
 //! framing over a growing buffer (a 512 MiB bulk string or a reply with a

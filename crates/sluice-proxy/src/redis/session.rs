@@ -1,5 +1,5 @@
-//! One Redis client connection through the proxy (issue 5, §2 "Requests"),
-//! on its own upstream connection once the shared phase ([`super::shared`])
+//! One Redis client connection through the proxy, on its own upstream
+//! connection once the shared phase ([`super::shared`])
 //! has handed it over (or from the start with `shared_upstreams = 0`):
 //! every command is admitted by the gate before it is forwarded and holds
 //! its slot until the server's reply is complete; pipelined commands are

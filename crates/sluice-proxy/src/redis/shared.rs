@@ -10,12 +10,14 @@
 //! upstream connection and goes on as [`super::session`] describes, from
 //! that command on.
 //!
-//! Departure from issue 5 §1: the issue gives every client its own
-//! upstream connection. With that, each command costs the proxy two reads
-//! and two writes on 2 shared cores and redis-benchmark ran at 0.54–0.73×
-//! direct; sharing only what cannot tell the difference keeps session
-//! semantics and batches the rest. `shared_upstreams = 0` restores one
-//! connection per client from the start.
+//! Departure from one upstream connection per client, the design this
+//! replaced (and what PostgreSQL sessions keep): with a connection per
+//! client, each command costs the proxy two reads and two writes on 2
+//! shared cores, and redis-benchmark runs at 0.54–0.73× direct
+//! (docs/BENCHMARKS.md, "`sluice proxy` in front of Redis"); sharing only
+//! what cannot tell the difference keeps session semantics and batches the
+//! rest. `shared_upstreams = 0` restores one connection per client from
+//! the start.
 
 use std::io;
 

@@ -1,4 +1,4 @@
-//! The integration tests' harness (issue 5, §9 "Real servers in tests"):
+//! The integration tests' harness, real servers rather than mocks:
 //! private PostgreSQL 15 and Redis 7 instances, the proxy on its own runtime
 //! thread, psql and self-signed certificates, and small raw-protocol clients
 //! for what psql and redis-cli cannot show (cancel packets, malformed bytes,

@@ -1,8 +1,9 @@
-//! Part `uring`: should the runtime submit through io_uring? The issue asks
-//! to measure before choosing. 4 KiB random reads at queue depth 1 and 32:
-//! `qd` threads each calling `pread` (what the runtime does now) against
-//! one thread keeping `qd` reads in flight in an io_uring ring, on the page
-//! cache and on the real disk (`O_DIRECT`). IOPS and CPU time per I/O.
+//! Part `uring`: should the runtime submit through io_uring? Measured
+//! before choosing (the answer is in sluice-io's crate doc). 4 KiB random
+//! reads at queue depth 1 and 32: `qd` threads each calling `pread` (what
+//! the runtime does now) against one thread keeping `qd` reads in flight in
+//! an io_uring ring, on the page cache and on the real disk (`O_DIRECT`).
+//! IOPS and CPU time per I/O.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
