@@ -16,8 +16,10 @@
 //! | `ssedv` | [`ssedv`] | TraQIOS Eq. 4–5, Chen et al. |
 //! | `traqios`, `traqios-all`, `traqios-uniform` | [`traqios`] | TraQIOS Eq. 1–3, §5.3 |
 //! | `edf+budget`, `ssedv+budget` | [`edf`], [`ssedv`] | TraQIOS §5.3, Fig. 9 |
+//! | `coop` | [`coop`] | request order: Jo et al. §4.2 (cooperative scheduling across shards) |
 //! | `wrr` | [`wrr`] | AppleS §3.3: weighted round robin with round quota ζ (the proxy's gate; not in experiment files) |
 
+pub mod coop;
 pub mod edf;
 pub mod fd_scan;
 pub mod fifo;
@@ -89,6 +91,8 @@ pub enum PolicyError {
     Alpha(f64),
     #[error("traqios.window must be at least 1")]
     Window,
+    #[error("coop.starvation_ms must be a positive number of milliseconds, got {0}")]
+    Starvation(f64),
 }
 
 /// Which policy, by the name an experiment file gives.
@@ -103,10 +107,11 @@ pub enum PolicySpec {
     Traqios(Budgeting),
     EdfBudget,
     SsedvBudget,
+    Coop,
 }
 
 impl PolicySpec {
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "fifo",
         "edf",
         "sstf",
@@ -118,9 +123,10 @@ impl PolicySpec {
         "traqios-uniform",
         "edf+budget",
         "ssedv+budget",
+        "coop",
     ];
 
-    const ALL: [PolicySpec; 11] = [
+    const ALL: [PolicySpec; 12] = [
         PolicySpec::Fifo,
         PolicySpec::Edf,
         PolicySpec::Sstf,
@@ -132,6 +138,7 @@ impl PolicySpec {
         PolicySpec::Traqios(Budgeting::Uniform),
         PolicySpec::EdfBudget,
         PolicySpec::SsedvBudget,
+        PolicySpec::Coop,
     ];
 
     fn index(self) -> usize {
@@ -159,6 +166,7 @@ impl PolicySpec {
             PolicySpec::Traqios(budget) => {
                 Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model))
             }
+            PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
         })
     }
 }
@@ -190,6 +198,7 @@ pub struct PolicyOptions {
     pub traqios: traqios::TraqiosOptions,
     pub ssedv: ssedv::SsedvOptions,
     pub fd_scan: fd_scan::FdScanOptions,
+    pub coop: coop::CoopOptions,
 }
 
 impl Default for PolicyOptions {
@@ -199,6 +208,7 @@ impl Default for PolicyOptions {
             traqios: traqios::TraqiosOptions::default(),
             ssedv: ssedv::SsedvOptions::default(),
             fd_scan: fd_scan::FdScanOptions::default(),
+            coop: coop::CoopOptions::default(),
         }
     }
 }
@@ -210,6 +220,10 @@ impl PolicyOptions {
         }
         if self.window == 0 {
             return Err(PolicyError::Window);
+        }
+        let starvation = self.coop.starvation_ms;
+        if !(starvation.is_finite() && starvation > 0.0) {
+            return Err(PolicyError::Starvation(starvation));
         }
         Ok(())
     }
