@@ -19,6 +19,7 @@
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
 //! | RESP2 protocol | `resp.rs` |
+//! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
 //! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
 //! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |
 //!
@@ -38,6 +39,7 @@ mod memtable;
 pub mod merge;
 mod options;
 mod recovery;
+pub mod request_context;
 pub mod resp;
 pub mod server;
 pub mod sstable;

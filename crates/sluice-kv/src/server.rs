@@ -52,6 +52,7 @@ use sluice_core::Ctx;
 
 use crate::commands::{execute, Session};
 use crate::keyspace::KeyLocks;
+use crate::request_context;
 use crate::resp::{parse, Limits, Reply};
 use crate::Db;
 
@@ -381,18 +382,59 @@ fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_hel
     stalled
 }
 
-/// Runs one request as foreground work of the session's tenant.
+/// Runs one request as foreground work, in its [`request_ctx`].
 fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let started = Instant::now();
-    let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
     let arrival = shared.clock.elapsed().as_nanos() as u64;
+    let (ctx, command) = match request_ctx(shared, session, args, arrival) {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    let own = session.tenant;
     let reply = {
-        let _ctx = sluice_io::enter(Ctx::new(id, arrival).with_tenant(session.tenant, 1.0));
-        execute(shared, session, args)
+        let _ctx = sluice_io::enter(ctx);
+        execute(shared, session, command)
+    };
+    // The connection's work counts for the tenant it is now (AUTH counts
+    // for the user it names); work of a tenant the client named, for that.
+    let tenant = if ctx.tenant.0 == own {
+        session.tenant
+    } else {
+        ctx.tenant.0
     };
     let failed = matches!(reply, Reply::Error(_));
-    shared.record(session.tenant, started.elapsed().as_nanos() as u64, failed);
+    shared.record(tenant, started.elapsed().as_nanos() as u64, failed);
     reply
+}
+
+/// The context a request arriving at `arrival` runs in, and its command:
+/// the one the client sent with it ([`crate::request_context`]), or the
+/// session's tenant with an id of the server's own sequence.
+fn request_ctx<'a>(
+    shared: &Shared,
+    session: &Session,
+    args: &'a [Vec<u8>],
+    arrival: u64,
+) -> Result<(Ctx, &'a [Vec<u8>]), Reply> {
+    let sent = match request_context::unwrap(args) {
+        Ok(None) => {
+            let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
+            return Ok((Ctx::new(id, arrival).with_tenant(session.tenant, 1.0), args));
+        }
+        // Naming a tenant registers it: not before authentication.
+        Ok(Some(_)) if !session.authenticated => return Err(Reply::Error("NOAUTH Authentication required.".into())),
+        Ok(Some(sent)) => sent,
+        Err(e) => return Err(Reply::error(e)),
+    };
+    let tenant = match sent.tenant {
+        Some(name) => shared.tenant(&String::from_utf8_lossy(name)),
+        None => session.tenant,
+    };
+    let mut ctx = Ctx::new(sent.id, arrival).with_tenant(tenant, 1.0);
+    if let Some(budget) = sent.budget {
+        ctx = ctx.with_deadline(arrival.saturating_add(budget));
+    }
+    Ok((ctx, sent.command))
 }
 
 impl Conn {
@@ -479,6 +521,74 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn shared() -> (Shared, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = sluice_io::Runtime::new(sluice_io::RuntimeConfig::default()).unwrap();
+        let db = Arc::new(Db::open(rt, dir.path(), crate::Options::default()).unwrap());
+        let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
+        let shared = Arc::into_inner(server.shared).expect("no connection holds it");
+        (shared, dir)
+    }
+
+    fn words(w: &[&str]) -> Vec<Vec<u8>> {
+        w.iter().map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_sent_context_is_the_requests_and_a_bare_command_gets_the_servers_own() {
+        let (shared, _dir) = shared();
+        let session = Session {
+            tenant: shared.tenant("client-1"),
+            authenticated: true,
+            quit: false,
+        };
+        let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
+        let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
+        assert_eq!(
+            (ctx.id.0, ctx.arrival, ctx.deadline),
+            (900, 1_000, Some(1_000 + 2_500_000))
+        );
+        assert_eq!(ctx.tenant.0, shared.tenant("alice"));
+        assert_eq!(command, &wrapped[4..]);
+
+        let defaults = words(&["SLUICE.WITH", "901", "-", "-", "PING"]);
+        let (ctx, _) = request_ctx(&shared, &session, &defaults, 1_000).unwrap();
+        assert_eq!((ctx.id.0, ctx.deadline, ctx.tenant.0), (901, None, session.tenant));
+
+        let bare = words(&["GET", "k"]);
+        let (first, _) = request_ctx(&shared, &session, &bare, 5).unwrap();
+        let (second, command) = request_ctx(&shared, &session, &bare, 6).unwrap();
+        assert_eq!(second.id.0, first.id.0 + 1, "the server's own sequence");
+        assert_eq!((second.tenant.0, command), (session.tenant, &bare[..]));
+    }
+
+    #[test]
+    fn a_sent_context_is_refused_before_authentication_and_when_malformed() {
+        let (shared, _dir) = shared();
+        let mut session = Session {
+            tenant: 0,
+            authenticated: false,
+            quit: false,
+        };
+        let wrapped = words(&["SLUICE.WITH", "1", "-", "mallory", "PING"]);
+        let refused = request_ctx(&shared, &session, &wrapped, 0).unwrap_err();
+        assert!(
+            matches!(&refused, Reply::Error(e) if e.starts_with("NOAUTH")),
+            "{refused:?}"
+        );
+        assert!(
+            shared.with_tenants(|mut t| !Iterator::any(&mut t, |s| s.name == "mallory")),
+            "no tenant registered"
+        );
+        session.authenticated = true;
+        let bad = words(&["SLUICE.WITH", "1", "-1", "-", "PING"]);
+        let refused = request_ctx(&shared, &session, &bad, 0).unwrap_err();
+        assert!(
+            matches!(&refused, Reply::Error(e) if e.starts_with("ERR SLUICE.WITH: the budget")),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn failures_are_reported_once_per_interval_with_a_count() {

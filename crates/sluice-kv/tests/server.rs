@@ -284,3 +284,39 @@ fn redis_cli_and_redis_benchmark_run_without_errors() {
     }
     assert!(!text.contains("ERR"), "{text}");
 }
+
+/// `SLUICE.WITH` carries a request context: each wrapped command gets
+/// exactly its own reply (pipelined too), its tenant is the one named, and
+/// a malformed context is refused with the field named while the
+/// connection goes on.
+#[test]
+fn wrapped_commands_answer_as_bare_ones_and_bad_contexts_are_named() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    assert_eq!(
+        c.call(&["SLUICE.WITH", "10", "5", "router", "SET", "k", "v"]),
+        "+OK\r\n"
+    );
+    assert_eq!(c.call(&["sluice.with", "11", "-", "-", "GET", "k"]), "$1\r\nv\r\n");
+    let mut pipeline = String::new();
+    for id in 12..15 {
+        pipeline.push_str(&format!(
+            "*6\r\n$11\r\nSLUICE.WITH\r\n${}\r\n{id}\r\n$1\r\n-\r\n$6\r\nrouter\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            id.to_string().len()
+        ));
+    }
+    c.send_raw(pipeline.as_bytes());
+    for _ in 12..15 {
+        assert_eq!(c.reply(), "$1\r\nv\r\n");
+    }
+    let info = c.call(&["INFO"]);
+    assert!(info.contains("tenant_router:ops=4,"), "{info}");
+    let err = c.call(&["SLUICE.WITH", "x", "-", "-", "GET", "k"]);
+    assert!(err.starts_with("-ERR SLUICE.WITH: the request id"), "{err}");
+    let err = c.call(&["SLUICE.WITH", "1", "-", "-"]);
+    assert!(
+        err.starts_with("-ERR wrong number of arguments for 'sluice.with' command"),
+        "{err}"
+    );
+    assert_eq!(c.call(&["GET", "k"]), "$1\r\nv\r\n", "the connection goes on");
+}
