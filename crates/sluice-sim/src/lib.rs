@@ -3,7 +3,9 @@
 //! A discrete-event engine in virtual time ([`engine`]), the transaction
 //! workload of TraQIOS §4 ([`workload`]), the simulation that runs it on the
 //! seek disk through a `sluice-core` stage ([`run`]), experiment files and
-//! sweeps ([`experiment`], [`sweep`]), and their reports ([`report`]).
+//! sweeps ([`experiment`], [`sweep`]), and their reports ([`report`]);
+//! and requests that fan out over shards, each shard a device and a queue
+//! ([`fanout`]: the setting of cooperative request-order scheduling).
 //!
 //! Every random draw comes from a seeded generator, and each transaction
 //! draws from a stream of its own, so a seed fixes the workload exactly:
@@ -12,6 +14,7 @@
 
 pub mod engine;
 pub mod experiment;
+pub mod fanout;
 pub mod report;
 pub mod run;
 pub mod sweep;

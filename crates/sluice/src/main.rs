@@ -3,8 +3,10 @@
 //! (experiments on the deterministic simulator), `demo` (sluice-kv under
 //! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
 //! the simulator and of the I/O runtime), `serve` (the sluice-kv store
-//! over RESP2), `proxy` (AppleS admission in front of PostgreSQL or Redis)
-//! and `model` (AppleS's throughput model fitted to measured samples).
+//! over RESP2), `proxy` (AppleS admission in front of PostgreSQL or Redis),
+//! `model` (AppleS's throughput model fitted to measured samples) and
+//! `fanout` (requests fanned out over shards, in the simulator, under each
+//! shard policy).
 
 mod bench;
 mod bench_io;
@@ -12,6 +14,7 @@ mod bench_pg;
 mod bench_redis;
 mod demo;
 mod demo_report;
+mod fanout;
 mod model;
 mod pressure;
 mod proxy;
@@ -51,6 +54,7 @@ enum Command {
     Demo(demo::DemoArgs),
     Proxy(proxy::ProxyArgs),
     Model(model::ModelArgs),
+    Fanout(fanout::FanoutArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run_demo(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Model(args) => model::run(args),
+        Command::Fanout(args) => fanout::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
