@@ -26,6 +26,16 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
+# Installs a Python package from PyPI when `import MODULE` fails: with pip
+# (Debian's python3-pip if need be), into a system Python too (PEP 668).
+pip_install() {
+    local module=$1 spec=$2
+    python3 -c "import $module" 2>/dev/null && return 0
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    python3 -m pip install --quiet "$spec" 2>/dev/null ||
+        python3 -m pip install --quiet --break-system-packages "$spec"
+}
+
 # For benchmark scripts that start servers: makes a scratch directory
 # ($work) and stops every process whose pid is added to $pids, then removes
 # $work, when the script exits however it exits. Raises the descriptor

@@ -13,4 +13,7 @@ ensure_rust
 # and run psql, pgbench, redis-cli and redis-benchmark through the proxy;
 # openssl makes the certificate for the proxy's TLS test.
 apt_install redis-tools redis-server postgresql-15 postgresql-client-15 openssl
+# redis-py, as a Python user gets it (RESP3 and HELLO by default), for the
+# server's client test.
+pip_install redis 'redis>=5'
 cargo test --workspace "$@"

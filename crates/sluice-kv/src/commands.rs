@@ -1,7 +1,8 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
 //! MGET, MSET, TYPE), hashes (`commands/hash.rs`), sorted sets
-//! (`commands/zset.rs`), PING, ECHO, INFO, AUTH, SELECT 0, QUIT, and what
+//! (`commands/zset.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
+//! SELECT 0, QUIT, and what
 //! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
 //! answered with empty lists). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
@@ -25,11 +26,13 @@ pub(crate) struct Session {
     pub tenant: u32,
     pub authenticated: bool,
     pub quit: bool,
+    /// The client asked for RESP3 (`HELLO 3`).
+    pub resp3: bool,
 }
 
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    if !session.authenticated && !matches!(name.as_str(), "auth" | "quit" | "ping") {
+    if !session.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "ping") {
         return Reply::Error("NOAUTH Authentication required.".into());
     }
     let rest = &args[1..];
@@ -69,6 +72,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "echo" => arity(rest.len() == 1, &|| Reply::Bulk(Some(rest[0].clone()))),
         "info" => Reply::Bulk(Some(info(shared).into_bytes())),
         "auth" => auth(shared, session, rest),
+        "hello" => hello(shared, session, rest),
         "select" => arity(rest.len() == 1, &|| match rest[0].as_slice() {
             b"0" => Reply::ok(),
             _ => Reply::error("DB index is out of range"),
@@ -256,6 +260,57 @@ fn auth(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         session.tenant = shared.tenant(&user);
     }
     Reply::ok()
+}
+
+/// `HELLO [protover [AUTH user password] [SETNAME name]]`: picks RESP2 or
+/// RESP3 for the replies that follow, authenticates as `AUTH` does, and
+/// answers with the server's properties, as Redis does. The name is
+/// accepted and not kept (`CLIENT` is not served).
+fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+    let mut resp3 = session.resp3;
+    let mut rest = args;
+    if let [version, tail @ ..] = args {
+        resp3 = match version.as_slice() {
+            b"2" => false,
+            b"3" => true,
+            _ => return Reply::Error("NOPROTO unsupported protocol version".into()),
+        };
+        rest = tail;
+    }
+    let mut credentials = None;
+    while let [option, tail @ ..] = rest {
+        rest = match (option.to_ascii_lowercase().as_slice(), tail) {
+            (b"auth", [user, password, tail @ ..]) => {
+                credentials = Some([user.clone(), password.clone()]);
+                tail
+            }
+            (b"setname", [_, tail @ ..]) => tail,
+            _ => {
+                let option = String::from_utf8_lossy(option);
+                return Reply::error(format!("Syntax error in HELLO option '{option}'"));
+            }
+        };
+    }
+    if let Some(credentials) = credentials {
+        if let Reply::Error(e) = auth(shared, session, &credentials) {
+            return Reply::Error(e);
+        }
+    }
+    if !session.authenticated {
+        return Reply::Error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into(),
+        );
+    }
+    session.resp3 = resp3;
+    let text = |s: &str| Reply::Bulk(Some(s.as_bytes().to_vec()));
+    Reply::Map(vec![
+        (text("server"), text("sluice")),
+        (text("version"), text(env!("CARGO_PKG_VERSION"))),
+        (text("proto"), Reply::Integer(if resp3 { 3 } else { 2 })),
+        (text("mode"), text("standalone")),
+        (text("role"), text("master")),
+        (text("modules"), Reply::Array(Vec::new())),
+    ])
 }
 
 /// `INFO`: tenants, background tasks and levels, in Redis's `key:value`

@@ -18,7 +18,7 @@
 //! | manifest | `manifest.rs` |
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
-//! | RESP2 protocol | `resp.rs` |
+//! | the RESP protocol: requests, and replies in RESP2 or RESP3 | `resp.rs` |
 //! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
 //! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
 //! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |

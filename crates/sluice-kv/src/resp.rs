@@ -1,7 +1,8 @@
-//! RESP2, the Redis protocol, as far as a server needs it: requests are
+//! RESP, the Redis protocol, as far as a server needs it: requests are
 //! arrays of bulk strings (what every client library sends) or inline
 //! commands (what `telnet` and `redis-cli` in a pipe may send); replies
-//! are the five RESP2 types. Hand-written because the protocol's request
+//! are the five RESP2 types, and in RESP3 (after `HELLO 3`) also the null
+//! and the map. Hand-written because the protocol's request
 //! boundaries are the point: the parser is incremental (it returns `None`
 //! until a whole request is buffered) and bounded (lengths are checked
 //! against limits before anything is allocated), so one client's malformed
@@ -177,6 +178,8 @@ pub enum Reply {
     Integer(i64),
     Bulk(Option<Vec<u8>>),
     Array(Vec<Reply>),
+    /// Field-value pairs: a map in RESP3, a flat array in RESP2.
+    Map(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -188,17 +191,36 @@ impl Reply {
         Reply::Error(format!("ERR {message}"))
     }
 
+    /// In RESP2, the protocol of every connection until it says `HELLO 3`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, false);
+    }
+
+    /// In RESP3 if `resp3`: a null is `_` and a map `%`; otherwise RESP2.
+    pub fn encode_as(&self, out: &mut Vec<u8>, resp3: bool) {
         match self {
             Reply::Simple(s) => line_reply(out, b'+', s),
             Reply::Error(e) => line_reply(out, b'-', e),
             Reply::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Reply::Bulk(None) if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
             Reply::Bulk(Some(b)) => put_bulk(out, b),
             Reply::Array(items) => {
                 out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
                 for i in items {
-                    i.encode(out);
+                    i.encode_as(out, resp3);
+                }
+            }
+            Reply::Map(pairs) => {
+                let header = if resp3 {
+                    format!("%{}\r\n", pairs.len())
+                } else {
+                    format!("*{}\r\n", 2 * pairs.len())
+                };
+                out.extend_from_slice(header.as_bytes());
+                for (k, v) in pairs {
+                    k.encode_as(out, resp3);
+                    v.encode_as(out, resp3);
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! The RESP2 server behind `sluice serve`: one thread per connection, each
+//! The RESP server behind `sluice serve`: one thread per connection, each
 //! command run inside a sluice-io request context tagged with the
 //! connection's tenant, so that the store's I/O for it is foreground work
 //! of that tenant. A tenant is the connection, or the user it names with
@@ -296,6 +296,7 @@ fn connection(shared: &Shared, stream: TcpStream) {
         tenant: own,
         authenticated: shared.options.password.is_none(),
         quit: false,
+        resp3: false,
     };
     if stream.set_nonblocking(true).is_ok() {
         let _ = stream.set_nodelay(true);
@@ -375,7 +376,7 @@ fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_hel
             }
         };
         if !args.is_empty() {
-            run_request(shared, session, &args).encode(&mut c.output);
+            run_request(shared, session, &args).encode_as(&mut c.output, session.resp3);
         }
     }
     c.consumed();
@@ -542,6 +543,7 @@ mod tests {
             tenant: shared.tenant("client-1"),
             authenticated: true,
             quit: false,
+            resp3: false,
         };
         let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
         let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
@@ -570,6 +572,7 @@ mod tests {
             tenant: 0,
             authenticated: false,
             quit: false,
+            resp3: false,
         };
         let wrapped = words(&["SLUICE.WITH", "1", "-", "mallory", "PING"]);
         let refused = request_ctx(&shared, &session, &wrapped, 0).unwrap_err();

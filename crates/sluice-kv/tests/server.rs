@@ -11,10 +11,14 @@ use sluice_io::{Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options, Server, ServerOptions};
 
 fn start(options: Options) -> (SocketAddr, tempfile::TempDir) {
+    start_with(options, ServerOptions::default())
+}
+
+fn start_with(options: Options, server_options: ServerOptions) -> (SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let db = Arc::new(Db::open(rt, dir.path(), options).unwrap());
-    let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
+    let server = Server::bind("127.0.0.1:0", db, server_options).unwrap();
     let addr = server.local_addr().unwrap();
     std::thread::spawn(move || server.run());
     (addr, dir)
@@ -65,6 +69,7 @@ impl Client {
                 first + &String::from_utf8_lossy(&body)
             }
             b'*' if n >= 0 => (0..n).fold(first, |acc, _| acc + &self.reply()),
+            b'%' if n >= 0 => (0..2 * n).fold(first, |acc, _| acc + &self.reply()),
             _ => first,
         }
     }
@@ -319,4 +324,107 @@ fn wrapped_commands_answer_as_bare_ones_and_bad_contexts_are_named() {
         "{err}"
     );
     assert_eq!(c.call(&["GET", "k"]), "$1\r\nv\r\n", "the connection goes on");
+}
+
+/// `HELLO` picks the protocol as Redis does: RESP3 replies (maps, `_` for
+/// null) after `HELLO 3`, RESP2 again after `HELLO 2`; an unknown version
+/// or option is refused with Redis's error, and the connection goes on.
+#[test]
+fn hello_switches_between_resp2_and_resp3() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["HSET", "h", "f", "v"]), ":1\r\n");
+    let hello = c.call(&["HELLO", "3"]);
+    assert!(hello.starts_with("%6\r\n$6\r\nserver\r\n$6\r\nsluice\r\n"), "{hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+    assert_eq!(c.call(&["GET", "missing"]), "_\r\n");
+    assert_eq!(c.call(&["HGETALL", "h"]), "%1\r\n$1\r\nf\r\n$1\r\nv\r\n");
+    assert_eq!(c.call(&["MGET", "missing", "h2"]), "*2\r\n_\r\n_\r\n");
+    let hello = c.call(&["hello", "2", "SETNAME", "worker"]);
+    assert!(hello.starts_with("*12\r\n") && hello.contains(":2\r\n"), "{hello}");
+    assert_eq!(c.call(&["GET", "missing"]), "$-1\r\n");
+    assert_eq!(c.call(&["HGETALL", "h"]), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n");
+    assert_eq!(c.call(&["HELLO", "4"]), "-NOPROTO unsupported protocol version\r\n");
+    assert_eq!(
+        c.call(&["HELLO", "3", "BOGUS"]),
+        "-ERR Syntax error in HELLO option 'BOGUS'\r\n"
+    );
+    assert_eq!(
+        c.call(&["GET", "missing"]),
+        "$-1\r\n",
+        "a refused HELLO changes nothing"
+    );
+}
+
+/// With a password set, HELLO authenticates with its AUTH option, or is
+/// refused as Redis refuses it.
+#[test]
+fn hello_authenticates_with_its_auth_option() {
+    let server_options = ServerOptions {
+        password: Some("pw".into()),
+        ..ServerOptions::default()
+    };
+    let (addr, _dir) = start_with(Options::default(), server_options);
+    let mut c = Client::connect(addr);
+    assert!(c.call(&["HELLO", "3"]).starts_with("-NOAUTH HELLO must be called"));
+    assert!(c
+        .call(&["HELLO", "3", "AUTH", "alice", "nope"])
+        .starts_with("-WRONGPASS"));
+    assert_eq!(c.call(&["GET", "k"]), "-NOAUTH Authentication required.\r\n");
+    assert!(c.call(&["HELLO", "3", "AUTH", "alice", "pw"]).starts_with("%6\r\n"));
+    assert_eq!(c.call(&["GET", "k"]), "_\r\n");
+    assert!(
+        c.call(&["INFO"]).contains("tenant_alice:"),
+        "HELLO's user is the tenant"
+    );
+}
+
+/// redis-py from PyPI with its default settings (it opens with `HELLO 3`)
+/// and with `protocol=2`: what a Python user's first lines do. redis-py
+/// must be there under CI (scripts/test.sh installs it).
+#[test]
+fn redis_py_works_with_its_defaults_and_with_resp2() {
+    let has_redis_py = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_redis_py {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "redis-py is missing under CI: scripts/test.sh installs it"
+        );
+        eprintln!("skipping: redis-py not installed (python3 -m pip install redis)");
+        return;
+    }
+    let (addr, _dir) = start(Options::default());
+    let script = r#"
+import sys, redis
+port = int(sys.argv[1])
+for kwargs in ({}, {"protocol": 2}):
+    r = redis.Redis(port=port, **kwargs)
+    assert r.ping() is True
+    assert r.set("greeting", "hello") is True
+    assert r.get("greeting") == b"hello"
+    assert r.get("missing") is None
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    assert r.hgetall("h") == {b"a": b"1", b"b": b"2"}, r.hgetall("h")
+    p = r.pipeline(transaction=False)
+    for i in range(100):
+        p.set(f"k{i}", i)
+    p.mget([f"k{i}" for i in range(100)])
+    replies = p.execute()
+    assert replies[-1] == [str(i).encode() for i in range(100)]
+    r.close()
+print("ok")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, &addr.port().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stdout == b"ok\n",
+        "redis-py: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

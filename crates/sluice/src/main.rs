@@ -3,7 +3,7 @@
 //! (experiments on the deterministic simulator), `demo` (sluice-kv under
 //! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
 //! the simulator and of the I/O runtime), `serve` (the sluice-kv store
-//! over RESP2), `proxy` (AppleS admission in front of PostgreSQL or Redis),
+//! over RESP), `proxy` (AppleS admission in front of PostgreSQL or Redis),
 //! `model` (AppleS's throughput model fitted to measured samples) and
 //! `fanout` (requests fanned out over shards, in the simulator, under each
 //! shard policy).

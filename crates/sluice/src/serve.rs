@@ -1,4 +1,4 @@
-//! `sluice serve`: sluice-kv behind its RESP2 server, on a sluice-io
+//! `sluice serve`: sluice-kv behind its RESP server, on a sluice-io
 //! runtime (the page cache by default, or any device a runtime TOML file
 //! describes: O_DIRECT, an emulated SSD, disk or cloud volume).
 
@@ -10,12 +10,13 @@ use clap::Args;
 use sluice_io::{Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options, Server, ServerOptions};
 
-/// Serve a sluice-kv store over RESP2 (the Redis protocol)
+/// Serve a sluice-kv store over RESP (the Redis protocol)
 #[derive(Args)]
-#[command(long_about = "Serve a sluice-kv store over RESP2, the Redis protocol.\n\n\
+#[command(
+    long_about = "Serve a sluice-kv store over RESP2 and RESP3 (after HELLO 3), the Redis protocol.\n\n\
     Commands: GET, SET, DEL, EXISTS, MGET, MSET, TYPE; HSET, HMSET, HGET, HMGET, HGETALL, \
     HDEL, HEXISTS, HLEN; ZADD, ZREM, ZCARD, ZSCORE, ZRANGEBYSCORE (WITHSCORES, LIMIT) - what \
-    YCSB's Redis client sends; PING, ECHO, INFO, AUTH, SELECT 0, QUIT; and RANGE start end \
+    YCSB's Redis client sends; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; SLUICE.WITH (a request context); and RANGE start end \
     [count] (string keys start <= key < end; an empty end is unbounded). Keys may not start \
     with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \
@@ -24,7 +25,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
     retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
     backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
-    Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v")]
+    Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v"
+)]
 pub struct ServeArgs {
     /// Directory of the store (created if missing)
     #[arg(long)]

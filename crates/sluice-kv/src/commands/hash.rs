@@ -83,10 +83,10 @@ fn answer(name: &str, fields: Fields, asked: &[Vec<u8>]) -> Reply {
         "hmget" => Reply::Array(asked.iter().map(|f| Reply::Bulk(value_of(&fields, f))).collect()),
         "hexists" => Reply::Integer(i64::from(value_of(&fields, &asked[0]).is_some())),
         "hlen" => Reply::Integer(fields.len() as i64),
-        _ => Reply::Array(
+        _ => Reply::Map(
             fields
                 .into_iter()
-                .flat_map(|(f, v)| [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))])
+                .map(|(f, v)| (Reply::Bulk(Some(f)), Reply::Bulk(Some(v))))
                 .collect(),
         ),
     }
