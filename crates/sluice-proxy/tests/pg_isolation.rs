@@ -55,8 +55,18 @@ fn p99_of_select_1(conn: &mut PgConn, n: usize) -> Duration {
     times[n * 99 / 100]
 }
 
+/// Held by the test that measures latency and by the one that loads the
+/// machine most, so that they do not run at once: pgbench's 16 clients on
+/// 2 cores would decide the latency test's p99 instead of the gate.
+static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn quiet() -> std::sync::MutexGuard<'static, ()> {
+    QUIET.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn sessions_idle_in_a_transaction_do_not_hold_other_tenants_back() {
+    let _quiet = quiet();
     let Some(server) = PgServer::start() else { return };
     const P: usize = 2;
     for pool in [PoolMode::Session, PoolMode::Transaction] {
@@ -115,6 +125,7 @@ fn pgbench(port: u16, args: &[&str]) -> (bool, String) {
 
 #[test]
 fn pgbench_with_more_connections_than_threads_has_no_failures_at_any_p() {
+    let _quiet = quiet();
     let Some(server) = PgServer::start() else { return };
     if support::require("pgbench").is_none() {
         return;
