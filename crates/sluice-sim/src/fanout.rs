@@ -190,106 +190,83 @@ struct Shard {
 /// Runs the model under `policy` with `seed`.
 pub fn simulate(config: &FanoutConfig, policy: ShardPolicy, seed: u64) -> Result<FanoutStats, String> {
     config.validate()?;
-    let mut shards: Vec<Shard> = (0..config.shards)
-        .map(|s| Shard {
-            stage: Stage::new(policy.build(), config.depth).expect("depth is at least 1"),
-            rng: Pcg64Mcg::seed_from_u64(mix(seed ^ mix(1_000_000 + s as u64))),
-        })
-        .collect();
+    let mut model = Model {
+        config,
+        shards: (0..config.shards)
+            .map(|s| Shard {
+                stage: Stage::new(policy.build(), config.depth).expect("depth is at least 1"),
+                rng: Pcg64Mcg::seed_from_u64(mix(seed ^ mix(1_000_000 + s as u64))),
+            })
+            .collect(),
+        requests: (0..config.users).map(|_| None).collect(),
+        events: EventQueue::default(),
+        seq: 0,
+        now: 0,
+    };
     let mut clients: Vec<Pcg64Mcg> = (0..config.users)
         .map(|u| Pcg64Mcg::seed_from_u64(mix(seed ^ mix(u as u64))))
         .collect();
-    let mut requests: Vec<Option<Request>> = (0..config.users).map(|_| None).collect();
-    let mut events = EventQueue::default();
     for user in 0..config.users {
-        events.schedule(0, Event::Send(user));
+        model.events.schedule(0, Event::Send(user));
     }
     let warmup = 2 * config.users as u64;
-    let (mut next_id, mut seq, mut finished) = (0u64, 0u64, 0u64);
+    let (mut next_id, mut finished) = (0u64, 0u64);
     let mut latency = LatencyHistogram::default();
     let mut gap = LatencyHistogram::default();
     let mut measured_from = None;
-    let mut now = 0;
-    let device = FlatDevice::default();
-    let exp = |rng: &mut Pcg64Mcg, mean_us: f64| (-(1.0 - rng.gen::<f64>()).ln() * mean_us * 1e3) as Nanos;
     while finished < config.requests {
-        let Some((at, event)) = events.pop() else {
+        let Some((now, event)) = model.events.pop() else {
             unreachable!("every client always has its next request or an I/O scheduled");
         };
-        now = at;
-        let next_io = match event {
+        model.now = now;
+        match event {
             Event::Send(user) => {
                 let rng = &mut clients[user];
                 let mut left = vec![0; config.shards];
                 for shard in sample(rng, config.shards, config.fanout).into_iter() {
                     left[shard] = rng.gen_range(config.ios_min..=config.ios_max);
                 }
-                let ctx = Ctx::new(next_id, now).with_tenant(user as u32, 1.0);
-                next_id += 1;
-                let open = config.fanout;
                 let touched: Vec<usize> = (0..config.shards).filter(|&s| left[s] > 0).collect();
-                requests[user] = Some(Request {
-                    ctx,
+                model.requests[user] = Some(Request {
+                    ctx: Ctx::new(next_id, now).with_tenant(user as u32, 1.0),
                     left,
-                    open,
+                    open: config.fanout,
                     first_done: None,
                 });
-                touched.into_iter().map(|s| (s, user)).collect::<Vec<_>>()
+                next_id += 1;
+                for shard in touched {
+                    model.issue(shard, user);
+                }
             }
             Event::Done { shard, user } => {
-                shards[shard].stage.complete().expect("an I/O was in service");
-                let request = requests[user].as_mut().expect("a request in flight");
-                request.left[shard] -= 1;
-                let mut next = Vec::new();
-                if request.left[shard] > 0 {
-                    next.push((shard, user));
-                } else {
-                    request.open -= 1;
-                    let first = *request.first_done.get_or_insert(now);
-                    if request.open == 0 {
-                        let ctx = request.ctx;
-                        requests[user] = None;
-                        if ctx.id.0 >= warmup {
-                            measured_from.get_or_insert(ctx.arrival);
-                            latency.record(now - ctx.arrival);
-                            gap.record(now - first);
-                            finished += 1;
-                        }
-                        let think = exp(&mut clients[user], config.think_us);
-                        events.schedule(now + think, Event::Send(user));
-                    }
-                }
+                model.shards[shard].stage.complete().expect("an I/O was in service");
                 // The freed device slot goes to the next I/O waiting here.
-                dispatch(
-                    &mut shards[shard],
-                    shard,
-                    now,
-                    &device,
-                    &mut events,
-                    config.service_us,
-                    exp,
-                );
-                next
+                model.dispatch(shard);
+                let request = model.requests[user].as_mut().expect("a request in flight");
+                request.left[shard] -= 1;
+                if request.left[shard] > 0 {
+                    model.issue(shard, user);
+                    continue;
+                }
+                request.open -= 1;
+                let first = *request.first_done.get_or_insert(now);
+                if request.open > 0 {
+                    continue;
+                }
+                let ctx = request.ctx;
+                model.requests[user] = None;
+                if ctx.id.0 >= warmup {
+                    measured_from.get_or_insert(ctx.arrival);
+                    latency.record(now - ctx.arrival);
+                    gap.record(now - first);
+                    finished += 1;
+                }
+                let think = exponential(&mut clients[user], config.think_us);
+                model.events.schedule(now + think, Event::Send(user));
             }
-        };
-        for (shard, user) in next_io {
-            let ctx = requests[user].as_ref().expect("a request in flight").ctx;
-            shards[shard]
-                .stage
-                .push(Job::new(seq, ctx, 0, now).with_tag(user as u64), now);
-            seq += 1;
-            dispatch(
-                &mut shards[shard],
-                shard,
-                now,
-                &device,
-                &mut events,
-                config.service_us,
-                exp,
-            );
         }
     }
-    let span = now.saturating_sub(measured_from.unwrap_or(0)).max(1);
+    let span = model.now.saturating_sub(measured_from.unwrap_or(0)).max(1);
     Ok(FanoutStats {
         requests: finished,
         throughput: finished as f64 / (span as f64 / 1e9),
@@ -301,26 +278,43 @@ pub fn simulate(config: &FanoutConfig, policy: ShardPolicy, seed: u64) -> Result
     })
 }
 
-/// Starts the I/Os the shard's stage lets in now.
-fn dispatch(
-    shard: &mut Shard,
-    index: usize,
+/// The shards, the requests in flight and the events of one run.
+struct Model<'a> {
+    config: &'a FanoutConfig,
+    shards: Vec<Shard>,
+    /// Each client's request in flight.
+    requests: Vec<Option<Request>>,
+    events: EventQueue<Event>,
+    /// Push order of the I/Os, for the policies' ties.
+    seq: u64,
     now: Nanos,
-    device: &FlatDevice,
-    events: &mut EventQueue<Event>,
-    service_us: f64,
-    exp: impl Fn(&mut Pcg64Mcg, f64) -> Nanos,
-) {
-    while let Some(job) = shard.stage.dispatch(now, device) {
-        let service = exp(&mut shard.rng, service_us).max(1);
-        events.schedule(
-            now + service,
-            Event::Done {
-                shard: index,
-                user: job.tag as usize,
-            },
-        );
+}
+
+impl Model<'_> {
+    /// The next I/O of `user`'s sub-request at `shard` joins its queue.
+    fn issue(&mut self, shard: usize, user: usize) {
+        let ctx = self.requests[user].as_ref().expect("a request in flight").ctx;
+        let job = Job::new(self.seq, ctx, 0, self.now).with_tag(user as u64);
+        self.shards[shard].stage.push(job, self.now);
+        self.seq += 1;
+        self.dispatch(shard);
     }
+
+    /// Starts the I/Os the shard's stage lets in now.
+    fn dispatch(&mut self, index: usize) {
+        let shard = &mut self.shards[index];
+        while let Some(job) = shard.stage.dispatch(self.now, &FlatDevice::default()) {
+            let service = exponential(&mut shard.rng, self.config.service_us).max(1);
+            let user = job.tag as usize;
+            self.events
+                .schedule(self.now + service, Event::Done { shard: index, user });
+        }
+    }
+}
+
+/// An exponential draw of mean `mean_us` microseconds, in nanoseconds.
+fn exponential(rng: &mut Pcg64Mcg, mean_us: f64) -> Nanos {
+    (-(1.0 - rng.gen::<f64>()).ln() * mean_us * 1e3) as Nanos
 }
 
 #[cfg(test)]
