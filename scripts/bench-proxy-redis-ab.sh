@@ -36,7 +36,6 @@ done
 sleep 1
 for t in a b; do kill -0 "${pid[$t]}" 2>/dev/null || { cat "$work/$t.log"; echo "proxy $t did not start" >&2; exit 1; }; done
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
 echo "round target test requests/s cpu_us_per_request steal%" | tee "$work/runs"
 for round in $(seq "$rounds"); do
     order="a b"; (( round % 2 )) || order="b a"

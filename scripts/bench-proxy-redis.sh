@@ -100,7 +100,6 @@ fi
 sleep 1
 for p in "${pids[@]}"; do kill -0 "$p" || { cat "$work"/*.log; echo "a server did not start" >&2; exit 1; }; done
 
-steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
 echo "clients round target        SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
 for clients in ${CLIENTS:-50}; do
 for round in $(seq "$rounds"); do

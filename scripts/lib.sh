@@ -36,6 +36,10 @@ pip_install() {
         python3 -m pip install --quiet --break-system-packages "$spec"
 }
 
+# Prints "total steal" CPU ticks of the machine so far (/proc/stat), for a
+# run's steal: the differences of two readings, steal over total.
+steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+
 # For benchmark scripts that start servers: makes a scratch directory
 # ($work) and stops every process whose pid is added to $pids, then removes
 # $work, when the script exits however it exits. Raises the descriptor
