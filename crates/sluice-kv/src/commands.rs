@@ -30,10 +30,15 @@ pub(crate) struct Session {
     pub resp3: bool,
 }
 
+/// Redis's refusal of a command before `AUTH`, where a password is set.
+pub(crate) fn noauth() -> Reply {
+    Reply::Error("NOAUTH Authentication required.".into())
+}
+
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     if !session.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "ping") {
-        return Reply::Error("NOAUTH Authentication required.".into());
+        return noauth();
     }
     let rest = &args[1..];
     let arity = |ok: bool, f: &dyn Fn() -> Reply| {

@@ -50,7 +50,7 @@ use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 
-use crate::commands::{execute, Session};
+use crate::commands::{execute, noauth, Session};
 use crate::keyspace::KeyLocks;
 use crate::request_context;
 use crate::resp::{parse, Limits, Reply};
@@ -423,7 +423,7 @@ fn request_ctx<'a>(
             return Ok((Ctx::new(id, arrival).with_tenant(session.tenant, 1.0), args));
         }
         // Naming a tenant registers it: not before authentication.
-        Ok(Some(_)) if !session.authenticated => return Err(Reply::Error("NOAUTH Authentication required.".into())),
+        Ok(Some(_)) if !session.authenticated => return Err(noauth()),
         Ok(Some(sent)) => sent,
         Err(e) => return Err(Reply::error(e)),
     };
