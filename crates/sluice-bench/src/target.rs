@@ -3,12 +3,12 @@
 //! server speaking RESP2 over TCP (`sluice serve`, Redis), one connection
 //! per client thread.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 
 use sluice_core::Ctx;
-use sluice_kv::resp::encode_command;
+use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
 use sluice_kv::Db;
 
 use crate::error::{BenchError, Result};
@@ -89,19 +89,18 @@ impl Resp {
 }
 
 struct RespClient {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-    line: String,
+    stream: TcpStream,
+    /// Bytes read and not yet parsed into a reply.
+    buf: Vec<u8>,
 }
 
 impl Target for Resp {
     fn client(&self) -> Result<Box<dyn Client>> {
-        let s = TcpStream::connect(self.addr)?;
-        s.set_nodelay(true)?;
+        let stream = TcpStream::connect(self.addr)?;
+        stream.set_nodelay(true)?;
         Ok(Box::new(RespClient {
-            reader: BufReader::new(s.try_clone()?),
-            writer: s,
-            line: String::new(),
+            stream,
+            buf: Vec::with_capacity(16 << 10),
         }))
     }
 }
@@ -110,36 +109,30 @@ impl RespClient {
     fn call(&mut self, args: &[&[u8]]) -> Result<()> {
         let mut req = Vec::new();
         encode_command(args, &mut req);
-        Ok(self.writer.write_all(&req)?)
+        Ok(self.stream.write_all(&req)?)
     }
 
     /// Reads one reply; returns the number of elements (bulk: 1 or 0 for
-    /// nil; array: its length; status: 1), skipping their contents.
+    /// nil; array: its length; status and integer: 1).
     fn reply(&mut self) -> Result<usize> {
-        self.line.clear();
-        self.reader.read_line(&mut self.line)?;
-        let (tag, rest) = self.line.split_at(self.line.len().min(1));
-        let rest = rest.trim_end().to_string();
-        let n = || rest.parse::<i64>().map_err(|_| BenchError::Protocol(self.line.clone()));
-        match tag {
-            "+" | ":" => Ok(1),
-            "-" => Err(BenchError::Server(rest)),
-            "$" => match n()? {
-                len if len < 0 => Ok(0),
-                len => {
-                    let mut skip = vec![0; len as usize + 2];
-                    self.reader.read_exact(&mut skip)?;
-                    Ok(1)
-                }
-            },
-            "*" => {
-                let items = n()?.max(0) as usize;
-                for _ in 0..items {
-                    self.reply()?;
-                }
-                Ok(items)
+        loop {
+            let parsed = parse_reply(&self.buf, &Limits::default()).map_err(|e| BenchError::Protocol(e.to_string()))?;
+            if let Some((reply, used)) = parsed {
+                self.buf.drain(..used);
+                return match reply {
+                    Reply::Error(e) => Err(BenchError::Server(e)),
+                    Reply::Bulk(None) => Ok(0),
+                    Reply::Array(items) => Ok(items.len()),
+                    Reply::Map(pairs) => Ok(2 * pairs.len()),
+                    Reply::Simple(_) | Reply::Integer(_) | Reply::Bulk(Some(_)) => Ok(1),
+                };
             }
-            _ => Err(BenchError::Protocol(self.line.clone())),
+            let mut chunk = [0u8; 16 << 10];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(BenchError::Protocol("the server closed the connection".into()));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 }

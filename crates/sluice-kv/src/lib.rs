@@ -18,7 +18,7 @@
 //! | manifest | `manifest.rs` |
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
-//! | the RESP protocol: requests, and replies in RESP2 or RESP3 | `resp.rs` |
+//! | the RESP protocol (its own crate, `sluice-resp`, shared with the router and the bench drivers) | `resp` |
 //! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
 //! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
 //! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |
@@ -40,7 +40,6 @@ pub mod merge;
 mod options;
 mod recovery;
 pub mod request_context;
-pub mod resp;
 pub mod server;
 pub mod sstable;
 mod version;
@@ -51,6 +50,8 @@ pub use db::{Db, Stats};
 pub use error::{KvError, Result};
 pub use options::Options;
 pub use server::{Server, ServerOptions};
+/// The protocol `sluice serve` speaks, re-exported for its callers.
+pub use sluice_resp as resp;
 
 /// A value as the store keeps it: `None` is a deletion (tombstone).
 pub type Value = Option<Vec<u8>>;

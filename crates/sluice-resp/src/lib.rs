@@ -1,12 +1,32 @@
-//! RESP, the Redis protocol, as far as a server needs it: requests are
-//! arrays of bulk strings (what every client library sends) or inline
-//! commands (what `telnet` and `redis-cli` in a pipe may send); replies
-//! are the five RESP2 types, and in RESP3 (after `HELLO 3`) also the null
-//! and the map. Hand-written because the protocol's request
-//! boundaries are the point: the parser is incremental (it returns `None`
-//! until a whole request is buffered) and bounded (lengths are checked
-//! against limits before anything is allocated), so one client's malformed
-//! or oversized input is an error for that client alone.
+//! RESP, the Redis protocol, in one place for every part of Sluice that
+//! speaks it: `sluice serve` parses requests and encodes replies; the
+//! router parses requests from its clients, encodes sub-requests to its
+//! shards and parses their replies; the bench drivers encode commands and
+//! parse replies.
+//!
+//! Requests are arrays of bulk strings (what every client library sends)
+//! or inline commands (what `telnet` and `redis-cli` in a pipe may send);
+//! replies are the five RESP2 types, and in RESP3 (after `HELLO 3`) also
+//! the null and the map. Hand-written because the protocol's message
+//! boundaries are the point: both parsers are incremental (they return
+//! `None` until a whole message is buffered) and bounded (lengths are
+//! checked against limits before anything is allocated), so one peer's
+//! malformed or oversized input is an error for that peer alone.
+//!
+//! ```
+//! use sluice_resp::{encode_command, parse, parse_reply, Limits, Reply};
+//!
+//! let mut wire = Vec::new();
+//! encode_command(&["GET", "k"], &mut wire);
+//! let (args, used) = parse(&wire, &Limits::default()).unwrap().unwrap();
+//! assert_eq!((args, used), (vec![b"GET".to_vec(), b"k".to_vec()], wire.len()));
+//!
+//! let mut reply = Vec::new();
+//! Reply::Array(vec![Reply::Bulk(Some(b"v".to_vec())), Reply::Bulk(None)]).encode(&mut reply);
+//! assert_eq!(parse_reply(&reply[..5], &Limits::default()).unwrap(), None, "not whole yet");
+//! let (back, used) = parse_reply(&reply, &Limits::default()).unwrap().unwrap();
+//! assert_eq!((back, used), (Reply::Array(vec![Reply::Bulk(Some(b"v".to_vec())), Reply::Bulk(None)]), reply.len()));
+//! ```
 
 /// Sizes a request may not exceed.
 #[derive(Clone, Copy, Debug)]
@@ -227,11 +247,95 @@ impl Reply {
     }
 }
 
+/// Replies nested deeper than this are refused: the parser recurses once
+/// a level, and no command Sluice relays nests more than a few.
+const MAX_REPLY_DEPTH: usize = 64;
+
+/// One reply from the front of `buf`: the reply and the bytes it took, or
+/// `None` if `buf` does not yet hold all of it. `limits` bounds its bulk
+/// strings (`max_bulk`) and the elements of each array (`max_args`).
+/// RESP3's null (`_`) reads as a null bulk and its map (`%`) as
+/// [`Reply::Map`]; other RESP3 types are refused, as Sluice never asks a
+/// server for them.
+pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
+    reply_at(buf, 0, limits, 0)
+}
+
+fn reply_at(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
+    let Some(&tag) = buf.get(at) else {
+        return Ok(None);
+    };
+    if depth > MAX_REPLY_DEPTH {
+        return err(format!("reply nested deeper than {MAX_REPLY_DEPTH} levels"));
+    }
+    let Some((text, next)) = line(buf, at + 1, limits.max_inline, Ending::Crlf)? else {
+        return Ok(None);
+    };
+    let text_owned = || String::from_utf8_lossy(text).into_owned();
+    match tag {
+        b'+' => Ok(Some((Reply::Simple(text_owned()), next))),
+        b'-' => Ok(Some((Reply::Error(text_owned()), next))),
+        b':' => match std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()) {
+            Some(n) => Ok(Some((Reply::Integer(n), next))),
+            None => err(format!("invalid integer reply '{}'", text_owned())),
+        },
+        b'_' => Ok(Some((Reply::Bulk(None), next))),
+        b'$' => {
+            let len = number(text, "bulk")?;
+            if len < 0 {
+                return Ok(Some((Reply::Bulk(None), next)));
+            }
+            if len > limits.max_bulk as i64 {
+                return err("invalid bulk length");
+            }
+            let end = next + len as usize;
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return err("bulk string not terminated by CRLF");
+            }
+            Ok(Some((Reply::Bulk(Some(buf[next..end].to_vec())), end + 2)))
+        }
+        b'*' | b'%' => {
+            let count = number(text, "multibulk")?;
+            if count < 0 {
+                return Ok(Some((Reply::Bulk(None), next)));
+            }
+            let per = if tag == b'%' { 2 } else { 1 };
+            if count.saturating_mul(per) > limits.max_args as i64 {
+                return err("invalid multibulk length");
+            }
+            let mut items = Vec::with_capacity((count * per).min(1024) as usize);
+            let mut at = next;
+            for _ in 0..count * per {
+                let Some((item, after)) = reply_at(buf, at, limits, depth + 1)? else {
+                    return Ok(None);
+                };
+                items.push(item);
+                at = after;
+            }
+            let reply = if tag == b'%' {
+                let mut pairs = Vec::with_capacity(items.len() / 2);
+                let mut items = items.into_iter();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            } else {
+                Reply::Array(items)
+            };
+            Ok(Some((reply, at)))
+        }
+        other => err(format!("unexpected reply type '{}'", other as char)),
+    }
+}
+
 /// A command as clients send it: an array of bulk strings.
-pub fn encode_command(args: &[&[u8]], out: &mut Vec<u8>) {
+pub fn encode_command<A: AsRef<[u8]>>(args: &[A], out: &mut Vec<u8>) {
     out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
     for a in args {
-        put_bulk(out, a);
+        put_bulk(out, a.as_ref());
     }
 }
 
@@ -255,7 +359,7 @@ mod tests {
 
     fn encode_request(args: &[Vec<u8>]) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_command(&args.iter().map(Vec::as_slice).collect::<Vec<_>>(), &mut out);
+        encode_command(args, &mut out);
         out
     }
 
@@ -359,6 +463,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn replies_parse_back_and_malformed_ones_are_named() {
+        let l = Limits::default();
+        let reply = Reply::Array(vec![
+            Reply::ok(),
+            Reply::Error("MOVED 3999 127.0.0.1:6381".into()),
+            Reply::Integer(-3),
+            Reply::Bulk(None),
+            Reply::Array(vec![Reply::Bulk(Some(b"a\r\nb".to_vec()))]),
+        ]);
+        let mut out = Vec::new();
+        reply.encode(&mut out);
+        assert_eq!(parse_reply(&out, &l).unwrap(), Some((reply, out.len())));
+        for cut in 0..out.len() {
+            assert_eq!(parse_reply(&out[..cut], &l).unwrap(), None, "cut at {cut}");
+        }
+        let map = Reply::Map(vec![(Reply::Simple("proto".into()), Reply::Integer(3))]);
+        let mut out = Vec::new();
+        map.encode_as(&mut out, true);
+        assert_eq!(parse_reply(&out, &l).unwrap(), Some((map, out.len())));
+        assert_eq!(parse_reply(b"*-1\r\n", &l).unwrap(), Some((Reply::Bulk(None), 5)));
+        for (bad, what) in [
+            (&b":x\r\n"[..], "invalid integer reply"),
+            (b"$2\r\nabc\r\n", "not terminated by CRLF"),
+            (b"!3\r\n", "unexpected reply type '!'"),
+        ] {
+            let e = parse_reply(bad, &l).unwrap_err();
+            assert!(e.to_string().contains(what), "{e} for {bad:?}");
+        }
+        let deep = "*1\r\n".repeat(MAX_REPLY_DEPTH + 2);
+        assert!(parse_reply(deep.as_bytes(), &l).unwrap_err().to_string().contains("nested"));
+    }
+
     proptest! {
         #[test]
         fn any_request_parses_whole_and_no_prefix_parses(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..6)) {
@@ -374,6 +511,9 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
             let small = Limits { max_bulk: 64, max_args: 8, max_inline: 64, unauthenticated: false };
             if let Ok(Some((_, used))) = parse(&bytes, &small) {
+                prop_assert!(used <= bytes.len());
+            }
+            if let Ok(Some((_, used))) = parse_reply(&bytes, &small) {
                 prop_assert!(used <= bytes.len());
             }
         }
