@@ -1,0 +1,121 @@
+//! The router's admin port: `/stats` (JSON) and `/metrics` (Prometheus
+//! text), both read from the same [`Snapshot`]. The exposition is written
+//! here rather than through a metrics crate because the latencies live in
+//! HDR histograms: a Prometheus summary of their quantiles is a few lines.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::router::Router;
+use crate::stats::Summary;
+
+/// What the router has measured since it started.
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    pub requests: u64,
+    pub failed: u64,
+    pub sub_requests: u64,
+    pub max_fanout: u64,
+    pub latency: Summary,
+    /// Of requests split over more than one shard.
+    pub gap: Summary,
+    pub shards: Vec<ShardSnapshot>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ShardSnapshot {
+    pub name: String,
+    pub addr: String,
+    pub in_flight: u64,
+    pub sub_requests: u64,
+    pub errors: u64,
+    pub latency: Summary,
+    pub gate_wait: Summary,
+}
+
+pub fn snapshot(router: &Router) -> Snapshot {
+    let s = &router.stats;
+    Snapshot {
+        requests: s.requests.load(Ordering::Relaxed),
+        failed: s.failed.load(Ordering::Relaxed),
+        sub_requests: s.sub_requests.load(Ordering::Relaxed),
+        max_fanout: s.max_fanout.load(Ordering::Relaxed),
+        latency: s.latency.summary(),
+        gap: s.gap.summary(),
+        shards: router
+            .shards()
+            .iter()
+            .map(|shard| ShardSnapshot {
+                name: shard.name.clone(),
+                addr: shard.addr.clone(),
+                in_flight: shard.stats.in_flight.load(Ordering::Relaxed),
+                sub_requests: shard.stats.sub_requests.load(Ordering::Relaxed),
+                errors: shard.stats.errors.load(Ordering::Relaxed),
+                latency: shard.stats.latency.summary(),
+                gate_wait: shard.stats.gate_wait.summary(),
+            })
+            .collect(),
+    }
+}
+
+/// The snapshot in Prometheus's text format.
+pub fn metrics(snap: &Snapshot) -> String {
+    let mut out = String::new();
+    let summary = |out: &mut String, name: &str, help: &str, labels: &str, s: &Summary| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} summary");
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (q, v) in [("0.5", s.p50_ms), ("0.99", s.p99_ms), ("0.999", s.p999_ms)] {
+            let _ = writeln!(out, "{name}{{{labels}{sep}quantile=\"{q}\"}} {}", v / 1000.0);
+        }
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", s.count);
+    };
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_requests_total Requests routed to shards.\n# TYPE sluice_route_requests_total counter\nsluice_route_requests_total {}",
+        snap.requests
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_failed_total Requests answered with a shard's failure.\n# TYPE sluice_route_failed_total counter\nsluice_route_failed_total {}",
+        snap.failed
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_sub_requests_total Sub-requests sent to shards.\n# TYPE sluice_route_sub_requests_total counter\nsluice_route_sub_requests_total {}",
+        snap.sub_requests
+    );
+    summary(&mut out, "sluice_route_request_seconds", "Request latency at the router.", "", &snap.latency);
+    summary(
+        &mut out,
+        "sluice_route_gap_seconds",
+        "Latest minus earliest sub-request completion of split requests.",
+        "",
+        &snap.gap,
+    );
+    let _ = writeln!(out, "# HELP sluice_route_shard_in_flight Sub-requests at the shard.\n# TYPE sluice_route_shard_in_flight gauge");
+    for s in &snap.shards {
+        let _ = writeln!(out, "sluice_route_shard_in_flight{{shard=\"{}\"}} {}", s.name, s.in_flight);
+    }
+    let _ = writeln!(out, "# HELP sluice_route_shard_errors_total Sub-requests the shard failed.\n# TYPE sluice_route_shard_errors_total counter");
+    for s in &snap.shards {
+        let _ = writeln!(out, "sluice_route_shard_errors_total{{shard=\"{}\"}} {}", s.name, s.errors);
+    }
+    for s in &snap.shards {
+        let labels = format!("shard=\"{}\"", s.name);
+        summary(&mut out, "sluice_route_shard_seconds", "Sub-request latency at the shard, gate wait excluded.", &labels, &s.latency);
+    }
+    out
+}
+
+/// Serves the admin port until the process ends.
+pub async fn serve(router: Arc<Router>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    let stats_router = router.clone();
+    let app = axum::Router::new()
+        .route("/stats", get(move || async move { axum::Json(snapshot(&stats_router)) }))
+        .route("/metrics", get(move || async move { metrics(&snapshot(&router)) }));
+    axum::serve(listener, app).await
+}

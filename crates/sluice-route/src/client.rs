@@ -1,0 +1,198 @@
+//! A client's connection to the router: requests read, answered in order.
+//!
+//! Commands that concern only the connection (PING, HELLO, SELECT 0,
+//! CLIENT ...) are answered here; every other command goes to the
+//! [`Router`]. A connection's commands run one after another, as Redis runs
+//! them, and the replies of a pipeline are written together. Each client
+//! has its own task and buffers: a client that stops reading holds only
+//! its own task, and a malformed request closes only its own connection,
+//! with the error named.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sluice_resp::{parse, Limits, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::command::{route, Route};
+use crate::router::Router;
+
+/// Connection ids, for `CLIENT ID`.
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+/// A pipeline's replies are written once this many bytes are pending,
+/// so that a long pipeline does not buffer all its replies.
+const FLUSH_AT: usize = 64 << 10;
+
+struct Session {
+    id: u64,
+    resp3: bool,
+    name: Option<Vec<u8>>,
+    quit: bool,
+}
+
+/// Serves one client until it leaves or breaks the protocol.
+pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Limits) {
+    let _ = stream.set_nodelay(true);
+    let mut session = Session {
+        id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
+        resp3: false,
+        name: None,
+        quit: false,
+    };
+    let mut input: Vec<u8> = Vec::with_capacity(4096);
+    let mut output: Vec<u8> = Vec::new();
+    loop {
+        let mut used = 0;
+        loop {
+            match parse(&input[used..], &limits) {
+                Ok(Some((args, n))) => {
+                    used += n;
+                    if args.is_empty() {
+                        continue;
+                    }
+                    let reply = answer(&router, &mut session, &args).await;
+                    reply.encode_as(&mut output, session.resp3);
+                    if session.quit {
+                        let _ = stream.write_all(&output).await;
+                        return;
+                    }
+                    if output.len() >= FLUSH_AT {
+                        if stream.write_all(&output).await.is_err() {
+                            return;
+                        }
+                        output.clear();
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::Error(format!("ERR {e}")).encode(&mut output);
+                    let _ = stream.write_all(&output).await;
+                    return;
+                }
+            }
+        }
+        input.drain(..used);
+        if !output.is_empty() {
+            if stream.write_all(&output).await.is_err() {
+                return;
+            }
+            output.clear();
+        }
+        if input.capacity() - input.len() < 1024 {
+            input.reserve(16 << 10);
+        }
+        match stream.read_buf(&mut input).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+    let name = String::from_utf8_lossy(&args[0]).to_lowercase();
+    if route(&name) != Route::Local {
+        let reply = router.execute(args).await;
+        // Shards speak RESP2 to the router; a RESP3 client gets HGETALL's
+        // field-value pairs as the map Redis would send it.
+        return match reply {
+            Reply::Array(items) if session.resp3 && name == "hgetall" => {
+                let mut items = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            }
+            other => other,
+        };
+    }
+    let rest = &args[1..];
+    let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command"));
+    match (name.as_str(), rest) {
+        ("ping", []) => Reply::Simple("PONG".into()),
+        ("ping", [msg]) | ("echo", [msg]) => Reply::Bulk(Some(msg.clone())),
+        ("select", [db]) if db.as_slice() == b"0" => Reply::ok(),
+        ("select", [_]) => Reply::error("SELECT is not allowed in cluster mode"),
+        ("quit", _) => {
+            session.quit = true;
+            Reply::ok()
+        }
+        ("reset", []) => {
+            session.resp3 = false;
+            session.name = None;
+            Reply::Simple("RESET".into())
+        }
+        ("hello", _) => hello(session, rest),
+        ("client", [sub, more @ ..]) => client(session, &String::from_utf8_lossy(sub).to_lowercase(), more),
+        ("auth", _) => Reply::Error(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
+        ),
+        ("command", _) | ("config", _) => Reply::Array(Vec::new()),
+        ("info", _) => Reply::Bulk(Some(info(router).into_bytes())),
+        _ => arity(),
+    }
+}
+
+fn hello(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
+    let mut resp3 = session.resp3;
+    let mut options = rest;
+    if let Some((version, more)) = rest.split_first() {
+        match version.as_slice() {
+            b"2" => resp3 = false,
+            b"3" => resp3 = true,
+            _ => return Reply::Error("NOPROTO unsupported protocol version".into()),
+        }
+        options = more;
+    }
+    while let Some((option, more)) = options.split_first() {
+        match (option.to_ascii_lowercase().as_slice(), more) {
+            (b"setname", [name, tail @ ..]) => {
+                session.name = Some(name.clone());
+                options = tail;
+            }
+            (b"auth", [_, _, ..]) => {
+                return Reply::Error("ERR sluice route has no password; send HELLO without AUTH".into());
+            }
+            _ => return Reply::error(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(option))),
+        }
+    }
+    session.resp3 = resp3;
+    let s = |v: &str| Reply::Bulk(Some(v.as_bytes().to_vec()));
+    Reply::Map(vec![
+        (s("server"), s("redis")),
+        (s("version"), s("7.0.0")),
+        (s("proto"), Reply::Integer(if resp3 { 3 } else { 2 })),
+        (s("id"), Reply::Integer(session.id as i64)),
+        (s("mode"), s("standalone")),
+        (s("role"), s("master")),
+        (s("modules"), Reply::Array(Vec::new())),
+    ])
+}
+
+fn client(session: &mut Session, sub: &str, args: &[Vec<u8>]) -> Reply {
+    match (sub, args) {
+        ("setname", [name]) => {
+            session.name = Some(name.clone());
+            Reply::ok()
+        }
+        ("getname", []) => Reply::Bulk(session.name.clone()),
+        ("id", []) => Reply::Integer(session.id as i64),
+        ("setinfo", [_, _]) => Reply::ok(),
+        _ => Reply::error(format!("unknown subcommand or wrong number of arguments for 'CLIENT|{sub}'")),
+    }
+}
+
+/// `INFO`: who answers, and what the router has measured.
+fn info(router: &Router) -> String {
+    let stats = crate::admin::snapshot(router);
+    let mut text = String::from("# Server\r\nredis_version:7.0.0\r\nsluice_route:1\r\n# Router\r\n");
+    text.push_str(&format!(
+        "requests:{}\r\nfailed:{}\r\nshards:{}\r\n",
+        stats.requests,
+        stats.failed,
+        stats.shards.len()
+    ));
+    text
+}

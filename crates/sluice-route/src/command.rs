@@ -1,0 +1,152 @@
+//! Where a command goes: the router's command table. Pure: a command's
+//! arguments in, a [`Route`] out.
+//!
+//! Single-key commands go to the shard of their key. Multi-key commands
+//! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
+//! TOUCH) are split, one sub-request per shard. A range scan (`RANGE`)
+//! goes to every shard. Scripts go where their keys are, if they are all in
+//! one slot. A command that is neither answered here nor in the table is
+//! refused with an error naming it: guessing its key would send a write to
+//! the wrong shard.
+
+/// How a multi-key command's replies are put back together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// One value per key, in the order of the keys (MGET).
+    Values,
+    /// The sum of the integer replies (DEL, EXISTS, UNLINK, TOUCH).
+    Sum,
+    /// `OK` if every part says `OK` (MSET).
+    Ok,
+}
+
+/// Where a command goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Answered by the router itself (PING, ECHO, HELLO, SELECT 0, QUIT...).
+    Local,
+    /// To the shard of the key at this argument index.
+    Key(usize),
+    /// Keys from index 1, each followed by `step - 1` values, split by
+    /// shard.
+    Keys { step: usize, merge: Merge },
+    /// `EVAL`/`EVALSHA`/`FCALL` and their read-only forms: `numkeys` at
+    /// index 2, the keys after it; all must share a slot.
+    Script,
+    /// `RANGE start end [count]`: to every shard, the sorted parts merged.
+    Range,
+    /// Not routable; the reason names the command's kind.
+    Refused(&'static str),
+    /// Not in the table.
+    Unknown,
+}
+
+/// Commands whose key is their first argument.
+const FIRST_KEY: &[&str] = &[
+    "append", "decr", "decrby", "dump", "expire", "expireat", "get", "getdel", "getex", "getrange", "getset", "hdel",
+    "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield", "hscan",
+    "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "lindex", "linsert", "llen", "lpop", "lpos",
+    "lpush", "lpushx", "lrange", "lrem", "lset", "ltrim", "persist", "pexpire", "pexpireat", "pexpiretime", "psetex",
+    "pttl", "restore", "rpop", "rpush", "rpushx", "sadd", "scard", "set", "setex", "setnx", "setrange", "sismember",
+    "smembers", "smismember", "spop", "srandmember", "srem", "sscan", "strlen", "substr", "ttl", "type", "expiretime",
+    "zadd", "zcard", "zcount", "zincrby", "zlexcount", "zmscore", "zpopmax", "zpopmin", "zrandmember", "zrange",
+    "zrangebylex", "zrangebyscore", "zrank", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
+    "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "bitcount", "bitpos", "getbit",
+    "setbit", "pfadd", "pfcount",
+];
+
+/// Commands answered by the router.
+const LOCAL: &[&str] = &[
+    "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info",
+];
+
+/// Commands that need one connection's state across commands, or the
+/// whole key space, and so cannot be split.
+const REFUSED: &[(&str, &str)] = &[
+    ("multi", "transactions are not supported through sluice route"),
+    ("exec", "transactions are not supported through sluice route"),
+    ("discard", "transactions are not supported through sluice route"),
+    ("watch", "transactions are not supported through sluice route"),
+    ("unwatch", "transactions are not supported through sluice route"),
+    ("keys", "commands over the whole key space are not supported through sluice route"),
+    ("scan", "commands over the whole key space are not supported through sluice route"),
+    ("flushall", "commands over the whole key space are not supported through sluice route"),
+    ("flushdb", "commands over the whole key space are not supported through sluice route"),
+    ("dbsize", "commands over the whole key space are not supported through sluice route"),
+    ("randomkey", "commands over the whole key space are not supported through sluice route"),
+    ("subscribe", "pub/sub is not supported through sluice route"),
+    ("psubscribe", "pub/sub is not supported through sluice route"),
+    ("publish", "pub/sub is not supported through sluice route"),
+    ("blpop", "blocking commands are not supported through sluice route"),
+    ("brpop", "blocking commands are not supported through sluice route"),
+    ("bzpopmin", "blocking commands are not supported through sluice route"),
+    ("bzpopmax", "blocking commands are not supported through sluice route"),
+    ("rename", "commands over two keys are not supported through sluice route"),
+    ("renamenx", "commands over two keys are not supported through sluice route"),
+    ("smove", "commands over two keys are not supported through sluice route"),
+    ("rpoplpush", "commands over two keys are not supported through sluice route"),
+    ("lmove", "commands over two keys are not supported through sluice route"),
+    ("copy", "commands over two keys are not supported through sluice route"),
+];
+
+/// The route of a command named `name` (lower case).
+pub fn route(name: &str) -> Route {
+    match name {
+        "mget" => Route::Keys { step: 1, merge: Merge::Values },
+        "mset" => Route::Keys { step: 2, merge: Merge::Ok },
+        "del" | "exists" | "unlink" | "touch" => Route::Keys { step: 1, merge: Merge::Sum },
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Route::Script,
+        "range" => Route::Range,
+        _ if FIRST_KEY.contains(&name) => Route::Key(1),
+        _ if LOCAL.contains(&name) => Route::Local,
+        _ => REFUSED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(Route::Unknown, |&(_, why)| Route::Refused(why)),
+    }
+}
+
+/// The keys of a script call (`EVAL script numkeys key... arg...`), or an
+/// error in Redis's words.
+pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
+    let numkeys = args
+        .get(2)
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse::<i64>().ok())
+        .ok_or("ERR value is not an integer or out of range")?;
+    if numkeys < 0 {
+        return Err("ERR Number of keys can't be negative".into());
+    }
+    args.get(3..3 + numkeys as usize)
+        .ok_or_else(|| "ERR Number of keys can't be greater than number of args".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_one_route() {
+        for name in FIRST_KEY {
+            assert_eq!(route(name), Route::Key(1), "{name}");
+            assert!(!LOCAL.contains(name) && !REFUSED.iter().any(|(n, _)| n == name), "{name} twice");
+        }
+        assert_eq!(route("mget"), Route::Keys { step: 1, merge: Merge::Values });
+        assert_eq!(route("mset"), Route::Keys { step: 2, merge: Merge::Ok });
+        assert!(matches!(route("multi"), Route::Refused(why) if why.contains("transactions")));
+        assert_eq!(route("frobnicate"), Route::Unknown);
+    }
+
+    #[test]
+    fn script_keys_follow_numkeys() {
+        let args: Vec<Vec<u8>> = ["EVAL", "return 1", "2", "a", "b", "x"].iter().map(|a| a.as_bytes().to_vec()).collect();
+        assert_eq!(script_keys(&args).unwrap(), &args[3..5]);
+        let mut over = args.clone();
+        over[2] = b"9".to_vec();
+        assert!(script_keys(&over).unwrap_err().contains("greater than"));
+        over[2] = b"-1".to_vec();
+        assert!(script_keys(&over).unwrap_err().contains("negative"));
+        over[2] = b"x".to_vec();
+        assert!(script_keys(&over).unwrap_err().contains("not an integer"));
+    }
+}

@@ -1,0 +1,277 @@
+//! The router's configuration (TOML). Shards are either listed with their
+//! slot ranges, or found by asking a Redis Cluster for its slot map:
+//!
+//! ```toml
+//! listen = "127.0.0.1:6390"
+//! admin = "127.0.0.1:6391"        # HTTP: /stats (JSON) and /metrics (Prometheus); optional
+//!
+//! [[shard]]
+//! name = "a"
+//! addr = "127.0.0.1:7001"
+//! slots = "0-8191"                # ranges, comma-separated; every slot exactly once
+//! kind = "sluice"                 # sends SLUICE.WITH; "redis": the bare command
+//!
+//! [[shard]]
+//! name = "b"
+//! addr = "127.0.0.1:7002"
+//! slots = "8192-16383"
+//!
+//! [pool]
+//! size = 64                       # connections per shard, at most
+//! order = "coop"                  # who gets a free connection first: "coop" (request order) or "fifo"
+//! ```
+//!
+//! or, in front of a Redis Cluster, `[cluster] seeds = ["127.0.0.1:7000"]`
+//! in place of the shards.
+//!
+//! ```
+//! let config = sluice_route::config::Config::from_toml(r#"
+//!     listen = "127.0.0.1:0"
+//!     [[shard]]
+//!     name = "a"
+//!     addr = "127.0.0.1:7001"
+//!     slots = "0-16383"
+//! "#).unwrap();
+//! assert_eq!(config.pool.size, 64);
+//! ```
+
+use std::str::FromStr;
+
+use serde::Deserialize;
+use sluice_core::policy::PolicySpec;
+
+use crate::slot::SLOTS;
+
+/// Why a configuration is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid<T>(what: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid(what.into()))
+}
+
+/// What a shard understands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardKind {
+    /// `sluice serve`: each sub-request is sent inside `SLUICE.WITH`, so
+    /// the shard's I/O scheduler sees the request's id, budget and tenant.
+    #[default]
+    Sluice,
+    /// Any Redis-protocol server: the bare command; request order is kept
+    /// at the router, by the order in which sub-requests get a connection.
+    Redis,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardConfig {
+    pub name: String,
+    pub addr: String,
+    /// Slot ranges, e.g. `"0-5460"` or `"0-99,200-299"`.
+    pub slots: String,
+    #[serde(default)]
+    pub kind: ShardKind,
+    /// The shard's password, sent with `AUTH` on every new connection.
+    pub password: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Nodes asked for the slot map (`CLUSTER SLOTS`), in turn.
+    pub seeds: Vec<String>,
+    pub password: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// Connections per shard, at most. `sluice serve` runs a connection's
+    /// commands one at a time, so a shard has as many sub-requests to order
+    /// as the router has connections to it: at least the client
+    /// concurrency it must carry.
+    pub size: usize,
+    /// Which waiting sub-request gets a free connection first: `coop`
+    /// (lowest request id, the request order of the cooperative
+    /// scheduler) or `fifo`.
+    pub order: String,
+    pub connect_timeout_ms: u64,
+    /// A shard that has not answered a sub-request in this long is
+    /// reported as failing for that request.
+    pub reply_timeout_ms: u64,
+    /// Time budget of every request, sent with its sub-requests; none if
+    /// unset.
+    pub budget_ms: Option<f64>,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            size: 64,
+            order: "coop".into(),
+            connect_timeout_ms: 1000,
+            reply_timeout_ms: 30_000,
+            budget_ms: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub listen: String,
+    pub admin: Option<String>,
+    #[serde(default, rename = "shard")]
+    pub shards: Vec<ShardConfig>,
+    pub cluster: Option<ClusterConfig>,
+    #[serde(default)]
+    pub pool: PoolConfig,
+    /// Largest request a client may send, in MiB (Redis's
+    /// `proto-max-bulk-len` is 512).
+    #[serde(default = "default_max_request_mb")]
+    pub max_request_mb: usize,
+}
+
+fn default_max_request_mb() -> usize {
+    512
+}
+
+impl Config {
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match (&self.cluster, self.shards.is_empty()) {
+            (Some(_), false) => return invalid("give either [[shard]] entries or [cluster], not both"),
+            (None, true) => return invalid("no shards: give [[shard]] entries or [cluster] seeds"),
+            (Some(c), true) if c.seeds.is_empty() => return invalid("cluster.seeds is empty"),
+            _ => {}
+        }
+        if self.pool.size == 0 {
+            return invalid("pool.size must be at least 1");
+        }
+        self.order()?;
+        if let Some(b) = self.pool.budget_ms {
+            if !(b > 0.0 && b.is_finite()) {
+                return invalid(format!("pool.budget_ms must be a positive number of milliseconds, not {b}"));
+            }
+        }
+        self.slot_owners().map(drop)
+    }
+
+    /// The policy that orders waiting sub-requests at each shard.
+    pub fn order(&self) -> Result<PolicySpec, ConfigError> {
+        match PolicySpec::from_str(&self.pool.order) {
+            Ok(spec @ (PolicySpec::Coop | PolicySpec::Fifo)) => Ok(spec),
+            _ => invalid(format!("pool.order must be \"coop\" or \"fifo\", not {:?}", self.pool.order)),
+        }
+    }
+
+    /// For each slot, the index of its shard in `shards`: every slot
+    /// exactly once. Empty in cluster mode.
+    pub fn slot_owners(&self) -> Result<Vec<u16>, ConfigError> {
+        if self.shards.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut owner: Vec<Option<u16>> = vec![None; SLOTS as usize];
+        for (i, shard) in self.shards.iter().enumerate() {
+            if self.shards[..i].iter().any(|s| s.name == shard.name) {
+                return invalid(format!("two shards are named {:?}", shard.name));
+            }
+            for (lo, hi) in parse_ranges(&shard.slots).map_err(|e| ConfigError::Invalid(format!("shard {:?}: {e}", shard.name)))? {
+                for s in lo..=hi {
+                    if let Some(other) = owner[s as usize] {
+                        return invalid(format!(
+                            "slot {s} is given to both shard {:?} and shard {:?}",
+                            self.shards[other as usize].name, shard.name
+                        ));
+                    }
+                    owner[s as usize] = Some(i as u16);
+                }
+            }
+        }
+        let missing: Vec<usize> = owner.iter().enumerate().filter(|(_, o)| o.is_none()).map(|(s, _)| s).collect();
+        if let Some(&first) = missing.first() {
+            return invalid(format!(
+                "{} slots have no shard (the first is slot {first}): every slot 0-{} needs one",
+                missing.len(),
+                SLOTS - 1
+            ));
+        }
+        Ok(owner.into_iter().map(|o| o.unwrap_or_default()).collect())
+    }
+}
+
+/// `"0-99,200,300-301"` as inclusive ranges.
+fn parse_ranges(text: &str) -> Result<Vec<(u16, u16)>, String> {
+    let slot = |s: &str| -> Result<u16, String> {
+        match s.trim().parse::<u16>() {
+            Ok(n) if n < SLOTS => Ok(n),
+            _ => Err(format!("{:?} is not a slot (0-{})", s.trim(), SLOTS - 1)),
+        }
+    };
+    text.split(',')
+        .map(|part| {
+            let (lo, hi) = match part.split_once('-') {
+                Some((lo, hi)) => (slot(lo)?, slot(hi)?),
+                None => (slot(part)?, slot(part)?),
+            };
+            if lo > hi {
+                return Err(format!("the range {:?} runs backwards", part.trim()));
+            }
+            Ok((lo, hi))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_shards(a: &str, b: &str) -> String {
+        format!(
+            "listen = \"127.0.0.1:0\"\n[[shard]]\nname = \"a\"\naddr = \"x:1\"\nslots = \"{a}\"\n[[shard]]\nname = \"b\"\naddr = \"x:2\"\nslots = \"{b}\"\n"
+        )
+    }
+
+    #[test]
+    fn slots_are_covered_exactly_once() {
+        let config = Config::from_toml(&two_shards("0-8191", "8192-16383")).unwrap();
+        let owners = config.slot_owners().unwrap();
+        assert_eq!((owners[0], owners[8191], owners[8192], owners[16383]), (0, 0, 1, 1));
+        let e = Config::from_toml(&two_shards("0-8191", "8191-16383")).unwrap_err().to_string();
+        assert!(e.contains("slot 8191 is given to both shard \"a\" and shard \"b\""), "{e}");
+        let e = Config::from_toml(&two_shards("0-100", "200-16383")).unwrap_err().to_string();
+        assert!(e.contains("99 slots have no shard (the first is slot 101)"), "{e}");
+        let e = Config::from_toml(&two_shards("0-16384", "1")).unwrap_err().to_string();
+        assert!(e.contains("\"16384\" is not a slot"), "{e}");
+        let e = Config::from_toml(&two_shards("9-3", "1")).unwrap_err().to_string();
+        assert!(e.contains("runs backwards"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let base = two_shards("0-8191", "8192-16383");
+        for (extra, what) in [
+            ("[pool]\nsize = 0\n", "pool.size"),
+            ("[pool]\norder = \"edf\"\n", "pool.order"),
+            ("[pool]\nbudget_ms = -1.0\n", "pool.budget_ms"),
+            ("[cluster]\nseeds = [\"x:1\"]\n", "not both"),
+            ("[pool]\nsise = 3\n", "unknown field `sise`"),
+        ] {
+            let e = Config::from_toml(&format!("{base}{extra}")).unwrap_err().to_string();
+            assert!(e.contains(what), "{e} for {extra}");
+        }
+        let e = Config::from_toml("listen = \"x:1\"").unwrap_err().to_string();
+        assert!(e.contains("no shards"), "{e}");
+    }
+}

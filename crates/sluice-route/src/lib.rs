@@ -1,0 +1,143 @@
+//! # sluice-route: a router for sharded Redis-protocol stores
+//!
+//! Clients speak RESP2 or RESP3 to the router as to one Redis; keys go to
+//! shards by Redis Cluster hash slots. A request that touches several
+//! shards (MGET, MSET, DEL, a `RANGE` scan) is split into one sub-request
+//! per shard, and finishes when its slowest part does. To keep the parts
+//! of one request close together, the router gives every request an id in
+//! arrival order and sends it with each part (Jo et al., "Request-aware
+//! Cooperative I/O Scheduling for Scale-out Database Applications", §4.1):
+//! `sluice serve` shards read it from `SLUICE.WITH` and serve their queued
+//! I/O in that order (the `coop` policy of sluice-core); in front of a
+//! stock Redis, which cannot read it, the router keeps the order itself,
+//! in who gets each shard's next connection.
+//!
+//! | piece | file |
+//! |---|---|
+//! | hash slots and hash tags | `slot.rs` |
+//! | the command table: where each command goes | `command.rs` |
+//! | configuration (TOML) | `config.rs` |
+//! | splitting, request context, merging, MOVED/ASK | `router.rs` |
+//! | a shard: its pool, gate and statistics | `shard.rs`, `gate.rs` |
+//! | a client's connection | `client.rs` |
+//! | what is measured; the admin port | `stats.rs`, `admin.rs` |
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = sluice_route::config::Config::from_toml(r#"
+//!     listen = "127.0.0.1:6390"
+//!     [[shard]]
+//!     name = "a"
+//!     addr = "127.0.0.1:7001"
+//!     slots = "0-8191"
+//!     [[shard]]
+//!     name = "b"
+//!     addr = "127.0.0.1:7002"
+//!     slots = "8192-16383"
+//! "#)?;
+//! sluice_route::run(config).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod gate;
+pub mod router;
+pub mod shard;
+pub mod slot;
+pub mod stats;
+
+use std::sync::Arc;
+
+use sluice_resp::Limits;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use router::Router;
+
+/// Why the router could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    #[error("listening on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+}
+
+/// A router bound to its ports, not yet serving.
+pub struct Bound {
+    pub router: Arc<Router>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    limits: Limits,
+}
+
+impl Bound {
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Accepts clients until the task is dropped.
+    pub async fn serve(self) {
+        if let Some(admin) = self.admin {
+            let router = self.router.clone();
+            tokio::spawn(async move {
+                if let Err(e) = admin::serve(router, admin).await {
+                    tracing::error!("admin port stopped: {e}");
+                }
+            });
+        }
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(client::serve_client(self.router.clone(), stream, self.limits));
+                }
+                Err(e) => {
+                    // Out of descriptors or a connection reset before it
+                    // was accepted: the listener itself is fine.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn listen(addr: &str) -> Result<TcpListener, RouteError> {
+    TcpListener::bind(addr).await.map_err(|source| RouteError::Listen {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Binds the router's ports and, in cluster mode, reads the slot map.
+pub async fn bind(config: &Config) -> Result<Bound, RouteError> {
+    let router = Router::new(config).await?;
+    let listener = listen(&config.listen).await?;
+    let admin = match &config.admin {
+        Some(addr) => Some(listen(addr).await?),
+        None => None,
+    };
+    let limits = Limits {
+        max_bulk: config.max_request_mb << 20,
+        ..Limits::default()
+    };
+    Ok(Bound {
+        router,
+        listener,
+        admin,
+        limits,
+    })
+}
+
+/// Binds and serves until the task is dropped.
+pub async fn run(config: Config) -> Result<(), RouteError> {
+    bind(&config).await?.serve().await;
+    Ok(())
+}

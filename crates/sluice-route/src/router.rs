@@ -1,0 +1,502 @@
+//! The router: which shard each part of a request goes to, the request's
+//! context sent with every part, and the parts' replies put back together.
+//!
+//! Every request gets an id from one sequence at its arrival, so ids are
+//! the router's global arrival order; each of its sub-requests carries that
+//! id (and the time left of its budget) to its shard, inside `SLUICE.WITH`
+//! for `sluice serve`, through the order of the shard's gate for a stock
+//! Redis. In front of a Redis Cluster, the slot map comes from
+//! `CLUSTER SLOTS` and is corrected by the `MOVED` and `ASK` replies of the
+//! nodes, as a cluster-aware client corrects it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use sluice_core::policy::PolicySpec;
+use sluice_core::Ctx;
+use sluice_resp::Reply;
+
+use crate::command::{route, script_keys, Merge, Route};
+use crate::config::{Config, ConfigError, ShardKind};
+use crate::gate::Gate;
+use crate::shard::{Asking, Shard, ShardError, ShardOptions};
+use crate::slot::{slot, SLOTS};
+use crate::stats::RequestStats;
+
+/// `RANGE`'s count when the client gives none, as `sluice serve`'s.
+const DEFAULT_RANGE_COUNT: usize = 100;
+
+/// Redirections followed for one sub-request before giving up: a slot
+/// that moves more often than this while one command is in flight means
+/// the cluster is not settled.
+const MAX_REDIRECTS: usize = 5;
+
+/// The slot map and the shards it names.
+struct Topology {
+    /// For each slot, its shard's index in `shards`.
+    owner: Vec<u16>,
+    shards: Vec<Arc<Shard>>,
+}
+
+pub struct Router {
+    topology: RwLock<Topology>,
+    /// Seeds and password of a Redis Cluster; `None` for listed shards.
+    cluster: Option<crate::config::ClusterConfig>,
+    shard_options: ShardOptions,
+    order: PolicySpec,
+    budget_ms: Option<f64>,
+    next_id: AtomicU64,
+    epoch: Instant,
+    pub stats: RequestStats,
+}
+
+/// One part of a request: a shard (by the slot that chose it) and the
+/// command it gets, with the positions of its keys in the whole command.
+struct Part {
+    slot: u16,
+    args: Vec<Vec<u8>>,
+    positions: Vec<usize>,
+}
+
+impl Router {
+    /// A router over the configured shards; in cluster mode, over the slot
+    /// map read from the first seed that answers.
+    pub async fn new(config: &Config) -> Result<Arc<Router>, ConfigError> {
+        let order = config.order()?;
+        let shard_options = |kind, password: Option<String>| ShardOptions {
+            kind,
+            password,
+            pool: config.pool.size,
+            connect_timeout: Duration::from_millis(config.pool.connect_timeout_ms),
+            reply_timeout: Duration::from_millis(config.pool.reply_timeout_ms),
+        };
+        let (topology, options) = match &config.cluster {
+            None => {
+                let owner = config.slot_owners()?;
+                let shards = config
+                    .shards
+                    .iter()
+                    .map(|s| {
+                        let options = shard_options(s.kind, s.password.clone());
+                        Arc::new(Shard::new(s.name.clone(), s.addr.clone(), options, Gate::new(config.pool.size, order)))
+                    })
+                    .collect();
+                (Topology { owner, shards }, shard_options(ShardKind::Sluice, None))
+            }
+            Some(c) => {
+                let empty = Topology {
+                    owner: vec![0; SLOTS as usize],
+                    shards: Vec::new(),
+                };
+                (empty, shard_options(ShardKind::Redis, c.password.clone()))
+            }
+        };
+        let router = Arc::new(Router {
+            topology: RwLock::new(topology),
+            cluster: config.cluster.clone(),
+            shard_options: options,
+            order,
+            budget_ms: config.pool.budget_ms,
+            next_id: AtomicU64::new(0),
+            epoch: Instant::now(),
+            stats: RequestStats::default(),
+        });
+        if router.cluster.is_some() {
+            router.refresh_slots().await.map_err(ConfigError::Invalid)?;
+        }
+        Ok(router)
+    }
+
+    /// The shards, in configuration order (in cluster mode, as found).
+    pub fn shards(&self) -> Vec<Arc<Shard>> {
+        self.topology.read().unwrap_or_else(|e| e.into_inner()).shards.clone()
+    }
+
+    fn shard_of_slot(&self, slot: u16) -> Result<Arc<Shard>, String> {
+        let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
+        t.shards
+            .get(t.owner[slot as usize] as usize)
+            .cloned()
+            .ok_or_else(|| format!("CLUSTERDOWN Hash slot {slot} not served"))
+    }
+
+    /// The shard at `addr` in cluster mode, made if new.
+    fn shard_at(&self, addr: &str) -> (u16, Arc<Shard>) {
+        let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = t.shards.iter().position(|s| s.addr == addr) {
+            return (i as u16, t.shards[i].clone());
+        }
+        let shard = Arc::new(Shard::new(
+            addr.to_string(),
+            addr.to_string(),
+            self.shard_options.clone(),
+            Gate::new(self.shard_options.pool, self.order),
+        ));
+        t.shards.push(shard.clone());
+        ((t.shards.len() - 1) as u16, shard)
+    }
+
+    /// Reads the slot map from the seeds, then from the known nodes, until
+    /// one answers.
+    pub async fn refresh_slots(&self) -> Result<(), String> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        let mut candidates = cluster.seeds.clone();
+        candidates.extend(self.shards().iter().map(|s| s.addr.clone()));
+        let mut last = String::from("no seeds");
+        for addr in candidates {
+            let (_, shard) = self.shard_at(&addr);
+            match shard.call(self.context(), None, &[b"CLUSTER", b"SLOTS"], Asking::No).await {
+                Ok(Reply::Array(ranges)) => match self.apply_slot_map(&ranges) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = format!("{addr}: {e}"),
+                },
+                Ok(other) => last = format!("{addr} answered CLUSTER SLOTS with {other:?}"),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(format!("no cluster node gave its slot map: {last}"))
+    }
+
+    fn apply_slot_map(&self, ranges: &[Reply]) -> Result<(), String> {
+        let mut owner: Vec<Option<u16>> = vec![None; SLOTS as usize];
+        for range in ranges {
+            let Reply::Array(fields) = range else {
+                return Err("a CLUSTER SLOTS entry is not an array".into());
+            };
+            let (Some(Reply::Integer(lo)), Some(Reply::Integer(hi)), Some(Reply::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return Err("a CLUSTER SLOTS entry lacks its range or master".into());
+            };
+            let (Some(Reply::Bulk(Some(host))), Some(Reply::Integer(port))) = (master.first(), master.get(1)) else {
+                return Err("a CLUSTER SLOTS master lacks its host or port".into());
+            };
+            let addr = format!("{}:{port}", String::from_utf8_lossy(host));
+            let (index, _) = self.shard_at(&addr);
+            for s in (*lo).max(0)..=(*hi).min(SLOTS as i64 - 1) {
+                owner[s as usize] = Some(index);
+            }
+        }
+        let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());
+        // Slots no node claims get an index past every shard: "not served".
+        t.owner = owner.into_iter().map(|o| o.unwrap_or(u16::MAX)).collect();
+        Ok(())
+    }
+
+    /// A new request's context: the next id of the arrival order.
+    fn context(&self) -> Ctx {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Ctx::new(id, self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn budget_left(&self, ctx: &Ctx) -> Option<f64> {
+        self.budget_ms.map(|b| {
+            let spent = (self.epoch.elapsed().as_nanos() as u64).saturating_sub(ctx.arrival) as f64 / 1e6;
+            (b - spent).max(0.001)
+        })
+    }
+
+    /// Runs a command that is not answered by the router itself.
+    pub async fn execute(&self, args: &[Vec<u8>]) -> Reply {
+        let name = String::from_utf8_lossy(&args[0]).to_lowercase();
+        let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command"));
+        let parts = match route(&name) {
+            Route::Key(i) => match args.get(i) {
+                Some(key) => vec![Part {
+                    slot: slot(key),
+                    args: args.to_vec(),
+                    positions: Vec::new(),
+                }],
+                None => return arity(),
+            },
+            Route::Keys { step, .. } => {
+                if args.len() < 2 || (args.len() - 1) % step != 0 {
+                    return arity();
+                }
+                self.split(args, step)
+            }
+            Route::Script => match script_keys(args) {
+                Err(e) => return Reply::Error(e),
+                Ok(keys) => match self.one_place(keys) {
+                    Ok(slot) => vec![Part {
+                        slot,
+                        args: args.to_vec(),
+                        positions: Vec::new(),
+                    }],
+                    Err(e) => return e,
+                },
+            },
+            Route::Range => {
+                if !(3..=4).contains(&args.len()) {
+                    return arity();
+                }
+                self.scatter(args)
+            }
+            Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")),
+            Route::Unknown => {
+                return Reply::Error(format!(
+                    "ERR sluice route cannot route '{name}': it is not in the router's command table"
+                ))
+            }
+            Route::Local => unreachable!("local commands are answered by the client's session"),
+        };
+        let ctx = self.context();
+        let started = Instant::now();
+        let fanout = parts.len() as u64;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(fanout, Ordering::Relaxed);
+        self.stats.max_fanout.fetch_max(fanout, Ordering::Relaxed);
+        let calls = parts.iter().map(|p| async {
+            let reply = self.call_slot(ctx, p.slot, &p.args).await;
+            (reply, started.elapsed())
+        });
+        let results = futures::future::join_all(calls).await;
+        if results.len() > 1 {
+            let done = results.iter().map(|(_, at)| *at);
+            let gap = done.clone().max().unwrap_or_default() - done.min().unwrap_or_default();
+            self.stats.gap.record(gap);
+        }
+        let mut replies = Vec::with_capacity(results.len());
+        for (result, _) in results {
+            match result {
+                Ok(r) => replies.push(r),
+                Err(e) => {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.latency.record(started.elapsed());
+                    return Reply::Error(format!("ERR {e}"));
+                }
+            }
+        }
+        let reply = match route(&name) {
+            Route::Keys { merge, .. } => merge_parts(merge, &parts, replies, (args.len() - 1) / merge_step(merge)),
+            Route::Range => merge_ranges(replies, range_count(args)),
+            _ => replies.pop().unwrap_or_else(|| Reply::error("no reply")),
+        };
+        self.stats.latency.record(started.elapsed());
+        reply
+    }
+
+    /// Keys (each followed by `step - 1` values) grouped by shard, or in
+    /// cluster mode by slot, since a node refuses keys of several slots.
+    fn split(&self, args: &[Vec<u8>], step: usize) -> Vec<Part> {
+        let by_slot = self.cluster.is_some();
+        let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
+        let mut groups: HashMap<u32, usize> = HashMap::new();
+        let mut parts: Vec<Part> = Vec::new();
+        for (n, item) in args[1..].chunks(step).enumerate() {
+            let s = slot(&item[0]);
+            let group = if by_slot { s as u32 } else { t.owner[s as usize] as u32 };
+            let i = *groups.entry(group).or_insert_with(|| {
+                parts.push(Part {
+                    slot: s,
+                    args: vec![args[0].clone()],
+                    positions: Vec::new(),
+                });
+                parts.len() - 1
+            });
+            parts[i].args.extend(item.iter().cloned());
+            parts[i].positions.push(n);
+        }
+        parts
+    }
+
+    /// The slot that stands for `keys`: they must share a shard (in cluster
+    /// mode a slot), as Redis Cluster requires of a script's keys.
+    fn one_place(&self, keys: &[Vec<u8>]) -> Result<u16, Reply> {
+        let Some(first) = keys.first() else {
+            return Ok(0);
+        };
+        let s = slot(first);
+        let same = |k: &Vec<u8>| {
+            let other = slot(k);
+            if self.cluster.is_some() {
+                return other == s;
+            }
+            let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
+            t.owner[other as usize] == t.owner[s as usize]
+        };
+        if keys.iter().all(same) {
+            Ok(s)
+        } else {
+            Err(Reply::Error("CROSSSLOT Keys in request don't hash to the same slot".into()))
+        }
+    }
+
+    /// `RANGE start end [count]` to every shard, with the count made
+    /// explicit so that every part is cut where the whole is.
+    fn scatter(&self, args: &[Vec<u8>]) -> Vec<Part> {
+        let count = range_count(args).to_string().into_bytes();
+        let command = vec![args[0].clone(), args[1].clone(), args[2].clone(), count];
+        let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
+        let mut first_slot_of: Vec<Option<u16>> = vec![None; t.shards.len()];
+        for (s, &o) in t.owner.iter().enumerate() {
+            if let Some(entry) = first_slot_of.get_mut(o as usize) {
+                entry.get_or_insert(s as u16);
+            }
+        }
+        first_slot_of
+            .into_iter()
+            .flatten()
+            .map(|slot| Part {
+                slot,
+                args: command.clone(),
+                positions: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Sends a part to the owner of `slot`, following `MOVED` (the map
+    /// corrected, then the command resent) and `ASK` (resent once to the
+    /// importing node with `ASKING`).
+    async fn call_slot(&self, ctx: Ctx, slot: u16, args: &[Vec<u8>]) -> Result<Reply, ShardError> {
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let mut shard = self.shard_of_slot(slot).map_err(|what| ShardError {
+            shard: "-".into(),
+            addr: "-".into(),
+            what,
+        })?;
+        let mut asking = Asking::No;
+        for _ in 0..=MAX_REDIRECTS {
+            let reply = shard.call(ctx, self.budget_left(&ctx), &args, asking).await?;
+            let Reply::Error(e) = &reply else {
+                return Ok(reply);
+            };
+            let redirect = match (self.cluster.is_some(), e.split_whitespace().collect::<Vec<_>>().as_slice()) {
+                (true, ["MOVED", s, addr]) => s.parse::<u16>().ok().map(|s| (true, s, addr.to_string())),
+                (true, ["ASK", s, addr]) => s.parse::<u16>().ok().map(|s| (false, s, addr.to_string())),
+                _ => None,
+            };
+            let Some((moved, moved_slot, addr)) = redirect else {
+                return Ok(reply);
+            };
+            let (index, target) = self.shard_at(&addr);
+            if moved {
+                let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(o) = t.owner.get_mut(moved_slot as usize) {
+                    *o = index;
+                }
+                asking = Asking::No;
+            } else {
+                asking = Asking::Yes;
+            }
+            shard = target;
+        }
+        Err(ShardError {
+            shard: shard.name.clone(),
+            addr: shard.addr.clone(),
+            what: format!("redirected the command more than {MAX_REDIRECTS} times"),
+        })
+    }
+}
+
+fn merge_step(merge: Merge) -> usize {
+    match merge {
+        Merge::Ok => 2,
+        Merge::Values | Merge::Sum => 1,
+    }
+}
+
+/// Puts the replies of a split command back together: an error reply of
+/// any part is the reply.
+fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Reply>, keys: usize) -> Reply {
+    if let Some(e) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+        return e.clone();
+    }
+    match merge {
+        Merge::Sum => Reply::Integer(
+            replies
+                .iter()
+                .map(|r| match r {
+                    Reply::Integer(n) => *n,
+                    _ => 0,
+                })
+                .sum(),
+        ),
+        Merge::Ok => Reply::ok(),
+        Merge::Values => {
+            let mut values = vec![Reply::Bulk(None); keys];
+            for (part, reply) in parts.iter().zip(replies) {
+                let Reply::Array(items) = reply else {
+                    return Reply::error(format!("a shard answered MGET with {reply:?}"));
+                };
+                if items.len() != part.positions.len() {
+                    return Reply::error("a shard answered MGET with a different number of values");
+                }
+                for (&at, item) in part.positions.iter().zip(items) {
+                    values[at] = item;
+                }
+            }
+            Reply::Array(values)
+        }
+    }
+}
+
+fn range_count(args: &[Vec<u8>]) -> usize {
+    args.get(3)
+        .and_then(|c| std::str::from_utf8(c).ok()?.parse().ok())
+        .unwrap_or(DEFAULT_RANGE_COUNT)
+}
+
+/// The sorted key-value pairs of every shard, merged and cut to `count`.
+fn merge_ranges(replies: Vec<Reply>, count: usize) -> Reply {
+    let mut pairs: Vec<(Reply, Reply)> = Vec::new();
+    for reply in replies {
+        match reply {
+            Reply::Array(items) => {
+                let mut items = items.into_iter();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+            }
+            e @ Reply::Error(_) => return e,
+            other => return Reply::error(format!("a shard answered RANGE with {other:?}")),
+        }
+    }
+    let key = |r: &Reply| match r {
+        Reply::Bulk(Some(k)) => k.clone(),
+        _ => Vec::new(),
+    };
+    pairs.sort_by_key(|(k, _)| key(k));
+    pairs.truncate(count);
+    Reply::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn range_parts_merge_in_key_order_and_are_cut() {
+        let a = Reply::Array(vec![bulk("a"), bulk("1"), bulk("d"), bulk("4")]);
+        let b = Reply::Array(vec![bulk("b"), bulk("2"), bulk("c"), bulk("3")]);
+        assert_eq!(
+            merge_ranges(vec![a, b], 3),
+            Reply::Array(vec![bulk("a"), bulk("1"), bulk("b"), bulk("2"), bulk("c"), bulk("3")])
+        );
+    }
+
+    #[test]
+    fn mget_values_go_back_to_their_keys_places() {
+        let parts = vec![
+            Part { slot: 0, args: Vec::new(), positions: vec![0, 2] },
+            Part { slot: 1, args: Vec::new(), positions: vec![1] },
+        ];
+        let replies = vec![Reply::Array(vec![bulk("x"), Reply::Bulk(None)]), Reply::Array(vec![bulk("y")])];
+        assert_eq!(
+            merge_parts(Merge::Values, &parts, replies, 3),
+            Reply::Array(vec![bulk("x"), bulk("y"), Reply::Bulk(None)])
+        );
+        let sums = vec![Reply::Integer(2), Reply::Integer(1)];
+        assert_eq!(merge_parts(Merge::Sum, &parts, sums, 3), Reply::Integer(3));
+        let failed = vec![Reply::ok(), Reply::Error("OOM".into())];
+        assert_eq!(merge_parts(Merge::Ok, &parts, failed, 2), Reply::Error("OOM".into()));
+    }
+}

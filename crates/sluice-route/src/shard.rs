@@ -1,0 +1,220 @@
+//! A shard as the router sees it: an address, a pool of connections, the
+//! gate in front of them, and what was measured of it.
+//!
+//! A sub-request takes a pass at the gate, then an idle connection (or
+//! opens one), sends its command and reads exactly one reply. A connection
+//! that fails or times out is closed, never reused, so a late reply cannot
+//! be read as the answer to someone else's command; one that answered goes
+//! back to the pool. A shard that is down costs each sub-request one
+//! refused connect, reported as an error naming the shard, and is used
+//! again as soon as a connect succeeds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_core::Ctx;
+use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::config::ShardKind;
+use crate::gate::{Gate, Pass};
+use crate::stats::Histogram;
+
+/// Why a sub-request got no reply.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("shard {shard} ({addr}) {what}")]
+pub struct ShardError {
+    pub shard: String,
+    pub addr: String,
+    pub what: String,
+}
+
+/// How a shard is reached and how long it is waited for.
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    pub kind: ShardKind,
+    pub password: Option<String>,
+    pub pool: usize,
+    pub connect_timeout: Duration,
+    pub reply_timeout: Duration,
+}
+
+pub struct Shard {
+    pub name: String,
+    pub addr: String,
+    options: ShardOptions,
+    gate: Arc<Gate>,
+    idle: Mutex<Vec<Conn>>,
+    pub stats: ShardStats,
+}
+
+/// Counters and latencies of one shard.
+#[derive(Default)]
+pub struct ShardStats {
+    pub in_flight: AtomicU64,
+    pub sub_requests: AtomicU64,
+    pub errors: AtomicU64,
+    /// From sending the command to reading its reply, gate wait excluded.
+    pub latency: Histogram,
+    /// Waiting at the gate.
+    pub gate_wait: Histogram,
+}
+
+/// What `ASKING` adds: the command goes to the node importing the slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Asking {
+    No,
+    Yes,
+}
+
+impl Shard {
+    pub fn new(name: String, addr: String, options: ShardOptions, gate: Arc<Gate>) -> Shard {
+        Shard {
+            name,
+            addr,
+            options,
+            gate,
+            idle: Mutex::new(Vec::new()),
+            stats: ShardStats::default(),
+        }
+    }
+
+    fn error(&self, what: impl std::fmt::Display) -> ShardError {
+        ShardError {
+            shard: self.name.clone(),
+            addr: self.addr.clone(),
+            what: what.to_string(),
+        }
+    }
+
+    /// Sends `args` for the request `ctx` (with `budget_ms` left, if it has
+    /// a budget) and reads the reply. An error reply from the shard is a
+    /// reply, not a [`ShardError`].
+    pub async fn call(&self, ctx: Ctx, budget_ms: Option<f64>, args: &[&[u8]], asking: Asking) -> Result<Reply, ShardError> {
+        let waited = Instant::now();
+        let pass = self.gate.enter(ctx).await;
+        self.stats.gate_wait.record(waited.elapsed());
+        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = self.exchange(ctx, budget_ms, args, asking, &pass).await;
+        self.stats.latency.record(started.elapsed());
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if result.is_err() {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn exchange(&self, ctx: Ctx, budget_ms: Option<f64>, args: &[&[u8]], asking: Asking, _pass: &Pass) -> Result<Reply, ShardError> {
+        let mut out = Vec::with_capacity(64 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+        if asking == Asking::Yes {
+            encode_command(&["ASKING"], &mut out);
+        }
+        match self.options.kind {
+            ShardKind::Sluice => {
+                let id = ctx.id.0.to_string();
+                let budget = budget_ms.map_or_else(|| "-".to_string(), |b| format!("{b:.3}"));
+                // No tenant: the shard's own per-connection tenant stands,
+                // so its fair policies share the shard among the router's
+                // connections (the paper's cfq analogue).
+                let mut wrapped: Vec<&[u8]> = vec![b"SLUICE.WITH", id.as_bytes(), budget.as_bytes(), b"-"];
+                wrapped.extend_from_slice(args);
+                encode_command(&wrapped, &mut out);
+            }
+            ShardKind::Redis => encode_command(args, &mut out),
+        }
+        let mut conn = match self.take_idle() {
+            Some(c) => c,
+            None => self.connect().await?,
+        };
+        let exchange = async {
+            conn.stream.write_all(&out).await?;
+            if asking == Asking::Yes {
+                let ok = conn.read_reply().await?;
+                if let Reply::Error(e) = ok {
+                    return Ok(Reply::Error(e));
+                }
+            }
+            conn.read_reply().await
+        };
+        match tokio::time::timeout(self.options.reply_timeout, exchange).await {
+            Ok(Ok(reply)) => {
+                self.give_back(conn);
+                Ok(reply)
+            }
+            Ok(Err(e)) => Err(self.error(format!("failed: {e}"))),
+            Err(_) => Err(self.error(format!("did not answer within {} ms", self.options.reply_timeout.as_millis()))),
+        }
+    }
+
+    fn take_idle(&self) -> Option<Conn> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn give_back(&self, conn: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.options.pool {
+            idle.push(conn);
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, ShardError> {
+        let connect = TcpStream::connect(&self.addr);
+        let stream = match tokio::time::timeout(self.options.connect_timeout, connect).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(self.error(format!("is unavailable: {e}"))),
+            Err(_) => {
+                return Err(self.error(format!(
+                    "is unavailable: no connection within {} ms",
+                    self.options.connect_timeout.as_millis()
+                )))
+            }
+        };
+        stream.set_nodelay(true).map_err(|e| self.error(e))?;
+        let mut conn = Conn { stream, buf: Vec::new() };
+        if let Some(password) = &self.options.password {
+            let mut out = Vec::new();
+            encode_command(&[b"AUTH", password.as_bytes()], &mut out);
+            let auth = async {
+                conn.stream.write_all(&out).await?;
+                conn.read_reply().await
+            };
+            match tokio::time::timeout(self.options.connect_timeout, auth).await {
+                Ok(Ok(Reply::Simple(_))) => {}
+                Ok(Ok(Reply::Error(e))) => return Err(self.error(format!("refused the router's AUTH: {e}"))),
+                Ok(Ok(other)) => return Err(self.error(format!("answered AUTH with {other:?}"))),
+                Ok(Err(e)) => return Err(self.error(format!("failed during AUTH: {e}"))),
+                Err(_) => return Err(self.error("did not answer AUTH")),
+            }
+        }
+        Ok(conn)
+    }
+}
+
+/// One connection to a shard and the bytes read from it not yet parsed.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn read_reply(&mut self) -> std::io::Result<Reply> {
+        loop {
+            let parsed = parse_reply(&self.buf, &Limits::default())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            if let Some((reply, used)) = parsed {
+                self.buf.drain(..used);
+                return Ok(reply);
+            }
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(16 << 10);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the shard closed the connection"));
+            }
+        }
+    }
+}
