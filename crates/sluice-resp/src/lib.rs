@@ -493,7 +493,10 @@ mod tests {
             assert!(e.to_string().contains(what), "{e} for {bad:?}");
         }
         let deep = "*1\r\n".repeat(MAX_REPLY_DEPTH + 2);
-        assert!(parse_reply(deep.as_bytes(), &l).unwrap_err().to_string().contains("nested"));
+        assert!(parse_reply(deep.as_bytes(), &l)
+            .unwrap_err()
+            .to_string()
+            .contains("nested"));
     }
 
     proptest! {

@@ -88,7 +88,13 @@ pub fn metrics(snap: &Snapshot) -> String {
         "# HELP sluice_route_sub_requests_total Sub-requests sent to shards.\n# TYPE sluice_route_sub_requests_total counter\nsluice_route_sub_requests_total {}",
         snap.sub_requests
     );
-    summary(&mut out, "sluice_route_request_seconds", "Request latency at the router.", "", &snap.latency);
+    summary(
+        &mut out,
+        "sluice_route_request_seconds",
+        "Request latency at the router.",
+        "",
+        &snap.latency,
+    );
     summary(
         &mut out,
         "sluice_route_gap_seconds",
@@ -96,17 +102,34 @@ pub fn metrics(snap: &Snapshot) -> String {
         "",
         &snap.gap,
     );
-    let _ = writeln!(out, "# HELP sluice_route_shard_in_flight Sub-requests at the shard.\n# TYPE sluice_route_shard_in_flight gauge");
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_shard_in_flight Sub-requests at the shard.\n# TYPE sluice_route_shard_in_flight gauge"
+    );
     for s in &snap.shards {
-        let _ = writeln!(out, "sluice_route_shard_in_flight{{shard=\"{}\"}} {}", s.name, s.in_flight);
+        let _ = writeln!(
+            out,
+            "sluice_route_shard_in_flight{{shard=\"{}\"}} {}",
+            s.name, s.in_flight
+        );
     }
     let _ = writeln!(out, "# HELP sluice_route_shard_errors_total Sub-requests the shard failed.\n# TYPE sluice_route_shard_errors_total counter");
     for s in &snap.shards {
-        let _ = writeln!(out, "sluice_route_shard_errors_total{{shard=\"{}\"}} {}", s.name, s.errors);
+        let _ = writeln!(
+            out,
+            "sluice_route_shard_errors_total{{shard=\"{}\"}} {}",
+            s.name, s.errors
+        );
     }
     for s in &snap.shards {
         let labels = format!("shard=\"{}\"", s.name);
-        summary(&mut out, "sluice_route_shard_seconds", "Sub-request latency at the shard, gate wait excluded.", &labels, &s.latency);
+        summary(
+            &mut out,
+            "sluice_route_shard_seconds",
+            "Sub-request latency at the shard, gate wait excluded.",
+            &labels,
+            &s.latency,
+        );
     }
     out
 }
@@ -115,7 +138,10 @@ pub fn metrics(snap: &Snapshot) -> String {
 pub async fn serve(router: Arc<Router>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
     let stats_router = router.clone();
     let app = axum::Router::new()
-        .route("/stats", get(move || async move { axum::Json(snapshot(&stats_router)) }))
+        .route(
+            "/stats",
+            get(move || async move { axum::Json(snapshot(&stats_router)) }),
+        )
         .route("/metrics", get(move || async move { metrics(&snapshot(&router)) }));
     axum::serve(listener, app).await
 }

@@ -155,7 +155,12 @@ fn hello(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
             (b"auth", [_, _, ..]) => {
                 return Reply::Error("ERR sluice route has no password; send HELLO without AUTH".into());
             }
-            _ => return Reply::error(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(option))),
+            _ => {
+                return Reply::error(format!(
+                    "Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(option)
+                ))
+            }
         }
     }
     session.resp3 = resp3;
@@ -180,7 +185,9 @@ fn client(session: &mut Session, sub: &str, args: &[Vec<u8>]) -> Reply {
         ("getname", []) => Reply::Bulk(session.name.clone()),
         ("id", []) => Reply::Integer(session.id as i64),
         ("setinfo", [_, _]) => Reply::ok(),
-        _ => Reply::error(format!("unknown subcommand or wrong number of arguments for 'CLIENT|{sub}'")),
+        _ => Reply::error(format!(
+            "unknown subcommand or wrong number of arguments for 'CLIENT|{sub}'"
+        )),
     }
 }
 

@@ -43,16 +43,104 @@ pub enum Route {
 
 /// Commands whose key is their first argument.
 const FIRST_KEY: &[&str] = &[
-    "append", "decr", "decrby", "dump", "expire", "expireat", "get", "getdel", "getex", "getrange", "getset", "hdel",
-    "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield", "hscan",
-    "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "lindex", "linsert", "llen", "lpop", "lpos",
-    "lpush", "lpushx", "lrange", "lrem", "lset", "ltrim", "persist", "pexpire", "pexpireat", "pexpiretime", "psetex",
-    "pttl", "restore", "rpop", "rpush", "rpushx", "sadd", "scard", "set", "setex", "setnx", "setrange", "sismember",
-    "smembers", "smismember", "spop", "srandmember", "srem", "sscan", "strlen", "substr", "ttl", "type", "expiretime",
-    "zadd", "zcard", "zcount", "zincrby", "zlexcount", "zmscore", "zpopmax", "zpopmin", "zrandmember", "zrange",
-    "zrangebylex", "zrangebyscore", "zrank", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
-    "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "bitcount", "bitpos", "getbit",
-    "setbit", "pfadd", "pfcount",
+    "append",
+    "decr",
+    "decrby",
+    "dump",
+    "expire",
+    "expireat",
+    "get",
+    "getdel",
+    "getex",
+    "getrange",
+    "getset",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hincrbyfloat",
+    "hkeys",
+    "hlen",
+    "hmget",
+    "hmset",
+    "hrandfield",
+    "hscan",
+    "hset",
+    "hsetnx",
+    "hstrlen",
+    "hvals",
+    "incr",
+    "incrby",
+    "incrbyfloat",
+    "lindex",
+    "linsert",
+    "llen",
+    "lpop",
+    "lpos",
+    "lpush",
+    "lpushx",
+    "lrange",
+    "lrem",
+    "lset",
+    "ltrim",
+    "persist",
+    "pexpire",
+    "pexpireat",
+    "pexpiretime",
+    "psetex",
+    "pttl",
+    "restore",
+    "rpop",
+    "rpush",
+    "rpushx",
+    "sadd",
+    "scard",
+    "set",
+    "setex",
+    "setnx",
+    "setrange",
+    "sismember",
+    "smembers",
+    "smismember",
+    "spop",
+    "srandmember",
+    "srem",
+    "sscan",
+    "strlen",
+    "substr",
+    "ttl",
+    "type",
+    "expiretime",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zincrby",
+    "zlexcount",
+    "zmscore",
+    "zpopmax",
+    "zpopmin",
+    "zrandmember",
+    "zrange",
+    "zrangebylex",
+    "zrangebyscore",
+    "zrank",
+    "zrem",
+    "zremrangebylex",
+    "zremrangebyrank",
+    "zremrangebyscore",
+    "zrevrange",
+    "zrevrangebylex",
+    "zrevrangebyscore",
+    "zrevrank",
+    "zscan",
+    "zscore",
+    "bitcount",
+    "bitpos",
+    "getbit",
+    "setbit",
+    "pfadd",
+    "pfcount",
 ];
 
 /// Commands answered by the router.
@@ -68,12 +156,30 @@ const REFUSED: &[(&str, &str)] = &[
     ("discard", "transactions are not supported through sluice route"),
     ("watch", "transactions are not supported through sluice route"),
     ("unwatch", "transactions are not supported through sluice route"),
-    ("keys", "commands over the whole key space are not supported through sluice route"),
-    ("scan", "commands over the whole key space are not supported through sluice route"),
-    ("flushall", "commands over the whole key space are not supported through sluice route"),
-    ("flushdb", "commands over the whole key space are not supported through sluice route"),
-    ("dbsize", "commands over the whole key space are not supported through sluice route"),
-    ("randomkey", "commands over the whole key space are not supported through sluice route"),
+    (
+        "keys",
+        "commands over the whole key space are not supported through sluice route",
+    ),
+    (
+        "scan",
+        "commands over the whole key space are not supported through sluice route",
+    ),
+    (
+        "flushall",
+        "commands over the whole key space are not supported through sluice route",
+    ),
+    (
+        "flushdb",
+        "commands over the whole key space are not supported through sluice route",
+    ),
+    (
+        "dbsize",
+        "commands over the whole key space are not supported through sluice route",
+    ),
+    (
+        "randomkey",
+        "commands over the whole key space are not supported through sluice route",
+    ),
     ("subscribe", "pub/sub is not supported through sluice route"),
     ("psubscribe", "pub/sub is not supported through sluice route"),
     ("publish", "pub/sub is not supported through sluice route"),
@@ -81,10 +187,19 @@ const REFUSED: &[(&str, &str)] = &[
     ("brpop", "blocking commands are not supported through sluice route"),
     ("bzpopmin", "blocking commands are not supported through sluice route"),
     ("bzpopmax", "blocking commands are not supported through sluice route"),
-    ("rename", "commands over two keys are not supported through sluice route"),
-    ("renamenx", "commands over two keys are not supported through sluice route"),
+    (
+        "rename",
+        "commands over two keys are not supported through sluice route",
+    ),
+    (
+        "renamenx",
+        "commands over two keys are not supported through sluice route",
+    ),
     ("smove", "commands over two keys are not supported through sluice route"),
-    ("rpoplpush", "commands over two keys are not supported through sluice route"),
+    (
+        "rpoplpush",
+        "commands over two keys are not supported through sluice route",
+    ),
     ("lmove", "commands over two keys are not supported through sluice route"),
     ("copy", "commands over two keys are not supported through sluice route"),
 ];
@@ -92,9 +207,18 @@ const REFUSED: &[(&str, &str)] = &[
 /// The route of a command named `name` (lower case).
 pub fn route(name: &str) -> Route {
     match name {
-        "mget" => Route::Keys { step: 1, merge: Merge::Values },
-        "mset" => Route::Keys { step: 2, merge: Merge::Ok },
-        "del" | "exists" | "unlink" | "touch" => Route::Keys { step: 1, merge: Merge::Sum },
+        "mget" => Route::Keys {
+            step: 1,
+            merge: Merge::Values,
+        },
+        "mset" => Route::Keys {
+            step: 2,
+            merge: Merge::Ok,
+        },
+        "del" | "exists" | "unlink" | "touch" => Route::Keys {
+            step: 1,
+            merge: Merge::Sum,
+        },
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Route::Script,
         "range" => Route::Range,
         _ if FIRST_KEY.contains(&name) => Route::Key(1),
@@ -129,17 +253,35 @@ mod tests {
     fn every_command_has_one_route() {
         for name in FIRST_KEY {
             assert_eq!(route(name), Route::Key(1), "{name}");
-            assert!(!LOCAL.contains(name) && !REFUSED.iter().any(|(n, _)| n == name), "{name} twice");
+            assert!(
+                !LOCAL.contains(name) && !REFUSED.iter().any(|(n, _)| n == name),
+                "{name} twice"
+            );
         }
-        assert_eq!(route("mget"), Route::Keys { step: 1, merge: Merge::Values });
-        assert_eq!(route("mset"), Route::Keys { step: 2, merge: Merge::Ok });
+        assert_eq!(
+            route("mget"),
+            Route::Keys {
+                step: 1,
+                merge: Merge::Values
+            }
+        );
+        assert_eq!(
+            route("mset"),
+            Route::Keys {
+                step: 2,
+                merge: Merge::Ok
+            }
+        );
         assert!(matches!(route("multi"), Route::Refused(why) if why.contains("transactions")));
         assert_eq!(route("frobnicate"), Route::Unknown);
     }
 
     #[test]
     fn script_keys_follow_numkeys() {
-        let args: Vec<Vec<u8>> = ["EVAL", "return 1", "2", "a", "b", "x"].iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args: Vec<Vec<u8>> = ["EVAL", "return 1", "2", "a", "b", "x"]
+            .iter()
+            .map(|a| a.as_bytes().to_vec())
+            .collect();
         assert_eq!(script_keys(&args).unwrap(), &args[3..5]);
         let mut over = args.clone();
         over[2] = b"9".to_vec();

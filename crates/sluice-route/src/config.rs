@@ -162,7 +162,9 @@ impl Config {
         self.order()?;
         if let Some(b) = self.pool.budget_ms {
             if !(b > 0.0 && b.is_finite()) {
-                return invalid(format!("pool.budget_ms must be a positive number of milliseconds, not {b}"));
+                return invalid(format!(
+                    "pool.budget_ms must be a positive number of milliseconds, not {b}"
+                ));
             }
         }
         self.slot_owners().map(drop)
@@ -172,7 +174,10 @@ impl Config {
     pub fn order(&self) -> Result<PolicySpec, ConfigError> {
         match PolicySpec::from_str(&self.pool.order) {
             Ok(spec @ (PolicySpec::Coop | PolicySpec::Fifo)) => Ok(spec),
-            _ => invalid(format!("pool.order must be \"coop\" or \"fifo\", not {:?}", self.pool.order)),
+            _ => invalid(format!(
+                "pool.order must be \"coop\" or \"fifo\", not {:?}",
+                self.pool.order
+            )),
         }
     }
 
@@ -187,7 +192,9 @@ impl Config {
             if self.shards[..i].iter().any(|s| s.name == shard.name) {
                 return invalid(format!("two shards are named {:?}", shard.name));
             }
-            for (lo, hi) in parse_ranges(&shard.slots).map_err(|e| ConfigError::Invalid(format!("shard {:?}: {e}", shard.name)))? {
+            for (lo, hi) in
+                parse_ranges(&shard.slots).map_err(|e| ConfigError::Invalid(format!("shard {:?}: {e}", shard.name)))?
+            {
                 for s in lo..=hi {
                     if let Some(other) = owner[s as usize] {
                         return invalid(format!(
@@ -199,7 +206,12 @@ impl Config {
                 }
             }
         }
-        let missing: Vec<usize> = owner.iter().enumerate().filter(|(_, o)| o.is_none()).map(|(s, _)| s).collect();
+        let missing: Vec<usize> = owner
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.is_none())
+            .map(|(s, _)| s)
+            .collect();
         if let Some(&first) = missing.first() {
             return invalid(format!(
                 "{} slots have no shard (the first is slot {first}): every slot 0-{} needs one",
@@ -248,9 +260,16 @@ mod tests {
         let config = Config::from_toml(&two_shards("0-8191", "8192-16383")).unwrap();
         let owners = config.slot_owners().unwrap();
         assert_eq!((owners[0], owners[8191], owners[8192], owners[16383]), (0, 0, 1, 1));
-        let e = Config::from_toml(&two_shards("0-8191", "8191-16383")).unwrap_err().to_string();
-        assert!(e.contains("slot 8191 is given to both shard \"a\" and shard \"b\""), "{e}");
-        let e = Config::from_toml(&two_shards("0-100", "200-16383")).unwrap_err().to_string();
+        let e = Config::from_toml(&two_shards("0-8191", "8191-16383"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("slot 8191 is given to both shard \"a\" and shard \"b\""),
+            "{e}"
+        );
+        let e = Config::from_toml(&two_shards("0-100", "200-16383"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("99 slots have no shard (the first is slot 101)"), "{e}");
         let e = Config::from_toml(&two_shards("0-16384", "1")).unwrap_err().to_string();
         assert!(e.contains("\"16384\" is not a slot"), "{e}");

@@ -87,7 +87,10 @@ impl Gate {
             s.policy.push(Job::new(seq, ctx, 0, now).with_tag(seq), now);
             rx
         };
-        let mut waiting = Waiting { gate: self, rx: Some(rx) };
+        let mut waiting = Waiting {
+            gate: self,
+            rx: Some(rx),
+        };
         let granted = waiting.rx.as_mut().expect("set above").await;
         waiting.rx = None;
         granted.expect("a waiter's sender is dropped only after it is sent to or skipped");

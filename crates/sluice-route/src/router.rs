@@ -80,7 +80,12 @@ impl Router {
                     .iter()
                     .map(|s| {
                         let options = shard_options(s.kind, s.password.clone());
-                        Arc::new(Shard::new(s.name.clone(), s.addr.clone(), options, Gate::new(config.pool.size, order)))
+                        Arc::new(Shard::new(
+                            s.name.clone(),
+                            s.addr.clone(),
+                            options,
+                            Gate::new(config.pool.size, order),
+                        ))
                     })
                     .collect();
                 (Topology { owner, shards }, shard_options(ShardKind::Sluice, None))
@@ -149,7 +154,10 @@ impl Router {
         let mut last = String::from("no seeds");
         for addr in candidates {
             let (_, shard) = self.shard_at(&addr);
-            match shard.call(self.context(), None, &[b"CLUSTER", b"SLOTS"], Asking::No).await {
+            match shard
+                .call(self.context(), None, &[b"CLUSTER", b"SLOTS"], Asking::No)
+                .await
+            {
                 Ok(Reply::Array(ranges)) => match self.apply_slot_map(&ranges) {
                     Ok(()) => return Ok(()),
                     Err(e) => last = format!("{addr}: {e}"),
@@ -214,7 +222,7 @@ impl Router {
                 None => return arity(),
             },
             Route::Keys { step, .. } => {
-                if args.len() < 2 || (args.len() - 1) % step != 0 {
+                if args.len() < 2 || !(args.len() - 1).is_multiple_of(step) {
                     return arity();
                 }
                 self.split(args, step)
@@ -322,7 +330,9 @@ impl Router {
         if keys.iter().all(same) {
             Ok(s)
         } else {
-            Err(Reply::Error("CROSSSLOT Keys in request don't hash to the same slot".into()))
+            Err(Reply::Error(
+                "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            ))
         }
     }
 
@@ -365,7 +375,10 @@ impl Router {
             let Reply::Error(e) = &reply else {
                 return Ok(reply);
             };
-            let redirect = match (self.cluster.is_some(), e.split_whitespace().collect::<Vec<_>>().as_slice()) {
+            let redirect = match (
+                self.cluster.is_some(),
+                e.split_whitespace().collect::<Vec<_>>().as_slice(),
+            ) {
                 (true, ["MOVED", s, addr]) => s.parse::<u16>().ok().map(|s| (true, s, addr.to_string())),
                 (true, ["ASK", s, addr]) => s.parse::<u16>().ok().map(|s| (false, s, addr.to_string())),
                 _ => None,
@@ -486,10 +499,21 @@ mod tests {
     #[test]
     fn mget_values_go_back_to_their_keys_places() {
         let parts = vec![
-            Part { slot: 0, args: Vec::new(), positions: vec![0, 2] },
-            Part { slot: 1, args: Vec::new(), positions: vec![1] },
+            Part {
+                slot: 0,
+                args: Vec::new(),
+                positions: vec![0, 2],
+            },
+            Part {
+                slot: 1,
+                args: Vec::new(),
+                positions: vec![1],
+            },
         ];
-        let replies = vec![Reply::Array(vec![bulk("x"), Reply::Bulk(None)]), Reply::Array(vec![bulk("y")])];
+        let replies = vec![
+            Reply::Array(vec![bulk("x"), Reply::Bulk(None)]),
+            Reply::Array(vec![bulk("y")]),
+        ];
         assert_eq!(
             merge_parts(Merge::Values, &parts, replies, 3),
             Reply::Array(vec![bulk("x"), bulk("y"), Reply::Bulk(None)])

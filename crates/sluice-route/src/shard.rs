@@ -92,7 +92,13 @@ impl Shard {
     /// Sends `args` for the request `ctx` (with `budget_ms` left, if it has
     /// a budget) and reads the reply. An error reply from the shard is a
     /// reply, not a [`ShardError`].
-    pub async fn call(&self, ctx: Ctx, budget_ms: Option<f64>, args: &[&[u8]], asking: Asking) -> Result<Reply, ShardError> {
+    pub async fn call(
+        &self,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        args: &[&[u8]],
+        asking: Asking,
+    ) -> Result<Reply, ShardError> {
         let waited = Instant::now();
         let pass = self.gate.enter(ctx).await;
         self.stats.gate_wait.record(waited.elapsed());
@@ -108,7 +114,14 @@ impl Shard {
         result
     }
 
-    async fn exchange(&self, ctx: Ctx, budget_ms: Option<f64>, args: &[&[u8]], asking: Asking, _pass: &Pass) -> Result<Reply, ShardError> {
+    async fn exchange(
+        &self,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        args: &[&[u8]],
+        asking: Asking,
+        _pass: &Pass,
+    ) -> Result<Reply, ShardError> {
         let mut out = Vec::with_capacity(64 + args.iter().map(|a| a.len() + 16).sum::<usize>());
         if asking == Asking::Yes {
             encode_command(&["ASKING"], &mut out);
@@ -126,15 +139,28 @@ impl Shard {
             }
             ShardKind::Redis => encode_command(args, &mut out),
         }
-        let mut conn = match self.take_idle() {
-            Some(c) => c,
-            None => self.connect().await?,
-        };
+        // An idle connection may have been closed by the shard since its
+        // last use (a restart, an idle timeout): one that breaks before any
+        // reply is read is replaced by a fresh one, once. The shard that
+        // closed it never ran the command.
+        if let Some(conn) = self.take_idle() {
+            match self.send(conn, &out, asking).await {
+                Err(Exchange::Broken(e)) if is_stale(&e) => {}
+                other => return other.map_err(|e| self.failure(e)),
+            }
+        }
+        let conn = self.connect().await?;
+        self.send(conn, &out, asking).await.map_err(|e| self.failure(e))
+    }
+
+    /// Writes `out` and reads its reply (two with `ASKING`); the connection
+    /// goes back to the pool only after a whole exchange.
+    async fn send(&self, mut conn: Conn, out: &[u8], asking: Asking) -> Result<Reply, Exchange> {
         let exchange = async {
-            conn.stream.write_all(&out).await?;
+            conn.stream.write_all(out).await?;
             if asking == Asking::Yes {
-                let ok = conn.read_reply().await?;
-                if let Reply::Error(e) = ok {
+                if let Reply::Error(e) = conn.read_reply().await? {
+                    conn.read_reply().await?;
                     return Ok(Reply::Error(e));
                 }
             }
@@ -145,8 +171,18 @@ impl Shard {
                 self.give_back(conn);
                 Ok(reply)
             }
-            Ok(Err(e)) => Err(self.error(format!("failed: {e}"))),
-            Err(_) => Err(self.error(format!("did not answer within {} ms", self.options.reply_timeout.as_millis()))),
+            Ok(Err(e)) => Err(Exchange::Broken(e)),
+            Err(_) => Err(Exchange::TimedOut),
+        }
+    }
+
+    fn failure(&self, e: Exchange) -> ShardError {
+        match e {
+            Exchange::Broken(e) => self.error(format!("failed: {e}")),
+            Exchange::TimedOut => self.error(format!(
+                "did not answer within {} ms",
+                self.options.reply_timeout.as_millis()
+            )),
         }
     }
 
@@ -174,7 +210,10 @@ impl Shard {
             }
         };
         stream.set_nodelay(true).map_err(|e| self.error(e))?;
-        let mut conn = Conn { stream, buf: Vec::new() };
+        let mut conn = Conn {
+            stream,
+            buf: Vec::new(),
+        };
         if let Some(password) = &self.options.password {
             let mut out = Vec::new();
             encode_command(&[b"AUTH", password.as_bytes()], &mut out);
@@ -192,6 +231,21 @@ impl Shard {
         }
         Ok(conn)
     }
+}
+
+/// How an exchange on a connection failed.
+enum Exchange {
+    Broken(std::io::Error),
+    TimedOut,
+}
+
+/// A connection the peer closed before answering.
+fn is_stale(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted
+    )
 }
 
 /// One connection to a shard and the bytes read from it not yet parsed.
@@ -213,7 +267,10 @@ impl Conn {
                 self.buf.reserve(16 << 10);
             }
             if self.stream.read_buf(&mut self.buf).await? == 0 {
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the shard closed the connection"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the shard closed the connection",
+                ));
             }
         }
     }

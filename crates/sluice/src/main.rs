@@ -18,6 +18,7 @@ mod fanout;
 mod model;
 mod pressure;
 mod proxy;
+mod route;
 mod serve;
 mod sim;
 mod steal;
@@ -53,6 +54,7 @@ enum Command {
     Serve(serve::ServeArgs),
     Demo(demo::DemoArgs),
     Proxy(proxy::ProxyArgs),
+    Route(route::RouteArgs),
     Model(model::ModelArgs),
     Fanout(fanout::FanoutArgs),
 }
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run_demo(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Route(args) => route::run(args),
         Command::Model(args) => model::run(args),
         Command::Fanout(args) => fanout::run(args),
     };

@@ -1,0 +1,318 @@
+//! The router in front of `sluice serve` shards over real sockets: keys on
+//! the shard their slot names, multi-key commands split and merged, range
+//! scans merged, clear errors for what cannot be routed, a shard that is
+//! down named in the error while the others serve, and used again when it
+//! is back; redis-cli, redis-benchmark and redis-py through it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_io::{Runtime, RuntimeConfig};
+use sluice_kv::{Db, Options, Server, ServerOptions};
+use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_route::config::Config;
+use sluice_route::slot::slot;
+use sluice_route::Router;
+
+/// A `sluice serve` on `addr` (port 0: any), serving from a thread.
+fn start_shard(addr: &str) -> (SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(
+        Db::open(
+            Runtime::new(RuntimeConfig::default()).unwrap(),
+            dir.path(),
+            Options::default(),
+        )
+        .unwrap(),
+    );
+    let server = Server::bind(addr, db, ServerOptions::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    (addr, dir)
+}
+
+/// A router over `shards`, slots split evenly in order.
+fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>) {
+    let per = 16384 / shards.len();
+    let mut toml = String::from("listen = \"127.0.0.1:0\"\n");
+    for (i, addr) in shards.iter().enumerate() {
+        let hi = if i + 1 == shards.len() {
+            16383
+        } else {
+            (i + 1) * per - 1
+        };
+        toml.push_str(&format!(
+            "[[shard]]\nname = \"s{i}\"\naddr = \"{addr}\"\nslots = \"{}-{hi}\"\n",
+            i * per
+        ));
+    }
+    toml.push_str(extra);
+    let config = Config::from_toml(&toml).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let bound = sluice_route::bind(&config).await.unwrap();
+            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
+            bound.serve().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    fn reply(&mut self) -> Option<Reply> {
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..used);
+                return Some(reply);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Reply {
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.send_raw(&out);
+        self.reply().expect("a reply")
+    }
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+fn error_text(reply: Reply) -> String {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn keys_land_on_their_slot_s_shard_and_multi_key_commands_merge() {
+    let shards: Vec<_> = (0..3).map(|_| start_shard("127.0.0.1:0")).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.0).collect();
+    let (router, _) = start_router(&addrs, "");
+    let mut c = Client::connect(router);
+    let keys: Vec<String> = (0..30).map(|i| format!("key{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, &format!("v-{k}")]), Reply::ok());
+    }
+    // Each key is on exactly the shard its slot names, and only there.
+    for k in &keys {
+        let owner = (slot(k.as_bytes()) as usize) / (16384 / 3);
+        for (i, addr) in addrs.iter().enumerate() {
+            let found = Client::connect(*addr).call(&["GET", k]);
+            let expected = if i == owner.min(2) {
+                bulk(&format!("v-{k}"))
+            } else {
+                Reply::Bulk(None)
+            };
+            assert_eq!(found, expected, "{k} on shard {i}");
+        }
+    }
+    let mut mget = vec!["MGET"];
+    mget.extend(keys.iter().map(String::as_str));
+    mget.push("missing");
+    let Reply::Array(values) = c.call(&mget) else {
+        panic!("MGET")
+    };
+    assert_eq!(values.len(), 31);
+    for (k, v) in keys.iter().zip(&values) {
+        assert_eq!(v, &bulk(&format!("v-{k}")));
+    }
+    assert_eq!(values[30], Reply::Bulk(None));
+    assert_eq!(
+        c.call(&["EXISTS", "key1", "key2", "missing", "key1"]),
+        Reply::Integer(3)
+    );
+    assert_eq!(c.call(&["MSET", "a", "1", "b", "2", "c", "3"]), Reply::ok());
+    assert_eq!(
+        c.call(&["MGET", "c", "b", "a"]),
+        Reply::Array(vec![bulk("3"), bulk("2"), bulk("1")])
+    );
+    // RANGE: every shard's part, merged in key order and cut to the count.
+    assert_eq!(
+        c.call(&["RANGE", "a", "", "4"]),
+        Reply::Array(vec![
+            bulk("a"),
+            bulk("1"),
+            bulk("b"),
+            bulk("2"),
+            bulk("c"),
+            bulk("3"),
+            bulk("key0"),
+            bulk("v-key0")
+        ])
+    );
+    let Reply::Array(all) = c.call(&["RANGE", "", ""]) else {
+        panic!("RANGE")
+    };
+    assert_eq!(all.len(), 2 * 33, "every key once");
+    assert_eq!(c.call(&["DEL", "a", "b", "c", "key0"]), Reply::Integer(4));
+    assert_eq!(c.call(&["HSET", "{u}h", "f", "x"]), Reply::Integer(1));
+    assert_eq!(c.call(&["HGET", "{u}h", "f"]), bulk("x"));
+}
+
+#[test]
+fn what_cannot_be_routed_gets_an_error_naming_it() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (other, _dir2) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard, other], "");
+    let mut c = Client::connect(router);
+    assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
+    assert!(error_text(c.call(&["MULTI"])).contains("transactions are not supported"));
+    assert!(error_text(c.call(&["KEYS", "*"])).contains("whole key space"));
+    assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
+    assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
+    // "foo" and "bar" are on different shards of two.
+    assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
+    assert!(error_text(c.call(&["EVAL", "return 1", "2", "foo", "bar"])).starts_with("CROSSSLOT"));
+    assert_eq!(c.call(&["PING"]), Reply::Simple("PONG".into()));
+    // A malformed request is answered and closes only its own connection.
+    let mut bad = Client::connect(router);
+    bad.send_raw(b"*1\r\n$x\r\n");
+    assert!(error_text(bad.reply().unwrap()).contains("Protocol error: invalid bulk length"));
+    assert_eq!(bad.reply(), None, "closed");
+    assert_eq!(c.call(&["SET", "still", "here"]), Reply::ok());
+}
+
+#[test]
+fn a_shard_that_is_down_is_named_and_used_again_when_it_is_back() {
+    let (up, _dir) = start_shard("127.0.0.1:0");
+    // A port with nothing behind it, for now.
+    let down = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (router, stats) = start_router(&[up, down], "[pool]\nconnect_timeout_ms = 500\n");
+    let mut c = Client::connect(router);
+    let (on_up, on_down) = if slot(b"foo") < 8192 {
+        ("foo", "bar")
+    } else {
+        ("bar", "foo")
+    };
+    assert_eq!(c.call(&["SET", on_up, "1"]), Reply::ok());
+    let e = error_text(c.call(&["SET", on_down, "1"]));
+    assert!(e.contains(&format!("shard s1 ({down}) is unavailable")), "{e}");
+    let e = error_text(c.call(&["MGET", on_up, on_down]));
+    assert!(e.contains("shard s1"), "{e}");
+    assert_eq!(c.call(&["GET", on_up]), bulk("1"), "the other shard serves");
+    let (_back, _dir2) = start_shard(&down.to_string());
+    assert_eq!(c.call(&["SET", on_down, "2"]), Reply::ok());
+    assert_eq!(
+        c.call(&["MGET", on_up, on_down]),
+        Reply::Array(vec![bulk("1"), bulk("2")])
+    );
+    for shard in stats.shards() {
+        assert_eq!(
+            shard.stats.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "{}",
+            shard.name
+        );
+    }
+}
+
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// redis-cli, redis-benchmark (GET, SET, MGET) and redis-py through the
+/// router, with no errors.
+#[test]
+fn redis_clients_work_through_the_router() {
+    let shards: Vec<_> = (0..2).map(|_| start_shard("127.0.0.1:0")).collect();
+    let (router, stats) = start_router(&[shards[0].0, shards[1].0], "");
+    let port = router.port().to_string();
+    let cli = Command::new("redis-cli")
+        .args(["-p", &port, "SET", "greeting", "hello"])
+        .output();
+    let Ok(cli) = cli else {
+        assert!(
+            !under_ci(),
+            "redis-cli is missing under CI: scripts/test.sh installs it"
+        );
+        return;
+    };
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "OK");
+    // redis-benchmark has no MGET test of its own: MGET runs as a command
+    // given on its command line, over keys of both shards.
+    let mget: Vec<String> = (0..10).map(|i| format!("key:{i}")).collect();
+    for args in [
+        vec!["-t", "get,set,mset"],
+        [vec!["MGET"], mget.iter().map(String::as_str).collect()].concat(),
+    ] {
+        let bench = Command::new("redis-benchmark")
+            .args(["-p", &port, "-n", "2000", "-c", "8", "-q"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&bench.stdout).to_string() + &String::from_utf8_lossy(&bench.stderr);
+        assert!(bench.status.success() && text.contains("requests per second"), "{text}");
+        assert!(!text.to_lowercase().contains("error"), "{text}");
+    }
+    assert_eq!(stats.stats.failed.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let has_redis_py = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_redis_py {
+        assert!(!under_ci(), "redis-py is missing under CI: scripts/test.sh installs it");
+        return;
+    }
+    let script = r#"
+import sys, redis
+port = int(sys.argv[1])
+for kwargs in ({}, {"protocol": 2}):
+    r = redis.Redis(port=port, **kwargs)
+    assert r.ping() is True
+    assert r.set("greeting", "hello") is True
+    assert r.get("greeting") == b"hello"
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    assert r.hgetall("h") == {b"a": b"1", b"b": b"2"}, r.hgetall("h")
+    p = r.pipeline(transaction=False)
+    for i in range(100):
+        p.set(f"k{i}", i)
+    p.mget([f"k{i}" for i in range(100)])
+    replies = p.execute()
+    assert replies[-1] == [str(i).encode() for i in range(100)]
+    assert r.delete(*[f"k{i}" for i in range(100)]) == 100
+    r.close()
+print("ok")
+"#;
+    let out = Command::new("python3").args(["-c", script, &port]).output().unwrap();
+    assert!(
+        out.status.success() && out.stdout == b"ok\n",
+        "redis-py: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,105 @@
+//! `sluice route`: the router in front of sharded `sluice serve` or a
+//! Redis Cluster (the router is `sluice_route`).
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use sluice_route::config::{ClusterConfig, Config, PoolConfig};
+
+/// A router for sharded stores: hash slots, multi-key commands split by shard, request order sent to every shard
+#[derive(Args)]
+#[command(long_about = "Put one Redis-protocol endpoint in front of several shards.\n\n\
+    Keys go to shards by Redis Cluster hash slots (CRC16 of the key or its {hash tag}, mod 16384). \
+    MGET, MSET, DEL, EXISTS, UNLINK and TOUCH are split into one sub-request per shard and their \
+    replies merged; RANGE goes to every shard and the sorted parts are merged. Every request gets \
+    an id in arrival order that travels with its sub-requests: inside SLUICE.WITH to sluice serve \
+    shards (whose coop I/O policy serves it in that order), and through each shard's gate, which \
+    hands out connections in request order, to a stock Redis.\n\n\
+    Quick start, in front of a Redis Cluster: sluice route --listen 127.0.0.1:6390 --cluster 127.0.0.1:7000\n\
+    With a file of shards and their slots: sluice route --config route.toml \
+    (the format is documented in crates/sluice-route/src/config.rs).\n\
+    The admin port, if configured (--admin), serves /stats (JSON) and /metrics (Prometheus).")]
+pub struct RouteArgs {
+    /// Configuration file (TOML): listen, admin, [[shard]] or [cluster], [pool]
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (overrides the file)
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Admin address for /stats and /metrics (overrides the file)
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// A Redis Cluster node to read the slot map from (repeatable; in place of a file's shards)
+    #[arg(long)]
+    pub cluster: Vec<String>,
+}
+
+pub fn run(args: RouteArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let config = config(&args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let bound = sluice_route::bind(&config).await?;
+        eprintln!(
+            "sluice route: listening on {}{}, {} shards",
+            bound.local_addr()?,
+            bound
+                .admin_addr()
+                .map(|a| format!(", admin on {a}"))
+                .unwrap_or_default(),
+            bound.router.shards().len()
+        );
+        tokio::select! {
+            _ = bound.serve() => {}
+            _ = tokio::signal::ctrl_c() => eprintln!("sluice route: stopping"),
+        }
+        Ok(())
+    })
+}
+
+fn config(args: &RouteArgs) -> Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let mut config: Config = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
+            if !args.cluster.is_empty() {
+                config.shards.clear();
+            }
+            config
+        }
+        None => {
+            let Some(listen) = &args.listen else {
+                return Err(anyhow!("give --config FILE, or --listen ADDR with --cluster NODE"));
+            };
+            Config {
+                listen: listen.clone(),
+                admin: None,
+                shards: Vec::new(),
+                cluster: None,
+                pool: PoolConfig::default(),
+                max_request_mb: 512,
+            }
+        }
+    };
+    if let Some(listen) = &args.listen {
+        config.listen = listen.clone();
+    }
+    if args.admin.is_some() {
+        config.admin = args.admin.clone();
+    }
+    if !args.cluster.is_empty() {
+        config.cluster = Some(ClusterConfig {
+            seeds: args.cluster.clone(),
+            password: None,
+        });
+    }
+    config.validate().map_err(|e| match &args.config {
+        Some(path) => anyhow!("in {}: {e}", path.display()),
+        None => anyhow!(e),
+    })?;
+    Ok(config)
+}
