@@ -20,6 +20,7 @@ pub struct Snapshot {
     pub failed: u64,
     pub sub_requests: u64,
     pub max_fanout: u64,
+    pub redirects: u64,
     pub latency: Summary,
     /// Of requests split over more than one shard.
     pub gap: Summary,
@@ -44,6 +45,7 @@ pub fn snapshot(router: &Router) -> Snapshot {
         failed: s.failed.load(Ordering::Relaxed),
         sub_requests: s.sub_requests.load(Ordering::Relaxed),
         max_fanout: s.max_fanout.load(Ordering::Relaxed),
+        redirects: s.redirects.load(Ordering::Relaxed),
         latency: s.latency.summary(),
         gap: s.gap.summary(),
         shards: router

@@ -386,6 +386,7 @@ impl Router {
             let Some((moved, moved_slot, addr)) = redirect else {
                 return Ok(reply);
             };
+            self.stats.redirects.fetch_add(1, Ordering::Relaxed);
             let (index, target) = self.shard_at(&addr);
             if moved {
                 let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());

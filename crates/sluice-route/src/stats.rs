@@ -71,6 +71,8 @@ pub struct RequestStats {
     pub gap: Histogram,
     /// Sub-requests sent for them: with `requests`, the mean fan-out.
     pub sub_requests: AtomicU64,
+    /// `MOVED` and `ASK` replies followed.
+    pub redirects: AtomicU64,
     /// The widest fan-out seen.
     pub max_fanout: AtomicU64,
 }

@@ -1,0 +1,300 @@
+//! The router in front of a real Redis 7 Cluster of three masters, started
+//! here: the slot map read with CLUSTER SLOTS, every key on the node
+//! CLUSTER KEYSLOT names, MGET over many slots split per slot, and slots
+//! moved by `redis-cli --cluster reshard` while clients run followed
+//! (MOVED, ASK) with no error reaching a client.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_route::config::Config;
+use sluice_route::slot::slot;
+use sluice_route::Router;
+
+/// Redis servers killed when dropped.
+struct Cluster {
+    nodes: Vec<Child>,
+    ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            let _ = n.kill();
+            let _ = n.wait();
+        }
+    }
+}
+
+/// A port free now whose cluster bus port (port + 10000) is free too.
+fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn start_cluster() -> Option<Cluster> {
+    if Command::new("redis-server").arg("--version").output().is_err() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "redis-server is missing under CI: scripts/test.sh installs it"
+        );
+        eprintln!("skipping: redis-server not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes = ports
+        .iter()
+        .map(|p| {
+            Command::new("redis-server")
+                .args([
+                    "--port",
+                    &p.to_string(),
+                    "--cluster-enabled",
+                    "yes",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args([
+                    "--cluster-config-file",
+                    &format!("nodes-{p}.conf"),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let cluster = Cluster {
+        nodes,
+        ports,
+        _dir: dir,
+    };
+    for p in &cluster.ports {
+        wait_for(|| TcpStream::connect(("127.0.0.1", *p)).is_ok(), "a node to listen");
+    }
+    let addrs: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stdout));
+    for p in &cluster.ports {
+        wait_for(
+            || cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"),
+            "the cluster to be ok",
+        );
+    }
+    Some(cluster)
+}
+
+fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < Duration::from_secs(30), "waited 30 s for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Reply {
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.stream.write_all(&out).unwrap();
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..used);
+                return reply;
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "the router closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn start_router(seed: u16) -> (SocketAddr, Arc<Router>) {
+    let config = Config::from_toml(&format!(
+        "listen = \"127.0.0.1:0\"\n[cluster]\nseeds = [\"127.0.0.1:{seed}\"]\n[pool]\nsize = 8\n"
+    ))
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let bound = sluice_route::bind(&config).await.unwrap();
+            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
+            bound.serve().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+#[test]
+fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
+    let Some(cluster) = start_cluster() else { return };
+    let (router, state) = start_router(cluster.ports[0]);
+    let mut c = Client::connect(router);
+    // 300 keys, 40 of them in slots 0-199: the slots the reshard below
+    // moves (redis-cli moves a node's lowest slots first).
+    let mut keys: Vec<String> = (0..260).map(|i| format!("user:{i}")).collect();
+    keys.extend(
+        (0..)
+            .map(|i| format!("moving:{i}"))
+            .filter(|k| slot(k.as_bytes()) < 200)
+            .take(40),
+    );
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, k]), Reply::ok(), "{k}");
+    }
+    // Our slot is Redis's, and each key is on the node that owns its slot:
+    // asked directly, without redirection, exactly one node has it.
+    let mut nodes: Vec<Client> = cluster
+        .ports
+        .iter()
+        .map(|p| Client::connect(([127, 0, 0, 1], *p).into()))
+        .collect();
+    for k in keys.iter().step_by(7) {
+        assert_eq!(
+            nodes[0].call(&["CLUSTER", "KEYSLOT", k]),
+            Reply::Integer(slot(k.as_bytes()) as i64),
+            "{k}"
+        );
+        let holders = nodes
+            .iter_mut()
+            .map(|n| n.call(&["GET", k]))
+            .filter(|r| *r == bulk(k))
+            .count();
+        assert_eq!(holders, 1, "{k}");
+    }
+    let mut mget = vec!["MGET"];
+    mget.extend(keys.iter().map(String::as_str));
+    let Reply::Array(values) = c.call(&mget) else {
+        panic!("MGET")
+    };
+    assert_eq!(values, keys.iter().map(|k| bulk(k)).collect::<Vec<_>>());
+    assert_eq!(c.call(&["MSET", "gone:1", "x", "gone:2", "y"]), Reply::ok());
+    assert_eq!(c.call(&["DEL", "gone:1", "gone:2", "nobody"]), Reply::Integer(2));
+    assert!(
+        matches!(c.call(&["EVAL", "return 1", "2", "user:3", "user:4"]), Reply::Error(e) if e.starts_with("CROSSSLOT"))
+    );
+
+    // Clients keep reading and writing through the router while 200 slots
+    // move from the first node to the second.
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let (stop, errors, done, keys) = (stop.clone(), errors.clone(), done.clone(), keys.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(router);
+                let mut i = w;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = &keys[i % keys.len()];
+                    let ok = c.call(&["SET", k, k]) == Reply::ok() && c.call(&["GET", k]) == bulk(k);
+                    if !ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                    i += 3;
+                }
+            })
+        })
+        .collect();
+    let from = cli(cluster.ports[0], &["CLUSTER", "MYID"]);
+    let to = cli(cluster.ports[1], &["CLUSTER", "MYID"]);
+    let reshard = Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{}", cluster.ports[0])])
+        .args([
+            "--cluster-from",
+            &from,
+            "--cluster-to",
+            &to,
+            "--cluster-slots",
+            "200",
+            "--cluster-yes",
+        ])
+        .output()
+        .unwrap();
+    assert!(reshard.status.success(), "{}", String::from_utf8_lossy(&reshard.stdout));
+    let after = done.load(Ordering::Relaxed);
+    wait_for(
+        || done.load(Ordering::Relaxed) > after + 1200,
+        "commands after the reshard",
+    );
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "errors reached clients during the reshard"
+    );
+    assert!(
+        state.stats.redirects.load(Ordering::Relaxed) > 0,
+        "the move was seen and followed"
+    );
+    let Reply::Array(values) = c.call(&mget) else {
+        panic!("MGET")
+    };
+    assert_eq!(
+        values,
+        keys.iter().map(|k| bulk(k)).collect::<Vec<_>>(),
+        "every key readable after the move"
+    );
+    assert!(
+        cli(
+            cluster.ports[1],
+            &["CLUSTER", "COUNTKEYSINSLOT", &slot(keys[299].as_bytes()).to_string()]
+        ) != "0"
+    );
+}
