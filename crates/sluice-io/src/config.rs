@@ -24,12 +24,14 @@
 //! noncritical_device_bound = 1   # non-critical I/Os at the device; 0 = unbounded
 //! noncritical_piece_kb = 64  # a larger non-critical I/O holds the device a piece at a time; 0 = whole
 //! inheritance = true         # locks, condition variables, I/O dependencies (§4.2)
+//! [rcp.options]              # the policy's tunables (sluice-core's PolicyOptions)
+//! coop = { starvation_ms = 100.0 }
 //! ```
 
 use serde::{Deserialize, Serialize};
 use sluice_core::device::DeviceProfile;
 use sluice_core::time::from_ms;
-use sluice_core::{Nanos, PolicySpec};
+use sluice_core::{Nanos, PolicyOptions, PolicySpec};
 
 use crate::error::IoError;
 
@@ -86,6 +88,8 @@ pub struct RcpConfig {
     /// waits behind at most one piece (0 = whole I/Os).
     pub noncritical_piece_kb: u64,
     pub inheritance: bool,
+    /// Tunables of `policy`; each defaults to its paper's value.
+    pub options: PolicyOptions,
 }
 
 impl Default for RcpConfig {
@@ -105,6 +109,7 @@ impl Default for RcpConfig {
             noncritical_device_bound: 1,
             noncritical_piece_kb: 64,
             inheritance: true,
+            options: PolicyOptions::default(),
         }
     }
 }
@@ -173,6 +178,9 @@ impl RuntimeConfig {
         if !(r.starvation_ms.is_finite() && r.starvation_ms > 0.0) {
             return bad("rcp.starvation_ms must be a finite number > 0");
         }
+        r.options
+            .validate()
+            .map_err(|e| IoError::Config(format!("rcp.options: {e}")))?;
         r.policy_spec().map(|_| ())
     }
 }
@@ -180,6 +188,16 @@ impl RuntimeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_options_are_read_and_checked() {
+        let c =
+            RuntimeConfig::from_toml("[rcp]\npolicy = \"coop\"\n[rcp.options]\ncoop = { starvation_ms = 1000.0 }\n")
+                .unwrap();
+        assert_eq!(c.rcp.options.coop.starvation_ms, 1000.0);
+        let e = RuntimeConfig::from_toml("[rcp.options]\ncop = { starvation_ms = 1.0 }\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `cop`"), "{e}");
+    }
 
     #[test]
     fn documented_example_parses() {

@@ -55,7 +55,7 @@ impl Runtime {
         config.validate()?;
         let spec = config.rcp.policy_spec()?;
         let build = || {
-            spec.build(&Default::default(), Default::default())
+            spec.build(&config.rcp.options, Default::default())
                 .map_err(|e| IoError::Config(format!("rcp.policy: {e}")))
         };
         let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]);

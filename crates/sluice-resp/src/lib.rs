@@ -258,10 +258,24 @@ const MAX_REPLY_DEPTH: usize = 64;
 /// [`Reply::Map`]; other RESP3 types are refused, as Sluice never asks a
 /// server for them.
 pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
-    reply_at(buf, 0, limits, 0)
+    // A large reply arrives in many reads: its end is found first without
+    // copying anything, so each read costs a walk over the reply's headers,
+    // and its bytes are copied once, when it is whole.
+    if reply_at(buf, 0, limits, 0, false)?.is_none() {
+        return Ok(None);
+    }
+    Ok(reply_at(buf, 0, limits, 0, true)?.map(|(reply, used)| (reply.expect("built"), used)))
 }
 
-fn reply_at(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
+/// The reply at `at` and the offset after it; the reply itself only if
+/// `build` (otherwise only where it ends is found).
+fn reply_at(
+    buf: &[u8],
+    at: usize,
+    limits: &Limits,
+    depth: usize,
+    build: bool,
+) -> Result<Option<(Option<Reply>, usize)>, ProtocolError> {
     let Some(&tag) = buf.get(at) else {
         return Ok(None);
     };
@@ -272,18 +286,19 @@ fn reply_at(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Result<Opti
         return Ok(None);
     };
     let text_owned = || String::from_utf8_lossy(text).into_owned();
+    let done = |reply: &dyn Fn() -> Reply, end: usize| Ok(Some((build.then(reply), end)));
     match tag {
-        b'+' => Ok(Some((Reply::Simple(text_owned()), next))),
-        b'-' => Ok(Some((Reply::Error(text_owned()), next))),
+        b'+' => done(&|| Reply::Simple(text_owned()), next),
+        b'-' => done(&|| Reply::Error(text_owned()), next),
         b':' => match std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()) {
-            Some(n) => Ok(Some((Reply::Integer(n), next))),
+            Some(n) => done(&|| Reply::Integer(n), next),
             None => err(format!("invalid integer reply '{}'", text_owned())),
         },
-        b'_' => Ok(Some((Reply::Bulk(None), next))),
+        b'_' => done(&|| Reply::Bulk(None), next),
         b'$' => {
             let len = number(text, "bulk")?;
             if len < 0 {
-                return Ok(Some((Reply::Bulk(None), next)));
+                return done(&|| Reply::Bulk(None), next);
             }
             if len > limits.max_bulk as i64 {
                 return err("invalid bulk length");
@@ -295,25 +310,28 @@ fn reply_at(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Result<Opti
             if &buf[end..end + 2] != b"\r\n" {
                 return err("bulk string not terminated by CRLF");
             }
-            Ok(Some((Reply::Bulk(Some(buf[next..end].to_vec())), end + 2)))
+            done(&|| Reply::Bulk(Some(buf[next..end].to_vec())), end + 2)
         }
         b'*' | b'%' => {
             let count = number(text, "multibulk")?;
             if count < 0 {
-                return Ok(Some((Reply::Bulk(None), next)));
+                return done(&|| Reply::Bulk(None), next);
             }
             let per = if tag == b'%' { 2 } else { 1 };
             if count.saturating_mul(per) > limits.max_args as i64 {
                 return err("invalid multibulk length");
             }
-            let mut items = Vec::with_capacity((count * per).min(1024) as usize);
+            let mut items = Vec::with_capacity(if build { (count * per).min(1024) as usize } else { 0 });
             let mut at = next;
             for _ in 0..count * per {
-                let Some((item, after)) = reply_at(buf, at, limits, depth + 1)? else {
+                let Some((item, after)) = reply_at(buf, at, limits, depth + 1, build)? else {
                     return Ok(None);
                 };
-                items.push(item);
+                items.extend(item);
                 at = after;
+            }
+            if !build {
+                return Ok(Some((None, at)));
             }
             let reply = if tag == b'%' {
                 let mut pairs = Vec::with_capacity(items.len() / 2);
@@ -325,7 +343,7 @@ fn reply_at(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Result<Opti
             } else {
                 Reply::Array(items)
             };
-            Ok(Some((reply, at)))
+            Ok(Some((Some(reply), at)))
         }
         other => err(format!("unexpected reply type '{}'", other as char)),
     }

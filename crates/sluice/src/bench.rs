@@ -21,6 +21,7 @@ pub enum BenchCommand {
     Io(crate::bench_io::IoBench),
     Pg(crate::bench_pg::PgBench),
     Redis(crate::bench_redis::RedisBench),
+    Route(crate::bench_route::RouteBench),
 }
 
 /// Simulator speed: simulated I/O completions per second on one core
@@ -59,6 +60,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Io(b) => crate::bench_io::run(b),
         BenchCommand::Pg(b) => crate::bench_pg::run(b),
         BenchCommand::Redis(b) => crate::bench_redis::run(b),
+        BenchCommand::Route(b) => crate::bench_route::run(b),
     }
 }
 

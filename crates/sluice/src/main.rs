@@ -12,6 +12,7 @@ mod bench;
 mod bench_io;
 mod bench_pg;
 mod bench_redis;
+mod bench_route;
 mod demo;
 mod demo_report;
 mod fanout;

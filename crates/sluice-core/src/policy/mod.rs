@@ -108,10 +108,14 @@ pub enum PolicySpec {
     EdfBudget,
     SsedvBudget,
     Coop,
+    /// Round robin over tenants, one job a turn (`wrr` with ζ = 1 and equal
+    /// weights): fair among whoever issues the I/O, as Linux's cfq is
+    /// among processes, without its time slices and idling.
+    Fair,
 }
 
 impl PolicySpec {
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "fifo",
         "edf",
         "sstf",
@@ -124,9 +128,10 @@ impl PolicySpec {
         "edf+budget",
         "ssedv+budget",
         "coop",
+        "fair",
     ];
 
-    const ALL: [PolicySpec; 12] = [
+    const ALL: [PolicySpec; 13] = [
         PolicySpec::Fifo,
         PolicySpec::Edf,
         PolicySpec::Sstf,
@@ -139,6 +144,7 @@ impl PolicySpec {
         PolicySpec::EdfBudget,
         PolicySpec::SsedvBudget,
         PolicySpec::Coop,
+        PolicySpec::Fair,
     ];
 
     fn index(self) -> usize {
@@ -167,6 +173,7 @@ impl PolicySpec {
                 Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model))
             }
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
+            PolicySpec::Fair => Box::new(wrr::Wrr::new(1.0)),
         })
     }
 }
