@@ -125,7 +125,7 @@ impl ShardPolicy {
     fn build(self) -> Box<dyn Policy> {
         match self {
             ShardPolicy::Fifo => Box::new(Fifo::default()),
-            ShardPolicy::Fair => Box::new(Wrr::new(1.0)),
+            ShardPolicy::Fair => Box::new(Wrr::fair()),
             ShardPolicy::Coop => Box::new(Coop::new(CoopOptions::default())),
         }
     }

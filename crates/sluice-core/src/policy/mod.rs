@@ -173,7 +173,7 @@ impl PolicySpec {
                 Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model))
             }
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
-            PolicySpec::Fair => Box::new(wrr::Wrr::new(1.0)),
+            PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
         })
     }
 }

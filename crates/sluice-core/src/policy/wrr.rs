@@ -111,9 +111,18 @@ pub struct Wrr {
     /// Strict tenants' round, then everyone else's.
     rounds: [Round; 2],
     len: usize,
+    name: &'static str,
 }
 
 impl Wrr {
+    /// Round robin over tenants, one job a turn: the `fair` policy.
+    pub fn fair() -> Self {
+        Wrr {
+            name: "fair",
+            ..Wrr::new(1.0)
+        }
+    }
+
     /// A scheduler with round quota `zeta` (clamped to be positive).
     pub fn new(zeta: f64) -> Self {
         Wrr {
@@ -121,6 +130,7 @@ impl Wrr {
             queues: HashMap::new(),
             rounds: Default::default(),
             len: 0,
+            name: "wrr",
         }
     }
 
@@ -193,7 +203,7 @@ fn positive(x: f64) -> f64 {
 
 impl Policy for Wrr {
     fn name(&self) -> String {
-        "wrr".into()
+        self.name.into()
     }
 
     fn push(&mut self, job: Job, _now: Nanos) {
