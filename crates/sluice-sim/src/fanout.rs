@@ -64,6 +64,10 @@ pub struct FanoutConfig {
     pub think_us: f64,
     /// Requests measured, after the warm-up.
     pub requests: u64,
+    /// Every sub-request of a request reads the same number of records, as
+    /// a range scan over hash-sharded keys does (each shard returns the
+    /// scan's count); otherwise each draws its own.
+    pub same_size: bool,
 }
 
 impl Default for FanoutConfig {
@@ -80,6 +84,7 @@ impl Default for FanoutConfig {
             service_us: 100.0,
             think_us: 0.0,
             requests: 20_000,
+            same_size: false,
         }
     }
 }
@@ -223,8 +228,9 @@ pub fn simulate(config: &FanoutConfig, policy: ShardPolicy, seed: u64) -> Result
             Event::Send(user) => {
                 let rng = &mut clients[user];
                 let mut left = vec![0; config.shards];
+                let size = config.same_size.then(|| rng.gen_range(config.ios_min..=config.ios_max));
                 for shard in sample(rng, config.shards, config.fanout).into_iter() {
-                    left[shard] = rng.gen_range(config.ios_min..=config.ios_max);
+                    left[shard] = size.unwrap_or_else(|| rng.gen_range(config.ios_min..=config.ios_max));
                 }
                 let touched: Vec<usize> = (0..config.shards).filter(|&s| left[s] > 0).collect();
                 model.requests[user] = Some(Request {

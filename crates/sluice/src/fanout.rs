@@ -49,6 +49,10 @@ pub struct FanoutArgs {
     /// Requests measured per run, after a warm-up of two per client
     #[arg(long, default_value_t = 20_000)]
     requests: u64,
+    /// Every sub-request of a request reads the same number of records (a
+    /// range scan over hash-sharded keys, as `sluice bench route` runs)
+    #[arg(long)]
+    same_size: bool,
     /// Shard policies, comma-separated; the first is the baseline
     #[arg(long, value_delimiter = ',', default_value = "fifo,fair,coop")]
     policies: Vec<ShardPolicy>,
@@ -87,6 +91,7 @@ pub fn run(args: FanoutArgs) -> Result<()> {
                 service_us: args.service_us,
                 think_us: args.think_us,
                 requests: args.requests,
+                same_size: args.same_size,
             };
             config.validate().map_err(|e| anyhow!(e))?;
             let runs: Vec<Vec<FanoutStats>> = args
