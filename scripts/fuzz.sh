@@ -17,7 +17,7 @@ ensure_rust
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(proxy_redis_command proxy_redis_reply proxy_pg_frame kv_resp_request)
+[[ ${#targets[@]} -gt 0 ]] || targets=(proxy_redis_command proxy_redis_reply proxy_pg_frame kv_resp_request resp_reply)
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cd fuzz
