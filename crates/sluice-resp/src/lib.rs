@@ -267,6 +267,41 @@ pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>
     Ok(reply_at(buf, 0, limits, 0, true)?.map(|(reply, used)| (reply.expect("built"), used)))
 }
 
+/// The length of the reply at the front of `buf`, or `None` if `buf` does
+/// not yet hold all of it: what a relay needs to pass a reply on as it
+/// came, without building it.
+pub fn reply_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
+    Ok(reply_at(buf, 0, limits, 0, false)?.map(|(_, used)| used))
+}
+
+/// The byte ranges of the elements of the array reply `buf` holds whole,
+/// or `None` if it is not an array: what a relay needs to splice elements
+/// of several replies into one without building them.
+pub fn array_items(buf: &[u8], limits: &Limits) -> Result<Option<Vec<std::ops::Range<usize>>>, ProtocolError> {
+    if buf.first() != Some(&b'*') {
+        return Ok(None);
+    }
+    let Some((text, mut at)) = line(buf, 1, limits.max_inline, Ending::Crlf)? else {
+        return err("incomplete array reply");
+    };
+    let count = number(text, "multibulk")?;
+    if count < 0 {
+        return Ok(None);
+    }
+    if count > limits.max_args as i64 {
+        return err("invalid multibulk length");
+    }
+    let mut items = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let Some((_, end)) = reply_at(buf, at, limits, 1, false)? else {
+            return err("incomplete array reply");
+        };
+        items.push(at..end);
+        at = end;
+    }
+    Ok(Some(items))
+}
+
 /// The reply at `at` and the offset after it; the reply itself only if
 /// `build` (otherwise only where it ends is found).
 fn reply_at(
@@ -510,6 +545,19 @@ mod tests {
             let e = parse_reply(bad, &l).unwrap_err();
             assert!(e.to_string().contains(what), "{e} for {bad:?}");
         }
+        let mut array = Vec::new();
+        Reply::Array(vec![
+            Reply::Integer(1),
+            Reply::Bulk(Some(b"xy".to_vec())),
+            Reply::Bulk(None),
+        ])
+        .encode(&mut array);
+        assert_eq!(reply_len(&array, &l).unwrap(), Some(array.len()));
+        assert_eq!(reply_len(&array[..array.len() - 1], &l).unwrap(), None);
+        let items = array_items(&array, &l).unwrap().unwrap();
+        let pieces: Vec<&[u8]> = items.into_iter().map(|r| &array[r]).collect();
+        assert_eq!(pieces, vec![&b":1\r\n"[..], b"$2\r\nxy\r\n", b"$-1\r\n"]);
+        assert_eq!(array_items(b"+OK\r\n", &l).unwrap(), None);
         let deep = "*1\r\n".repeat(MAX_REPLY_DEPTH + 2);
         assert!(parse_reply(deep.as_bytes(), &l)
             .unwrap_err()

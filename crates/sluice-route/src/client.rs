@@ -11,12 +11,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sluice_resp::{parse, Limits, Reply};
+use sluice_resp::{parse, parse_reply, Limits, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::command::{route, Route};
-use crate::router::Router;
+use crate::router::{Answer, Router};
 
 /// Connection ids, for `CLIENT ID`.
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
@@ -52,8 +52,11 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
                     if args.is_empty() {
                         continue;
                     }
-                    let reply = answer(&router, &mut session, &args).await;
-                    reply.encode_as(&mut output, session.resp3);
+                    match answer(&router, &mut session, &args).await {
+                        Answer::Raw(raw) if !session.resp3 => output.extend_from_slice(&raw),
+                        Answer::Raw(raw) => resp3(&args[0], &raw).encode_as(&mut output, true),
+                        Answer::Reply(reply) => reply.encode_as(&mut output, session.resp3),
+                    }
                     if session.quit {
                         let _ = stream.write_all(&output).await;
                         return;
@@ -90,27 +93,39 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
     }
 }
 
-async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Reply {
-    let name = String::from_utf8_lossy(&args[0]).to_lowercase();
-    if route(&name) != Route::Local {
-        let reply = router.execute(args).await;
-        // Shards speak RESP2 to the router; a RESP3 client gets HGETALL's
-        // field-value pairs as the map Redis would send it.
-        return match reply {
-            Reply::Array(items) if session.resp3 && name == "hgetall" => {
-                let mut items = items.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                    pairs.push((k, v));
-                }
-                Reply::Map(pairs)
+/// A shard's RESP2 reply to `command` as a RESP3 client expects it: nulls
+/// as nulls, and HGETALL's field-value pairs as the map Redis sends.
+fn resp3(command: &[u8], raw: &[u8]) -> Reply {
+    let reply = match parse_reply(raw, &Limits::default()) {
+        Ok(Some((reply, _))) => reply,
+        _ => return Reply::error("a shard's reply does not parse"),
+    };
+    match reply {
+        Reply::Array(items) if command.eq_ignore_ascii_case(b"hgetall") => {
+            let mut items = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                pairs.push((k, v));
             }
-            other => other,
-        };
+            Reply::Map(pairs)
+        }
+        other => other,
     }
+}
+
+async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Answer {
+    let name = String::from_utf8_lossy(&args[0]).to_lowercase();
+    match route(&name) {
+        Route::Local => local(router, session, &name, args).into(),
+        other => router.execute(&name, other, args).await,
+    }
+}
+
+/// Commands that concern the connection alone.
+fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
     let rest = &args[1..];
     let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command"));
-    match (name.as_str(), rest) {
+    match (name, rest) {
         ("ping", []) => Reply::Simple("PONG".into()),
         ("ping", [msg]) | ("echo", [msg]) => Reply::Bulk(Some(msg.clone())),
         ("select", [db]) if db.as_slice() == b"0" => Reply::ok(),

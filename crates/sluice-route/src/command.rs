@@ -9,6 +9,9 @@
 //! refused with an error naming it: guessing its key would send a write to
 //! the wrong shard.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 /// How a multi-key command's replies are put back together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Merge {
@@ -206,29 +209,49 @@ const REFUSED: &[(&str, &str)] = &[
 
 /// The route of a command named `name` (lower case).
 pub fn route(name: &str) -> Route {
-    match name {
-        "mget" => Route::Keys {
-            step: 1,
-            merge: Merge::Values,
-        },
-        "mset" => Route::Keys {
-            step: 2,
-            merge: Merge::Ok,
-        },
-        "del" | "exists" | "unlink" | "touch" => Route::Keys {
-            step: 1,
-            merge: Merge::Sum,
-        },
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Route::Script,
-        "range" => Route::Range,
-        _ if FIRST_KEY.contains(&name) => Route::Key(1),
-        _ if LOCAL.contains(&name) => Route::Local,
-        _ => REFUSED
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(Route::Unknown, |&(_, why)| Route::Refused(why)),
-    }
+    TABLE.get(name).copied().unwrap_or(Route::Unknown)
 }
+
+/// Every command's route, looked up once a command.
+static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
+    let mut table = HashMap::new();
+    for name in FIRST_KEY {
+        table.insert(*name, Route::Key(1));
+    }
+    for name in LOCAL {
+        table.insert(*name, Route::Local);
+    }
+    for (name, why) in REFUSED {
+        table.insert(*name, Route::Refused(why));
+    }
+    let values = Route::Keys {
+        step: 1,
+        merge: Merge::Values,
+    };
+    let ok = Route::Keys {
+        step: 2,
+        merge: Merge::Ok,
+    };
+    let sum = Route::Keys {
+        step: 1,
+        merge: Merge::Sum,
+    };
+    for (name, r) in [
+        ("mget", values),
+        ("mset", ok),
+        ("del", sum),
+        ("exists", sum),
+        ("unlink", sum),
+        ("touch", sum),
+    ] {
+        table.insert(name, r);
+    }
+    for name in ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"] {
+        table.insert(name, Route::Script);
+    }
+    table.insert("range", Route::Range);
+    table
+});
 
 /// The keys of a script call (`EVAL script numkeys key... arg...`), or an
 /// error in Redis's words.

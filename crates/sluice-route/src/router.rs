@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use sluice_core::policy::PolicySpec;
 use sluice_core::Ctx;
-use sluice_resp::Reply;
+use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
-use crate::command::{route, script_keys, Merge, Route};
+use crate::command::{script_keys, Merge, Route};
 use crate::config::{Config, ConfigError, ShardKind};
 use crate::gate::Gate;
 use crate::shard::{Asking, Shard, ShardError, ShardOptions};
@@ -54,10 +54,24 @@ pub struct Router {
 
 /// One part of a request: a shard (by the slot that chose it) and the
 /// command it gets, with the positions of its keys in the whole command.
-struct Part {
+struct Part<'a> {
     slot: u16,
-    args: Vec<Vec<u8>>,
+    args: Vec<&'a [u8]>,
     positions: Vec<usize>,
+}
+
+/// What the router answers: a reply it made, or a shard's reply passed on
+/// as it came (RESP2).
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    Reply(Reply),
+    Raw(Vec<u8>),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer::Reply(reply)
+    }
 }
 
 impl Router {
@@ -154,10 +168,7 @@ impl Router {
         let mut last = String::from("no seeds");
         for addr in candidates {
             let (_, shard) = self.shard_at(&addr);
-            match shard
-                .call(self.context(), None, &[b"CLUSTER", b"SLOTS"], Asking::No)
-                .await
-            {
+            match shard.call_parsed(self.context(), &[b"CLUSTER", b"SLOTS"]).await {
                 Ok(Reply::Array(ranges)) => match self.apply_slot_map(&ranges) {
                     Ok(()) => return Ok(()),
                     Err(e) => last = format!("{addr}: {e}"),
@@ -208,15 +219,17 @@ impl Router {
         })
     }
 
-    /// Runs a command that is not answered by the router itself.
-    pub async fn execute(&self, args: &[Vec<u8>]) -> Reply {
-        let name = String::from_utf8_lossy(&args[0]).to_lowercase();
-        let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command"));
-        let parts = match route(&name) {
+    /// Runs the command `args` (its name `name`, in lower case, routed by
+    /// `route`), which is not answered by the router itself.
+    pub async fn execute(&self, name: &str, route: Route, args: &[Vec<u8>]) -> Answer {
+        let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command")).into();
+        let whole = || args.iter().map(Vec::as_slice).collect::<Vec<_>>();
+        let count;
+        let parts = match route {
             Route::Key(i) => match args.get(i) {
                 Some(key) => vec![Part {
                     slot: slot(key),
-                    args: args.to_vec(),
+                    args: whole(),
                     positions: Vec::new(),
                 }],
                 None => return arity(),
@@ -228,29 +241,31 @@ impl Router {
                 self.split(args, step)
             }
             Route::Script => match script_keys(args) {
-                Err(e) => return Reply::Error(e),
+                Err(e) => return Reply::Error(e).into(),
                 Ok(keys) => match self.one_place(keys) {
                     Ok(slot) => vec![Part {
                         slot,
-                        args: args.to_vec(),
+                        args: whole(),
                         positions: Vec::new(),
                     }],
-                    Err(e) => return e,
+                    Err(e) => return e.into(),
                 },
             },
             Route::Range => {
                 if !(3..=4).contains(&args.len()) {
                     return arity();
                 }
-                self.scatter(args)
+                count = range_count(args).to_string().into_bytes();
+                self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
-            Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")),
+            Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")).into(),
             Route::Unknown => {
                 return Reply::Error(format!(
                     "ERR sluice route cannot route '{name}': it is not in the router's command table"
                 ))
+                .into()
             }
-            Route::Local => unreachable!("local commands are answered by the client's session"),
+            Route::Local => return Reply::error(format!("'{name}' is answered by the client's session")).into(),
         };
         let ctx = self.context();
         let started = Instant::now();
@@ -258,39 +273,40 @@ impl Router {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(fanout, Ordering::Relaxed);
         self.stats.max_fanout.fetch_max(fanout, Ordering::Relaxed);
-        let calls = parts.iter().map(|p| async {
-            let reply = self.call_slot(ctx, p.slot, &p.args).await;
-            (reply, started.elapsed())
-        });
-        let results = futures::future::join_all(calls).await;
-        if results.len() > 1 {
+        let mut replies = Vec::with_capacity(parts.len());
+        if let [part] = parts.as_slice() {
+            replies.push(self.call_slot(ctx, part.slot, &part.args).await);
+        } else {
+            let calls = parts.iter().map(|p| async {
+                let reply = self.call_slot(ctx, p.slot, &p.args).await;
+                (reply, started.elapsed())
+            });
+            let results = futures::future::join_all(calls).await;
             let done = results.iter().map(|(_, at)| *at);
             let gap = done.clone().max().unwrap_or_default() - done.min().unwrap_or_default();
             self.stats.gap.record(gap);
+            replies.extend(results.into_iter().map(|(reply, _)| reply));
         }
-        let mut replies = Vec::with_capacity(results.len());
-        for (result, _) in results {
-            match result {
-                Ok(r) => replies.push(r),
-                Err(e) => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    self.stats.latency.record(started.elapsed());
-                    return Reply::Error(format!("ERR {e}"));
-                }
+        let replies = match replies.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                self.stats.latency.record(started.elapsed());
+                return Reply::Error(format!("ERR {e}")).into();
             }
-        }
-        let reply = match route(&name) {
+        };
+        let answer = match route {
             Route::Keys { merge, .. } => merge_parts(merge, &parts, replies, (args.len() - 1) / merge_step(merge)),
-            Route::Range => merge_ranges(replies, range_count(args)),
-            _ => replies.pop().unwrap_or_else(|| Reply::error("no reply")),
+            Route::Range => merge_ranges(replies, range_count(args)).into(),
+            _ => Answer::Raw(replies.into_iter().next().unwrap_or_default()),
         };
         self.stats.latency.record(started.elapsed());
-        reply
+        answer
     }
 
     /// Keys (each followed by `step - 1` values) grouped by shard, or in
     /// cluster mode by slot, since a node refuses keys of several slots.
-    fn split(&self, args: &[Vec<u8>], step: usize) -> Vec<Part> {
+    fn split<'a>(&self, args: &'a [Vec<u8>], step: usize) -> Vec<Part<'a>> {
         let by_slot = self.cluster.is_some();
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
         let mut groups: HashMap<u32, usize> = HashMap::new();
@@ -301,12 +317,12 @@ impl Router {
             let i = *groups.entry(group).or_insert_with(|| {
                 parts.push(Part {
                     slot: s,
-                    args: vec![args[0].clone()],
+                    args: vec![&args[0]],
                     positions: Vec::new(),
                 });
                 parts.len() - 1
             });
-            parts[i].args.extend(item.iter().cloned());
+            parts[i].args.extend(item.iter().map(Vec::as_slice));
             parts[i].positions.push(n);
         }
         parts
@@ -336,11 +352,8 @@ impl Router {
         }
     }
 
-    /// `RANGE start end [count]` to every shard, with the count made
-    /// explicit so that every part is cut where the whole is.
-    fn scatter(&self, args: &[Vec<u8>]) -> Vec<Part> {
-        let count = range_count(args).to_string().into_bytes();
-        let command = vec![args[0].clone(), args[1].clone(), args[2].clone(), count];
+    /// `command` to every shard, each by the first slot it owns.
+    fn scatter<'a>(&self, command: &[&'a [u8]]) -> Vec<Part<'a>> {
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
         let mut first_slot_of: Vec<Option<u16>> = vec![None; t.shards.len()];
         for (s, &o) in t.owner.iter().enumerate() {
@@ -353,7 +366,7 @@ impl Router {
             .flatten()
             .map(|slot| Part {
                 slot,
-                args: command.clone(),
+                args: command.to_vec(),
                 positions: Vec::new(),
             })
             .collect()
@@ -362,8 +375,7 @@ impl Router {
     /// Sends a part to the owner of `slot`, following `MOVED` (the map
     /// corrected, then the command resent) and `ASK` (resent once to the
     /// importing node with `ASKING`).
-    async fn call_slot(&self, ctx: Ctx, slot: u16, args: &[Vec<u8>]) -> Result<Reply, ShardError> {
-        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    async fn call_slot(&self, ctx: Ctx, slot: u16, args: &[&[u8]]) -> Result<Vec<u8>, ShardError> {
         let mut shard = self.shard_of_slot(slot).map_err(|what| ShardError {
             shard: "-".into(),
             addr: "-".into(),
@@ -371,20 +383,18 @@ impl Router {
         })?;
         let mut asking = Asking::No;
         for _ in 0..=MAX_REDIRECTS {
-            let reply = shard.call(ctx, self.budget_left(&ctx), &args, asking).await?;
-            let Reply::Error(e) = &reply else {
-                return Ok(reply);
-            };
-            let redirect = match (
-                self.cluster.is_some(),
-                e.split_whitespace().collect::<Vec<_>>().as_slice(),
-            ) {
-                (true, ["MOVED", s, addr]) => s.parse::<u16>().ok().map(|s| (true, s, addr.to_string())),
-                (true, ["ASK", s, addr]) => s.parse::<u16>().ok().map(|s| (false, s, addr.to_string())),
+            let raw = shard.call(ctx, self.budget_left(&ctx), args, asking).await?;
+            if self.cluster.is_none() || raw.first() != Some(&b'-') {
+                return Ok(raw);
+            }
+            let text = String::from_utf8_lossy(&raw[1..]);
+            let redirect = match text.split_whitespace().collect::<Vec<_>>().as_slice() {
+                ["MOVED", s, addr] => s.parse::<u16>().ok().map(|s| (true, s, addr.to_string())),
+                ["ASK", s, addr] => s.parse::<u16>().ok().map(|s| (false, s, addr.to_string())),
                 _ => None,
             };
             let Some((moved, moved_slot, addr)) = redirect else {
-                return Ok(reply);
+                return Ok(raw);
             };
             self.stats.redirects.fetch_add(1, Ordering::Relaxed);
             let (index, target) = self.shard_at(&addr);
@@ -415,36 +425,42 @@ fn merge_step(merge: Merge) -> usize {
 }
 
 /// Puts the replies of a split command back together: an error reply of
-/// any part is the reply.
-fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Reply>, keys: usize) -> Reply {
-    if let Some(e) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
-        return e.clone();
+/// any part is the reply. MGET's values are spliced as they came, not
+/// parsed and encoded again.
+fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Vec<u8>>, keys: usize) -> Answer {
+    if let Some(e) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+        return Answer::Raw(e.clone());
     }
+    let limits = Limits::default();
     match merge {
-        Merge::Sum => Reply::Integer(
-            replies
-                .iter()
-                .map(|r| match r {
-                    Reply::Integer(n) => *n,
-                    _ => 0,
-                })
-                .sum(),
-        ),
-        Merge::Ok => Reply::ok(),
-        Merge::Values => {
-            let mut values = vec![Reply::Bulk(None); keys];
-            for (part, reply) in parts.iter().zip(replies) {
-                let Reply::Array(items) = reply else {
-                    return Reply::error(format!("a shard answered MGET with {reply:?}"));
-                };
-                if items.len() != part.positions.len() {
-                    return Reply::error("a shard answered MGET with a different number of values");
-                }
-                for (&at, item) in part.positions.iter().zip(items) {
-                    values[at] = item;
+        Merge::Sum => {
+            let mut sum = 0i64;
+            for raw in &replies {
+                match parse_reply(raw, &limits) {
+                    Ok(Some((Reply::Integer(n), _))) => sum += n,
+                    _ => return Reply::error("a shard answered with something other than an integer").into(),
                 }
             }
-            Reply::Array(values)
+            Reply::Integer(sum).into()
+        }
+        Merge::Ok => Reply::ok().into(),
+        Merge::Values => {
+            let mut values: Vec<&[u8]> = vec![b"$-1\r\n"; keys];
+            for (part, raw) in parts.iter().zip(&replies) {
+                let items = match array_items(raw, &limits) {
+                    Ok(Some(items)) if items.len() == part.positions.len() => items,
+                    _ => return Reply::error("a shard answered MGET with something other than one value a key").into(),
+                };
+                for (&at, item) in part.positions.iter().zip(items) {
+                    values[at] = &raw[item];
+                }
+            }
+            let mut out = Vec::with_capacity(16 + values.iter().map(|v| v.len()).sum::<usize>());
+            out.extend_from_slice(format!("*{keys}\r\n").as_bytes());
+            for v in values {
+                out.extend_from_slice(v);
+            }
+            Answer::Raw(out)
         }
     }
 }
@@ -456,9 +472,13 @@ fn range_count(args: &[Vec<u8>]) -> usize {
 }
 
 /// The sorted key-value pairs of every shard, merged and cut to `count`.
-fn merge_ranges(replies: Vec<Reply>, count: usize) -> Reply {
+fn merge_ranges(replies: Vec<Vec<u8>>, count: usize) -> Reply {
     let mut pairs: Vec<(Reply, Reply)> = Vec::new();
-    for reply in replies {
+    for raw in replies {
+        let reply = match parse_reply(&raw, &Limits::default()) {
+            Ok(Some((reply, _))) => reply,
+            _ => return Reply::error("a shard's RANGE reply does not parse"),
+        };
         match reply {
             Reply::Array(items) => {
                 let mut items = items.into_iter();
@@ -483,14 +503,20 @@ fn merge_ranges(replies: Vec<Reply>, count: usize) -> Reply {
 mod tests {
     use super::*;
 
+    fn raw(reply: Reply) -> Vec<u8> {
+        let mut out = Vec::new();
+        reply.encode(&mut out);
+        out
+    }
+
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(Some(s.as_bytes().to_vec()))
     }
 
     #[test]
     fn range_parts_merge_in_key_order_and_are_cut() {
-        let a = Reply::Array(vec![bulk("a"), bulk("1"), bulk("d"), bulk("4")]);
-        let b = Reply::Array(vec![bulk("b"), bulk("2"), bulk("c"), bulk("3")]);
+        let a = raw(Reply::Array(vec![bulk("a"), bulk("1"), bulk("d"), bulk("4")]));
+        let b = raw(Reply::Array(vec![bulk("b"), bulk("2"), bulk("c"), bulk("3")]));
         assert_eq!(
             merge_ranges(vec![a, b], 3),
             Reply::Array(vec![bulk("a"), bulk("1"), bulk("b"), bulk("2"), bulk("c"), bulk("3")])
@@ -512,16 +538,27 @@ mod tests {
             },
         ];
         let replies = vec![
-            Reply::Array(vec![bulk("x"), Reply::Bulk(None)]),
-            Reply::Array(vec![bulk("y")]),
+            raw(Reply::Array(vec![bulk("x"), Reply::Bulk(None)])),
+            raw(Reply::Array(vec![bulk("y")])),
         ];
         assert_eq!(
             merge_parts(Merge::Values, &parts, replies, 3),
-            Reply::Array(vec![bulk("x"), bulk("y"), Reply::Bulk(None)])
+            Answer::Raw(raw(Reply::Array(vec![bulk("x"), bulk("y"), Reply::Bulk(None)])))
         );
-        let sums = vec![Reply::Integer(2), Reply::Integer(1)];
-        assert_eq!(merge_parts(Merge::Sum, &parts, sums, 3), Reply::Integer(3));
-        let failed = vec![Reply::ok(), Reply::Error("OOM".into())];
-        assert_eq!(merge_parts(Merge::Ok, &parts, failed, 2), Reply::Error("OOM".into()));
+        let sums = vec![raw(Reply::Integer(2)), raw(Reply::Integer(1))];
+        assert_eq!(
+            merge_parts(Merge::Sum, &parts, sums, 3),
+            Answer::Reply(Reply::Integer(3))
+        );
+        let failed = vec![raw(Reply::ok()), raw(Reply::Error("OOM".into()))];
+        assert_eq!(
+            merge_parts(Merge::Ok, &parts, failed, 2),
+            Answer::Raw(b"-OOM\r\n".to_vec())
+        );
+        let short = vec![raw(Reply::Array(vec![bulk("x")])), raw(Reply::Array(vec![bulk("y")]))];
+        assert!(matches!(
+            merge_parts(Merge::Values, &parts, short, 3),
+            Answer::Reply(Reply::Error(_))
+        ));
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::Ctx;
-use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_resp::{encode_command, parse_reply, reply_len, Limits, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -90,15 +90,16 @@ impl Shard {
     }
 
     /// Sends `args` for the request `ctx` (with `budget_ms` left, if it has
-    /// a budget) and reads the reply. An error reply from the shard is a
-    /// reply, not a [`ShardError`].
+    /// a budget) and reads the reply, returned as the bytes that came (the
+    /// router passes most replies on untouched). An error reply from the
+    /// shard is a reply, not a [`ShardError`].
     pub async fn call(
         &self,
         ctx: Ctx,
         budget_ms: Option<f64>,
         args: &[&[u8]],
         asking: Asking,
-    ) -> Result<Reply, ShardError> {
+    ) -> Result<Vec<u8>, ShardError> {
         let waited = Instant::now();
         let pass = self.gate.enter(ctx).await;
         self.stats.gate_wait.record(waited.elapsed());
@@ -114,6 +115,16 @@ impl Shard {
         result
     }
 
+    /// [`Shard::call`] parsed, for the router's own commands.
+    pub async fn call_parsed(&self, ctx: Ctx, args: &[&[u8]]) -> Result<Reply, ShardError> {
+        let raw = self.call(ctx, None, args, Asking::No).await?;
+        parse_reply(&raw, &Limits::default())
+            .ok()
+            .flatten()
+            .map(|(reply, _)| reply)
+            .ok_or_else(|| self.error("sent a reply that does not parse"))
+    }
+
     async fn exchange(
         &self,
         ctx: Ctx,
@@ -121,7 +132,7 @@ impl Shard {
         args: &[&[u8]],
         asking: Asking,
         _pass: &Pass,
-    ) -> Result<Reply, ShardError> {
+    ) -> Result<Vec<u8>, ShardError> {
         let mut out = Vec::with_capacity(64 + args.iter().map(|a| a.len() + 16).sum::<usize>());
         if asking == Asking::Yes {
             encode_command(&["ASKING"], &mut out);
@@ -155,13 +166,14 @@ impl Shard {
 
     /// Writes `out` and reads its reply (two with `ASKING`); the connection
     /// goes back to the pool only after a whole exchange.
-    async fn send(&self, mut conn: Conn, out: &[u8], asking: Asking) -> Result<Reply, Exchange> {
+    async fn send(&self, mut conn: Conn, out: &[u8], asking: Asking) -> Result<Vec<u8>, Exchange> {
         let exchange = async {
             conn.stream.write_all(out).await?;
             if asking == Asking::Yes {
-                if let Reply::Error(e) = conn.read_reply().await? {
+                let asked = conn.read_reply().await?;
+                if asked.first() == Some(&b'-') {
                     conn.read_reply().await?;
-                    return Ok(Reply::Error(e));
+                    return Ok(asked);
                 }
             }
             conn.read_reply().await
@@ -222,9 +234,11 @@ impl Shard {
                 conn.read_reply().await
             };
             match tokio::time::timeout(self.options.connect_timeout, auth).await {
-                Ok(Ok(Reply::Simple(_))) => {}
-                Ok(Ok(Reply::Error(e))) => return Err(self.error(format!("refused the router's AUTH: {e}"))),
-                Ok(Ok(other)) => return Err(self.error(format!("answered AUTH with {other:?}"))),
+                Ok(Ok(raw)) if raw.first() == Some(&b'+') => {}
+                Ok(Ok(raw)) => {
+                    let said = String::from_utf8_lossy(&raw);
+                    return Err(self.error(format!("refused the router's AUTH: {}", said.trim_end())));
+                }
                 Ok(Err(e)) => return Err(self.error(format!("failed during AUTH: {e}"))),
                 Err(_) => return Err(self.error("did not answer AUTH")),
             }
@@ -255,13 +269,14 @@ struct Conn {
 }
 
 impl Conn {
-    async fn read_reply(&mut self) -> std::io::Result<Reply> {
+    /// The bytes of the next reply.
+    async fn read_reply(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
-            let parsed = parse_reply(&self.buf, &Limits::default())
+            let len = reply_len(&self.buf, &Limits::default())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            if let Some((reply, used)) = parsed {
-                self.buf.drain(..used);
-                return Ok(reply);
+            if let Some(len) = len {
+                let rest = self.buf.split_off(len);
+                return Ok(std::mem::replace(&mut self.buf, rest));
             }
             if self.buf.capacity() - self.buf.len() < 4096 {
                 self.buf.reserve(16 << 10);

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The router's cost: sluice route against twemproxy (Debian's nutcracker)
+# in front of the same two Redis shards, and Redis directly as the floor.
+# redis-benchmark (50 clients) runs SET, GET and a 100-key MGET through
+# each target, the targets' order alternating each round, with both
+# routers on CPU 1 and Redis and redis-benchmark on CPU 0, so that the load
+# generator does not take the routers' core. Prints each run (requests/s,
+# p50 ms, steal), then per test the ratio route / twemproxy of throughput
+# and of median latency paired by round (median, range), and the median
+# latency each adds over Redis directly (SET and GET). Not run in CI.
+#
+#   scripts/bench-route-twemproxy.sh [SLUICE_BINARY] [ROUNDS] [REQUESTS]
+#
+# Default binary: target/release/sluice (built if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+bin=${1:-target/release/sluice} rounds=${2:-7} requests=${3:-100000}
+if [[ ! -x $bin ]]; then
+    ensure_rust
+    cargo build --release -p sluice
+fi
+(( $(nproc) >= 2 )) || { echo "needs 2 CPUs (routers on one, Redis and the load on the other)" >&2; exit 2; }
+apt_install redis-server redis-tools nutcracker
+bench_scratch sluice-bench-route
+shards=(26401 26402)
+declare -A port=([direct]=26401 [route]=26411 [twemproxy]=26412)
+for p in "${shards[@]}"; do
+    taskset -c 0 redis-server --port "$p" --save '' --appendonly no --maxclients 10000 >"$work/redis-$p.log" 2>&1 &
+    pids+=($!)
+done
+cat >"$work/route.toml" <<TOML
+listen = "127.0.0.1:${port[route]}"
+[[shard]]
+name = "a"
+addr = "127.0.0.1:${shards[0]}"
+slots = "0-8191"
+kind = "redis"
+[[shard]]
+name = "b"
+addr = "127.0.0.1:${shards[1]}"
+slots = "8192-16383"
+kind = "redis"
+[pool]
+size = 64
+order = "fifo"
+TOML
+cat >"$work/twemproxy.yml" <<YML
+alpha:
+  listen: 127.0.0.1:${port[twemproxy]}
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  auto_eject_hosts: false
+  servers:
+   - 127.0.0.1:${shards[0]}:1
+   - 127.0.0.1:${shards[1]}:1
+YML
+taskset -c 1 "$bin" route --config "$work/route.toml" 2>"$work/route.log" &
+pids+=($!)
+taskset -c 1 nutcracker -c "$work/twemproxy.yml" -o "$work/twemproxy.log" &
+pids+=($!)
+sleep 1
+mget=(MGET)
+for i in $(seq 100); do mget+=("key:$i"); done
+for t in route twemproxy; do
+    redis-cli -p "${port[$t]}" PING >/dev/null || { cat "$work/$t.log"; echo "$t did not start" >&2; exit 1; }
+done
+# The MGET's keys, written through the router (any target would do: the
+# shards are the same; each router finds them where its hash puts them).
+for t in route twemproxy; do
+    for i in $(seq 100); do printf 'SET key:%s value-%s\n' "$i" "$i"; done | redis-cli -p "${port[$t]}" >/dev/null
+done
+echo "round target test requests/s p50_ms steal%" | tee "$work/runs"
+targets=(direct route twemproxy)
+for round in $(seq "$rounds"); do
+    (( round % 2 )) && order=("${targets[@]}") || order=(twemproxy route direct)
+    for t in "${order[@]}"; do
+        for test in set get mget; do
+            [[ $t == direct && $test == mget ]] && continue
+            read -r t0 s0 < <(steal_ticks)
+            if [[ $test == mget ]]; then
+                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -c 50 -n $((requests / 10)) --csv "${mget[@]}")
+            else
+                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -t $test -c 50 -n "$requests" --csv)
+            fi
+            read -r t1 s1 < <(steal_ticks)
+            awk -F'"' -v r="$round" -v t="$t" -v x="$test" -v st=$((s1 - s0)) -v tt=$((t1 - t0)) \
+                'NR==2{printf "%d %s %s %.0f %.3f %.1f\n", r, t, x, $4, $10, 100*st/tt}' <<<"$csv" | tee -a "$work/runs"
+        done
+    done
+done
+python3 - "$work/runs" <<'PY'
+import sys
+rows = {}
+for line in open(sys.argv[1]).readlines()[1:]:
+    r, t, test, rps, p50, steal = line.split()
+    rows[(int(r), t, test)] = (float(rps), float(p50), float(steal))
+rounds = sorted({k[0] for k in rows})
+def spread(xs):
+    xs = sorted(xs)
+    return f"{xs[len(xs) // 2]:.3f} ({xs[0]:.2f}-{xs[-1]:.2f})"
+print("\nroute / twemproxy, paired by round: median (range); rounds with steal above 10% are set aside")
+for test in ("set", "get", "mget"):
+    kept = [r for r in rounds if max(rows[(r, t, test)][2] for t in ("route", "twemproxy")) <= 10]
+    tps = [rows[(r, "route", test)][0] / rows[(r, "twemproxy", test)][0] for r in kept]
+    p50 = [rows[(r, "route", test)][1] / rows[(r, "twemproxy", test)][1] for r in kept]
+    line = f"{test.upper()}: throughput {spread(tps)}, first round {tps[0]:.2f}; p50 {spread(p50)}"
+    if test != "mget":
+        added = {t: sorted(rows[(r, t, test)][1] - rows[(r, "direct", test)][1] for r in kept) for t in ("route", "twemproxy")}
+        line += "; p50 added over direct, ms: " + ", ".join(f"{t} {v[len(v) // 2]:.3f}" for t, v in added.items())
+    print(line + f"; {len(kept)} of {len(rounds)} rounds")
+PY
