@@ -1,6 +1,7 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
-//! MGET, MSET, TYPE), hashes (`commands/hash.rs`), sorted sets
+//! MGET, MSET, TYPE; SET's options, the counters and the other
+//! read-modify-writes in `commands/string.rs`), hashes (`commands/hash.rs`), sorted sets
 //! (`commands/zset.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
 //! SELECT 0, QUIT, and what
 //! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
@@ -9,6 +10,8 @@
 //! flat key, value list. How the types sit in the store: `keyspace.rs`.
 
 mod hash;
+mod long_double;
+mod string;
 mod zset;
 
 use std::fmt::Write;
@@ -50,7 +53,21 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     };
     match name.as_str() {
         "get" => arity(rest.len() == 1, &|| get(shared, &rest[0])),
-        "set" => arity(rest.len() >= 2, &|| set(shared, rest)),
+        "set" => arity(rest.len() >= 2, &|| string::set(shared, rest)),
+        "getset" => arity(rest.len() == 2, &|| string::getset(shared, rest)),
+        "setnx" => arity(rest.len() == 2, &|| string::setnx(shared, rest)),
+        "strlen" => arity(rest.len() == 1, &|| string::strlen(shared, &rest[0])),
+        "append" => arity(rest.len() == 2, &|| string::append(shared, rest)),
+        "getdel" => arity(rest.len() == 1, &|| string::getdel(shared, &rest[0])),
+        "incr" => arity(rest.len() == 1, &|| string::incr_by(shared, &rest[0], Ok(1))),
+        "decr" => arity(rest.len() == 1, &|| string::incr_by(shared, &rest[0], Ok(-1))),
+        "incrby" => arity(rest.len() == 2, &|| {
+            string::incr_by(shared, &rest[0], string::increment(&rest[1]))
+        }),
+        "decrby" => arity(rest.len() == 2, &|| {
+            string::incr_by(shared, &rest[0], string::decrement(&rest[1]))
+        }),
+        "incrbyfloat" => arity(rest.len() == 2, &|| string::incrbyfloat(shared, rest)),
         "del" => arity(!rest.is_empty(), &|| del(shared, rest)),
         "exists" => arity(!rest.is_empty(), &|| exists(shared, rest)),
         "mget" => arity(!rest.is_empty(), &|| mget(shared, rest)),
@@ -115,7 +132,8 @@ pub(super) fn run(f: impl FnOnce() -> Result<Reply, Reply>) -> Reply {
     f().unwrap_or_else(|e| e)
 }
 
-fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+/// The string at `key`, or WRONGTYPE.
+pub(super) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     match read(shared, key)? {
         Typed::Absent => Ok(None),
         Typed::Found(Tag::String, body) => Ok(Some(body)),
@@ -127,9 +145,9 @@ fn get(shared: &Shared, key: &[u8]) -> Reply {
     run(|| Ok(Reply::Bulk(string(shared, key)?)))
 }
 
-/// Writes string `pairs` (key, value, key, value, ...) in one batch,
-/// holding their keys' stripes.
-fn put_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Reply> {
+/// Writes string `pairs` (key, value, key, value, ...) in one batch; the
+/// caller holds their keys' stripes.
+pub(super) fn write_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Reply> {
     // The stored value is one byte longer than the client's (its tag):
     // the limit a client sees is one byte lower, and named as such.
     let limit = shared.db.options().max_value_bytes - 1;
@@ -144,19 +162,12 @@ fn put_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Reply> {
         }
         batch.put(kv[0].clone(), tagged(Tag::String, &kv[1]));
     }
-    let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
     shared.db.write(batch).map_err(Reply::error)
 }
 
-fn set(shared: &Shared, args: &[Vec<u8>]) -> Reply {
-    if args.len() > 2 {
-        return Reply::error("SET options (EX, PX, NX, XX, ...) are not supported");
-    }
-    run(|| put_strings(shared, args).map(|()| Reply::ok()))
-}
-
 fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
-    run(|| put_strings(shared, pairs).map(|()| Reply::ok()))
+    let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
+    run(|| write_strings(shared, pairs).map(|()| Reply::ok()))
 }
 
 fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {

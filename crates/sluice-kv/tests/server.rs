@@ -227,6 +227,159 @@ fn concurrent_field_updates_to_one_hash_are_not_lost() {
     assert_eq!(Client::connect(addr).call(&["HLEN", "shared"]), ":400\r\n");
 }
 
+/// Counters answer as Redis 7 does, errors included (checked against
+/// redis-server 7.0).
+#[test]
+fn counters_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    let not_integer = "-ERR value is not an integer or out of range\r\n";
+    let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    assert_eq!(c.call(&["INCR", "n"]), ":1\r\n", "a missing key counts from 0");
+    assert_eq!(c.call(&["INCRBY", "n", "41"]), ":42\r\n");
+    assert_eq!(c.call(&["DECR", "n"]), ":41\r\n");
+    assert_eq!(c.call(&["DECRBY", "n", "-9"]), ":50\r\n");
+    assert_eq!(c.call(&["GET", "n"]), "$2\r\n50\r\n", "stored as text");
+    assert_eq!(c.call(&["INCRBY", "n", "+1"]), not_integer);
+    assert_eq!(c.call(&["INCRBY", "n", "1x"]), not_integer);
+    assert_eq!(
+        c.call(&["DECRBY", "n", "-9223372036854775808"]),
+        "-ERR decrement would overflow\r\n"
+    );
+    for stored in ["01", "-0", " 1", "1.0", ""] {
+        c.call(&["SET", "s", stored]);
+        assert_eq!(c.call(&["INCR", "s"]), not_integer, "{stored:?}");
+    }
+    c.call(&["SET", "max", "9223372036854775807"]);
+    assert_eq!(
+        c.call(&["INCR", "max"]),
+        "-ERR increment or decrement would overflow\r\n"
+    );
+    assert_eq!(c.call(&["GET", "max"]), "$19\r\n9223372036854775807\r\n");
+    c.call(&["HSET", "h", "f", "v"]);
+    assert_eq!(c.call(&["INCR", "h"]), wrongtype);
+    assert_eq!(
+        c.call(&["INCRBY", "h", "x"]),
+        not_integer,
+        "the increment is checked first"
+    );
+    assert_eq!(c.call(&["INCRBYFLOAT", "h", "1"]), wrongtype);
+    assert_eq!(c.call(&["INCRBYFLOAT", "f", "0.1"]), "$3\r\n0.1\r\n");
+    assert_eq!(c.call(&["INCRBYFLOAT", "f", "0.2"]), "$3\r\n0.3\r\n");
+    c.call(&["SET", "f", "1000.1"]);
+    assert_eq!(
+        c.call(&["INCRBYFLOAT", "f", "0.1"]),
+        "$22\r\n1000.19999999999999996\r\n",
+        "long double, as Redis computes it"
+    );
+    assert_eq!(
+        c.call(&["INCRBYFLOAT", "f", "abc"]),
+        "-ERR value is not a valid float\r\n"
+    );
+    assert_eq!(
+        c.call(&["INCRBYFLOAT", "f", "inf"]),
+        "-ERR increment would produce NaN or Infinity\r\n"
+    );
+    c.call(&["SET", "f", "5"]);
+    assert_eq!(c.call(&["INCRBYFLOAT", "f", "0x10"]), "$2\r\n21\r\n");
+    assert_eq!(c.call(&["INCR", "f"]), ":22\r\n");
+    assert_eq!(
+        c.call(&["INCR"]),
+        "-ERR wrong number of arguments for 'incr' command\r\n"
+    );
+}
+
+/// Many connections incrementing one key end at the exact total: each
+/// read-modify-write holds the key's stripe, so no update is lost.
+#[test]
+fn concurrent_increments_of_one_key_are_not_lost() {
+    let (addr, _dir) = start(Options::default());
+    let (threads, per_thread) = (8, 200);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for i in 0..per_thread {
+                    let reply = match (t + i) % 3 {
+                        0 => c.call(&["INCR", "counter"]),
+                        1 => c.call(&["INCRBY", "counter", "1"]),
+                        _ => c.call(&["INCRBYFLOAT", "counter", "1"]),
+                    };
+                    assert!(reply.starts_with(':') || reply.starts_with('$'), "{reply}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let total = (threads * per_thread).to_string();
+    assert_eq!(
+        Client::connect(addr).call(&["GET", "counter"]),
+        format!("${}\r\n{total}\r\n", total.len())
+    );
+}
+
+/// SET's NX, XX and GET, and GETSET, SETNX, STRLEN, APPEND, GETDEL, with
+/// the replies and errors of Redis 7.0.
+#[test]
+fn set_options_and_string_updates_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    let syntax = "-ERR syntax error\r\n";
+    assert_eq!(c.call(&["SET", "k", "a", "XX"]), "$-1\r\n");
+    assert_eq!(c.call(&["SET", "k", "a", "nx"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", "k", "b", "NX"]), "$-1\r\n");
+    assert_eq!(
+        c.call(&["SET", "k", "b", "NX", "GET"]),
+        "$1\r\na\r\n",
+        "old value, not set"
+    );
+    assert_eq!(c.call(&["SET", "k", "c", "XX", "GET"]), "$1\r\na\r\n");
+    assert_eq!(c.call(&["SET", "new", "v", "GET"]), "$-1\r\n");
+    assert_eq!(c.call(&["GET", "k"]), "$1\r\nc\r\n");
+    assert_eq!(c.call(&["SET", "k", "v", "XX", "NX"]), syntax);
+    assert_eq!(c.call(&["SET", "k", "v", "KEEPTTL", "EX", "5"]), syntax);
+    assert_eq!(c.call(&["SET", "k", "v", "EX"]), syntax);
+    assert_eq!(
+        c.call(&["SET", "k", "v", "EX", "0"]),
+        "-ERR invalid expire time in 'set' command\r\n"
+    );
+    assert_eq!(
+        c.call(&["SET", "k", "v", "PX", "x"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    assert_eq!(c.call(&["SET", "k", "v", "KEEPTTL"]), "+OK\r\n");
+    c.call(&["HSET", "h", "f", "v"]);
+    assert_eq!(c.call(&["SET", "h", "v", "GET"]), wrongtype);
+    assert_eq!(
+        c.call(&["TYPE", "h"]),
+        "+hash\r\n",
+        "a refused SET ... GET sets nothing"
+    );
+    assert_eq!(c.call(&["GETSET", "k", "w"]), "$1\r\nv\r\n");
+    assert_eq!(c.call(&["GETSET", "h", "w"]), wrongtype);
+    assert_eq!(c.call(&["SETNX", "k", "x"]), ":0\r\n");
+    assert_eq!(c.call(&["SETNX", "fresh", "x"]), ":1\r\n");
+    assert_eq!(c.call(&["SETNX", "h", "x"]), ":0\r\n", "any type counts as existing");
+    assert_eq!(c.call(&["STRLEN", "k"]), ":1\r\n");
+    assert_eq!(c.call(&["STRLEN", "nope"]), ":0\r\n");
+    assert_eq!(c.call(&["STRLEN", "h"]), wrongtype);
+    assert_eq!(c.call(&["APPEND", "k", "xyz"]), ":4\r\n");
+    assert_eq!(c.call(&["APPEND", "a", "1"]), ":1\r\n");
+    assert_eq!(c.call(&["APPEND", "h", "1"]), wrongtype);
+    assert_eq!(c.call(&["GET", "k"]), "$4\r\nwxyz\r\n");
+    assert_eq!(c.call(&["GETDEL", "k"]), "$4\r\nwxyz\r\n");
+    assert_eq!(c.call(&["GETDEL", "k"]), "$-1\r\n");
+    assert_eq!(c.call(&["GETDEL", "h"]), wrongtype);
+    assert_eq!(c.call(&["EXISTS", "k", "h"]), ":1\r\n");
+    assert_eq!(
+        c.call(&["GETSET", "k"]),
+        "-ERR wrong number of arguments for 'getset' command\r\n"
+    );
+}
+
 #[test]
 fn a_connections_tenant_is_forgotten_when_it_closes() {
     let (addr, _dir) = start(Options::default());

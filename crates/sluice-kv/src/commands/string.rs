@@ -1,0 +1,268 @@
+//! String commands that read before they write: SET with its NX, XX and
+//! GET options, GETSET, SETNX, APPEND, GETDEL, STRLEN, and the counters
+//! INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT.
+//!
+//! The store has no compare-and-set, so a read-modify-write holds its
+//! key's stripe lock (`KeyLocks`) from the read to the write; every other
+//! writer of a key (SET, MSET, DEL, the hash and sorted-set writes) takes
+//! the same stripe, so two connections incrementing one key never both
+//! read the same old value.
+
+use super::long_double::{self, LongDouble};
+use super::{read, run, string, write_strings, Typed};
+use crate::resp::Reply;
+use crate::server::Shared;
+
+pub(super) fn not_integer() -> Reply {
+    Reply::error("value is not an integer or out of range")
+}
+
+/// An integer as Redis's `string2ll` reads one: no sign but `-`, no
+/// leading zeros or spaces, within `i64`.
+pub(super) fn parse_i64(text: &[u8]) -> Option<i64> {
+    if text == b"0" {
+        return Some(0);
+    }
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    if !matches!(digits.first(), Some(b'1'..=b'9')) || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// How a SET expires its key, as given (EX, PX, EXAT, PXAT).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExpiryUnit {
+    Seconds,
+    Milliseconds,
+    UnixSeconds,
+    UnixMilliseconds,
+}
+
+#[derive(Default)]
+struct SetOptions<'a> {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keep_ttl: bool,
+    expiry: Option<(ExpiryUnit, &'a [u8])>,
+}
+
+/// SET's options as Redis parses them: NX and XX exclude each other,
+/// KEEPTTL excludes every expiry, and an expiry excludes the others but
+/// may be repeated (the last one counts); anything else is a syntax error.
+fn parse_set_options(args: &[Vec<u8>]) -> Result<SetOptions<'_>, Reply> {
+    let mut o = SetOptions::default();
+    let mut i = 0;
+    while i < args.len() {
+        let opt = args[i].to_ascii_lowercase();
+        let next = args.get(i + 1);
+        let unit = match opt.as_slice() {
+            b"ex" => Some(ExpiryUnit::Seconds),
+            b"px" => Some(ExpiryUnit::Milliseconds),
+            b"exat" => Some(ExpiryUnit::UnixSeconds),
+            b"pxat" => Some(ExpiryUnit::UnixMilliseconds),
+            _ => None,
+        };
+        match (opt.as_slice(), unit, next) {
+            (b"nx", ..) if !o.xx => o.nx = true,
+            (b"xx", ..) if !o.nx => o.xx = true,
+            (b"get", ..) => o.get = true,
+            (b"keepttl", ..) if o.expiry.is_none() => o.keep_ttl = true,
+            (_, Some(unit), Some(value)) if !o.keep_ttl && o.expiry.is_none_or(|(u, _)| u == unit) => {
+                o.expiry = Some((unit, value));
+                i += 1;
+            }
+            _ => return Err(Reply::error("syntax error")),
+        }
+        i += 1;
+    }
+    if let Some((unit, value)) = o.expiry {
+        let time = parse_i64(value).ok_or_else(not_integer)?;
+        let seconds = matches!(unit, ExpiryUnit::Seconds | ExpiryUnit::UnixSeconds);
+        if time <= 0 || (seconds && time > i64::MAX / 1000) {
+            return Err(Reply::error("invalid expire time in 'set' command"));
+        }
+    }
+    Ok(o)
+}
+
+/// `SET key value [NX|XX] [GET] [KEEPTTL]`: OK, or nil when NX or XX
+/// stops it; with GET, the old value (nil if none) whether or not it set,
+/// and WRONGTYPE (nothing set) if the key holds no string. Keys do not
+/// expire here, so KEEPTTL changes nothing, and a SET that asks for an
+/// expiry is refused after its arguments are checked as Redis checks
+/// them, rather than stored forever.
+pub(super) fn set(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let o = parse_set_options(&args[2..])?;
+        if o.expiry.is_some() {
+            return Err(Reply::error(
+                "SET with EX, PX, EXAT or PXAT is not supported: keys do not expire in sluice serve",
+            ));
+        }
+        let key = &args[0];
+        let _lock = shared.locks.lock([key.as_slice()]);
+        let old = if o.get { string(shared, key)? } else { None };
+        let found = !matches!(read(shared, key)?, Typed::Absent);
+        let done = |set: bool| match (o.get, set) {
+            (true, _) => Reply::Bulk(old.clone()),
+            (false, true) => Reply::ok(),
+            (false, false) => Reply::Bulk(None),
+        };
+        if (o.nx && found) || (o.xx && !found) {
+            return Ok(done(false));
+        }
+        write_strings(shared, &args[..2])?;
+        Ok(done(true))
+    })
+}
+
+/// `GETSET key value`: SET with GET.
+pub(super) fn getset(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    set(shared, &[args[0].clone(), args[1].clone(), b"GET".to_vec()])
+}
+
+/// `SETNX key value`: 1 if it set the key, 0 if the key exists.
+pub(super) fn setnx(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    match set(shared, &[args[0].clone(), args[1].clone(), b"NX".to_vec()]) {
+        Reply::Simple(_) => Reply::Integer(1),
+        Reply::Bulk(None) => Reply::Integer(0),
+        other => other,
+    }
+}
+
+/// `STRLEN key`: 0 for a missing key.
+pub(super) fn strlen(shared: &Shared, key: &[u8]) -> Reply {
+    run(|| Ok(Reply::Integer(string(shared, key)?.map_or(0, |v| v.len() as i64))))
+}
+
+/// `APPEND key value`: the new length; a missing key is created.
+pub(super) fn append(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let key = &args[0];
+        let _lock = shared.locks.lock([key.as_slice()]);
+        let mut value = string(shared, key)?.unwrap_or_default();
+        value.extend_from_slice(&args[1]);
+        let len = value.len() as i64;
+        write_strings(shared, &[key.clone(), value])?;
+        Ok(Reply::Integer(len))
+    })
+}
+
+/// `GETDEL key`: the value, and the key is gone; nil if there was none.
+pub(super) fn getdel(shared: &Shared, key: &[u8]) -> Reply {
+    run(|| {
+        let _lock = shared.locks.lock([key]);
+        let value = string(shared, key)?;
+        if value.is_some() {
+            shared.db.delete(key).map_err(Reply::error)?;
+        }
+        Ok(Reply::Bulk(value))
+    })
+}
+
+/// INCRBY's increment.
+pub(super) fn increment(arg: &[u8]) -> Result<i64, Reply> {
+    parse_i64(arg).ok_or_else(not_integer)
+}
+
+/// DECRBY's decrement, as the increment it adds.
+pub(super) fn decrement(arg: &[u8]) -> Result<i64, Reply> {
+    match increment(arg)? {
+        i64::MIN => Err(Reply::error("decrement would overflow")),
+        by => Ok(-by),
+    }
+}
+
+/// INCR, DECR, INCRBY, DECRBY: adds `by` to the integer at `key` (0 if
+/// absent). A bad increment is refused before the key is looked at, as
+/// Redis does, so a bad INCRBY on a hash is "not an integer", not
+/// WRONGTYPE.
+pub(super) fn incr_by(shared: &Shared, key: &[u8], by: Result<i64, Reply>) -> Reply {
+    run(|| {
+        let by = by?;
+        let _lock = shared.locks.lock([key]);
+        let current = match string(shared, key)? {
+            None => 0,
+            Some(v) => parse_i64(&v).ok_or_else(not_integer)?,
+        };
+        let next = current
+            .checked_add(by)
+            .ok_or_else(|| Reply::error("increment or decrement would overflow"))?;
+        write_strings(shared, &[key.to_vec(), next.to_string().into_bytes()])?;
+        Ok(Reply::Integer(next))
+    })
+}
+
+/// `INCRBYFLOAT key increment`, in `long double` as Redis computes it
+/// (see `long_double`); the new value is stored and replied as text.
+pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let key = &args[0];
+        let _lock = shared.locks.lock([key.as_slice()]);
+        let not_float = || Reply::error("value is not a valid float");
+        let current = match string(shared, key)? {
+            None => long_double::parse(b"0"),
+            Some(v) => long_double::parse(&v),
+        }
+        .ok_or_else(not_float)?;
+        let by = long_double::parse(&args[1]).ok_or_else(not_float)?;
+        let next = current
+            .add(by)
+            .filter(|v: &LongDouble| v.is_finite())
+            .ok_or_else(|| Reply::error("increment would produce NaN or Infinity"))?;
+        let text = next.to_human().into_bytes();
+        write_strings(shared, &[key.clone(), text.clone()])?;
+        Ok(Reply::Bulk(Some(text)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_read_as_string2ll_reads_them() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("-12", Some(-12)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("01", None),
+            ("-0", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("", None),
+            ("-", None),
+            ("1.0", None),
+        ] {
+            assert_eq!(parse_i64(text.as_bytes()), want, "{text:?}");
+        }
+    }
+
+    fn options(args: &[&str]) -> Result<(bool, bool, bool, bool), Reply> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        parse_set_options(&args).map(|o| (o.nx, o.xx, o.get, o.expiry.is_some()))
+    }
+
+    #[test]
+    fn set_options_are_refused_as_redis_refuses_them() {
+        let syntax = Err(Reply::error("syntax error"));
+        assert_eq!(options(&["nx", "GET"]), Ok((true, false, true, false)));
+        assert_eq!(options(&["get", "get", "xx"]), Ok((false, true, true, false)));
+        assert_eq!(options(&["px", "10", "PX", "20"]), Ok((false, false, false, true)));
+        assert_eq!(options(&["xx", "nx"]), syntax);
+        assert_eq!(options(&["keepttl", "ex", "5"]), syntax);
+        assert_eq!(options(&["ex", "5", "px", "5"]), syntax);
+        assert_eq!(options(&["ex"]), syntax);
+        assert_eq!(options(&["bogus"]), syntax);
+        assert_eq!(options(&["ex", "abc"]), Err(not_integer()));
+        let invalid = Err(Reply::error("invalid expire time in 'set' command"));
+        assert_eq!(options(&["ex", "0"]), invalid);
+        assert_eq!(options(&["ex", "-5"]), invalid);
+        assert_eq!(options(&["ex", "9223372036854776"]), invalid);
+    }
+}
