@@ -81,11 +81,13 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "hget" | "hexists" => arity(rest.len() == 2, &|| hash::read_hash(shared, &name, rest)),
         "hmget" => arity(rest.len() >= 2, &|| hash::read_hash(shared, &name, rest)),
         "hgetall" | "hlen" => arity(rest.len() == 1, &|| hash::read_hash(shared, &name, rest)),
-        "zadd" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| zset::zadd(shared, rest)),
+        "zadd" => arity(rest.len() >= 3, &|| zset::zadd(shared, rest)),
         "zrem" => arity(rest.len() >= 2, &|| zset::zrem(shared, rest)),
         "zcard" => arity(rest.len() == 1, &|| zset::read_zset(shared, &name, rest)),
-        "zscore" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
-        "zrangebyscore" => arity(rest.len() >= 3, &|| zset::zrangebyscore(shared, rest)),
+        "zscore" | "zrank" | "zrevrank" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
+        "zrange" | "zrevrange" | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
+            arity(rest.len() >= 3, &|| zset::zrange(shared, &name, rest))
+        }
         "ping" => match rest {
             [] => Reply::Simple("PONG".into()),
             [msg] => Reply::Bulk(Some(msg.clone())),

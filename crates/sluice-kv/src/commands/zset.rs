@@ -1,9 +1,14 @@
-//! Sorted-set commands, the part YCSB's Redis client uses for its key
-//! index and scans: ZADD, ZREM, ZCARD, ZSCORE, ZRANGEBYSCORE (with
-//! WITHSCORES and LIMIT). Members are store entries of their own (see
+//! Sorted-set commands: ZADD (with NX, XX, GT, LT, CH, INCR), ZREM,
+//! ZCARD, ZSCORE, ZRANK, ZREVRANK, and ZRANGE in its Redis 6.2 form (by
+//! rank, BYSCORE or BYLEX, REV, LIMIT, WITHSCORES) with the older range
+//! commands it subsumes. Members are store entries of their own (see
 //! `keyspace`); a write holds the set's stripe lock and commits its
-//! entries and the set's header in one batch.
+//! entries and the set's header in one batch. Scores are replied as
+//! text in RESP3 too (Redis replies doubles there).
 
+use std::collections::hash_map::{Entry, HashMap};
+
+use super::string::{not_integer, parse_i64};
 use super::{read, run, Typed};
 use crate::keyspace::{Tag, ZsetMeta, WRONGTYPE};
 use crate::resp::Reply;
@@ -26,56 +31,181 @@ fn score_of(shared: &Shared, meta: &ZsetMeta, member: &[u8]) -> Result<Option<f6
     Ok(stored.and_then(|b| Some(f64::from_be_bytes(b.as_slice().try_into().ok()?))))
 }
 
-/// A score as Redis reads one: a float (`inf`, `-inf` and Java's
-/// `Infinity` included), never NaN.
+fn not_float() -> Reply {
+    Reply::error("value is not a valid float")
+}
+
+/// A score as Redis's `string2d` reads one: all of the text a float
+/// (`inf`, `-inf` and Java's `Infinity` included), no leading space, never
+/// NaN, and neither overflow to infinity nor underflow to zero.
 fn parse_score(arg: &[u8]) -> Result<f64, Reply> {
-    std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|f| !f.is_nan())
-        .ok_or_else(|| Reply::error("value is not a valid float"))
+    let text = std::str::from_utf8(arg).map_err(|_| not_float())?;
+    let score: f64 = text.parse().map_err(|_| not_float())?;
+    let literal_inf = text.to_ascii_lowercase().contains("inf");
+    let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
+    let nonzero = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if score.is_nan() || (score.is_infinite() && !literal_inf) || (score == 0.0 && nonzero) {
+        return Err(not_float());
+    }
+    Ok(score)
 }
 
+/// A score as Redis 7.0 writes one: C's `%.17g` (`0.1` is
+/// `0.10000000000000001`), and `inf`, `-inf`.
 fn format_score(score: f64) -> Vec<u8> {
-    score.to_string().into_bytes()
+    if score.is_infinite() {
+        return if score > 0.0 { b"inf".to_vec() } else { b"-inf".to_vec() };
+    }
+    const PRECISION: i32 = 17;
+    let scientific = format!("{:.*e}", PRECISION as usize - 1, score);
+    let (mantissa, exp) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let text = if (-4..PRECISION).contains(&exp) {
+        trim(&format!("{:.*}", (PRECISION - 1 - exp) as usize, score))
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    };
+    text.into_bytes()
 }
 
-/// `ZADD key score member [score member ...]`: the number of new members.
+fn syntax_error() -> Reply {
+    Reply::error("syntax error")
+}
+
+/// ZADD's options.
+#[derive(Default)]
+struct AddFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+    ch: bool,
+    incr: bool,
+}
+
+/// Score-member pairs as given.
+type Pairs<'a> = Vec<(f64, &'a [u8])>;
+
+/// ZADD's options and score-member pairs, refused as Redis refuses them:
+/// an odd or empty list of pairs is a syntax error, then the
+/// incompatible options, then the scores.
+fn parse_zadd(args: &[Vec<u8>]) -> Result<(AddFlags, Pairs<'_>), Reply> {
+    let mut f = AddFlags::default();
+    let mut i = 0;
+    while let Some(opt) = args.get(i) {
+        let flag = match opt.to_ascii_lowercase().as_slice() {
+            b"nx" => &mut f.nx,
+            b"xx" => &mut f.xx,
+            b"gt" => &mut f.gt,
+            b"lt" => &mut f.lt,
+            b"ch" => &mut f.ch,
+            b"incr" => &mut f.incr,
+            _ => break,
+        };
+        *flag = true;
+        i += 1;
+    }
+    let pairs = &args[i..];
+    if pairs.is_empty() || pairs.len() % 2 == 1 {
+        return Err(syntax_error());
+    }
+    if f.nx && f.xx {
+        return Err(Reply::error("XX and NX options at the same time are not compatible"));
+    }
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
+        return Err(Reply::error(
+            "GT, LT, and/or NX options at the same time are not compatible",
+        ));
+    }
+    if f.incr && pairs.len() > 2 {
+        return Err(Reply::error("INCR option supports a single increment-element pair"));
+    }
+    let pairs = pairs
+        .chunks(2)
+        .map(|sm| parse_score(&sm[0]).map(|score| (score, sm[1].as_slice())))
+        .collect::<Result<_, _>>()?;
+    Ok((f, pairs))
+}
+
+/// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`:
+/// the number of new members (of new and changed ones with CH), or with
+/// INCR the member's new score (nil if an option stopped it). The pairs
+/// apply in order, as in Redis, so `ZADD k CH 1 a 2 a` counts a new member
+/// and a change. A score of -0 is stored as 0, as Redis stores it in a
+/// small set.
 pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let mut pairs: Vec<(f64, &[u8])> = Vec::new();
-        for sm in args[1..].chunks(2) {
-            let score = parse_score(&sm[0]).map_err(|_| {
-                Reply::error(
-                    "ZADD options (NX, XX, GT, LT, CH, INCR) are not supported, or a score is not a valid float",
-                )
-            })?;
-            // The last score given for a member wins, as in Redis.
-            pairs.retain(|(_, m)| *m != sm[1].as_slice());
-            pairs.push((score, &sm[1]));
-        }
         let key = &args[0];
+        let (f, pairs) = parse_zadd(&args[1..])?;
         let _lock = shared.locks.lock([key.as_slice()]);
-        let mut meta = meta(shared, key)?.unwrap_or_else(ZsetMeta::fresh);
-        let mut batch = WriteBatch::new();
-        let mut added = 0;
+        let Some(mut meta) = meta(shared, key)?.or_else(|| (!f.xx).then(ZsetMeta::fresh)) else {
+            return Ok(if f.incr { Reply::Bulk(None) } else { Reply::Integer(0) });
+        };
+        // Each member's score in the store and as this command leaves it.
+        let mut scores: HashMap<&[u8], (Option<f64>, Option<f64>)> = HashMap::new();
+        let (mut added, mut updated, mut last) = (0, 0, None);
         for (score, member) in pairs {
-            match score_of(shared, &meta, member)? {
-                Some(old) if old == score => continue,
+            let slot = match scores.entry(member) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let stored = score_of(shared, &meta, member)?;
+                    e.insert((stored, stored))
+                }
+            };
+            let new = match slot.1 {
+                Some(_) if f.nx => continue,
+                Some(current) => {
+                    let new = if f.incr { score + current } else { score };
+                    if new.is_nan() {
+                        return Err(Reply::error("resulting score is not a number (NaN)"));
+                    }
+                    if (f.lt && new >= current) || (f.gt && new <= current) {
+                        continue;
+                    }
+                    updated += i64::from(new != current);
+                    new
+                }
+                None if f.xx => continue,
+                None => {
+                    added += 1;
+                    score
+                }
+            };
+            // Adding 0 turns -0 into 0 and leaves every other score alone.
+            slot.1 = Some(new + 0.0);
+            last = slot.1;
+        }
+        let mut batch = WriteBatch::new();
+        for (member, (stored, now)) in scores {
+            let Some(now) = now.filter(|&now| stored != Some(now)) else {
+                continue;
+            };
+            match stored {
                 Some(old) => {
                     batch.delete(meta.score_key(old, member));
                 }
-                None => {
-                    added += 1;
-                    meta.card += 1;
-                }
+                None => meta.card += 1,
             }
-            batch.put(meta.member_key(member), score.to_be_bytes().to_vec());
-            batch.put(meta.score_key(score, member), Vec::new());
+            batch.put(meta.member_key(member), now.to_be_bytes().to_vec());
+            batch.put(meta.score_key(now, member), Vec::new());
         }
-        batch.put(key.clone(), meta.encode());
-        shared.db.write(batch).map_err(Reply::error)?;
-        Ok(Reply::Integer(added))
+        if !batch.is_empty() {
+            batch.put(key.clone(), meta.encode());
+            shared.db.write(batch).map_err(Reply::error)?;
+        }
+        Ok(match (f.incr, f.ch) {
+            (true, _) => Reply::Bulk(last.map(format_score)),
+            (false, true) => Reply::Integer(added + updated),
+            (false, false) => Reply::Integer(added),
+        })
     })
 }
 
@@ -111,85 +241,211 @@ pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     })
 }
 
-/// ZCARD and ZSCORE.
+/// ZCARD, ZSCORE, ZRANK, ZREVRANK. A rank counts the index entries
+/// before the member's, one scan of that many keys.
 pub(super) fn read_zset(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let meta = meta(shared, &args[0])?;
-        Ok(match (name, meta) {
-            ("zcard", m) => Reply::Integer(m.map_or(0, |m| m.card as i64)),
+        let Some(m) = meta else {
+            return Ok(if name == "zcard" {
+                Reply::Integer(0)
+            } else {
+                Reply::Bulk(None)
+            });
+        };
+        let Some(score) = args.get(1).map(|member| score_of(shared, &m, member)).transpose()? else {
+            return Ok(Reply::Integer(m.card as i64));
+        };
+        Ok(match (name, score) {
             (_, None) => Reply::Bulk(None),
-            (_, Some(m)) => Reply::Bulk(score_of(shared, &m, &args[1])?.map(format_score)),
+            ("zscore", Some(score)) => Reply::Bulk(Some(format_score(score))),
+            (_, Some(score)) => {
+                let before = shared
+                    .db
+                    .scan(&m.prefix(b's'), Some(&m.score_key(score, &args[1])), usize::MAX)
+                    .map_err(Reply::error)?
+                    .len() as i64;
+                Reply::Integer(if name == "zrank" {
+                    before
+                } else {
+                    m.card as i64 - 1 - before
+                })
+            }
         })
     })
 }
 
-/// A ZRANGEBYSCORE bound: `x`, `(x` (exclusive), `-inf`, `+inf`.
+/// A score bound: `x`, `(x` (exclusive), `-inf`, `+inf`, read as Redis's
+/// `zslParseRange` reads it, with C's lenient `strtod`: leading spaces are
+/// skipped, an empty text is 0, and overflow is infinity.
 fn parse_bound(arg: &[u8]) -> Result<(f64, bool), Reply> {
-    let bad = || Reply::error("min or max is not a float");
-    match arg.strip_prefix(b"(") {
-        Some(rest) => parse_score(rest).map(|s| (s, true)).map_err(|_| bad()),
-        None => parse_score(arg).map(|s| (s, false)).map_err(|_| bad()),
+    let (text, exclusive) = match arg.strip_prefix(b"(") {
+        Some(rest) => (rest, true),
+        None => (arg, false),
+    };
+    let score = match std::str::from_utf8(text).map(|t| t.trim_start_matches(|c: char| c.is_ascii_whitespace())) {
+        _ if text.is_empty() => Ok(0.0),
+        Ok(t) => t.parse::<f64>().map_err(drop),
+        Err(_) => Err(()),
+    };
+    match score {
+        Ok(s) if !s.is_nan() => Ok((s, exclusive)),
+        _ => Err(Reply::error("min or max is not a float")),
+    }
+}
+
+/// A lexicographic bound: `-`, `+`, `[x` (inclusive), `(x` (exclusive).
+#[derive(Clone)]
+enum LexBound {
+    Lowest,
+    Highest,
+    Inclusive(Vec<u8>),
+    Exclusive(Vec<u8>),
+}
+
+fn parse_lex(arg: &[u8]) -> Result<LexBound, Reply> {
+    match arg {
+        b"-" => Ok(LexBound::Lowest),
+        b"+" => Ok(LexBound::Highest),
+        [b'[', rest @ ..] => Ok(LexBound::Inclusive(rest.to_vec())),
+        [b'(', rest @ ..] => Ok(LexBound::Exclusive(rest.to_vec())),
+        _ => Err(Reply::error("min or max not valid string range item")),
+    }
+}
+
+impl LexBound {
+    fn at_least(&self, member: &[u8]) -> bool {
+        match self {
+            LexBound::Lowest => true,
+            LexBound::Highest => false,
+            LexBound::Inclusive(b) => member >= b.as_slice(),
+            LexBound::Exclusive(b) => member > b.as_slice(),
+        }
+    }
+
+    fn at_most(&self, member: &[u8]) -> bool {
+        match self {
+            LexBound::Lowest => false,
+            LexBound::Highest => true,
+            LexBound::Inclusive(b) => member <= b.as_slice(),
+            LexBound::Exclusive(b) => member < b.as_slice(),
+        }
+    }
+}
+
+/// What a range selects by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    Rank,
+    Score,
+    Lex,
+}
+
+/// What a range command's name fixes: nothing for ZRANGE, what it
+/// selects by and its direction for the older ones.
+struct RangeSpec {
+    by: Option<By>,
+    rev: Option<bool>,
+}
+
+impl RangeSpec {
+    fn of(name: &str) -> RangeSpec {
+        let (by, rev) = match name {
+            "zrange" => return RangeSpec { by: None, rev: None },
+            "zrevrange" => (By::Rank, true),
+            "zrangebyscore" => (By::Score, false),
+            "zrevrangebyscore" => (By::Score, true),
+            "zrangebylex" => (By::Lex, false),
+            _ => (By::Lex, true),
+        };
+        RangeSpec {
+            by: Some(by),
+            rev: Some(rev),
+        }
     }
 }
 
 struct RangeOptions {
+    by: By,
+    rev: bool,
     with_scores: bool,
-    offset: usize,
-    count: Option<usize>,
+    offset: i64,
+    count: i64,
 }
 
-fn parse_range_options(args: &[Vec<u8>]) -> Result<RangeOptions, Reply> {
-    let mut o = RangeOptions {
-        with_scores: false,
-        offset: 0,
-        count: None,
-    };
-    let mut rest = args;
-    while let Some((first, tail)) = rest.split_first() {
-        let number = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok());
-        match first.to_ascii_lowercase().as_slice() {
-            b"withscores" => {
-                o.with_scores = true;
-                rest = tail;
+/// The options after `key start stop`, as Redis's `zrangeGenericCommand`
+/// parses them: an option a command's name already fixes (BYSCORE for
+/// ZRANGEBYSCORE, REV for ZREVRANGE) is a syntax error; LIMIT needs
+/// BYSCORE or BYLEX (unless it is `LIMIT x -1`), WITHSCORES refuses BYLEX.
+fn parse_range_options(spec: &RangeSpec, args: &[Vec<u8>]) -> Result<RangeOptions, Reply> {
+    let (mut by, mut rev) = (spec.by, spec.rev);
+    let (mut with_scores, mut offset, mut count) = (false, 0, -1);
+    let mut i = 0;
+    while let Some(opt) = args.get(i) {
+        match opt.to_ascii_lowercase().as_slice() {
+            b"withscores" => with_scores = true,
+            b"limit" if args.len() - i > 2 => {
+                let number = |b: &[u8]| parse_i64(b).ok_or_else(not_integer);
+                offset = number(&args[i + 1])?;
+                count = number(&args[i + 2])?;
+                i += 2;
             }
-            b"limit" if tail.len() >= 2 => {
-                let (Some(off), Some(count)) = (number(&tail[0]), number(&tail[1])) else {
-                    return Err(Reply::error("value is not an integer or out of range"));
-                };
-                // A negative offset selects nothing, as in Redis.
-                o.offset = usize::try_from(off).map_err(|_| Reply::Array(Vec::new()))?;
-                // A negative count is "all", as in Redis.
-                o.count = usize::try_from(count).ok();
-                rest = &tail[2..];
-            }
-            _ => return Err(Reply::error("syntax error")),
+            b"rev" if rev.is_none() => rev = Some(true),
+            b"byscore" if by.is_none() => by = Some(By::Score),
+            b"bylex" if by.is_none() => by = Some(By::Lex),
+            _ => return Err(syntax_error()),
         }
+        i += 1;
     }
-    Ok(o)
+    let by = by.unwrap_or(By::Rank);
+    if count != -1 && by == By::Rank {
+        return Err(Reply::error(
+            "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    if with_scores && by == By::Lex {
+        return Err(Reply::error(
+            "syntax error, WITHSCORES not supported in combination with BYLEX",
+        ));
+    }
+    Ok(RangeOptions {
+        by,
+        rev: rev.unwrap_or(false),
+        with_scores,
+        offset,
+        count,
+    })
 }
 
-/// `ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]`.
-pub(super) fn zrangebyscore(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+/// `ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+/// [WITHSCORES]` and the older commands it subsumes (ZREVRANGE,
+/// ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, with
+/// `name` fixing what it says). The store scans forward only, so
+/// a reversed range reads its part of the index forward and turns it
+/// around; a range by rank reads the index up to its last rank.
+pub(super) fn zrange(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let (min, min_excl) = parse_bound(&args[1])?;
-        let (max, max_excl) = parse_bound(&args[2])?;
-        let o = parse_range_options(&args[3..])?;
+        let o = parse_range_options(&RangeSpec::of(name), &args[3..])?;
+        // Reversed score and lex ranges are given as max, min.
+        let (low, high) = if o.rev && o.by != By::Rank {
+            (&args[2], &args[1])
+        } else {
+            (&args[1], &args[2])
+        };
+        let bounds = match o.by {
+            By::Rank => {
+                let number = |b: &[u8]| parse_i64(b).ok_or_else(not_integer);
+                Bounds::Rank(number(low)?, number(high)?)
+            }
+            By::Score => Bounds::Score(parse_bound(low)?, parse_bound(high)?),
+            By::Lex => Bounds::Lex(parse_lex(low)?, parse_lex(high)?),
+        };
         let Some(meta) = meta(shared, &args[0])? else {
             return Ok(Reply::Array(Vec::new()));
         };
-        let limit = o.count.map_or(usize::MAX, |c| o.offset.saturating_add(c));
-        let entries = shared
-            .db
-            .scan(&meta.score_bound(min, min_excl), Some(&meta.end_of(b's')), limit)
-            .map_err(Reply::error)?;
-        let mut out = Vec::new();
-        for (k, _) in entries.into_iter().skip(o.offset) {
-            let Some((score, member)) = meta.parse_score_key(&k) else {
-                break;
-            };
-            if score > max || (max_excl && score == max) {
-                break;
-            }
+        let entries = select(shared, &meta, &o, bounds)?;
+        let mut out = Vec::with_capacity(entries.len() * (1 + usize::from(o.with_scores)));
+        for (score, member) in entries {
             out.push(Reply::Bulk(Some(member)));
             if o.with_scores {
                 out.push(Reply::Bulk(Some(format_score(score))));
@@ -197,6 +453,96 @@ pub(super) fn zrangebyscore(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         }
         Ok(Reply::Array(out))
     })
+}
+
+enum Bounds {
+    Rank(i64, i64),
+    Score((f64, bool), (f64, bool)),
+    Lex(LexBound, LexBound),
+}
+
+type Entries = Vec<(f64, Vec<u8>)>;
+
+/// The set's index entries from `from` (a key bound) to `to`, at most
+/// `limit` of them, in order.
+fn index(shared: &Shared, meta: &ZsetMeta, from: &[u8], to: &[u8], limit: usize) -> Result<Entries, Reply> {
+    let entries = shared.db.scan(from, Some(to), limit).map_err(Reply::error)?;
+    Ok(entries.iter().filter_map(|(k, _)| meta.parse_score_key(k)).collect())
+}
+
+/// The entries a range selects, in reply order.
+fn select(shared: &Shared, meta: &ZsetMeta, o: &RangeOptions, bounds: Bounds) -> Result<Entries, Reply> {
+    let card = meta.card as i64;
+    let (first, end) = (meta.prefix(b's'), meta.end_of(b's'));
+    let mut entries = match bounds {
+        Bounds::Rank(start, stop) => {
+            let start = if start < 0 { (card + start).max(0) } else { start };
+            let stop = if stop < 0 { card + stop } else { stop.min(card - 1) };
+            if start > stop || start >= card {
+                return Ok(Vec::new());
+            }
+            // Ranks counted from the end are, forward, card-1-stop ..= card-1-start.
+            let (from, to) = if o.rev {
+                (card - 1 - stop, card - 1 - start)
+            } else {
+                (start, stop)
+            };
+            let mut entries = index(shared, meta, &first, &end, to as usize + 1)?;
+            entries.drain(..(from as usize).min(entries.len()));
+            if o.rev {
+                entries.reverse();
+            }
+            return Ok(entries);
+        }
+        Bounds::Score((min, min_excl), (max, max_excl)) => {
+            if min > max || (min == max && (min_excl || max_excl)) {
+                return Ok(Vec::new());
+            }
+            let to = meta.score_bound(max, !max_excl);
+            let limit = match (o.rev, usize::try_from(o.count), usize::try_from(o.offset)) {
+                (false, Ok(count), Ok(offset)) => offset.saturating_add(count),
+                _ => usize::MAX,
+            };
+            index(shared, meta, &meta.score_bound(min, min_excl), &to, limit)?
+        }
+        Bounds::Lex(min, max) => {
+            let all = index(shared, meta, &first, &end, usize::MAX)?;
+            lex_range(all, &min, &max, o.rev)
+        }
+    };
+    if o.rev && matches!(o.by, By::Score) {
+        entries.reverse();
+    }
+    // An offset past the end or below 0 selects nothing; a negative count
+    // is no limit, as in Redis.
+    if o.offset < 0 || (o.offset > 0 && o.offset >= card) {
+        return Ok(Vec::new());
+    }
+    entries.drain(..(o.offset as usize).min(entries.len()));
+    if let Ok(count) = usize::try_from(o.count) {
+        entries.truncate(count);
+    }
+    Ok(entries)
+}
+
+/// A lex range as Redis walks it in a small set: forward, from the first
+/// member at or above `min` while members stay at or below `max`;
+/// reversed, from the last member at or below `max` while members stay at
+/// or above `min`. On a set whose scores are all equal (what BYLEX is
+/// for) that is every member in the range, in order.
+fn lex_range(all: Entries, min: &LexBound, max: &LexBound, rev: bool) -> Entries {
+    if rev {
+        all.into_iter()
+            .rev()
+            .skip_while(|(_, m)| !max.at_most(m))
+            .take_while(|(_, m)| min.at_least(m))
+            .collect()
+    } else {
+        all.into_iter()
+            .skip_while(|(_, m)| !min.at_least(m))
+            .take_while(|(_, m)| max.at_most(m))
+            .collect()
+    }
 }
 
 /// Deletes every member entry of the set at `key` (for DEL), into `batch`.
@@ -212,4 +558,96 @@ pub(super) fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatc
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_written_as_redis_7_0_writes_them() {
+        for (score, redis) in [
+            (0.1, "0.10000000000000001"),
+            (2.5, "2.5"),
+            (4.0, "4"),
+            (-0.0, "-0"),
+            (1e300, "1.0000000000000001e+300"),
+            (1e-300, "1e-300"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (-2.5e-5, "-2.5000000000000001e-05"),
+            (1e16, "10000000000000000"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(String::from_utf8(format_score(score)).unwrap(), redis, "{score}");
+        }
+    }
+
+    #[test]
+    fn scores_and_bounds_are_read_as_redis_reads_them() {
+        for bad in ["1x", " 1", "1 ", "", "nan", "1e400", "-1e400", "1e-400"] {
+            assert_eq!(parse_score(bad.as_bytes()), Err(not_float()), "{bad:?}");
+        }
+        for (text, want) in [
+            ("Infinity", f64::INFINITY),
+            ("-inf", f64::NEG_INFINITY),
+            ("0e-400", 0.0),
+            (".5", 0.5),
+        ] {
+            assert_eq!(parse_score(text.as_bytes()), Ok(want), "{text:?}");
+        }
+        assert_eq!(parse_bound(b""), Ok((0.0, false)), "strtod reads nothing as 0");
+        assert_eq!(parse_bound(b"("), Ok((0.0, true)));
+        assert_eq!(parse_bound(b" 1"), Ok((1.0, false)));
+        assert_eq!(parse_bound(b"1e400"), Ok((f64::INFINITY, false)));
+        assert!(parse_bound(b"1 ").is_err() && parse_bound(b"nan").is_err());
+    }
+
+    fn zadd_error(args: &[&str]) -> Option<Reply> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        parse_zadd(&args).err()
+    }
+
+    #[test]
+    fn zadd_option_errors_are_redis_errors() {
+        assert_eq!(zadd_error(&["NX", "5", "m"]), None);
+        assert_eq!(zadd_error(&["XX", "GT", "CH", "INCR", "5", "m"]), None);
+        assert_eq!(zadd_error(&["NX", "5"]), Some(syntax_error()));
+        assert_eq!(zadd_error(&["1", "a", "2"]), Some(syntax_error()));
+        assert_eq!(
+            zadd_error(&["nx", "xx", "1", "a"]),
+            Some(Reply::error("XX and NX options at the same time are not compatible"))
+        );
+        let gt_lt_nx = Some(Reply::error(
+            "GT, LT, and/or NX options at the same time are not compatible",
+        ));
+        assert_eq!(zadd_error(&["GT", "LT", "1", "a"]), gt_lt_nx);
+        assert_eq!(zadd_error(&["GT", "NX", "1", "a"]), gt_lt_nx);
+        assert_eq!(
+            zadd_error(&["INCR", "1", "a", "2", "b"]),
+            Some(Reply::error("INCR option supports a single increment-element pair"))
+        );
+        assert_eq!(zadd_error(&["1x", "a"]), Some(not_float()));
+    }
+
+    #[test]
+    fn lex_ranges_walk_as_a_small_redis_set_does() {
+        let set = |members: &[&str]| -> Entries { members.iter().map(|m| (0.0, m.as_bytes().to_vec())).collect() };
+        let names = |e: Entries| -> Vec<String> { e.into_iter().map(|(_, m)| String::from_utf8(m).unwrap()).collect() };
+        let (min, max) = (parse_lex(b"[b").unwrap(), parse_lex(b"(d").unwrap());
+        assert_eq!(
+            names(lex_range(set(&["a", "b", "c", "d"]), &min, &max, false)),
+            ["b", "c"]
+        );
+        assert_eq!(
+            names(lex_range(set(&["a", "b", "c", "d"]), &min, &max, true)),
+            ["c", "b"]
+        );
+        // Out of lex order (scores differ), the walk stops where Redis's does.
+        assert_eq!(
+            names(lex_range(set(&["b", "a", "d", "c"]), &min, &max, false)),
+            ["b", "a"]
+        );
+        assert!(parse_lex(b"b").is_err());
+    }
 }
