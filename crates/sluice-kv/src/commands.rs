@@ -1,20 +1,24 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
-//! MGET, MSET, TYPE; SET's options, the counters and the other
-//! read-modify-writes in `commands/string.rs`), hashes (`commands/hash.rs`), sorted sets
-//! (`commands/zset.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
-//! SELECT 0, QUIT, and what
-//! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
-//! answered with empty lists). `RANGE start end [count]` scans string keys
-//! `start <= key < end` (an empty `end` is unbounded) and replies with a
-//! flat key, value list. How the types sit in the store: `keyspace.rs`.
+//! MGET, MSET, TYPE; SET's options, GETSET, SETNX, STRLEN, APPEND,
+//! GETDEL and the counters in `commands/string.rs`), hashes
+//! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
+//! (`commands/keys.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
+//! SELECT 0, QUIT, and what redis-benchmark and redis-cli ask on
+//! connecting (CONFIG GET, COMMAND: answered with empty lists).
+//! `RANGE start end [count]` scans string keys `start <= key < end` (an
+//! empty `end` is unbounded) and replies with a flat key, value list. How
+//! the types sit in the store: `keyspace.rs`.
 
 mod hash;
+mod keys;
 mod long_double;
 mod string;
 mod zset;
 
 use std::fmt::Write;
+
+pub(crate) use keys::Cursors;
 
 use crate::keyspace::{check_user_key, tagged, untag, Tag, RESERVED, WRONGTYPE};
 use crate::resp::Reply;
@@ -74,6 +78,8 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(shared, rest)),
         "type" => arity(rest.len() == 1, &|| type_of(shared, &rest[0])),
         "range" => arity((2..=3).contains(&rest.len()), &|| range(shared, rest)),
+        "keys" => arity(rest.len() == 1, &|| keys::keys(shared, &rest[0])),
+        "scan" => arity(!rest.is_empty(), &|| keys::scan(shared, rest)),
         "hset" | "hmset" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| {
             hash::hset(shared, rest, name == "hmset")
         }),

@@ -50,7 +50,7 @@ use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 
-use crate::commands::{execute, noauth, Session};
+use crate::commands::{execute, noauth, Cursors, Session};
 use crate::keyspace::KeyLocks;
 use crate::request_context;
 use crate::resp::{parse, Limits, Reply};
@@ -120,6 +120,8 @@ pub(crate) struct Shared {
     pub options: ServerOptions,
     /// Per-key write locks for read-modify-write commands.
     pub locks: KeyLocks,
+    /// SCAN's cursors.
+    pub cursors: Cursors,
     /// Live tenants by name and id; a connection's own tenant is forgotten
     /// when it closes, so connection churn does not grow the server.
     tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
@@ -185,6 +187,7 @@ impl Server {
                 db,
                 options,
                 locks: KeyLocks::new(KEY_LOCK_STRIPES),
+                cursors: Cursors::new(),
                 tenants: Mutex::new((HashMap::new(), Slab::new())),
                 next_request: AtomicU64::new(0),
                 next_client: AtomicU64::new(1),

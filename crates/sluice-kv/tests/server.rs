@@ -469,6 +469,86 @@ fn zadd_flags_and_zrange_answer_as_redis_does() {
     );
 }
 
+/// The keys of a SCAN reply: its cursor and its keys.
+fn scan_page(reply: &str) -> (String, Vec<String>) {
+    let lines: Vec<&str> = reply.split("\r\n").collect();
+    assert_eq!(lines[0], "*2", "{reply}");
+    let cursor = lines[2].to_string();
+    let keys = lines[4..].iter().skip(1).step_by(2).map(|k| k.to_string()).collect();
+    (cursor, keys)
+}
+
+/// KEYS and SCAN list every key once, of every type, and never the
+/// internal entries of sorted sets; a SCAN cursor stays valid across
+/// writes, deletes, flushes and compactions between its calls.
+#[test]
+fn keys_and_scan_list_user_keys_only_across_compactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
+    let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    let mut c = Client::connect(addr);
+    let mut expected = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        c.call(&["SET", &format!("user:{i:02}"), "v"]);
+        expected.insert(format!("user:{i:02}"));
+    }
+    for i in 0..3 {
+        c.call(&["HSET", &format!("h{i}"), "f", "v"]);
+        c.call(&["ZADD", &format!("z{i}"), "1", "a", "2", "b"]);
+        expected.extend([format!("h{i}"), format!("z{i}")]);
+    }
+    let all = c.call(&["KEYS", "*"]);
+    assert!(all.starts_with(&format!("*{}\r\n", expected.len())), "{all}");
+    assert_eq!(
+        c.call(&["KEYS", "user:[0-1]?"]).matches("user:").count(),
+        20,
+        "user:00 to user:19"
+    );
+    assert_eq!(c.call(&["KEYS", "z*"]), "*3\r\n$2\r\nz0\r\n$2\r\nz1\r\n$2\r\nz2\r\n");
+    assert_eq!(c.call(&["KEYS", "nomatch*"]), "*0\r\n");
+    // Iterate 7 keys a call; halfway, delete keys already returned, add
+    // keys behind the cursor, and flush and compact the store.
+    let (mut seen, mut cursor, mut calls) = (Vec::new(), "0".to_string(), 0);
+    loop {
+        let (next, keys) = scan_page(&c.call(&["SCAN", &cursor, "COUNT", "7"]));
+        seen.extend(keys);
+        calls += 1;
+        if calls == 3 {
+            c.call(&["DEL", "h0", "user:00"]);
+            c.call(&["SET", "a-new-key-before-the-cursor", "v"]);
+            db.flush().unwrap();
+            db.compact().unwrap();
+        }
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    let unique: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "no key twice: {seen:?}");
+    assert_eq!(unique, expected, "every key once, none added behind the cursor");
+    assert!(calls >= expected.len() / 7, "{calls} calls");
+    let (cursor, hashes) = scan_page(&c.call(&["SCAN", "0", "TYPE", "HASH", "COUNT", "100"]));
+    assert_eq!(
+        (cursor.as_str(), hashes),
+        ("0", vec!["h1".to_string(), "h2".to_string()])
+    );
+    let (_, matched) = scan_page(&c.call(&["SCAN", "0", "MATCH", "user:3*", "COUNT", "1000"]));
+    assert_eq!(matched.len(), 10);
+    assert_eq!(
+        c.call(&["SCAN", "0", "TYPE", "list"]).matches("$").count(),
+        1,
+        "cursor only"
+    );
+    assert_eq!(c.call(&["SCAN", "12345"]), "-ERR invalid cursor\r\n");
+    assert_eq!(c.call(&["SCAN", "x"]), "-ERR invalid cursor\r\n");
+    assert_eq!(c.call(&["SCAN", "0", "COUNT", "0"]), "-ERR syntax error\r\n");
+    assert_eq!(c.call(&["SCAN", "0", "MATCH"]), "-ERR syntax error\r\n");
+}
+
 #[test]
 fn a_connections_tenant_is_forgotten_when_it_closes() {
     let (addr, _dir) = start(Options::default());

@@ -1,0 +1,364 @@
+//! The keyspace commands KEYS and SCAN, with Redis's glob patterns.
+//!
+//! Both walk the user keys in the store's order, which ends before the
+//! reserved prefix (`keyspace::RESERVED`), so a sorted set's member
+//! entries never show; a hash's fields live inside its value. Keys whose
+//! values this server did not write (no type tag) are not Redis keys and
+//! are skipped, as `RANGE` skips them.
+//!
+//! # SCAN's cursor
+//!
+//! Redis's cursor is an unsigned 64-bit number that clients parse as one,
+//! so a key cannot travel in it. Here a cursor is a token standing for the
+//! last key a SCAN call examined; the next call with it goes on with the
+//! keys after that one. A key is a position in the store's order that
+//! writes, deletes, flushes and compactions leave where it was, so the
+//! cursor stays valid across all of them, and a key that exists from the
+//! first call to the last is returned exactly once (Redis promises at
+//! least once). The tokens are kept in a map bounded by the bytes of the
+//! keys it holds, least recently used first out; a token the server no
+//! longer knows (forgotten, or issued before a restart: tokens start from
+//! the clock) is refused with Redis's "ERR invalid cursor" rather than
+//! silently restarting the iteration.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use lru::LruCache;
+
+use super::string::{not_integer, parse_i64};
+use crate::keyspace::{untag, Tag, RESERVED};
+use crate::resp::Reply;
+use crate::server::Shared;
+
+/// Keys examined per SCAN call when COUNT is not given, as in Redis.
+const DEFAULT_SCAN_COUNT: usize = 10;
+
+/// Keys KEYS reads from the store at a time.
+const KEYS_CHUNK: usize = 1024;
+
+/// Bytes of keys the cursor map may hold: a few hundred thousand cursors
+/// of ordinary keys, 256 of the largest (64 KiB).
+const CURSOR_BYTES: usize = 16 << 20;
+
+/// What one cursor costs beyond its key (map entry and list links).
+const CURSOR_OVERHEAD: usize = 64;
+
+/// SCAN's live cursors: token → the last key examined (see the module
+/// doc).
+pub(crate) struct Cursors {
+    map: Mutex<(LruCache<u64, Vec<u8>>, usize)>,
+    next: AtomicU64,
+}
+
+impl Cursors {
+    pub fn new() -> Cursors {
+        // Tokens of an earlier run of the server are below this one's
+        // first as long as the clock moves forward, so they are unknown
+        // rather than someone else's position.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64 & (u64::MAX >> 1));
+        Cursors {
+            map: Mutex::new((LruCache::unbounded(), 0)),
+            next: AtomicU64::new(start.max(1)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (LruCache<u64, Vec<u8>>, usize)> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new token for `key`.
+    fn issue(&self, key: Vec<u8>) -> u64 {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut map = self.lock();
+        map.1 += key.len() + CURSOR_OVERHEAD;
+        map.0.put(token, key);
+        while map.1 > CURSOR_BYTES {
+            let Some((_, old)) = map.0.pop_lru() else {
+                break;
+            };
+            map.1 -= old.len() + CURSOR_OVERHEAD;
+        }
+        token
+    }
+
+    /// The key a token stands for.
+    fn resolve(&self, token: u64) -> Option<Vec<u8>> {
+        self.lock().0.get(&token).cloned()
+    }
+}
+
+/// Whether `string` matches the glob `pattern` (`*`, `?`, `[abc]`,
+/// `[^a-z]`, `\x`), exactly as Redis's `stringmatchlen` decides, its
+/// corner cases included: an unclosed `[` class runs to the end of the
+/// pattern, a range's ends compare as C's signed chars, and matching gives
+/// up past 1000 nested `*`.
+pub(super) fn glob_match(pattern: &[u8], string: &[u8]) -> bool {
+    let mut skip_longer = false;
+    glob(pattern, string, &mut skip_longer, 0)
+}
+
+fn glob(mut p: &[u8], mut s: &[u8], skip_longer: &mut bool, nesting: u32) -> bool {
+    if nesting > 1000 {
+        return false;
+    }
+    while let (Some(&pc), Some(&sc)) = (p.first(), s.first()) {
+        match pc {
+            b'*' => {
+                while p.get(1) == Some(&b'*') {
+                    p = &p[1..];
+                }
+                if p.len() == 1 {
+                    return true;
+                }
+                while !s.is_empty() {
+                    if glob(&p[1..], s, skip_longer, nesting + 1) {
+                        return true;
+                    }
+                    // The rest of the pattern matches nowhere in the rest
+                    // of the string: a longer match for an earlier `*`
+                    // cannot help either.
+                    if *skip_longer {
+                        return false;
+                    }
+                    s = &s[1..];
+                }
+                *skip_longer = true;
+                return false;
+            }
+            b'?' => p = &p[1..],
+            b'[' => {
+                p = &p[1..];
+                let negated = p.first() == Some(&b'^');
+                if negated {
+                    p = &p[1..];
+                }
+                let mut hit = false;
+                loop {
+                    match p {
+                        [] => break,
+                        [b'\\', escaped, ..] => {
+                            hit |= *escaped == sc;
+                            p = &p[2..];
+                        }
+                        [b']', ..] => {
+                            p = &p[1..];
+                            break;
+                        }
+                        [lo, b'-', hi, ..] => {
+                            let (lo, hi) = ((*lo as i8).min(*hi as i8), (*lo as i8).max(*hi as i8));
+                            hit |= (lo..=hi).contains(&(sc as i8));
+                            p = &p[3..];
+                        }
+                        [c, ..] => {
+                            hit |= *c == sc;
+                            p = &p[1..];
+                        }
+                    }
+                }
+                if hit == negated {
+                    return false;
+                }
+            }
+            b'\\' if p.len() >= 2 => {
+                if p[1] != sc {
+                    return false;
+                }
+                p = &p[2..];
+            }
+            _ => {
+                if pc != sc {
+                    return false;
+                }
+                p = &p[1..];
+            }
+        }
+        s = &s[1..];
+        if s.is_empty() {
+            while p.first() == Some(&b'*') {
+                p = &p[1..];
+            }
+        }
+    }
+    p.is_empty() && s.is_empty()
+}
+
+fn type_name(tag: Tag) -> &'static str {
+    match tag {
+        Tag::String => "string",
+        Tag::Hash => "hash",
+        Tag::Zset => "zset",
+    }
+}
+
+/// User keys with their types, and the last key examined if the store
+/// may have more after it.
+struct Page {
+    keys: Vec<(Vec<u8>, Tag)>,
+    last: Option<Vec<u8>>,
+}
+
+/// Up to `count` user keys from `from` on.
+fn user_keys(shared: &Shared, from: &[u8], count: usize) -> Result<Page, Reply> {
+    let entries = shared.db.scan(from, Some(&[RESERVED]), count).map_err(Reply::error)?;
+    let last = (entries.len() == count)
+        .then(|| entries.last().map(|(k, _)| k.clone()))
+        .flatten();
+    let keys = entries
+        .into_iter()
+        .filter_map(|(k, v)| untag(&v).map(|(tag, _)| (k, tag)))
+        .collect();
+    Ok(Page { keys, last })
+}
+
+/// The key right after `key` in the store's order.
+fn after(mut key: Vec<u8>) -> Vec<u8> {
+    key.push(0);
+    key
+}
+
+/// `KEYS pattern`: every key that matches, in key order.
+pub(super) fn keys(shared: &Shared, pattern: &[u8]) -> Reply {
+    super::run(|| {
+        let mut out = Vec::new();
+        let mut from = Vec::new();
+        loop {
+            let Page { keys, last } = user_keys(shared, &from, KEYS_CHUNK)?;
+            out.extend(
+                keys.into_iter()
+                    .filter(|(k, _)| glob_match(pattern, k))
+                    .map(|(k, _)| Reply::Bulk(Some(k))),
+            );
+            match last {
+                Some(last) => from = after(last),
+                None => return Ok(Reply::Array(out)),
+            }
+        }
+    })
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: examines up to
+/// COUNT keys after the cursor's and replies with the next cursor ("0"
+/// when the keys ran out) and those of them that match the pattern and
+/// type. As in Redis, an unknown type matches nothing, and a page may be
+/// empty while the cursor goes on.
+pub(super) fn scan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    super::run(|| {
+        let invalid = || Reply::error("invalid cursor");
+        // Read as Redis reads it (C's strtoul): an empty cursor is 0.
+        let token: u64 = match args[0].as_slice() {
+            b"" => 0,
+            text => std::str::from_utf8(text)
+                .ok()
+                .filter(|t| !t.starts_with(|c: char| c.is_ascii_whitespace()))
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(invalid)?,
+        };
+        let (mut pattern, mut count, mut type_filter) = (None, DEFAULT_SCAN_COUNT, None);
+        let mut rest = &args[1..];
+        while let [option, value, tail @ ..] = rest {
+            match option.to_ascii_lowercase().as_slice() {
+                b"count" => {
+                    let n = parse_i64(value).ok_or_else(not_integer)?;
+                    count = usize::try_from(n)
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .ok_or_else(|| Reply::error("syntax error"))?;
+                }
+                // "*" matches every key; Redis skips the matching too.
+                b"match" => pattern = Some(value).filter(|p| p.as_slice() != b"*"),
+                b"type" => type_filter = Some(value.to_ascii_lowercase()),
+                _ => return Err(Reply::error("syntax error")),
+            }
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(Reply::error("syntax error"));
+        }
+        let from = match token {
+            0 => Vec::new(),
+            t => after(shared.cursors.resolve(t).ok_or_else(invalid)?),
+        };
+        let Page { keys, last } = user_keys(shared, &from, count)?;
+        let next = last.map_or(0, |last| shared.cursors.issue(last));
+        let page = keys
+            .into_iter()
+            .filter(|(k, tag)| {
+                pattern.is_none_or(|p| glob_match(p, k))
+                    && type_filter.as_deref().is_none_or(|t| t == type_name(*tag).as_bytes())
+            })
+            .map(|(k, _)| Reply::Bulk(Some(k)))
+            .collect();
+        Ok(Reply::Array(vec![
+            Reply::Bulk(Some(next.to_string().into_bytes())),
+            Reply::Array(page),
+        ]))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_redis_matches_them() {
+        for (pattern, string, want) in [
+            ("*", "anything", true),
+            ("", "", true),
+            ("", "a", false),
+            ("h?llo", "hello", true),
+            ("h?llo", "hllo", false),
+            ("h*llo", "hllo", true),
+            ("h*llo", "heeeello", true),
+            ("h[ae]llo", "hallo", true),
+            ("h[ae]llo", "hillo", false),
+            ("h[^e]llo", "hallo", true),
+            ("h[^e]llo", "hello", false),
+            ("h[a-b]llo", "hbllo", true),
+            ("h[b-a]llo", "hallo", true),
+            ("h[a-b]llo", "hcllo", false),
+            ("h\\*llo", "h*llo", true),
+            ("h\\*llo", "hello", false),
+            ("[\\]]", "]", true),
+            ("[a-]", "]", true),
+            ("[abc", "b", true),
+            ("[abc", "bx", false),
+            ("ab\\", "ab\\", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "aXbY", false),
+            ("user:*", "user:1", true),
+            ("*:1", "user:1", true),
+            ("a**", "a", true),
+        ] {
+            assert_eq!(
+                glob_match(pattern.as_bytes(), string.as_bytes()),
+                want,
+                "{pattern:?} {string:?}"
+            );
+        }
+        // A range's ends are C's signed chars: 0x01-0xff is 0xff..=0x01.
+        assert!(glob_match(b"[\x01-\xff]", b"\x00"));
+        assert!(!glob_match(b"[\x01-\xff]", b"a"));
+        // Matching gives up past 1000 nested stars, as Redis does.
+        assert!(glob_match("a*".repeat(10).as_bytes(), &[b'a'; 10]));
+        assert!(!glob_match("a*".repeat(1100).as_bytes(), &[b'a'; 1100]));
+    }
+
+    #[test]
+    fn cursors_stand_for_keys_until_forgotten() {
+        let cursors = Cursors::new();
+        let a = cursors.issue(b"a".to_vec());
+        let b = cursors.issue(b"b".to_vec());
+        assert!(a != 0 && b > a && a < 1 << 63);
+        assert_eq!(cursors.resolve(a), Some(b"a".to_vec()));
+        assert_eq!(cursors.resolve(a + 1000), None);
+        let big = vec![b'k'; 64 << 10];
+        for _ in 0..CURSOR_BYTES / big.len() + 1 {
+            cursors.issue(big.clone());
+        }
+        assert_eq!(cursors.resolve(a), None, "the oldest go first");
+        assert!(cursors.lock().1 <= CURSOR_BYTES);
+    }
+}
