@@ -1,15 +1,16 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
-//! MGET, MSET, TYPE; SET's options, GETSET, SETNX, STRLEN, APPEND,
-//! GETDEL and the counters in `commands/string.rs`), hashes
+//! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, STRLEN,
+//! APPEND, GETDEL and the counters in `commands/string.rs`), hashes
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
-//! (`commands/keys.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
+//! (`commands/keys.rs`), expiry (`commands/expire.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
 //! SELECT 0, QUIT, and what redis-benchmark and redis-cli ask on
 //! connecting (CONFIG GET, COMMAND: answered with empty lists).
 //! `RANGE start end [count]` scans string keys `start <= key < end` (an
 //! empty `end` is unbounded) and replies with a flat key, value list. How
 //! the types sit in the store: `keyspace.rs`.
 
+mod expire;
 mod hash;
 mod keys;
 mod long_double;
@@ -20,7 +21,9 @@ use std::fmt::Write;
 
 pub(crate) use keys::Cursors;
 
-use crate::keyspace::{check_user_key, tagged, untag, Tag, RESERVED, WRONGTYPE};
+use crate::keyspace::{
+    check_user_key, decode_value, is_live, now_ms, tagged, with_deadline, Deadline, Tag, RESERVED, WRONGTYPE,
+};
 use crate::resp::Reply;
 use crate::server::Shared;
 use crate::WriteBatch;
@@ -58,6 +61,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     match name.as_str() {
         "get" => arity(rest.len() == 1, &|| get(shared, &rest[0])),
         "set" => arity(rest.len() >= 2, &|| string::set(shared, rest)),
+        "setex" | "psetex" => arity(rest.len() == 3, &|| string::setex(shared, &name, rest)),
         "getset" => arity(rest.len() == 2, &|| string::getset(shared, rest)),
         "setnx" => arity(rest.len() == 2, &|| string::setnx(shared, rest)),
         "strlen" => arity(rest.len() == 1, &|| string::strlen(shared, &rest[0])),
@@ -78,6 +82,13 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(shared, rest)),
         "type" => arity(rest.len() == 1, &|| type_of(shared, &rest[0])),
         "range" => arity((2..=3).contains(&rest.len()), &|| range(shared, rest)),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => {
+            arity(rest.len() >= 2, &|| expire::expire(shared, &name, rest))
+        }
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
+            arity(rest.len() == 1, &|| expire::ttl(shared, &name, &rest[0]))
+        }
+        "persist" => arity(rest.len() == 1, &|| expire::persist(shared, &rest[0])),
         "keys" => arity(rest.len() == 1, &|| keys::keys(shared, &rest[0])),
         "scan" => arity(!rest.is_empty(), &|| keys::scan(shared, rest)),
         "hset" | "hmset" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| {
@@ -116,23 +127,32 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     }
 }
 
-/// A stored value, read by its type.
+/// A stored value, read by its type; an expired value is `Absent`.
 pub(super) enum Typed {
     Absent,
-    Found(Tag, Vec<u8>),
+    Found(Tag, Vec<u8>, Deadline),
 }
 
-/// Reads `key` for a command; refuses reserved keys and values this
-/// server did not write.
-pub(super) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
+/// The value at `key` as stored, expired or not; refuses reserved keys
+/// and values this server did not write.
+fn read_stored(shared: &Shared, key: &[u8]) -> Result<Option<(Tag, Vec<u8>, Deadline)>, Reply> {
     check_user_key(key).map_err(Reply::error)?;
     match shared.db.get(key).map_err(Reply::error)? {
-        None => Ok(Typed::Absent),
-        Some(v) => match untag(&v) {
-            Some((tag, body)) => Ok(Typed::Found(tag, body.to_vec())),
+        None => Ok(None),
+        Some(v) => match decode_value(&v) {
+            Some((tag, body, deadline)) => Ok(Some((tag, body.to_vec(), deadline))),
             None => Err(Reply::error("the value at this key was not written by sluice serve")),
         },
     }
+}
+
+/// Reads `key` for a command: every command sees an expired key as
+/// absent.
+pub(super) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
+    Ok(match read_stored(shared, key)? {
+        Some((tag, body, deadline)) if is_live(deadline, now_ms()) => Typed::Found(tag, body, deadline),
+        _ => Typed::Absent,
+    })
 }
 
 /// A command's outcome, whichever way it ended.
@@ -140,25 +160,31 @@ pub(super) fn run(f: impl FnOnce() -> Result<Reply, Reply>) -> Reply {
     f().unwrap_or_else(|e| e)
 }
 
-/// The string at `key`, or WRONGTYPE.
-pub(super) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+/// The string at `key` and its deadline, or WRONGTYPE.
+pub(super) fn string_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(Vec<u8>, Deadline)>, Reply> {
     match read(shared, key)? {
         Typed::Absent => Ok(None),
-        Typed::Found(Tag::String, body) => Ok(Some(body)),
+        Typed::Found(Tag::String, body, deadline) => Ok(Some((body, deadline))),
         Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
     }
+}
+
+/// The string at `key`, or WRONGTYPE.
+pub(super) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    Ok(string_with_deadline(shared, key)?.map(|(body, _)| body))
 }
 
 fn get(shared: &Shared, key: &[u8]) -> Reply {
     run(|| Ok(Reply::Bulk(string(shared, key)?)))
 }
 
-/// Writes string `pairs` (key, value, key, value, ...) in one batch; the
-/// caller holds their keys' stripes.
-pub(super) fn write_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Reply> {
-    // The stored value is one byte longer than the client's (its tag):
-    // the limit a client sees is one byte lower, and named as such.
-    let limit = shared.db.options().max_value_bytes - 1;
+/// Writes string `pairs` (key, value, key, value, ...) in one batch, each
+/// to expire at `deadline`; the caller holds their keys' stripes.
+pub(super) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
+    // The stored value is longer than the client's by its tag (and its
+    // deadline): the limit a client sees is that much lower, and named as
+    // such.
+    let limit = shared.db.options().max_value_bytes - with_deadline(vec![0], deadline).len();
     let mut batch = WriteBatch::new();
     for kv in pairs.chunks(2) {
         check_user_key(&kv[0]).map_err(Reply::error)?;
@@ -168,29 +194,45 @@ pub(super) fn write_strings(shared: &Shared, pairs: &[Vec<u8>]) -> Result<(), Re
                 limit,
             }));
         }
-        batch.put(kv[0].clone(), tagged(Tag::String, &kv[1]));
+        batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
     }
     shared.db.write(batch).map_err(Reply::error)
 }
 
 fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
     let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
-    run(|| write_strings(shared, pairs).map(|()| Reply::ok()))
+    run(|| write_strings(shared, pairs, None).map(|()| Reply::ok()))
 }
 
+/// Deletes the value `tag`, `body` stored at `key` (a sorted set's
+/// members with it) into `batch`.
+pub(super) fn delete_value(
+    shared: &Shared,
+    key: &[u8],
+    tag: Tag,
+    body: &[u8],
+    batch: &mut WriteBatch,
+) -> Result<(), Reply> {
+    if tag == Tag::Zset {
+        zset::delete_members(shared, body, batch)?;
+    }
+    batch.delete(key.to_vec());
+    Ok(())
+}
+
+/// `DEL key [key ...]`: the number of live keys deleted. An expired value
+/// is deleted too, its space back, but not counted, as in Redis.
 fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
     run(|| {
         let _locks = shared.locks.lock(keys.iter().map(Vec::as_slice));
         let mut batch = WriteBatch::new();
-        let mut existing = 0;
+        let (mut existing, now) = (0, now_ms());
         for k in keys {
-            match read(shared, k)? {
-                Typed::Absent => continue,
-                Typed::Found(Tag::Zset, body) => zset::delete_members(shared, &body, &mut batch)?,
-                Typed::Found(..) => {}
-            }
-            existing += 1;
-            batch.delete(k.clone());
+            let Some((tag, body, deadline)) = read_stored(shared, k)? else {
+                continue;
+            };
+            existing += i64::from(is_live(deadline, now));
+            delete_value(shared, k, tag, &body, &mut batch)?;
         }
         shared.db.write(batch).map_err(Reply::error)?;
         Ok(Reply::Integer(existing))
@@ -213,7 +255,7 @@ fn mget(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
         let mut values = Vec::with_capacity(keys.len());
         for k in keys {
             let v = match read(shared, k)? {
-                Typed::Found(Tag::String, body) => Some(body),
+                Typed::Found(Tag::String, body, _) => Some(body),
                 _ => None,
             };
             values.push(Reply::Bulk(v));
@@ -226,9 +268,9 @@ fn type_of(shared: &Shared, key: &[u8]) -> Reply {
     run(|| {
         let name = match read(shared, key)? {
             Typed::Absent => "none",
-            Typed::Found(Tag::String, _) => "string",
-            Typed::Found(Tag::Hash, _) => "hash",
-            Typed::Found(Tag::Zset, _) => "zset",
+            Typed::Found(Tag::String, ..) => "string",
+            Typed::Found(Tag::Hash, ..) => "hash",
+            Typed::Found(Tag::Zset, ..) => "zset",
         };
         Ok(Reply::Simple(name.into()))
     })
@@ -248,12 +290,15 @@ fn range(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         [] => &[RESERVED][..],
         e => e.min(&[RESERVED][..]),
     };
+    let now = now_ms();
     match shared.db.scan(&args[0], Some(end), count) {
         Ok(entries) => Reply::Array(
             entries
                 .into_iter()
-                .filter_map(|(k, v)| match untag(&v) {
-                    Some((Tag::String, body)) => Some([Reply::Bulk(Some(k)), Reply::Bulk(Some(body.to_vec()))]),
+                .filter_map(|(k, v)| match decode_value(&v) {
+                    Some((Tag::String, body, deadline)) if is_live(deadline, now) => {
+                        Some([Reply::Bulk(Some(k)), Reply::Bulk(Some(body.to_vec()))])
+                    }
                     _ => None,
                 })
                 .flatten()

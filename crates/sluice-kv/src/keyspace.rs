@@ -14,6 +14,14 @@
 //!   index `ZRANGEBYSCORE` scans. One set can hold every key of a YCSB run
 //!   (its `_indices` set) without rewriting a large value per insert.
 //!
+//! - A value that expires starts with `x` and its deadline (unix time in
+//!   milliseconds, 8 bytes big-endian) before its tag: the expiry is read
+//!   with the value, so a read never costs a second lookup, and a value
+//!   past its deadline is invisible to every command from that moment
+//!   (Redis's lazy expiry). Departure from Redis: there is no active
+//!   expiry cycle, so an expired value keeps its space until its key is
+//!   written or deleted.
+//!
 //! The version is fresh for each new set, so entries of a set that was
 //! overwritten by `SET` are never seen again. Departure from Kvrocks: they
 //! are not collected either (it has a compaction filter; we do not yet).
@@ -54,6 +62,48 @@ pub fn untag(value: &[u8]) -> Option<(Tag, &[u8])> {
         _ => return None,
     };
     Some((tag, &value[1..]))
+}
+
+/// First byte of a value with a deadline (see the module doc).
+const EXPIRING: u8 = b'x';
+
+/// When a value expires: unix time in milliseconds, or never.
+pub type Deadline = Option<u64>;
+
+/// `tagged` (a value as `tagged` makes it) with `deadline` in front.
+pub fn with_deadline(tagged: Vec<u8>, deadline: Deadline) -> Vec<u8> {
+    let Some(at) = deadline else {
+        return tagged;
+    };
+    let mut v = Vec::with_capacity(9 + tagged.len());
+    v.push(EXPIRING);
+    v.extend_from_slice(&at.to_be_bytes());
+    v.extend_from_slice(&tagged);
+    v
+}
+
+/// A stored value's type, body and deadline; `None` for bytes the server
+/// did not write.
+pub fn decode_value(value: &[u8]) -> Option<(Tag, &[u8], Deadline)> {
+    let (deadline, tagged) = match value {
+        [EXPIRING, rest @ ..] if rest.len() > 8 => (Some(u64::from_be_bytes(rest[..8].try_into().ok()?)), &rest[8..]),
+        _ => (None, value),
+    };
+    let (tag, body) = untag(tagged)?;
+    Some((tag, body, deadline))
+}
+
+/// Whether a value with `deadline` is visible at `now` (unix ms): up to
+/// and including its deadline, as in Redis.
+pub fn is_live(deadline: Deadline, now: u64) -> bool {
+    deadline.is_none_or(|at| now <= at)
+}
+
+/// The time deadlines are measured in: unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Refuses user keys in the internal key space.
@@ -263,6 +313,17 @@ mod tests {
             "exclusive: after every member"
         );
         assert!(m.score_bound(-3.25, false).as_slice() < k.as_slice());
+    }
+
+    #[test]
+    fn deadlines_travel_with_values() {
+        let v = with_deadline(tagged(Tag::String, b"body"), Some(1_000));
+        assert_eq!(decode_value(&v), Some((Tag::String, &b"body"[..], Some(1_000))));
+        let plain = tagged(Tag::Hash, b"x");
+        assert_eq!(with_deadline(plain.clone(), None), plain);
+        assert_eq!(decode_value(&plain), Some((Tag::Hash, &b"x"[..], None)));
+        assert_eq!(decode_value(b"x1234567"), None, "too short for a deadline and a tag");
+        assert!(is_live(Some(1_000), 1_000) && !is_live(Some(1_000), 1_001) && is_live(None, u64::MAX));
     }
 
     #[test]

@@ -549,6 +549,140 @@ fn keys_and_scan_list_user_keys_only_across_compactions() {
     assert_eq!(c.call(&["SCAN", "0", "MATCH"]), "-ERR syntax error\r\n");
 }
 
+/// The key's TTL is `seconds`, or a second less on a slow run.
+fn assert_ttl_near(c: &mut Client, key: &str, seconds: i64, what: &str) {
+    let reply = c.call(&["TTL", key]);
+    let ttl: i64 = reply[1..].trim_end().parse().unwrap();
+    assert!((seconds - 1..=seconds).contains(&ttl), "{key}: {reply} {what}");
+}
+
+/// Expiry as Redis 7.0 answers it: TTLs set and read in seconds and
+/// milliseconds, kept by APPEND and the counters and by SET KEEPTTL,
+/// dropped by SET and PERSIST, and EXPIRE's options and errors.
+#[test]
+fn expiry_commands_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["SET", "k", "v", "EX", "100"]), "+OK\r\n");
+    assert_ttl_near(&mut c, "k", 100, "");
+    let pttl = c.call(&["PTTL", "k"]);
+    let ms: i64 = pttl[1..].trim_end().parse().unwrap();
+    assert!((99_000..=100_000).contains(&ms), "{pttl}");
+    assert_eq!(c.call(&["SET", "k", "v2", "KEEPTTL"]), "+OK\r\n");
+    assert_ttl_near(&mut c, "k", 100, "");
+    assert_eq!(c.call(&["APPEND", "k", "x"]), ":3\r\n");
+    assert_ttl_near(&mut c, "k", 100, "APPEND keeps the deadline");
+    assert_eq!(c.call(&["SET", "k", "v3"]), "+OK\r\n");
+    assert_eq!(c.call(&["TTL", "k"]), ":-1\r\n", "SET drops it");
+    assert_eq!(c.call(&["TTL", "missing"]), ":-2\r\n");
+    assert_eq!(c.call(&["SET", "n", "1", "EXAT", "99999999999"]), "+OK\r\n");
+    assert_eq!(c.call(&["INCR", "n"]), ":2\r\n");
+    assert_eq!(c.call(&["EXPIRETIME", "n"]), ":99999999999\r\n", "INCR keeps it");
+    assert_eq!(c.call(&["PEXPIRETIME", "n"]), ":99999999999000\r\n");
+    assert_eq!(c.call(&["SETEX", "s", "100", "v"]), "+OK\r\n");
+    assert_ttl_near(&mut c, "s", 100, "");
+    assert_eq!(
+        c.call(&["SETEX", "s", "0", "v"]),
+        "-ERR invalid expire time in 'setex' command\r\n"
+    );
+    assert_eq!(
+        c.call(&["SET", "s", "v", "EX", "9223372036854775"]),
+        "-ERR invalid expire time in 'set' command\r\n"
+    );
+    assert_eq!(c.call(&["SET", "p", "v"]), "+OK\r\n");
+    assert_eq!(c.call(&["EXPIRE", "p", "100", "XX"]), ":0\r\n");
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "100", "GT"]),
+        ":0\r\n",
+        "no deadline is forever"
+    );
+    assert_eq!(c.call(&["EXPIRE", "p", "100", "NX"]), ":1\r\n");
+    assert_eq!(c.call(&["EXPIRE", "p", "50", "GT"]), ":0\r\n");
+    assert_eq!(c.call(&["EXPIRE", "p", "50", "LT"]), ":1\r\n");
+    assert_ttl_near(&mut c, "p", 50, "");
+    assert_eq!(c.call(&["PERSIST", "p"]), ":1\r\n");
+    assert_eq!(c.call(&["PERSIST", "p"]), ":0\r\n");
+    assert_eq!(c.call(&["TTL", "p"]), ":-1\r\n");
+    assert_eq!(c.call(&["EXPIRE", "missing", "100"]), ":0\r\n");
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "100", "NX", "XX"]),
+        "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"
+    );
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "100", "GT", "LT"]),
+        "-ERR GT and LT options at the same time are not compatible\r\n"
+    );
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "100", "Bogus"]),
+        "-ERR Unsupported option Bogus\r\n"
+    );
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "9223372036854775807"]),
+        "-ERR invalid expire time in 'expire' command\r\n"
+    );
+    assert_eq!(
+        c.call(&["EXPIRE", "p", "x"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    c.call(&["HSET", "h", "f", "v"]);
+    assert_eq!(c.call(&["EXPIRE", "h", "100"]), ":1\r\n");
+    assert_eq!(c.call(&["HSET", "h", "g", "w"]), ":1\r\n");
+    assert_ttl_near(&mut c, "h", 100, "a hash keeps its deadline");
+    c.call(&["ZADD", "z", "1", "a"]);
+    assert_eq!(c.call(&["PEXPIRE", "z", "100000"]), ":1\r\n");
+    assert_eq!(c.call(&["ZADD", "z", "2", "b"]), ":1\r\n");
+    assert_ttl_near(&mut c, "z", 100, "so does a sorted set");
+    assert_eq!(c.call(&["EXPIRE", "z", "-1"]), ":1\r\n", "a past deadline deletes");
+    assert_eq!(c.call(&["TYPE", "z"]), "+none\r\n");
+}
+
+/// A key past its deadline is gone at once for every command that reads,
+/// and a write finds it absent, as in Redis.
+#[test]
+fn expired_keys_are_invisible_on_every_read_path() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    c.call(&["SET", "keep", "v"]);
+    c.call(&["SET", "s", "v", "PX", "500"]);
+    c.call(&["HSET", "h", "f", "v"]);
+    c.call(&["ZADD", "z", "1", "a"]);
+    c.call(&["SET", "n", "41", "PX", "500"]);
+    assert_eq!(c.call(&["PEXPIRE", "h", "500"]), ":1\r\n");
+    assert_eq!(c.call(&["PEXPIRE", "z", "500"]), ":1\r\n");
+    assert_eq!(c.call(&["EXISTS", "s", "h", "z", "n"]), ":4\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    for key in ["s", "h", "z", "n"] {
+        assert_eq!(c.call(&["EXISTS", key]), ":0\r\n", "{key}");
+        assert_eq!(c.call(&["TYPE", key]), "+none\r\n", "{key}");
+        assert_eq!(c.call(&["TTL", key]), ":-2\r\n", "{key}");
+        assert_eq!(c.call(&["EXPIRE", key, "100"]), ":0\r\n", "{key}");
+        assert_eq!(c.call(&["PERSIST", key]), ":0\r\n", "{key}");
+    }
+    assert_eq!(c.call(&["GET", "s"]), "$-1\r\n");
+    assert_eq!(c.call(&["STRLEN", "s"]), ":0\r\n");
+    assert_eq!(c.call(&["MGET", "s", "keep"]), "*2\r\n$-1\r\n$1\r\nv\r\n");
+    assert_eq!(c.call(&["HGETALL", "h"]), "*0\r\n");
+    assert_eq!(c.call(&["HLEN", "h"]), ":0\r\n");
+    assert_eq!(c.call(&["ZCARD", "z"]), ":0\r\n");
+    assert_eq!(c.call(&["ZSCORE", "z", "a"]), "$-1\r\n");
+    assert_eq!(c.call(&["ZRANGE", "z", "0", "-1"]), "*0\r\n");
+    assert_eq!(c.call(&["KEYS", "*"]), "*1\r\n$4\r\nkeep\r\n");
+    assert_eq!(c.call(&["SCAN", "0"]), "*2\r\n$1\r\n0\r\n*1\r\n$4\r\nkeep\r\n");
+    assert_eq!(c.call(&["RANGE", "", ""]), "*2\r\n$4\r\nkeep\r\n$1\r\nv\r\n");
+    // Writers find the keys absent: counters start over, NX sets, a hash
+    // and a sorted set start empty, and DEL counts nothing.
+    assert_eq!(c.call(&["INCR", "n"]), ":1\r\n");
+    assert_eq!(c.call(&["TTL", "n"]), ":-1\r\n");
+    assert_eq!(c.call(&["SET", "s", "new", "NX"]), "+OK\r\n");
+    assert_eq!(c.call(&["HSET", "h", "g", "w"]), ":1\r\n");
+    assert_eq!(c.call(&["HGETALL", "h"]), "*2\r\n$1\r\ng\r\n$1\r\nw\r\n");
+    assert_eq!(c.call(&["ZADD", "z", "2", "b"]), ":1\r\n");
+    assert_eq!(c.call(&["ZRANGE", "z", "0", "-1"]), "*1\r\n$1\r\nb\r\n");
+    c.call(&["SET", "gone", "v", "PX", "1"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    assert_eq!(c.call(&["DEL", "gone"]), ":0\r\n");
+}
+
 #[test]
 fn a_connections_tenant_is_forgotten_when_it_closes() {
     let (addr, _dir) = start(Options::default());

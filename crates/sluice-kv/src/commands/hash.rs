@@ -4,25 +4,29 @@
 //! read-modify-write.
 
 use super::{read, run, Typed};
-use crate::keyspace::{decode_hash, encode_hash, Fields, Tag};
+use crate::keyspace::{decode_hash, encode_hash, with_deadline, Deadline, Fields, Tag};
 use crate::resp::Reply;
 use crate::server::Shared;
 
-/// The hash at `key` (empty if absent), or the reply that refuses it.
-fn fields(shared: &Shared, key: &[u8]) -> Result<Fields, Reply> {
+/// The hash at `key` (empty if absent) and its deadline, or the reply
+/// that refuses it.
+fn fields(shared: &Shared, key: &[u8]) -> Result<(Fields, Deadline), Reply> {
     match read(shared, key)? {
-        Typed::Absent => Ok(Vec::new()),
-        Typed::Found(Tag::Hash, body) => decode_hash(&body).ok_or_else(|| Reply::error("damaged hash value")),
+        Typed::Absent => Ok((Vec::new(), None)),
+        Typed::Found(Tag::Hash, body, deadline) => decode_hash(&body)
+            .map(|f| (f, deadline))
+            .ok_or_else(|| Reply::error("damaged hash value")),
         Typed::Found(..) => Err(Reply::Error(crate::keyspace::WRONGTYPE.into())),
     }
 }
 
-/// Stores `fields` at `key`, or deletes the key when none are left.
-fn store(shared: &Shared, key: &[u8], fields: &Fields) -> Result<(), Reply> {
+/// Stores `fields` at `key` with the hash's `deadline`, or deletes the
+/// key when none are left.
+fn store(shared: &Shared, key: &[u8], fields: &Fields, deadline: Deadline) -> Result<(), Reply> {
     let result = if fields.is_empty() {
         shared.db.delete(key)
     } else {
-        shared.db.put(key, &encode_hash(fields))
+        shared.db.put(key, &with_deadline(encode_hash(fields), deadline))
     };
     result.map_err(Reply::error)
 }
@@ -33,7 +37,7 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
     let key = &args[0];
     let _lock = shared.locks.lock([key.as_slice()]);
     run(|| {
-        let mut fields = fields(shared, key)?;
+        let (mut fields, deadline) = fields(shared, key)?;
         let mut added = 0;
         for fv in args[1..].chunks(2) {
             match fields.iter_mut().find(|(f, _)| *f == fv[0]) {
@@ -44,7 +48,7 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
                 }
             }
         }
-        store(shared, key, &fields)?;
+        store(shared, key, &fields, deadline)?;
         Ok(if reply_ok { Reply::ok() } else { Reply::Integer(added) })
     })
 }
@@ -54,12 +58,12 @@ pub(super) fn hdel(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     let key = &args[0];
     let _lock = shared.locks.lock([key.as_slice()]);
     run(|| {
-        let mut fields = fields(shared, key)?;
+        let (mut fields, deadline) = fields(shared, key)?;
         let before = fields.len();
         fields.retain(|(f, _)| !args[1..].contains(f));
         let removed = (before - fields.len()) as i64;
         if removed > 0 {
-            store(shared, key, &fields)?;
+            store(shared, key, &fields, deadline)?;
         }
         Ok(Reply::Integer(removed))
     })
@@ -72,7 +76,7 @@ fn value_of(fields: &Fields, field: &[u8]) -> Option<Vec<u8>> {
 /// HGET, HMGET, HGETALL, HEXISTS, HLEN: reads of one hash.
 pub(super) fn read_hash(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let fields = fields(shared, &args[0])?;
+        let (fields, _) = fields(shared, &args[0])?;
         Ok(answer(name, fields, &args[1..]))
     })
 }

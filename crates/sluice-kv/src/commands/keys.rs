@@ -4,7 +4,7 @@
 //! reserved prefix (`keyspace::RESERVED`), so a sorted set's member
 //! entries never show; a hash's fields live inside its value. Keys whose
 //! values this server did not write (no type tag) are not Redis keys and
-//! are skipped, as `RANGE` skips them.
+//! are skipped, as `RANGE` skips them, and so are expired keys.
 //!
 //! # SCAN's cursor
 //!
@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use lru::LruCache;
 
 use super::string::{not_integer, parse_i64};
-use crate::keyspace::{untag, Tag, RESERVED};
+use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::server::Shared;
 
@@ -206,9 +206,13 @@ fn user_keys(shared: &Shared, from: &[u8], count: usize) -> Result<Page, Reply> 
     let last = (entries.len() == count)
         .then(|| entries.last().map(|(k, _)| k.clone()))
         .flatten();
+    let now = now_ms();
     let keys = entries
         .into_iter()
-        .filter_map(|(k, v)| untag(&v).map(|(tag, _)| (k, tag)))
+        .filter_map(|(k, v)| match decode_value(&v) {
+            Some((tag, _, deadline)) if is_live(deadline, now) => Some((k, tag)),
+            _ => None,
+        })
         .collect();
     Ok(Page { keys, last })
 }

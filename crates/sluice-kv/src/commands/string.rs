@@ -1,6 +1,8 @@
-//! String commands that read before they write: SET with its NX, XX and
-//! GET options, GETSET, SETNX, APPEND, GETDEL, STRLEN, and the counters
-//! INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT.
+//! String commands that read before they write: SET with its options
+//! (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL), SETEX, PSETEX, GETSET,
+//! SETNX, APPEND, GETDEL, STRLEN, and the counters INCR, INCRBY, DECR,
+//! DECRBY, INCRBYFLOAT. As in Redis, a SET drops the key's expiry unless
+//! KEEPTTL, and APPEND and the counters keep it.
 //!
 //! The store has no compare-and-set, so a read-modify-write holds its
 //! key's stripe lock (`KeyLocks`) from the read to the write; every other
@@ -9,7 +11,8 @@
 //! read the same old value.
 
 use super::long_double::{self, LongDouble};
-use super::{read, run, string, write_strings, Typed};
+use super::{read, run, string, string_with_deadline, write_strings, Typed};
+use crate::keyspace::{now_ms, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::server::Shared;
 
@@ -39,20 +42,41 @@ enum ExpiryUnit {
     UnixMilliseconds,
 }
 
+/// The deadline (unix ms) an expiry of `unit` and `value` gives, checked
+/// as Redis's `getExpireMillisecondsOrReply` checks it: a positive
+/// integer that neither overflows in milliseconds nor added to now.
+fn expiry_deadline(command: &str, unit: ExpiryUnit, value: &[u8]) -> Result<u64, Reply> {
+    let time = parse_i64(value).ok_or_else(not_integer)?;
+    let invalid = || Reply::error(format!("invalid expire time in '{command}' command"));
+    if time <= 0 {
+        return Err(invalid());
+    }
+    let ms = match unit {
+        ExpiryUnit::Seconds | ExpiryUnit::UnixSeconds => time.checked_mul(1000).ok_or_else(invalid)?,
+        ExpiryUnit::Milliseconds | ExpiryUnit::UnixMilliseconds => time,
+    };
+    let at = match unit {
+        ExpiryUnit::Seconds | ExpiryUnit::Milliseconds => ms.checked_add(now_ms() as i64).ok_or_else(invalid)?,
+        ExpiryUnit::UnixSeconds | ExpiryUnit::UnixMilliseconds => ms,
+    };
+    Ok(at as u64)
+}
+
 #[derive(Default)]
-struct SetOptions<'a> {
+struct SetOptions {
     nx: bool,
     xx: bool,
     get: bool,
     keep_ttl: bool,
-    expiry: Option<(ExpiryUnit, &'a [u8])>,
+    deadline: Deadline,
 }
 
 /// SET's options as Redis parses them: NX and XX exclude each other,
 /// KEEPTTL excludes every expiry, and an expiry excludes the others but
 /// may be repeated (the last one counts); anything else is a syntax error.
-fn parse_set_options(args: &[Vec<u8>]) -> Result<SetOptions<'_>, Reply> {
+fn parse_set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
+    let mut expiry: Option<(ExpiryUnit, &[u8])> = None;
     let mut i = 0;
     while i < args.len() {
         let opt = args[i].to_ascii_lowercase();
@@ -68,54 +92,74 @@ fn parse_set_options(args: &[Vec<u8>]) -> Result<SetOptions<'_>, Reply> {
             (b"nx", ..) if !o.xx => o.nx = true,
             (b"xx", ..) if !o.nx => o.xx = true,
             (b"get", ..) => o.get = true,
-            (b"keepttl", ..) if o.expiry.is_none() => o.keep_ttl = true,
-            (_, Some(unit), Some(value)) if !o.keep_ttl && o.expiry.is_none_or(|(u, _)| u == unit) => {
-                o.expiry = Some((unit, value));
+            (b"keepttl", ..) if expiry.is_none() => o.keep_ttl = true,
+            (_, Some(unit), Some(value)) if !o.keep_ttl && expiry.is_none_or(|(u, _)| u == unit) => {
+                expiry = Some((unit, value));
                 i += 1;
             }
             _ => return Err(Reply::error("syntax error")),
         }
         i += 1;
     }
-    if let Some((unit, value)) = o.expiry {
-        let time = parse_i64(value).ok_or_else(not_integer)?;
-        let seconds = matches!(unit, ExpiryUnit::Seconds | ExpiryUnit::UnixSeconds);
-        if time <= 0 || (seconds && time > i64::MAX / 1000) {
-            return Err(Reply::error("invalid expire time in 'set' command"));
-        }
+    if let Some((unit, value)) = expiry {
+        o.deadline = Some(expiry_deadline("set", unit, value)?);
     }
     Ok(o)
 }
 
-/// `SET key value [NX|XX] [GET] [KEEPTTL]`: OK, or nil when NX or XX
-/// stops it; with GET, the old value (nil if none) whether or not it set,
-/// and WRONGTYPE (nothing set) if the key holds no string. Keys do not
-/// expire here, so KEEPTTL changes nothing, and a SET that asks for an
-/// expiry is refused after its arguments are checked as Redis checks
-/// them, rather than stored forever.
+/// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`: OK,
+/// or nil when NX or XX stops it; with GET, the old value (nil if none)
+/// whether or not it set, and WRONGTYPE (nothing set) if the key holds no
+/// string.
 pub(super) fn set(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let o = parse_set_options(&args[2..])?;
-        if o.expiry.is_some() {
-            return Err(Reply::error(
-                "SET with EX, PX, EXAT or PXAT is not supported: keys do not expire in sluice serve",
-            ));
-        }
-        let key = &args[0];
-        let _lock = shared.locks.lock([key.as_slice()]);
-        let old = if o.get { string(shared, key)? } else { None };
-        let found = !matches!(read(shared, key)?, Typed::Absent);
-        let done = |set: bool| match (o.get, set) {
-            (true, _) => Reply::Bulk(old.clone()),
-            (false, true) => Reply::ok(),
-            (false, false) => Reply::Bulk(None),
-        };
-        if (o.nx && found) || (o.xx && !found) {
-            return Ok(done(false));
-        }
-        write_strings(shared, &args[..2])?;
-        Ok(done(true))
+        store(shared, &args[0], &args[1], &o)
     })
+}
+
+/// `SETEX key seconds value`, `PSETEX key milliseconds value`.
+pub(super) fn setex(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let unit = if name == "setex" {
+            ExpiryUnit::Seconds
+        } else {
+            ExpiryUnit::Milliseconds
+        };
+        let o = SetOptions {
+            deadline: Some(expiry_deadline(name, unit, &args[1])?),
+            ..SetOptions::default()
+        };
+        store(shared, &args[0], &args[2], &o)
+    })
+}
+
+/// SET's write, under the key's stripe: GET's old value is read in the
+/// same hold as the write, and KEEPTTL keeps the deadline of whatever the
+/// key held, of any type, as Redis does.
+fn store(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Reply, Reply> {
+    let _lock = shared.locks.lock([key]);
+    let current = read(shared, key)?;
+    let old = match (&current, o.get) {
+        (Typed::Found(Tag::String, body, _), true) => Some(body.clone()),
+        (Typed::Found(..), true) => return Err(Reply::Error(WRONGTYPE.into())),
+        _ => None,
+    };
+    let (found, deadline) = match current {
+        Typed::Absent => (false, o.deadline),
+        Typed::Found(_, _, kept) if o.keep_ttl => (true, kept),
+        Typed::Found(..) => (true, o.deadline),
+    };
+    let done = |set: bool| match (o.get, set) {
+        (true, _) => Reply::Bulk(old.clone()),
+        (false, true) => Reply::ok(),
+        (false, false) => Reply::Bulk(None),
+    };
+    if (o.nx && found) || (o.xx && !found) {
+        return Ok(done(false));
+    }
+    write_strings(shared, &[key.to_vec(), value.to_vec()], deadline)?;
+    Ok(done(true))
 }
 
 /// `GETSET key value`: SET with GET.
@@ -142,10 +186,10 @@ pub(super) fn append(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
         let _lock = shared.locks.lock([key.as_slice()]);
-        let mut value = string(shared, key)?.unwrap_or_default();
+        let (mut value, deadline) = string_with_deadline(shared, key)?.unwrap_or_default();
         value.extend_from_slice(&args[1]);
         let len = value.len() as i64;
-        write_strings(shared, &[key.clone(), value])?;
+        write_strings(shared, &[key.clone(), value], deadline)?;
         Ok(Reply::Integer(len))
     })
 }
@@ -183,14 +227,14 @@ pub(super) fn incr_by(shared: &Shared, key: &[u8], by: Result<i64, Reply>) -> Re
     run(|| {
         let by = by?;
         let _lock = shared.locks.lock([key]);
-        let current = match string(shared, key)? {
-            None => 0,
-            Some(v) => parse_i64(&v).ok_or_else(not_integer)?,
+        let (current, deadline) = match string_with_deadline(shared, key)? {
+            None => (0, None),
+            Some((v, deadline)) => (parse_i64(&v).ok_or_else(not_integer)?, deadline),
         };
         let next = current
             .checked_add(by)
             .ok_or_else(|| Reply::error("increment or decrement would overflow"))?;
-        write_strings(shared, &[key.to_vec(), next.to_string().into_bytes()])?;
+        write_strings(shared, &[key.to_vec(), next.to_string().into_bytes()], deadline)?;
         Ok(Reply::Integer(next))
     })
 }
@@ -202,18 +246,18 @@ pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         let key = &args[0];
         let _lock = shared.locks.lock([key.as_slice()]);
         let not_float = || Reply::error("value is not a valid float");
-        let current = match string(shared, key)? {
-            None => long_double::parse(b"0"),
-            Some(v) => long_double::parse(&v),
-        }
-        .ok_or_else(not_float)?;
+        let (current, deadline) = match string_with_deadline(shared, key)? {
+            None => (long_double::parse(b"0"), None),
+            Some((v, deadline)) => (long_double::parse(&v), deadline),
+        };
+        let current = current.ok_or_else(not_float)?;
         let by = long_double::parse(&args[1]).ok_or_else(not_float)?;
         let next = current
             .add(by)
             .filter(|v: &LongDouble| v.is_finite())
             .ok_or_else(|| Reply::error("increment would produce NaN or Infinity"))?;
         let text = next.to_human().into_bytes();
-        write_strings(shared, &[key.clone(), text.clone()])?;
+        write_strings(shared, &[key.clone(), text.clone()], deadline)?;
         Ok(Reply::Bulk(Some(text)))
     })
 }
@@ -245,7 +289,7 @@ mod tests {
 
     fn options(args: &[&str]) -> Result<(bool, bool, bool, bool), Reply> {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-        parse_set_options(&args).map(|o| (o.nx, o.xx, o.get, o.expiry.is_some()))
+        parse_set_options(&args).map(|o| (o.nx, o.xx, o.get, o.deadline.is_some()))
     }
 
     #[test]

@@ -10,20 +10,26 @@ use std::collections::hash_map::{Entry, HashMap};
 
 use super::string::{not_integer, parse_i64};
 use super::{read, run, Typed};
-use crate::keyspace::{Tag, ZsetMeta, WRONGTYPE};
+use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta, WRONGTYPE};
 use crate::resp::Reply;
 use crate::server::Shared;
 use crate::WriteBatch;
 
-/// The header of the set at `key`, `None` if absent, or the refusal.
-fn meta(shared: &Shared, key: &[u8]) -> Result<Option<ZsetMeta>, Reply> {
+/// The header of the set at `key` and its deadline, `None` if absent, or
+/// the refusal.
+fn meta_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(ZsetMeta, Deadline)>, Reply> {
     match read(shared, key)? {
         Typed::Absent => Ok(None),
-        Typed::Found(Tag::Zset, body) => ZsetMeta::decode(&body)
-            .map(Some)
+        Typed::Found(Tag::Zset, body, deadline) => ZsetMeta::decode(&body)
+            .map(|m| Some((m, deadline)))
             .ok_or_else(|| Reply::error("damaged sorted set header")),
         Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
     }
+}
+
+/// The header of the set at `key`, `None` if absent, or the refusal.
+fn meta(shared: &Shared, key: &[u8]) -> Result<Option<ZsetMeta>, Reply> {
+    Ok(meta_with_deadline(shared, key)?.map(|(m, _)| m))
 }
 
 fn score_of(shared: &Shared, meta: &ZsetMeta, member: &[u8]) -> Result<Option<f64>, Reply> {
@@ -146,7 +152,8 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         let key = &args[0];
         let (f, pairs) = parse_zadd(&args[1..])?;
         let _lock = shared.locks.lock([key.as_slice()]);
-        let Some(mut meta) = meta(shared, key)?.or_else(|| (!f.xx).then(ZsetMeta::fresh)) else {
+        let existing = meta_with_deadline(shared, key)?;
+        let Some((mut meta, deadline)) = existing.or_else(|| (!f.xx).then(|| (ZsetMeta::fresh(), None))) else {
             return Ok(if f.incr { Reply::Bulk(None) } else { Reply::Integer(0) });
         };
         // Each member's score in the store and as this command leaves it.
@@ -198,7 +205,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             batch.put(meta.score_key(now, member), Vec::new());
         }
         if !batch.is_empty() {
-            batch.put(key.clone(), meta.encode());
+            batch.put(key.clone(), with_deadline(meta.encode(), deadline));
             shared.db.write(batch).map_err(Reply::error)?;
         }
         Ok(match (f.incr, f.ch) {
@@ -215,7 +222,7 @@ pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
         let _lock = shared.locks.lock([key.as_slice()]);
-        let Some(mut meta) = meta(shared, key)? else {
+        let Some((mut meta, deadline)) = meta_with_deadline(shared, key)? else {
             return Ok(Reply::Integer(0));
         };
         let mut batch = WriteBatch::new();
@@ -234,7 +241,7 @@ pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         if meta.card == 0 {
             batch.delete(key.clone());
         } else {
-            batch.put(key.clone(), meta.encode());
+            batch.put(key.clone(), with_deadline(meta.encode(), deadline));
         }
         shared.db.write(batch).map_err(Reply::error)?;
         Ok(Reply::Integer(removed as i64))
