@@ -14,11 +14,15 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
 #[derive(Args)]
 #[command(
     long_about = "Serve a sluice-kv store over RESP2 and RESP3 (after HELLO 3), the Redis protocol.\n\n\
-    Commands: GET, SET, DEL, EXISTS, MGET, MSET, TYPE; HSET, HMSET, HGET, HMGET, HGETALL, \
-    HDEL, HEXISTS, HLEN; ZADD, ZREM, ZCARD, ZSCORE, ZRANGEBYSCORE (WITHSCORES, LIMIT) - what \
-    YCSB's Redis client sends; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; SLUICE.WITH (a request context); and RANGE start end \
-    [count] (string keys start <= key < end; an empty end is unbounded). Keys may not start \
-    with byte 0xff (reserved). \
+    Commands: GET, SET (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL), SETEX, PSETEX, GETSET, \
+    SETNX, STRLEN, APPEND, GETDEL, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, DEL, EXISTS, MGET, \
+    MSET, TYPE; HSET, HMSET, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN; ZADD (NX, XX, GT, LT, \
+    CH, INCR), ZREM, ZCARD, ZSCORE, ZRANK, ZREVRANK, ZRANGE (BYSCORE, BYLEX, REV, LIMIT, \
+    WITHSCORES), ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX; \
+    KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
+    EXPIRETIME, PEXPIRETIME, PERSIST; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; \
+    SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
+    < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush and compaction run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
