@@ -103,7 +103,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "zcard" => arity(rest.len() == 1, &|| zset::read_zset(shared, &name, rest)),
         "zscore" | "zrank" | "zrevrank" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
         "zrange" | "zrevrange" | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
-            arity(rest.len() >= 3, &|| zset::zrange(shared, &name, rest))
+            arity(rest.len() >= 3, &|| zset::zrange(shared, &name, rest, session.resp3))
         }
         "ping" => match rest {
             [] => Reply::Simple("PONG".into()),

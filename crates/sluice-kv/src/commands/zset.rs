@@ -4,7 +4,7 @@
 //! commands it subsumes. Members are store entries of their own (see
 //! `keyspace`); a write holds the set's stripe lock and commits its
 //! entries and the set's header in one batch. Scores are replied as
-//! text in RESP3 too (Redis replies doubles there).
+//! text in RESP3 too, where Redis replies doubles: `Reply` has no double.
 
 use std::collections::hash_map::{Entry, HashMap};
 
@@ -427,10 +427,12 @@ fn parse_range_options(spec: &RangeSpec, args: &[Vec<u8>]) -> Result<RangeOption
 /// `ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
 /// [WITHSCORES]` and the older commands it subsumes (ZREVRANGE,
 /// ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, with
-/// `name` fixing what it says). The store scans forward only, so
+/// `name` fixing what it says). WITHSCORES replies a flat member, score
+/// list in RESP2 and member-score pairs in RESP3, as Redis does. The
+/// store scans forward only, so
 /// a reversed range reads its part of the index forward and turns it
 /// around; a range by rank reads the index up to its last rank.
-pub(super) fn zrange(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
+pub(super) fn zrange(shared: &Shared, name: &str, args: &[Vec<u8>], resp3: bool) -> Reply {
     run(|| {
         let o = parse_range_options(&RangeSpec::of(name), &args[3..])?;
         // Reversed score and lex ranges are given as max, min.
@@ -453,9 +455,11 @@ pub(super) fn zrange(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
         let entries = select(shared, &meta, &o, bounds)?;
         let mut out = Vec::with_capacity(entries.len() * (1 + usize::from(o.with_scores)));
         for (score, member) in entries {
-            out.push(Reply::Bulk(Some(member)));
-            if o.with_scores {
-                out.push(Reply::Bulk(Some(format_score(score))));
+            let (member, score) = (Reply::Bulk(Some(member)), Reply::Bulk(Some(format_score(score))));
+            match (o.with_scores, resp3) {
+                (false, _) => out.push(member),
+                (true, false) => out.extend([member, score]),
+                (true, true) => out.push(Reply::Array(vec![member, score])),
             }
         }
         Ok(Reply::Array(out))
