@@ -21,7 +21,7 @@
 //! | the RESP protocol (its own crate, `sluice-resp`, shared with the router and the bench drivers) | `resp` |
 //! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
 //! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
-//! | strings, hashes and sorted sets over flat keys | `keyspace.rs` |
+//! | strings, hashes, sorted sets and their deadlines over flat keys | `keyspace.rs` |
 //!
 //! The YCSB drivers are in `sluice-bench`; `sluice demo` runs them on this
 //! store.

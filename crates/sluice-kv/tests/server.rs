@@ -475,6 +475,17 @@ fn zadd_flags_and_zrange_answer_as_redis_does() {
     );
 }
 
+/// A server, and its store for a test to look into.
+fn start_with_db() -> (SocketAddr, Arc<Db>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
+    let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    (addr, db, dir)
+}
+
 /// The keys of a SCAN reply: its cursor and its keys.
 fn scan_page(reply: &str) -> (String, Vec<String>) {
     let lines: Vec<&str> = reply.split("\r\n").collect();
@@ -489,12 +500,7 @@ fn scan_page(reply: &str) -> (String, Vec<String>) {
 /// writes, deletes, flushes and compactions between its calls.
 #[test]
 fn keys_and_scan_list_user_keys_only_across_compactions() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
-    let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();
-    let addr = server.local_addr().unwrap();
-    std::thread::spawn(move || server.run());
+    let (addr, db, _dir) = start_with_db();
     let mut c = Client::connect(addr);
     let mut expected = std::collections::BTreeSet::new();
     for i in 0..40 {
@@ -687,6 +693,22 @@ fn expired_keys_are_invisible_on_every_read_path() {
     c.call(&["SET", "gone", "v", "PX", "1"]);
     std::thread::sleep(std::time::Duration::from_millis(10));
     assert_eq!(c.call(&["DEL", "gone"]), ":0\r\n");
+}
+
+/// DEL of an expired sorted set counts nothing but takes its member
+/// entries out of the store, as DEL of a live one does.
+#[test]
+fn deleting_an_expired_sorted_set_frees_its_entries() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["ZADD", "z", "1", "a", "2", "b"]), ":2\r\n");
+    let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
+    assert_eq!(internal(), 4, "two entries per member");
+    assert_eq!(c.call(&["PEXPIRE", "z", "1"]), ":1\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    assert_eq!(c.call(&["DEL", "z"]), ":0\r\n");
+    assert_eq!(internal(), 0);
+    assert_eq!(db.get(b"z").unwrap(), None);
 }
 
 #[test]
