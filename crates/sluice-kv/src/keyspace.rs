@@ -219,9 +219,13 @@ impl ZsetMeta {
         Some((unsortable(bits), rest[8..].to_vec()))
     }
 
-    /// One past every key of this set's `kind` of entries.
+    /// One past every key of this set's `kind` of entries, and before
+    /// those of any set of a later version.
     pub fn end_of(&self, kind: u8) -> Vec<u8> {
-        self.prefix(kind + 1)
+        match self.version.checked_add(1) {
+            Some(next) => ZsetMeta { version: next, card: 0 }.prefix(kind),
+            None => vec![RESERVED, b'z', kind + 1],
+        }
     }
 
     pub fn prefix(&self, kind: u8) -> Vec<u8> {
@@ -306,6 +310,17 @@ mod tests {
         assert!(k.as_slice() >= m.prefix(b's').as_slice() && k.as_slice() < m.end_of(b's').as_slice());
         let other = ZsetMeta { version: 8, card: 0 };
         assert_eq!(other.parse_score_key(&k), None);
+        for kind in [b'm', b's'] {
+            assert!(
+                other.prefix(kind).as_slice() >= m.end_of(kind).as_slice(),
+                "a later set's entries lie past this set's end"
+            );
+        }
+        let last = ZsetMeta {
+            version: u64::MAX,
+            card: 0,
+        };
+        assert!(last.end_of(b'm').as_slice() > last.member_key(b"\xff\xff").as_slice());
         assert_eq!(ZsetMeta::decode(&m.encode()[1..]), Some(m));
         assert!(ZsetMeta::fresh().version < ZsetMeta::fresh().version);
         assert!(

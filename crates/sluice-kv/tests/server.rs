@@ -695,6 +695,28 @@ fn expired_keys_are_invisible_on_every_read_path() {
     assert_eq!(c.call(&["DEL", "gone"]), ":0\r\n");
 }
 
+/// Deleting a sorted set takes its own entries only: a set created after
+/// it (a later version) keeps its members, whichever way the first goes.
+#[test]
+fn deleting_a_sorted_set_leaves_later_sets_alone() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    for (old, new) in [("o1", "n1"), ("o2", "n2"), ("o3", "n3")] {
+        c.call(&["ZADD", old, "1", "a"]);
+        c.call(&["ZADD", new, "1", "b", "2", "c"]);
+    }
+    assert_eq!(c.call(&["DEL", "o1"]), ":1\r\n");
+    assert_eq!(c.call(&["ZREM", "o2", "a"]), ":1\r\n");
+    assert_eq!(c.call(&["EXPIRE", "o3", "0"]), ":1\r\n");
+    for new in ["n1", "n2", "n3"] {
+        assert_eq!(
+            c.call(&["ZRANGE", new, "0", "-1"]),
+            "*2\r\n$1\r\nb\r\n$1\r\nc\r\n",
+            "{new}"
+        );
+    }
+}
+
 /// DEL of an expired sorted set counts nothing but takes its member
 /// entries out of the store, as DEL of a live one does.
 #[test]
