@@ -99,6 +99,12 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "hmget" => arity(rest.len() >= 2, &|| hash::read_hash(shared, &name, rest)),
         "hgetall" | "hlen" => arity(rest.len() == 1, &|| hash::read_hash(shared, &name, rest)),
         "zadd" => arity(rest.len() >= 3, &|| zset::zadd(shared, rest)),
+        "zincrby" => arity(rest.len() == 3, &|| {
+            zset::zadd(
+                shared,
+                &[rest[0].clone(), b"INCR".to_vec(), rest[1].clone(), rest[2].clone()],
+            )
+        }),
         "zrem" => arity(rest.len() >= 2, &|| zset::zrem(shared, rest)),
         "zcard" => arity(rest.len() == 1, &|| zset::read_zset(shared, &name, rest)),
         "zscore" | "zrank" | "zrevrank" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
@@ -220,13 +226,17 @@ pub(super) fn delete_value(
     Ok(())
 }
 
-/// `DEL key [key ...]`: the number of live keys deleted. An expired value
-/// is deleted too, its space back, but not counted, as in Redis.
+/// `DEL key [key ...]`: the number of live keys deleted, a key named
+/// twice counted once. An expired value is deleted too, its space back,
+/// but not counted, as in Redis.
 fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
     run(|| {
         let _locks = shared.locks.lock(keys.iter().map(Vec::as_slice));
         let mut batch = WriteBatch::new();
         let (mut existing, now) = (0, now_ms());
+        let mut keys: Vec<&Vec<u8>> = keys.iter().collect();
+        keys.sort();
+        keys.dedup();
         for k in keys {
             let Some((tag, body, deadline)) = read_stored(shared, k)? else {
                 continue;

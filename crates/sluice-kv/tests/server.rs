@@ -92,6 +92,7 @@ fn commands_answer_as_redis_does() {
     );
     assert_eq!(c.call(&["RANGE", "a", "c", "1"]), "*2\r\n$1\r\na\r\n$1\r\n1\r\n");
     assert_eq!(c.call(&["DEL", "a", "x"]), ":1\r\n");
+    assert_eq!(c.call(&["DEL", "b", "b"]), ":1\r\n", "a key named twice counts once");
     assert_eq!(c.call(&["GET", "a"]), "$-1\r\n");
     assert_eq!(c.call(&["GET"]), "-ERR wrong number of arguments for 'get' command\r\n");
     assert_eq!(c.call(&["NOPE"]), "-ERR unknown command 'nope'\r\n");
@@ -403,6 +404,12 @@ fn zadd_flags_and_zrange_answer_as_redis_does() {
     assert_eq!(c.call(&["ZADD", "z", "INCR", "5", "a"]), "$1\r\n6\r\n");
     assert_eq!(c.call(&["ZADD", "z", "NX", "INCR", "5", "a"]), "$-1\r\n");
     assert_eq!(c.call(&["ZADD", "z", "XX", "INCR", "5", "nope"]), "$-1\r\n");
+    assert_eq!(c.call(&["ZINCRBY", "z", "-1.5", "g"]), "$3\r\n0.5\r\n");
+    assert_eq!(c.call(&["ZINCRBY", "z", "1.5", "g"]), "$1\r\n2\r\n");
+    assert_eq!(
+        c.call(&["ZINCRBY", "z", "x", "g"]),
+        "-ERR value is not a valid float\r\n"
+    );
     assert_eq!(c.call(&["ZADD", "z", "INCR", "inf", "a"]), "$3\r\ninf\r\n");
     assert_eq!(
         c.call(&["ZADD", "z", "INCR", "-inf", "a"]),

@@ -1,7 +1,7 @@
-//! Sorted-set commands: ZADD (with NX, XX, GT, LT, CH, INCR), ZREM,
-//! ZCARD, ZSCORE, ZRANK, ZREVRANK, and ZRANGE in its Redis 6.2 form (by
-//! rank, BYSCORE or BYLEX, REV, LIMIT, WITHSCORES) with the older range
-//! commands it subsumes. Members are store entries of their own (see
+//! Sorted-set commands: ZADD (with NX, XX, GT, LT, CH, INCR), ZINCRBY
+//! (ZADD's INCR, as in Redis), ZREM, ZCARD, ZSCORE, ZRANK, ZREVRANK, and
+//! ZRANGE in its Redis 6.2 form (by rank, BYSCORE or BYLEX, REV, LIMIT,
+//! WITHSCORES) with the older range commands it subsumes. Members are store entries of their own (see
 //! `keyspace`); a write holds the set's stripe lock and commits its
 //! entries and the set's header in one batch. Scores are replied as
 //! text in RESP3 too, where Redis replies doubles: `Reply` has no double.
