@@ -6,6 +6,7 @@
 //! entries and the set's header in one batch. Scores are replied as
 //! text in RESP3 too, where Redis replies doubles: `Reply` has no double.
 
+use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, HashMap};
 
 use super::string::{not_integer, parse_i64};
@@ -321,6 +322,22 @@ fn parse_lex(arg: &[u8]) -> Result<LexBound, Reply> {
 }
 
 impl LexBound {
+    fn exclusive(&self) -> bool {
+        !matches!(self, LexBound::Inclusive(_))
+    }
+
+    /// Compares the bounds' strings as Redis's `sdscmplex`: `-` is below
+    /// and `+` above every string.
+    fn cmp_value(&self, other: &LexBound) -> Ordering {
+        use LexBound::{Exclusive, Highest, Inclusive, Lowest};
+        match (self, other) {
+            (Lowest, Lowest) | (Highest, Highest) => Ordering::Equal,
+            (Lowest, _) | (_, Highest) => Ordering::Less,
+            (Highest, _) | (_, Lowest) => Ordering::Greater,
+            (Inclusive(a) | Exclusive(a), Inclusive(b) | Exclusive(b)) => a.cmp(b),
+        }
+    }
+
     fn at_least(&self, member: &[u8]) -> bool {
         match self {
             LexBound::Lowest => true,
@@ -485,7 +502,7 @@ fn index(shared: &Shared, meta: &ZsetMeta, from: &[u8], to: &[u8], limit: usize)
 fn select(shared: &Shared, meta: &ZsetMeta, o: &RangeOptions, bounds: Bounds) -> Result<Entries, Reply> {
     let card = meta.card as i64;
     let (first, end) = (meta.prefix(b's'), meta.end_of(b's'));
-    let mut entries = match bounds {
+    let ((min, min_excl), (max, max_excl)) = match bounds {
         Bounds::Rank(start, stop) => {
             let start = if start < 0 { (card + start).max(0) } else { start };
             let stop = if stop < 0 { card + stop } else { stop.min(card - 1) };
@@ -505,30 +522,27 @@ fn select(shared: &Shared, meta: &ZsetMeta, o: &RangeOptions, bounds: Bounds) ->
             }
             return Ok(entries);
         }
-        Bounds::Score((min, min_excl), (max, max_excl)) => {
-            if min > max || (min == max && (min_excl || max_excl)) {
-                return Ok(Vec::new());
-            }
-            let to = meta.score_bound(max, !max_excl);
-            let limit = match (o.rev, usize::try_from(o.count), usize::try_from(o.offset)) {
-                (false, Ok(count), Ok(offset)) => offset.saturating_add(count),
-                _ => usize::MAX,
-            };
-            index(shared, meta, &meta.score_bound(min, min_excl), &to, limit)?
-        }
+        // An offset past the end or below 0 selects nothing, as in Redis.
+        _ if o.offset < 0 || (o.offset > 0 && o.offset >= card) => return Ok(Vec::new()),
         Bounds::Lex(min, max) => {
             let all = index(shared, meta, &first, &end, usize::MAX)?;
-            lex_range(all, &min, &max, o.rev)
+            return Ok(lex_range(all, &min, &max, o));
         }
+        Bounds::Score(min, max) => (min, max),
     };
-    if o.rev && matches!(o.by, By::Score) {
-        entries.reverse();
-    }
-    // An offset past the end or below 0 selects nothing; a negative count
-    // is no limit, as in Redis.
-    if o.offset < 0 || (o.offset > 0 && o.offset >= card) {
+    if min > max || (min == max && (min_excl || max_excl)) {
         return Ok(Vec::new());
     }
+    let to = meta.score_bound(max, !max_excl);
+    let limit = match (o.rev, usize::try_from(o.count)) {
+        (false, Ok(count)) => (o.offset as usize).saturating_add(count),
+        _ => usize::MAX,
+    };
+    let mut entries = index(shared, meta, &meta.score_bound(min, min_excl), &to, limit)?;
+    if o.rev {
+        entries.reverse();
+    }
+    // A negative count is no limit, as in Redis.
     entries.drain(..(o.offset as usize).min(entries.len()));
     if let Ok(count) = usize::try_from(o.count) {
         entries.truncate(count);
@@ -536,24 +550,44 @@ fn select(shared: &Shared, meta: &ZsetMeta, o: &RangeOptions, bounds: Bounds) ->
     Ok(entries)
 }
 
-/// A lex range as Redis walks it in a small set: forward, from the first
-/// member at or above `min` while members stay at or below `max`;
-/// reversed, from the last member at or below `max` while members stay at
-/// or above `min`. On a set whose scores are all equal (what BYLEX is
-/// for) that is every member in the range, in order.
-fn lex_range(all: Entries, min: &LexBound, max: &LexBound, rev: bool) -> Entries {
-    if rev {
-        all.into_iter()
-            .rev()
-            .skip_while(|(_, m)| !max.at_most(m))
-            .take_while(|(_, m)| min.at_least(m))
-            .collect()
-    } else {
-        all.into_iter()
-            .skip_while(|(_, m)| !min.at_least(m))
-            .take_while(|(_, m)| max.at_most(m))
-            .collect()
+/// A lex range as Redis walks it in a small set (ordered by score, then
+/// member): nothing if the range is empty, the last member is below `min`
+/// or the first above `max`; otherwise from the first member at or above
+/// `min` (reversed: the last at or below `max`), if that one is inside the
+/// range, it skips `offset` members whatever they are, then takes members
+/// while they stay inside the range. On a set whose scores are all equal
+/// (what BYLEX is for) that is every member in the range, in order.
+fn lex_range(mut all: Entries, min: &LexBound, max: &LexBound, o: &RangeOptions) -> Entries {
+    let empty_range = match min.cmp_value(max) {
+        Ordering::Greater => true,
+        Ordering::Equal => min.exclusive() || max.exclusive(),
+        Ordering::Less => false,
+    };
+    let (Some((_, lowest)), Some((_, highest))) = (all.first(), all.last()) else {
+        return Vec::new();
+    };
+    if empty_range || !min.at_least(highest) || !max.at_most(lowest) {
+        return Vec::new();
     }
+    if o.rev {
+        all.reverse();
+    }
+    // Where the walk starts, and what keeps it going.
+    let starts = |m: &[u8]| if o.rev { max.at_most(m) } else { min.at_least(m) };
+    let inside = |m: &[u8]| if o.rev { min.at_least(m) } else { max.at_most(m) };
+    let Some(start) = all.iter().position(|(_, m)| starts(m)) else {
+        return Vec::new();
+    };
+    if !inside(&all[start].1) {
+        return Vec::new();
+    }
+    let count = usize::try_from(o.count).unwrap_or(usize::MAX);
+    all.into_iter()
+        .skip(start)
+        .skip(o.offset as usize)
+        .take_while(|(_, m)| inside(m))
+        .take(count)
+        .collect()
 }
 
 /// Deletes every member entry of the set at `key` (for DEL), into `batch`.
@@ -644,21 +678,32 @@ mod tests {
     #[test]
     fn lex_ranges_walk_as_a_small_redis_set_does() {
         let set = |members: &[&str]| -> Entries { members.iter().map(|m| (0.0, m.as_bytes().to_vec())).collect() };
-        let names = |e: Entries| -> Vec<String> { e.into_iter().map(|(_, m)| String::from_utf8(m).unwrap()).collect() };
-        let (min, max) = (parse_lex(b"[b").unwrap(), parse_lex(b"(d").unwrap());
-        assert_eq!(
-            names(lex_range(set(&["a", "b", "c", "d"]), &min, &max, false)),
-            ["b", "c"]
-        );
-        assert_eq!(
-            names(lex_range(set(&["a", "b", "c", "d"]), &min, &max, true)),
-            ["c", "b"]
-        );
-        // Out of lex order (scores differ), the walk stops where Redis's does.
-        assert_eq!(
-            names(lex_range(set(&["b", "a", "d", "c"]), &min, &max, false)),
-            ["b", "a"]
-        );
-        assert!(parse_lex(b"b").is_err());
+        let walk = |members: &[&str], min: &str, max: &str, rev: bool, offset: i64, count: i64| -> Vec<String> {
+            let o = RangeOptions {
+                by: By::Lex,
+                rev,
+                with_scores: false,
+                offset,
+                count,
+            };
+            let (min, max) = (parse_lex(min.as_bytes()).unwrap(), parse_lex(max.as_bytes()).unwrap());
+            lex_range(set(members), &min, &max, &o)
+                .into_iter()
+                .map(|(_, m)| String::from_utf8(m).unwrap())
+                .collect()
+        };
+        let abcd = ["a", "b", "c", "d"];
+        assert_eq!(walk(&abcd, "[b", "(d", false, 0, -1), ["b", "c"]);
+        assert_eq!(walk(&abcd, "[b", "(d", true, 0, -1), ["c", "b"]);
+        assert_eq!(walk(&abcd, "-", "+", false, 1, 2), ["b", "c"]);
+        assert!(walk(&abcd, "(b", "(b", false, 0, -1).is_empty(), "an empty range");
+        assert!(walk(&abcd, "+", "+", false, 0, -1).is_empty());
+        // Out of lex order (scores differ), the walk is Redis's: it stops
+        // at the first member past the range, is empty if the last member
+        // is below min, and skips the offset without looking.
+        assert_eq!(walk(&["b", "a", "d", "c"], "[b", "(d", false, 0, -1), ["b", "a"]);
+        assert!(walk(&["b", ""], "(a", "(m3", false, 0, -1).is_empty());
+        assert_eq!(walk(&["b", "z", "c"], "[b", "[c", false, 2, -1), ["c"]);
+        assert!(parse_lex(b"b").is_err() && parse_lex(b"+x").is_err());
     }
 }
