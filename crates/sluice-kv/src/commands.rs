@@ -3,12 +3,12 @@
 //! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, STRLEN,
 //! APPEND, GETDEL and the counters in `commands/string.rs`), hashes
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
-//! (`commands/keys.rs`), expiry (`commands/expire.rs`), PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3),
-//! SELECT 0, QUIT, and what redis-benchmark and redis-cli ask on
-//! connecting (CONFIG GET, COMMAND: answered with empty lists).
-//! `RANGE start end [count]` scans string keys `start <= key < end` (an
-//! empty `end` is unbounded) and replies with a flat key, value list. How
-//! the types sit in the store: `keyspace.rs`.
+//! (`commands/keys.rs`), expiry (`commands/expire.rs`), PING, ECHO, INFO,
+//! AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and what redis-benchmark
+//! and redis-cli ask on connecting (CONFIG GET, COMMAND: answered with
+//! empty lists). `RANGE start end [count]` scans string keys
+//! `start <= key < end` (an empty `end` is unbounded) and replies with a
+//! flat key, value list. How the types sit in the store: `keyspace.rs`.
 
 mod expire;
 mod hash;
