@@ -136,10 +136,16 @@ pub(super) fn setex(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
 
 /// SET's write, under the key's stripe: GET's old value is read in the
 /// same hold as the write, and KEEPTTL keeps the deadline of whatever the
-/// key held, of any type, as Redis does.
+/// key held, of any type, as Redis does. A SET without NX, XX, GET or
+/// KEEPTTL does not read the key: the plain SET that redis-benchmark and
+/// YCSB send stays one write.
 fn store(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Reply, Reply> {
     let _lock = shared.locks.lock([key]);
-    let current = read(shared, key)?;
+    let current = if o.nx || o.xx || o.get || o.keep_ttl {
+        read(shared, key)?
+    } else {
+        Typed::Absent
+    };
     let old = match (&current, o.get) {
         (Typed::Found(Tag::String, body, _), true) => Some(body.clone()),
         (Typed::Found(..), true) => return Err(Reply::Error(WRONGTYPE.into())),
