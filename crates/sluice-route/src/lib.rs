@@ -18,7 +18,7 @@
 //! | the command table: where each command goes | `command.rs` |
 //! | configuration (TOML) | `config.rs` |
 //! | splitting, request context, merging, MOVED/ASK | `router.rs` |
-//! | a shard: its pool, gate and statistics | `shard.rs`, `gate.rs` |
+//! | a shard: its connections (a pool, or one pipeline to Redis), gate and statistics | `shard.rs`, `pipeline.rs`, `gate.rs` |
 //! | a client's connection | `client.rs` |
 //! | what is measured; the admin port | `stats.rs`, `admin.rs` |
 //!
@@ -44,6 +44,7 @@ pub mod client;
 pub mod command;
 pub mod config;
 pub mod gate;
+mod pipeline;
 pub mod router;
 pub mod shard;
 pub mod slot;

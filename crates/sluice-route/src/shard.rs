@@ -1,8 +1,11 @@
-//! A shard as the router sees it: an address, a pool of connections, the
-//! gate in front of them, and what was measured of it.
+//! A shard as the router sees it: an address, its connections, the gate in
+//! front of them, and what was measured of it.
 //!
-//! A sub-request takes a pass at the gate, then an idle connection (or
-//! opens one), sends its command and reads exactly one reply. A connection
+//! A sub-request takes a pass at the gate. To a Redis shard it is then
+//! written to the shard's one pipelined connection ([`Pipeline`]), as a
+//! Redis client would; to `sluice serve`, which works a connection at a
+//! time, it takes an idle connection of a pool (or opens one), sends its
+//! command and reads exactly one reply. A connection
 //! that fails or times out is closed, never reused, so a late reply cannot
 //! be read as the answer to someone else's command; one that answered goes
 //! back to the pool. A shard that is down costs each sub-request one
@@ -20,6 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::config::ShardKind;
 use crate::gate::{Gate, Pass};
+use crate::pipeline::Pipeline;
 use crate::stats::Histogram;
 
 /// Why a sub-request got no reply.
@@ -47,6 +51,8 @@ pub struct Shard {
     options: ShardOptions,
     gate: Arc<Gate>,
     idle: Mutex<Vec<Conn>>,
+    /// A Redis shard's pipelined connection, once opened.
+    pipeline: tokio::sync::Mutex<Option<Arc<Pipeline>>>,
     pub stats: ShardStats,
 }
 
@@ -77,6 +83,7 @@ impl Shard {
             options,
             gate,
             idle: Mutex::new(Vec::new()),
+            pipeline: tokio::sync::Mutex::new(None),
             stats: ShardStats::default(),
         }
     }
@@ -150,6 +157,15 @@ impl Shard {
             }
             ShardKind::Redis => encode_command(args, &mut out),
         }
+        if self.options.kind == ShardKind::Redis {
+            let replies = if asking == Asking::Yes { 2 } else { 1 };
+            let pipeline = self.pipeline().await?;
+            return match tokio::time::timeout(self.options.reply_timeout, pipeline.send(out, replies)).await {
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(e)) => Err(self.failure(Exchange::Broken(e))),
+                Err(_) => Err(self.failure(Exchange::TimedOut)),
+            };
+        }
         // An idle connection may have been closed by the shard since its
         // last use (a restart, an idle timeout): one that breaks before any
         // reply is read is replaced by a fresh one, once. The shard that
@@ -196,6 +212,18 @@ impl Shard {
                 self.options.reply_timeout.as_millis()
             )),
         }
+    }
+
+    /// The pipelined connection, opened anew if there is none or it broke.
+    async fn pipeline(&self) -> Result<Arc<Pipeline>, ShardError> {
+        let mut slot = self.pipeline.lock().await;
+        if let Some(p) = slot.as_ref().filter(|p| !p.is_broken()) {
+            return Ok(p.clone());
+        }
+        let conn = self.connect().await?;
+        let p = Arc::new(Pipeline::start(conn.stream, conn.buf));
+        *slot = Some(p.clone());
+        Ok(p)
     }
 
     fn take_idle(&self) -> Option<Conn> {

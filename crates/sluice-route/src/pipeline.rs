@@ -1,0 +1,163 @@
+//! One connection to a shard that runs a connection's commands one after
+//! another (Redis), shared by every sub-request to that shard: commands are
+//! written in the order they are sent, batched into one write when several
+//! wait, and the replies, which come back in the same order, are handed to
+//! their senders in turn. This is how twemproxy and Redis Cluster clients
+//! talk to Redis: a connection per sub-request would cost Redis a read and
+//! a write per command where a pipeline costs it one per batch.
+//!
+//! The order in which sub-requests enter the pipeline is the order Redis
+//! runs them; the shard's gate decides it when more are waiting than it
+//! lets in.
+//!
+//! Contract: each [`Pipeline::send`] gets exactly its own replies or an
+//! error. A connection that fails fails every command still waiting on it
+//! and is marked broken; the next send is refused at once, so that the
+//! shard opens a new one.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_resp::{reply_len, Limits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Commands written at most in one batch.
+const BATCH: usize = 256;
+
+type Done = oneshot::Sender<io::Result<Vec<u8>>>;
+
+/// A command for the shard: its bytes, how many replies they bring (two
+/// with `ASKING` before the command), and who waits for the last one.
+struct Sent {
+    bytes: Vec<u8>,
+    replies: usize,
+    done: Done,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// Senders whose commands are written, in order, with the replies each
+    /// still expects.
+    queue: VecDeque<(usize, Done)>,
+    broken: bool,
+}
+
+pub struct Pipeline {
+    tx: mpsc::UnboundedSender<Sent>,
+    waiting: Arc<Mutex<Waiting>>,
+}
+
+fn lock(w: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
+    // Every change under the lock is one statement; a panic elsewhere
+    // leaves it consistent.
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails every waiting command, and marks the connection broken.
+fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
+    let mut w = lock(waiting);
+    w.broken = true;
+    for (_, done) in w.queue.drain(..) {
+        let _ = done.send(Err(io::Error::new(why.kind(), why.to_string())));
+    }
+}
+
+impl Pipeline {
+    /// Takes over `stream` (and `unread`, bytes already read from it) with a
+    /// writing and a reading task.
+    pub fn start(stream: TcpStream, unread: Vec<u8>) -> Pipeline {
+        let (mut read, mut write) = stream.into_split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Sent>();
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
+        let w = waiting.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(BATCH);
+            let mut bytes = Vec::new();
+            while rx.recv_many(&mut batch, BATCH).await > 0 {
+                bytes.clear();
+                {
+                    let mut waiting = lock(&w);
+                    for sent in batch.drain(..) {
+                        if waiting.broken {
+                            let _ = sent
+                                .done
+                                .send(Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection lost")));
+                            continue;
+                        }
+                        bytes.extend_from_slice(&sent.bytes);
+                        waiting.queue.push_back((sent.replies, sent.done));
+                    }
+                }
+                if let Err(e) = write.write_all(&bytes).await {
+                    fail_all(&w, &e);
+                    return;
+                }
+            }
+        });
+        let w = waiting.clone();
+        tokio::spawn(async move {
+            let mut buf = unread;
+            // The first reply of an `ASKING` pair, kept if it is an error.
+            let mut first: Option<Vec<u8>> = None;
+            loop {
+                loop {
+                    let len = match reply_len(&buf, &Limits::default()) {
+                        Ok(Some(len)) => len,
+                        Ok(None) => break,
+                        Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
+                    };
+                    let rest = buf.split_off(len);
+                    let reply = std::mem::replace(&mut buf, rest);
+                    let mut waiting = lock(&w);
+                    let Some(front) = waiting.queue.front_mut() else {
+                        drop(waiting);
+                        let e = io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for");
+                        return fail_all(&w, &e);
+                    };
+                    front.0 -= 1;
+                    if front.0 > 0 {
+                        first = Some(reply);
+                        continue;
+                    }
+                    let (_, done) = waiting.queue.pop_front().expect("the front is there");
+                    let answer = match first.take() {
+                        Some(asked) if asked.first() == Some(&b'-') => asked,
+                        _ => reply,
+                    };
+                    let _ = done.send(Ok(answer));
+                }
+                if buf.capacity() - buf.len() < 4096 {
+                    buf.reserve(16 << 10);
+                }
+                match read.read_buf(&mut buf).await {
+                    Ok(0) => {
+                        return fail_all(
+                            &w,
+                            &io::Error::new(io::ErrorKind::UnexpectedEof, "the shard closed the connection"),
+                        )
+                    }
+                    Ok(_) => {}
+                    Err(e) => return fail_all(&w, &e),
+                }
+            }
+        });
+        Pipeline { tx, waiting }
+    }
+
+    /// Whether the connection has failed; a broken pipeline is replaced.
+    pub fn is_broken(&self) -> bool {
+        lock(&self.waiting).broken
+    }
+
+    /// Sends `bytes`, which bring `replies` replies, and waits for the last
+    /// (or for the first, if it is an error: a refused `ASKING`).
+    pub async fn send(&self, bytes: Vec<u8>, replies: usize) -> io::Result<Vec<u8>> {
+        let (done, answer) = oneshot::channel();
+        let lost = || io::Error::new(io::ErrorKind::BrokenPipe, "connection lost");
+        self.tx.send(Sent { bytes, replies, done }).map_err(|_| lost())?;
+        answer.await.map_err(|_| lost())?
+    }
+}

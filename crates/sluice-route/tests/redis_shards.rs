@@ -1,0 +1,179 @@
+//! The router in front of two stock Redis servers (`kind = "redis"`), each
+//! reached through one pipelined connection: many clients' commands share
+//! it and each gets its own reply; a Redis that goes away fails the
+//! requests that touch it with an error naming it, and is used again once
+//! it is back.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_route::config::Config;
+use sluice_route::slot::slot;
+use sluice_route::Router;
+
+struct Redis(Child);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_redis(port: u16) -> Option<Redis> {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "redis-server is missing under CI: scripts/test.sh installs it"
+        );
+        eprintln!("skipping: redis-server not installed");
+        return None;
+    };
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "redis on {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Redis(child))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_router(ports: [u16; 2]) -> (SocketAddr, Arc<Router>) {
+    let config = Config::from_toml(&format!(
+        "listen = \"127.0.0.1:0\"\n[pool]\nconnect_timeout_ms = 500\n\
+         [[shard]]\nname = \"a\"\naddr = \"127.0.0.1:{}\"\nslots = \"0-8191\"\nkind = \"redis\"\n\
+         [[shard]]\nname = \"b\"\naddr = \"127.0.0.1:{}\"\nslots = \"8192-16383\"\nkind = \"redis\"\n",
+        ports[0], ports[1]
+    ))
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let bound = sluice_route::bind(&config).await.unwrap();
+            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
+            bound.serve().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Reply {
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.stream.write_all(&out).unwrap();
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..used);
+                return reply;
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "the router closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+#[test]
+fn clients_share_a_pipeline_and_each_gets_its_own_replies() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(_b) = start_redis(ports[1]) else { return };
+    let (router, _) = start_router(ports);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(router);
+                for i in 0..300 {
+                    let (k, v) = (format!("t{t}:k{i}"), format!("v{t}-{i}"));
+                    assert_eq!(c.call(&["SET", &k, &v]), Reply::ok());
+                    assert_eq!(c.call(&["GET", &k]), bulk(&v));
+                    assert_eq!(c.call(&["INCR", &format!("t{t}:n")]), Reply::Integer(i + 1));
+                }
+                let keys: Vec<String> = (0..50).map(|i| format!("t{t}:k{i}")).collect();
+                let mut mget = vec!["MGET"];
+                mget.extend(keys.iter().map(String::as_str));
+                let expected: Vec<Reply> = (0..50).map(|i| bulk(&format!("v{t}-{i}"))).collect();
+                assert_eq!(c.call(&mget), Reply::Array(expected));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn a_redis_that_goes_away_is_named_and_used_again_when_back() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(b) = start_redis(ports[1]) else { return };
+    let (router, state) = start_router(ports);
+    let (on_a, on_b) = if slot(b"foo") < 8192 {
+        ("foo", "bar")
+    } else {
+        ("bar", "foo")
+    };
+    assert!(slot(on_b.as_bytes()) >= 8192);
+    let mut c = Client::connect(router);
+    assert_eq!(c.call(&["SET", on_b, "1"]), Reply::ok());
+    drop(b);
+    let Reply::Error(e) = c.call(&["GET", on_b]) else {
+        panic!("an error")
+    };
+    assert!(e.contains(&format!("shard b (127.0.0.1:{})", ports[1])), "{e}");
+    assert_eq!(c.call(&["SET", on_a, "2"]), Reply::ok(), "the other shard serves");
+    let _b = start_redis(ports[1]).unwrap();
+    assert_eq!(c.call(&["SET", on_b, "3"]), Reply::ok());
+    assert_eq!(c.call(&["MGET", on_a, on_b]), Reply::Array(vec![bulk("2"), bulk("3")]));
+    for shard in state.shards() {
+        assert_eq!(shard.stats.in_flight.load(Ordering::Relaxed), 0, "{}", shard.name);
+    }
+}
