@@ -109,8 +109,10 @@ enum Ending {
 fn line(buf: &[u8], at: usize, max: usize, ending: Ending) -> Result<Option<(&[u8], usize)>, ProtocolError> {
     let rest = &buf[at.min(buf.len())..];
     let end = match ending {
-        Ending::Crlf => rest.windows(2).position(|w| w == b"\r\n").map(|n| (n, n + 2)),
-        Ending::Lf => rest.iter().position(|&b| b == b'\n').map(|n| (n, n + 1)),
+        Ending::Crlf => memchr::memchr_iter(b'\n', rest)
+            .find(|&n| n > 0 && rest[n - 1] == b'\r')
+            .map(|n| (n - 1, n + 1)),
+        Ending::Lf => memchr::memchr(b'\n', rest).map(|n| (n, n + 1)),
     };
     let (text, next) = match end {
         Some((n, after)) => (&rest[..n], Some(at + after)),
@@ -130,11 +132,24 @@ fn line(buf: &[u8], at: usize, max: usize, ending: Ending) -> Result<Option<(&[u
     Ok(next.map(|next| (text, next)))
 }
 
+/// A length: decimal digits, with an optional sign.
 fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
-    std::str::from_utf8(digits)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or_else(|| err(format!("invalid {what} length")), Ok)
+    let (negative, body) = match digits {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, digits),
+    };
+    let value = (!body.is_empty())
+        .then_some(body)
+        .and_then(|body| {
+            body.iter().try_fold(0i64, |n, &d| {
+                d.is_ascii_digit()
+                    .then(|| n.checked_mul(10)?.checked_add(i64::from(d - b'0')))
+                    .flatten()
+            })
+        })
+        .map(|n| if negative { -n } else { n });
+    value.map_or_else(|| err(format!("invalid {what} length")), Ok)
 }
 
 fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
@@ -221,12 +236,12 @@ impl Reply {
         match self {
             Reply::Simple(s) => line_reply(out, b'+', s),
             Reply::Error(e) => line_reply(out, b'-', e),
-            Reply::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Reply::Integer(n) => header(out, b':', *n),
             Reply::Bulk(None) if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
             Reply::Bulk(Some(b)) => put_bulk(out, b),
             Reply::Array(items) => {
-                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                header(out, b'*', items.len() as i64);
                 for i in items {
                     i.encode_as(out, resp3);
                 }
@@ -386,15 +401,23 @@ fn reply_at(
 
 /// A command as clients send it: an array of bulk strings.
 pub fn encode_command<A: AsRef<[u8]>>(args: &[A], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    header(out, b'*', args.len() as i64);
     for a in args {
         put_bulk(out, a.as_ref());
     }
 }
 
 fn put_bulk(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+    header(out, b'$', b.len() as i64);
     out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `tag`, `n` in decimal, CRLF, written in place: a relay writes several
+/// a command, and formatting each through `format!` would show.
+fn header(out: &mut Vec<u8>, tag: u8, n: i64) {
+    out.push(tag);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 

@@ -11,13 +11,17 @@
 //! lets in.
 //!
 //! Contract: each [`Pipeline::send`] gets exactly its own replies or an
-//! error. A connection that fails fails every command still waiting on it
-//! and is marked broken; the next send is refused at once, so that the
-//! shard opens a new one.
+//! error. A connection that fails, or whose oldest command has waited past
+//! the reply timeout, fails every command still waiting on it and is marked
+//! broken; the next send is refused at once, so that the shard opens a new
+//! one. The timeout is watched by one timer a connection, not one a
+//! command: registering a timer wakes tokio's driver, which at tens of
+//! thousands of commands a second costs a system call each.
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use sluice_resp::{reply_len, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,8 +44,8 @@ struct Sent {
 #[derive(Default)]
 struct Waiting {
     /// Senders whose commands are written, in order, with the replies each
-    /// still expects.
-    queue: VecDeque<(usize, Done)>,
+    /// still expects and when it was written.
+    queue: VecDeque<(usize, Done, Instant)>,
     broken: bool,
 }
 
@@ -60,7 +64,7 @@ fn lock(w: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
 fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
     let mut w = lock(waiting);
     w.broken = true;
-    for (_, done) in w.queue.drain(..) {
+    for (_, done, _) in w.queue.drain(..) {
         let _ = done.send(Err(io::Error::new(why.kind(), why.to_string())));
     }
 }
@@ -68,7 +72,7 @@ fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
 impl Pipeline {
     /// Takes over `stream` (and `unread`, bytes already read from it) with a
     /// writing and a reading task.
-    pub fn start(stream: TcpStream, unread: Vec<u8>) -> Pipeline {
+    pub fn start(stream: TcpStream, unread: Vec<u8>, reply_timeout: Duration) -> Pipeline {
         let (mut read, mut write) = stream.into_split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Sent>();
         let waiting = Arc::new(Mutex::new(Waiting::default()));
@@ -80,6 +84,7 @@ impl Pipeline {
                 bytes.clear();
                 {
                     let mut waiting = lock(&w);
+                    let now = Instant::now();
                     for sent in batch.drain(..) {
                         if waiting.broken {
                             let _ = sent
@@ -88,7 +93,7 @@ impl Pipeline {
                             continue;
                         }
                         bytes.extend_from_slice(&sent.bytes);
-                        waiting.queue.push_back((sent.replies, sent.done));
+                        waiting.queue.push_back((sent.replies, sent.done, now));
                     }
                 }
                 if let Err(e) = write.write_all(&bytes).await {
@@ -102,6 +107,9 @@ impl Pipeline {
             let mut buf = unread;
             // The first reply of an `ASKING` pair, kept if it is an error.
             let mut first: Option<Vec<u8>> = None;
+            let mut watch =
+                tokio::time::interval((reply_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
+            watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 loop {
                     let len = match reply_len(&buf, &Limits::default()) {
@@ -109,8 +117,8 @@ impl Pipeline {
                         Ok(None) => break,
                         Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
                     };
-                    let rest = buf.split_off(len);
-                    let reply = std::mem::replace(&mut buf, rest);
+                    let reply = buf[..len].to_vec();
+                    buf.drain(..len);
                     let mut waiting = lock(&w);
                     let Some(front) = waiting.queue.front_mut() else {
                         drop(waiting);
@@ -122,7 +130,7 @@ impl Pipeline {
                         first = Some(reply);
                         continue;
                     }
-                    let (_, done) = waiting.queue.pop_front().expect("the front is there");
+                    let (_, done, _) = waiting.queue.pop_front().expect("the front is there");
                     let answer = match first.take() {
                         Some(asked) if asked.first() == Some(&b'-') => asked,
                         _ => reply,
@@ -132,15 +140,22 @@ impl Pipeline {
                 if buf.capacity() - buf.len() < 4096 {
                     buf.reserve(16 << 10);
                 }
-                match read.read_buf(&mut buf).await {
-                    Ok(0) => {
-                        return fail_all(
-                            &w,
-                            &io::Error::new(io::ErrorKind::UnexpectedEof, "the shard closed the connection"),
-                        )
+                tokio::select! {
+                    read = read.read_buf(&mut buf) => match read {
+                        Ok(0) => {
+                            let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the shard closed the connection");
+                            return fail_all(&w, &e);
+                        }
+                        Ok(_) => {}
+                        Err(e) => return fail_all(&w, &e),
+                    },
+                    _ = watch.tick() => {
+                        let overdue = lock(&w).queue.front().is_some_and(|(_, _, at)| at.elapsed() > reply_timeout);
+                        if overdue {
+                            let e = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
+                            return fail_all(&w, &e);
+                        }
                     }
-                    Ok(_) => {}
-                    Err(e) => return fail_all(&w, &e),
                 }
             }
         });

@@ -9,11 +9,11 @@
 //! `CLUSTER SLOTS` and is corrected by the `MOVED` and `ASK` replies of the
 //! nodes, as a cluster-aware client corrects it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
 use sluice_core::policy::PolicySpec;
 use sluice_core::Ctx;
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
@@ -208,8 +208,12 @@ impl Router {
 
     /// A new request's context: the next id of the arrival order.
     fn context(&self) -> Ctx {
+        self.context_at(Instant::now())
+    }
+
+    fn context_at(&self, arrival: Instant) -> Ctx {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ctx::new(id, self.epoch.elapsed().as_nanos() as u64)
+        Ctx::new(id, arrival.duration_since(self.epoch).as_nanos() as u64)
     }
 
     fn budget_left(&self, ctx: &Ctx) -> Option<f64> {
@@ -267,8 +271,8 @@ impl Router {
             }
             Route::Local => return Reply::error(format!("'{name}' is answered by the client's session")).into(),
         };
-        let ctx = self.context();
         let started = Instant::now();
+        let ctx = self.context_at(started);
         let fanout = parts.len() as u64;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(fanout, Ordering::Relaxed);
@@ -309,7 +313,7 @@ impl Router {
     fn split<'a>(&self, args: &'a [Vec<u8>], step: usize) -> Vec<Part<'a>> {
         let by_slot = self.cluster.is_some();
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
-        let mut groups: HashMap<u32, usize> = HashMap::new();
+        let mut groups: FxHashMap<u32, usize> = FxHashMap::default();
         let mut parts: Vec<Part> = Vec::new();
         for (n, item) in args[1..].chunks(step).enumerate() {
             let s = slot(&item[0]);

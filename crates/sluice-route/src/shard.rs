@@ -109,10 +109,10 @@ impl Shard {
     ) -> Result<Vec<u8>, ShardError> {
         let waited = Instant::now();
         let pass = self.gate.enter(ctx).await;
-        self.stats.gate_wait.record(waited.elapsed());
+        let started = Instant::now();
+        self.stats.gate_wait.record(started - waited);
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
         let result = self.exchange(ctx, budget_ms, args, asking, &pass).await;
         self.stats.latency.record(started.elapsed());
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -160,10 +160,10 @@ impl Shard {
         if self.options.kind == ShardKind::Redis {
             let replies = if asking == Asking::Yes { 2 } else { 1 };
             let pipeline = self.pipeline().await?;
-            return match tokio::time::timeout(self.options.reply_timeout, pipeline.send(out, replies)).await {
-                Ok(Ok(reply)) => Ok(reply),
-                Ok(Err(e)) => Err(self.failure(Exchange::Broken(e))),
-                Err(_) => Err(self.failure(Exchange::TimedOut)),
+            return match pipeline.send(out, replies).await {
+                Ok(reply) => Ok(reply),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(self.failure(Exchange::TimedOut)),
+                Err(e) => Err(self.failure(Exchange::Broken(e))),
             };
         }
         // An idle connection may have been closed by the shard since its
@@ -221,7 +221,7 @@ impl Shard {
             return Ok(p.clone());
         }
         let conn = self.connect().await?;
-        let p = Arc::new(Pipeline::start(conn.stream, conn.buf));
+        let p = Arc::new(Pipeline::start(conn.stream, conn.buf, self.options.reply_timeout));
         *slot = Some(p.clone());
         Ok(p)
     }
@@ -303,8 +303,9 @@ impl Conn {
             let len = reply_len(&self.buf, &Limits::default())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             if let Some(len) = len {
-                let rest = self.buf.split_off(len);
-                return Ok(std::mem::replace(&mut self.buf, rest));
+                let reply = self.buf[..len].to_vec();
+                self.buf.drain(..len);
+                return Ok(reply);
             }
             if self.buf.capacity() - self.buf.len() < 4096 {
                 self.buf.reserve(16 << 10);

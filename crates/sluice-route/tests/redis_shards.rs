@@ -63,11 +63,15 @@ fn free_port() -> u16 {
 }
 
 fn start_router(ports: [u16; 2]) -> (SocketAddr, Arc<Router>) {
+    start_router_with(ports, 30_000)
+}
+
+fn start_router_with(ports: [u16; 2], reply_timeout_ms: u64) -> (SocketAddr, Arc<Router>) {
     let config = Config::from_toml(&format!(
-        "listen = \"127.0.0.1:0\"\n[pool]\nconnect_timeout_ms = 500\n\
+        "listen = \"127.0.0.1:0\"\n[pool]\nconnect_timeout_ms = 500\nreply_timeout_ms = {reply_timeout_ms}\n\
          [[shard]]\nname = \"a\"\naddr = \"127.0.0.1:{}\"\nslots = \"0-8191\"\nkind = \"redis\"\n\
          [[shard]]\nname = \"b\"\naddr = \"127.0.0.1:{}\"\nslots = \"8192-16383\"\nkind = \"redis\"\n",
-        ports[0], ports[1]
+        ports[0], ports[1],
     ))
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -173,6 +177,45 @@ fn a_redis_that_goes_away_is_named_and_used_again_when_back() {
     let _b = start_redis(ports[1]).unwrap();
     assert_eq!(c.call(&["SET", on_b, "3"]), Reply::ok());
     assert_eq!(c.call(&["MGET", on_a, on_b]), Reply::Array(vec![bulk("2"), bulk("3")]));
+    for shard in state.shards() {
+        assert_eq!(shard.stats.in_flight.load(Ordering::Relaxed), 0, "{}", shard.name);
+    }
+}
+
+/// A shard that accepts and reads but never answers: each request touching
+/// it fails after the reply timeout with an error naming it, the other
+/// shard serves meanwhile, and nothing stays in flight.
+#[test]
+fn a_shard_that_never_answers_times_out_by_name() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let port = free_port();
+    let Some(_a) = start_redis(port) else { return };
+    let (router, state) = start_router_with([port, silent_port], 300);
+    let (on_a, on_silent) = if slot(b"foo") < 8192 {
+        ("foo", "bar")
+    } else {
+        ("bar", "foo")
+    };
+    let mut c = Client::connect(router);
+    let started = Instant::now();
+    let Reply::Error(e) = c.call(&["GET", on_silent]) else {
+        panic!("an error")
+    };
+    assert!(
+        e.contains(&format!(
+            "shard b (127.0.0.1:{silent_port}) did not answer within 300 ms"
+        )),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(c.call(&["SET", on_a, "1"]), Reply::ok());
     for shard in state.shards() {
         assert_eq!(shard.stats.in_flight.load(Ordering::Relaxed), 0, "{}", shard.name);
     }
