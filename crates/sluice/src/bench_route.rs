@@ -67,8 +67,10 @@ pub struct RouteBench {
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// coop's starvation guard at the shards, ms: a job queued this long is
-    /// served next whatever its request id
-    #[arg(long, default_value_t = 100.0)]
+    /// served next whatever its request id. Above the scans' latency, so
+    /// that the guard does not reorder each shard's queue on its own clock
+    /// (the policy's default, 100 ms, is below it here)
+    #[arg(long, default_value_t = 1000.0)]
     pub coop_starvation_ms: f64,
     /// Writes per second to the first shard during every run (4 KiB each); 0: none
     #[arg(long, default_value_t = 0.0)]
@@ -271,13 +273,24 @@ pub fn run(args: RouteBench) -> Result<()> {
             target_ops: None,
         })
         .collect();
+    settle(&ports)?;
     let mut runs = Vec::new();
     for round in 1..=args.rounds {
-        for policy in &args.policies {
+        // Odd rounds in the given order, even rounds reversed, so that no
+        // policy always runs first after a restart of the bench or last
+        // before the next round.
+        let mut order: Vec<&String> = args.policies.iter().collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for policy in order {
             shards.start(policy)?;
             let writer = Writer::start(addr, &ports, args.writer);
             run_users(&target, &users, args.warmup, round as u64 * 1000, &mut |_| {})?;
             router.stats.gap.reset();
+            for shard in router.shards() {
+                shard.stats.latency.reset();
+            }
             let before = CpuTimes::now();
             let results = run_users(&target, &users, args.seconds, round as u64, &mut |_| {})?;
             let steal = before.steal_until(&CpuTimes::now());
@@ -295,13 +308,21 @@ pub fn run(args: RouteBench) -> Result<()> {
                 gap_p99_ms: router.stats.gap.summary().p99_ms,
                 steal,
             };
+            // Each shard's sub-request latency at the router: where the
+            // gap comes from (a shard that is slower than the others).
+            let shard_p50: Vec<String> = router
+                .shards()
+                .iter()
+                .map(|s| format!("{:.0}", s.stats.latency.summary().p50_ms))
+                .collect();
             eprintln!(
-                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p99 {:>7.1} ms  steal {:.1}%",
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p99 {:>7.1} ms  shards' p50 {} ms  steal {:.1}%",
                 r.policy,
                 r.ops_per_sec,
                 r.p50_ms,
                 r.p99_ms,
                 r.gap_p99_ms,
+                shard_p50.join("/"),
                 r.steal * 100.0
             );
             runs.push(r);
@@ -309,6 +330,54 @@ pub fn run(args: RouteBench) -> Result<()> {
     }
     print!("{}", table(&runs, &args.policies, args.max_steal));
     Ok(())
+}
+
+/// Waits until no shard has flush or compaction work left from the load
+/// (their INFO's `backlog_bytes`), so that the first run measured does not
+/// share the devices with the load's compactions.
+fn settle(ports: &[u16]) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let mut backlog = 0u64;
+        for port in ports {
+            backlog += info(*port)?
+                .lines()
+                .filter_map(|l| l.split("backlog_bytes=").nth(1))
+                .filter_map(|rest| rest.split(',').next()?.trim().parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        if backlog == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            bail!("the shards still had {backlog} bytes of flush and compaction to do after 300 s");
+        }
+        eprintln!("waiting for the load's flushes and compactions: {:.1} MiB left", backlog as f64 / 1048576.0);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// A shard's INFO text.
+fn info(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let mut out = Vec::new();
+    encode_command(&["INFO"], &mut out);
+    stream.write_all(&out)?;
+    let mut buf = Vec::new();
+    loop {
+        if let Some((reply, _)) = parse_reply(&buf, &Limits::default())? {
+            return match reply {
+                Reply::Bulk(Some(text)) => Ok(String::from_utf8_lossy(&text).into_owned()),
+                other => bail!("shard on port {port} answered INFO with {other:?}"),
+            };
+        }
+        let mut chunk = [0u8; 16384];
+        let n = stream.read(&mut chunk)?;
+        ensure!(n > 0, "shard on port {port} closed the connection during INFO");
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// A client writing 4 KiB values to keys of the first shard at a steady

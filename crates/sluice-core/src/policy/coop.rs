@@ -23,7 +23,13 @@
 //!   `starvation_ms` is therefore served next, oldest first, whatever its
 //!   id; and background jobs come after every foreground one, bounded by the
 //!   same guard. Without starved jobs, no job of a later request leaves
-//!   before a queued job of an earlier one.
+//!   before a queued job of an earlier one. The guard must lie above the
+//!   requests' latency under load: each shard fires it on its own clock,
+//!   so a guard that fires often serves the parts of one request at
+//!   different times on different shards, which is what request order is
+//!   there to prevent (measured through `sluice bench route`: with scans of
+//!   about 300 ms, the sub-request gap's p99 was 1.4× `fifo`'s with a 100 ms
+//!   guard and 0.2× with a 10 s one).
 
 use std::collections::{BTreeMap, VecDeque};
 
