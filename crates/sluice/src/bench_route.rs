@@ -207,6 +207,7 @@ struct Run {
     p50_ms: f64,
     p99_ms: f64,
     gap_p99_ms: f64,
+    gap_p50_ms: f64,
     steal: f64,
 }
 
@@ -306,6 +307,7 @@ pub fn run(args: RouteBench) -> Result<()> {
                 p50_ms: all.quantile(0.5) as f64 / 1e6,
                 p99_ms: all.quantile(0.99) as f64 / 1e6,
                 gap_p99_ms: router.stats.gap.summary().p99_ms,
+                gap_p50_ms: router.stats.gap.summary().p50_ms,
                 steal,
             };
             // Each shard's sub-request latency at the router: where the
@@ -316,11 +318,12 @@ pub fn run(args: RouteBench) -> Result<()> {
                 .map(|s| format!("{:.0}", s.stats.latency.summary().p50_ms))
                 .collect();
             eprintln!(
-                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p99 {:>7.1} ms  shards' p50 {} ms  steal {:.1}%",
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%",
                 r.policy,
                 r.ops_per_sec,
                 r.p50_ms,
                 r.p99_ms,
+                r.gap_p50_ms,
                 r.gap_p99_ms,
                 shard_p50.join("/"),
                 r.steal * 100.0
@@ -333,17 +336,23 @@ pub fn run(args: RouteBench) -> Result<()> {
 }
 
 /// Waits until no shard has flush or compaction work left from the load
-/// (their INFO's `backlog_bytes`), so that the first run measured does not
+/// (their INFO's `backlog_bytes` and `pending_compaction_bytes`), so that the first run measured does not
 /// share the devices with the load's compactions.
 fn settle(ports: &[u16]) -> Result<()> {
     let started = Instant::now();
     loop {
         let mut backlog = 0u64;
         for port in ports {
-            backlog += info(*port)?
+            let text = info(*port)?;
+            backlog += text
                 .lines()
                 .filter_map(|l| l.split("backlog_bytes=").nth(1))
                 .filter_map(|rest| rest.split(',').next()?.trim().parse::<u64>().ok())
+                .sum::<u64>();
+            backlog += text
+                .lines()
+                .filter_map(|l| l.strip_prefix("pending_compaction_bytes:"))
+                .filter_map(|n| n.trim().parse::<u64>().ok())
                 .sum::<u64>();
         }
         if backlog == 0 {
@@ -505,6 +514,7 @@ mod tests {
             p50_ms: 1.0,
             p99_ms,
             gap_p99_ms: 1.0,
+            gap_p50_ms: 1.0,
             steal,
         };
         let runs = vec![
