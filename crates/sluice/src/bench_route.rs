@@ -356,6 +356,12 @@ fn settle(ports: &[u16]) -> Result<()> {
                 .sum::<u64>();
         }
         if backlog == 0 {
+            // The load and its compactions left dirty pages that the
+            // kernel writes back over minutes, taking the real disk from
+            // the emulated devices' reads at random: written now, once.
+            eprintln!("writing the load's dirty pages back (sync)");
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
             return Ok(());
         }
         if started.elapsed() > Duration::from_secs(300) {
