@@ -367,15 +367,18 @@ fn settle(ports: &[u16]) -> Result<()> {
         if started.elapsed() > Duration::from_secs(300) {
             bail!("the shards still had {backlog} bytes of flush and compaction to do after 300 s");
         }
-        eprintln!("waiting for the load's flushes and compactions: {:.1} MiB left", backlog as f64 / 1048576.0);
+        eprintln!(
+            "waiting for the load's flushes and compactions: {:.1} MiB left",
+            backlog as f64 / 1048576.0
+        );
         std::thread::sleep(Duration::from_secs(2));
     }
 }
 
 /// A shard's INFO text.
 fn info(port: u16) -> Result<String> {
-    use std::io::{Read, Write};
     use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
+    use std::io::{Read, Write};
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     let mut out = Vec::new();
     encode_command(&["INFO"], &mut out);
