@@ -1,6 +1,8 @@
 //! The router's configuration (TOML). Shards are either listed with their
 //! slot ranges, or found by asking a Redis Cluster for its slot map:
 //!
+//! Every setting, with its default, in `docs/route.example.toml`.
+//!
 //! ```toml
 //! listen = "127.0.0.1:6390"
 //! admin = "127.0.0.1:6391"        # HTTP: /stats (JSON) and /metrics (Prometheus); optional
@@ -275,6 +277,14 @@ mod tests {
         assert!(e.contains("\"16384\" is not a slot"), "{e}");
         let e = Config::from_toml(&two_shards("9-3", "1")).unwrap_err().to_string();
         assert!(e.contains("runs backwards"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../../../docs/route.example.toml");
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!((config.shards.len(), config.pool.size), (2, 64));
+        assert_eq!(config.admin.as_deref(), Some("127.0.0.1:6391"));
     }
 
     #[test]

@@ -316,3 +316,79 @@ print("ok")
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A stand-in for a `sluice serve` shard that hands every command it
+/// receives to `seen` and answers `+OK`, or one value a key to MGET.
+fn recording_shard(seen: std::sync::mpsc::Sender<Vec<Vec<u8>>>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Ok(Some((args, used))) = sluice_resp::parse(&buf, &Limits::default()) {
+                        buf.drain(..used);
+                        let mut reply = Vec::new();
+                        if args.get(4).is_some_and(|a| a == b"MGET") {
+                            Reply::Array(args[5..].iter().map(|_| bulk("v")).collect()).encode(&mut reply);
+                        } else {
+                            Reply::ok().encode(&mut reply);
+                        }
+                        let _ = seen.send(args);
+                        if stream.write_all(&reply).is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What `sluice serve` shards receive: each command inside
+/// `SLUICE.WITH <id> <budget> - ...`, the ids in the order the requests
+/// arrived at the router, the parts of one request under one id, and the
+/// budget what is left of the configured one.
+#[test]
+fn every_part_carries_its_request_s_id_and_budget() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let shards = [recording_shard(tx.clone()), recording_shard(tx)];
+    let (router, _) = start_router(&shards, "[pool]\nbudget_ms = 50.0\n");
+    let mut c = Client::connect(router);
+    let recv = || rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut last_id = None;
+    for key in ["a", "b", "c"] {
+        assert_eq!(c.call(&["SET", key, "1"]), Reply::ok());
+        let args = recv();
+        assert_eq!(args[0], b"SLUICE.WITH");
+        let id: u64 = String::from_utf8_lossy(&args[1]).parse().unwrap();
+        assert!(
+            last_id.is_none_or(|last| id > last),
+            "ids in arrival order: {last_id:?} then {id}"
+        );
+        last_id = Some(id);
+        let budget: f64 = String::from_utf8_lossy(&args[2]).parse().unwrap();
+        assert!(budget > 0.0 && budget <= 50.0, "{budget}");
+        assert_eq!(args[3], b"-");
+        assert_eq!(args[4..], [b"SET".to_vec(), key.as_bytes().to_vec(), b"1".to_vec()]);
+    }
+    // "foo" and "bar" are on different shards of two: one MGET, two parts,
+    // one id, later than every SET's.
+    assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
+    assert_eq!(
+        c.call(&["MGET", "foo", "bar"]),
+        Reply::Array(vec![bulk("v"), bulk("v")])
+    );
+    let parts = [recv(), recv()];
+    assert_eq!(parts[0][1], parts[1][1], "the parts of one request share its id");
+    let id: u64 = String::from_utf8_lossy(&parts[0][1]).parse().unwrap();
+    assert!(id > last_id.unwrap());
+}

@@ -18,7 +18,7 @@ use sluice_route::config::{ClusterConfig, Config, PoolConfig};
     hands out connections in request order, to a stock Redis.\n\n\
     Quick start, in front of a Redis Cluster: sluice route --listen 127.0.0.1:6390 --cluster 127.0.0.1:7000\n\
     With a file of shards and their slots: sluice route --config route.toml \
-    (the format is documented in crates/sluice-route/src/config.rs).\n\
+    (every setting: docs/route.example.toml).\n\
     The admin port, if configured (--admin), serves /stats (JSON) and /metrics (Prometheus).")]
 pub struct RouteArgs {
     /// Configuration file (TOML): listen, admin, [[shard]] or [cluster], [pool]
