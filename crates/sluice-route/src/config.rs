@@ -20,7 +20,7 @@
 //!
 //! [pool]
 //! size = 64                       # connections per shard, at most
-//! order = "coop"                  # who gets a free connection first: "coop" (request order) or "fifo"
+//! order = "coop"                  # who goes first when more wait: "coop" (request order) or "fifo"
 //! ```
 //!
 //! or, in front of a Redis Cluster, `[cluster] seeds = ["127.0.0.1:7000"]`
@@ -66,7 +66,8 @@ pub enum ShardKind {
     #[default]
     Sluice,
     /// Any Redis-protocol server: the bare command; request order is kept
-    /// at the router, by the order in which sub-requests get a connection.
+    /// at the router, by the order in which sub-requests enter the shard's
+    /// pipeline.
     Redis,
 }
 
@@ -94,14 +95,16 @@ pub struct ClusterConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
-    /// Connections per shard, at most. `sluice serve` runs a connection's
-    /// commands one at a time, so a shard has as many sub-requests to order
-    /// as the router has connections to it: at least the client
-    /// concurrency it must carry.
+    /// Sub-requests at a shard at once; for `sluice serve`, also its
+    /// connections, at most. `sluice serve` runs a connection's commands
+    /// one at a time, so a shard has as many sub-requests to order as the
+    /// router has connections to it: at least the client concurrency it
+    /// must carry. A Redis shard gets one pipelined connection whatever
+    /// this is.
     pub size: usize,
-    /// Which waiting sub-request gets a free connection first: `coop`
-    /// (lowest request id, the request order of the cooperative
-    /// scheduler) or `fifo`.
+    /// Which waiting sub-request goes to the shard first when `size` are
+    /// there already: `coop` (lowest request id, the request order of the
+    /// cooperative scheduler) or `fifo`.
     pub order: String,
     pub connect_timeout_ms: u64,
     /// A shard that has not answered a sub-request in this long is

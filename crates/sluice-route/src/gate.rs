@@ -5,9 +5,9 @@
 //! arrived first at the router goes first, and the sub-requests of one
 //! request follow each other. It is the cooperative scheduler of Jo et al.
 //! (§4.2) applied where the router meets a back end that cannot read a
-//! request id (a stock Redis): the order is kept by who gets the next
-//! connection, since the shard serves each connection's command as it
-//! comes. In front of `sluice serve` the gate is wide (`slots` at least the
+//! request id (a stock Redis): the order is kept by who enters the
+//! shard's pipeline next, since Redis runs the pipeline's commands in the
+//! order they were written. In front of `sluice serve` the gate is wide (`slots` at least the
 //! client concurrency) and the order is kept in the shard's I/O queues.
 //!
 //! Contract: every [`Gate::enter`] that returns holds one of `slots`

@@ -10,7 +10,7 @@
 //! `sluice serve` shards read it from `SLUICE.WITH` and serve their queued
 //! I/O in that order (the `coop` policy of sluice-core); in front of a
 //! stock Redis, which cannot read it, the router keeps the order itself,
-//! in who gets each shard's next connection.
+//! in who enters each shard's pipeline next.
 //!
 //! | piece | file |
 //! |---|---|

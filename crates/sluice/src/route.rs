@@ -15,7 +15,7 @@ use sluice_route::config::{ClusterConfig, Config, PoolConfig};
     replies merged; RANGE goes to every shard and the sorted parts are merged. Every request gets \
     an id in arrival order that travels with its sub-requests: inside SLUICE.WITH to sluice serve \
     shards (whose coop I/O policy serves it in that order), and through each shard's gate, which \
-    hands out connections in request order, to a stock Redis.\n\n\
+    lets sub-requests into the shard's pipeline in request order, to a stock Redis.\n\n\
     Quick start, in front of a Redis Cluster: sluice route --listen 127.0.0.1:6390 --cluster 127.0.0.1:7000\n\
     With a file of shards and their slots: sluice route --config route.toml \
     (every setting: docs/route.example.toml).\n\
