@@ -39,6 +39,7 @@ fuzz_target!(|data: &[u8]| {
 fn plain(reply: &Reply) -> bool {
     match reply {
         Reply::Simple(s) | Reply::Error(s) => !s.contains(['\r', '\n']),
+        Reply::Double(text) => !text.contains(&b'\r') && !text.contains(&b'\n'),
         Reply::Array(items) => items.iter().all(plain),
         Reply::Map(pairs) => pairs.iter().all(|(k, v)| plain(k) && plain(v)),
         Reply::Integer(_) | Reply::Bulk(_) => true,

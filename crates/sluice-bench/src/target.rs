@@ -124,7 +124,7 @@ impl RespClient {
                     Reply::Bulk(None) => Ok(0),
                     Reply::Array(items) => Ok(items.len()),
                     Reply::Map(pairs) => Ok(2 * pairs.len()),
-                    Reply::Simple(_) | Reply::Integer(_) | Reply::Bulk(Some(_)) => Ok(1),
+                    Reply::Simple(_) | Reply::Integer(_) | Reply::Bulk(Some(_)) | Reply::Double(_) => Ok(1),
                 };
             }
             let mut chunk = [0u8; 16 << 10];

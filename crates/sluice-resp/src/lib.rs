@@ -7,7 +7,7 @@
 //! Requests are arrays of bulk strings (what every client library sends)
 //! or inline commands (what `telnet` and `redis-cli` in a pipe may send);
 //! replies are the five RESP2 types, and in RESP3 (after `HELLO 3`) also
-//! the null and the map. Hand-written because the protocol's message
+//! the null, the map and the double. Hand-written because the protocol's message
 //! boundaries are the point: both parsers are incremental (they return
 //! `None` until a whole message is buffered) and bounded (lengths are
 //! checked against limits before anything is allocated), so one peer's
@@ -215,6 +215,9 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// Field-value pairs: a map in RESP3, a flat array in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// A floating-point number as the server writes it out (Redis: `%.17g`,
+    /// `inf`, `-inf`): a double in RESP3, a bulk string in RESP2.
+    Double(Vec<u8>),
 }
 
 impl Reply {
@@ -240,6 +243,12 @@ impl Reply {
             Reply::Bulk(None) if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
             Reply::Bulk(Some(b)) => put_bulk(out, b),
+            Reply::Double(text) if resp3 => {
+                out.push(b',');
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Double(text) => put_bulk(out, text),
             Reply::Array(items) => {
                 header(out, b'*', items.len() as i64);
                 for i in items {
@@ -269,9 +278,9 @@ const MAX_REPLY_DEPTH: usize = 64;
 /// One reply from the front of `buf`: the reply and the bytes it took, or
 /// `None` if `buf` does not yet hold all of it. `limits` bounds its bulk
 /// strings (`max_bulk`) and the elements of each array (`max_args`).
-/// RESP3's null (`_`) reads as a null bulk and its map (`%`) as
-/// [`Reply::Map`]; other RESP3 types are refused, as Sluice never asks a
-/// server for them.
+/// RESP3's null (`_`) reads as a null bulk, its map (`%`) as
+/// [`Reply::Map`] and its double (`,`) as [`Reply::Double`]; other RESP3
+/// types are refused, as Sluice never asks a server for them.
 pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
     // A large reply arrives in many reads: its end is found first without
     // copying anything, so each read costs a walk over the reply's headers,
@@ -345,6 +354,7 @@ fn reply_at(
             None => err(format!("invalid integer reply '{}'", text_owned())),
         },
         b'_' => done(&|| Reply::Bulk(None), next),
+        b',' => done(&|| Reply::Double(text.to_vec()), next),
         b'$' => {
             let len = number(text, "bulk")?;
             if len < 0 {
@@ -555,6 +565,15 @@ mod tests {
         for cut in 0..out.len() {
             assert_eq!(parse_reply(&out[..cut], &l).unwrap(), None, "cut at {cut}");
         }
+        let double = Reply::Double(b"1.5".to_vec());
+        let (mut three, mut two) = (Vec::new(), Vec::new());
+        double.encode_as(&mut three, true);
+        double.encode_as(&mut two, false);
+        assert_eq!(
+            (three.as_slice(), two.as_slice()),
+            (&b",1.5\r\n"[..], &b"$3\r\n1.5\r\n"[..])
+        );
+        assert_eq!(parse_reply(&three, &l).unwrap(), Some((double, three.len())));
         let map = Reply::Map(vec![(Reply::Simple("proto".into()), Reply::Integer(3))]);
         let mut out = Vec::new();
         map.encode_as(&mut out, true);

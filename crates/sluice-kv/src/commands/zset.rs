@@ -210,7 +210,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             shared.db.write(batch).map_err(Reply::error)?;
         }
         Ok(match (f.incr, f.ch) {
-            (true, _) => Reply::Bulk(last.map(format_score)),
+            (true, _) => last.map_or(Reply::Bulk(None), |s| Reply::Double(format_score(s))),
             (false, true) => Reply::Integer(added + updated),
             (false, false) => Reply::Integer(added),
         })
@@ -266,7 +266,7 @@ pub(super) fn read_zset(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply 
         };
         Ok(match (name, score) {
             (_, None) => Reply::Bulk(None),
-            ("zscore", Some(score)) => Reply::Bulk(Some(format_score(score))),
+            ("zscore", Some(score)) => Reply::Double(format_score(score)),
             (_, Some(score)) => {
                 let before = shared
                     .db
@@ -472,7 +472,7 @@ pub(super) fn zrange(shared: &Shared, name: &str, args: &[Vec<u8>], resp3: bool)
         let entries = select(shared, &meta, &o, bounds)?;
         let mut out = Vec::with_capacity(entries.len() * (1 + usize::from(o.with_scores)));
         for (score, member) in entries {
-            let (member, score) = (Reply::Bulk(Some(member)), Reply::Bulk(Some(format_score(score))));
+            let (member, score) = (Reply::Bulk(Some(member)), Reply::Double(format_score(score)));
             match (o.with_scores, resp3) {
                 (false, _) => out.push(member),
                 (true, false) => out.extend([member, score]),
