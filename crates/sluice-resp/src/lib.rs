@@ -52,6 +52,18 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// For replies a relay passes on: a server's replies are as large as
+    /// the data asked for (an LRANGE of millions of elements), so only the
+    /// protocol's own bounds apply.
+    pub fn relay() -> Limits {
+        Limits {
+            max_args: i64::MAX as usize,
+            max_bulk: i64::MAX as usize,
+            max_inline: 1 << 20,
+            unauthenticated: false,
+        }
+    }
+
     /// Redis's limits for a client that has not authenticated yet: at most
     /// 10 arguments of at most 16 KiB, so that whoever can connect without
     /// the password cannot make the server buffer a large request.
@@ -91,7 +103,12 @@ pub type Request = (Vec<Vec<u8>>, usize);
 pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => parse_array(buf, limits),
+        // A large request arrives in many reads: it is found whole first
+        // without copying anything, and its arguments are copied once.
+        Some(b'*') => match parse_array(buf, limits, false)? {
+            None => Ok(None),
+            Some(_) => parse_array(buf, limits, true),
+        },
         Some(_) => parse_inline(buf, limits),
     }
 }
@@ -152,7 +169,9 @@ fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
     value.map_or_else(|| err(format!("invalid {what} length")), Ok)
 }
 
-fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+/// The array request at the front of `buf`; its arguments are copied only
+/// if `build` (otherwise they are left empty and only its end is found).
+fn parse_array(buf: &[u8], limits: &Limits, build: bool) -> Result<Option<Request>, ProtocolError> {
     let Some((head, mut at)) = line(buf, 1, 32, Ending::Crlf)? else {
         return Ok(None);
     };
@@ -160,7 +179,7 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
     if count > limits.max_args as i64 {
         return err(format!("{} multibulk length", limits.over()));
     }
-    let mut args = Vec::with_capacity(count.clamp(0, 1024) as usize);
+    let mut args = Vec::with_capacity(if build { count.clamp(0, 1024) as usize } else { 0 });
     for _ in 0..count.max(0) {
         match buf.get(at) {
             None => return Ok(None),
@@ -184,7 +203,9 @@ fn parse_array(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolE
         if &buf[end..end + 2] != b"\r\n" {
             return err("bulk string not terminated by CRLF");
         }
-        args.push(buf[start..end].to_vec());
+        if build {
+            args.push(buf[start..end].to_vec());
+        }
         at = end + 2;
     }
     Ok(Some((args, at)))

@@ -14,7 +14,7 @@ use crate::router::Router;
 use crate::stats::Summary;
 
 /// What the router has measured since it started.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Snapshot {
     pub requests: u64,
     pub failed: u64,
@@ -67,8 +67,10 @@ pub fn snapshot(router: &Router) -> Snapshot {
 /// The snapshot in Prometheus's text format.
 pub fn metrics(snap: &Snapshot) -> String {
     let mut out = String::new();
-    let summary = |out: &mut String, name: &str, help: &str, labels: &str, s: &Summary| {
+    let head = |out: &mut String, name: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} summary");
+    };
+    let summary = |out: &mut String, name: &str, labels: &str, s: &Summary| {
         let sep = if labels.is_empty() { "" } else { "," };
         for (q, v) in [("0.5", s.p50_ms), ("0.99", s.p99_ms), ("0.999", s.p999_ms)] {
             let _ = writeln!(out, "{name}{{{labels}{sep}quantile=\"{q}\"}} {}", v / 1000.0);
@@ -90,20 +92,18 @@ pub fn metrics(snap: &Snapshot) -> String {
         "# HELP sluice_route_sub_requests_total Sub-requests sent to shards.\n# TYPE sluice_route_sub_requests_total counter\nsluice_route_sub_requests_total {}",
         snap.sub_requests
     );
-    summary(
+    head(
         &mut out,
         "sluice_route_request_seconds",
         "Request latency at the router.",
-        "",
-        &snap.latency,
     );
-    summary(
+    summary(&mut out, "sluice_route_request_seconds", "", &snap.latency);
+    head(
         &mut out,
         "sluice_route_gap_seconds",
         "Latest minus earliest sub-request completion of split requests.",
-        "",
-        &snap.gap,
     );
+    summary(&mut out, "sluice_route_gap_seconds", "", &snap.gap);
     let _ = writeln!(
         out,
         "# HELP sluice_route_shard_in_flight Sub-requests at the shard.\n# TYPE sluice_route_shard_in_flight gauge"
@@ -112,28 +112,37 @@ pub fn metrics(snap: &Snapshot) -> String {
         let _ = writeln!(
             out,
             "sluice_route_shard_in_flight{{shard=\"{}\"}} {}",
-            s.name, s.in_flight
+            label(&s.name),
+            s.in_flight
         );
     }
-    let _ = writeln!(out, "# HELP sluice_route_shard_errors_total Sub-requests the shard failed.\n# TYPE sluice_route_shard_errors_total counter");
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_shard_errors_total Sub-requests the shard failed.\n# TYPE sluice_route_shard_errors_total counter"
+    );
     for s in &snap.shards {
         let _ = writeln!(
             out,
             "sluice_route_shard_errors_total{{shard=\"{}\"}} {}",
-            s.name, s.errors
+            label(&s.name),
+            s.errors
         );
     }
+    head(
+        &mut out,
+        "sluice_route_shard_seconds",
+        "Sub-request latency at the shard, gate wait excluded.",
+    );
     for s in &snap.shards {
-        let labels = format!("shard=\"{}\"", s.name);
-        summary(
-            &mut out,
-            "sluice_route_shard_seconds",
-            "Sub-request latency at the shard, gate wait excluded.",
-            &labels,
-            &s.latency,
-        );
+        let labels = format!("shard=\"{}\"", label(&s.name));
+        summary(&mut out, "sluice_route_shard_seconds", &labels, &s.latency);
     }
     out
+}
+
+/// A label value as Prometheus's text format writes it.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// Serves the admin port until the process ends.
@@ -146,4 +155,34 @@ pub async fn serve(router: Arc<Router>, listener: tokio::net::TcpListener) -> st
         )
         .route("/metrics", get(move || async move { metrics(&snapshot(&router)) }));
     axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_metric_is_described_once_and_labels_are_escaped() {
+        let shard = |name: &str| ShardSnapshot {
+            name: name.into(),
+            addr: "x:1".into(),
+            in_flight: 0,
+            sub_requests: 0,
+            errors: 0,
+            latency: Summary::default(),
+            gate_wait: Summary::default(),
+        };
+        let snap = Snapshot {
+            shards: vec![shard("a"), shard("b\"c")],
+            ..Snapshot::default()
+        };
+        let text = metrics(&snap);
+        for line in text.lines().filter(|l| l.starts_with("# HELP")) {
+            assert_eq!(text.matches(line).count(), 1, "{line} twice in\n{text}");
+        }
+        assert!(
+            text.contains("sluice_route_shard_in_flight{shard=\"b\\\"c\"} 0"),
+            "{text}"
+        );
+    }
 }

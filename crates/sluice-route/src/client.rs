@@ -83,6 +83,19 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
             }
             output.clear();
         }
+        // A request's arguments are bounded one by one; the whole request
+        // is bounded here, so that a client announcing many large
+        // arguments cannot make the router buffer without end.
+        if input.len() > limits.max_bulk.saturating_add(1 << 20) {
+            let mut out = Vec::new();
+            Reply::error(format!(
+                "Protocol error: request larger than {} MiB",
+                limits.max_bulk >> 20
+            ))
+            .encode(&mut out);
+            let _ = stream.write_all(&out).await;
+            return;
+        }
         if input.capacity() - input.len() < 1024 {
             input.reserve(16 << 10);
         }
@@ -96,7 +109,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
 /// A shard's RESP2 reply to `command` as a RESP3 client expects it: nulls
 /// as nulls, and HGETALL's field-value pairs as the map Redis sends.
 fn resp3(command: &[u8], raw: &[u8]) -> Reply {
-    let reply = match parse_reply(raw, &Limits::default()) {
+    let reply = match parse_reply(raw, &Limits::relay()) {
         Ok(Some((reply, _))) => reply,
         _ => return Reply::error("a shard's reply does not parse"),
     };

@@ -143,7 +143,6 @@ const FIRST_KEY: &[&str] = &[
     "getbit",
     "setbit",
     "pfadd",
-    "pfcount",
 ];
 
 /// Commands answered by the router.
@@ -205,6 +204,10 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("lmove", "commands over two keys are not supported through sluice route"),
     ("copy", "commands over two keys are not supported through sluice route"),
+    (
+        "pfcount",
+        "commands over several keys whose replies cannot be merged are not supported through sluice route",
+    ),
 ];
 
 /// The route of a command named `name` (lower case).

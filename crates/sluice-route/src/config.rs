@@ -147,6 +147,10 @@ fn default_max_request_mb() -> usize {
     512
 }
 
+/// The largest `max_request_mb` accepted: 4 GiB, far above any request a
+/// client should send, and far below what overflows when counted in bytes.
+const MAX_REQUEST_MB: usize = 4096;
+
 impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text)?;
@@ -163,6 +167,15 @@ impl Config {
         }
         if self.pool.size == 0 {
             return invalid("pool.size must be at least 1");
+        }
+        if self.pool.connect_timeout_ms == 0 || self.pool.reply_timeout_ms == 0 {
+            return invalid("pool.connect_timeout_ms and pool.reply_timeout_ms must be at least 1");
+        }
+        if !(1..=MAX_REQUEST_MB).contains(&self.max_request_mb) {
+            return invalid(format!(
+                "max_request_mb must lie in 1..={MAX_REQUEST_MB}, not {}",
+                self.max_request_mb
+            ));
         }
         self.order()?;
         if let Some(b) = self.pool.budget_ms {
@@ -299,8 +312,16 @@ mod tests {
             ("[pool]\nbudget_ms = -1.0\n", "pool.budget_ms"),
             ("[cluster]\nseeds = [\"x:1\"]\n", "not both"),
             ("[pool]\nsise = 3\n", "unknown field `sise`"),
+            ("[pool]\nreply_timeout_ms = 0\n", "pool.reply_timeout_ms"),
+            ("max_request_mb = 0\n", "max_request_mb must lie in 1..=4096"),
         ] {
-            let e = Config::from_toml(&format!("{base}{extra}")).unwrap_err().to_string();
+            // A top-level key goes before the tables, a table after them.
+            let text = if extra.starts_with('[') {
+                format!("{base}{extra}")
+            } else {
+                format!("{extra}{base}")
+            };
+            let e = Config::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains(what), "{e} for {extra}");
         }
         let e = Config::from_toml("listen = \"x:1\"").unwrap_err().to_string();

@@ -112,7 +112,7 @@ impl Pipeline {
             watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 loop {
-                    let len = match reply_len(&buf, &Limits::default()) {
+                    let len = match reply_len(&buf, &Limits::relay()) {
                         Ok(Some(len)) => len,
                         Ok(None) => break,
                         Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),

@@ -259,6 +259,12 @@ impl Router {
                 if !(3..=4).contains(&args.len()) {
                     return arity();
                 }
+                let given = args
+                    .get(3)
+                    .map(|c| std::str::from_utf8(c).ok().and_then(|c| c.parse::<usize>().ok()));
+                if given == Some(None) {
+                    return Reply::error("value is not an integer or out of range").into();
+                }
                 count = range_count(args).to_string().into_bytes();
                 self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
@@ -397,9 +403,15 @@ impl Router {
                 ["ASK", s, addr] => s.parse::<u16>().ok().map(|s| (false, s, addr.to_string())),
                 _ => None,
             };
-            let Some((moved, moved_slot, addr)) = redirect else {
+            let Some((moved, moved_slot, mut addr)) = redirect else {
                 return Ok(raw);
             };
+            // Redis 7 may leave the host out (":6381") when it has none to
+            // announce: the node is on the host of the one that answered.
+            if addr.starts_with(':') {
+                let host = shard.addr.rsplit_once(':').map_or("", |(h, _)| h);
+                addr = format!("{host}{addr}");
+            }
             self.stats.redirects.fetch_add(1, Ordering::Relaxed);
             let (index, target) = self.shard_at(&addr);
             if moved {
@@ -435,13 +447,16 @@ fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Vec<u8>>, keys: usize)
     if let Some(e) = replies.iter().find(|r| r.first() == Some(&b'-')) {
         return Answer::Raw(e.clone());
     }
-    let limits = Limits::default();
+    let limits = Limits::relay();
     match merge {
         Merge::Sum => {
             let mut sum = 0i64;
             for raw in &replies {
                 match parse_reply(raw, &limits) {
-                    Ok(Some((Reply::Integer(n), _))) => sum += n,
+                    Ok(Some((Reply::Integer(n), _))) => match sum.checked_add(n) {
+                        Some(s) => sum = s,
+                        None => return Reply::error("the shards' counts overflow a 64-bit integer").into(),
+                    },
                     _ => return Reply::error("a shard answered with something other than an integer").into(),
                 }
             }
@@ -479,7 +494,7 @@ fn range_count(args: &[Vec<u8>]) -> usize {
 fn merge_ranges(replies: Vec<Vec<u8>>, count: usize) -> Reply {
     let mut pairs: Vec<(Reply, Reply)> = Vec::new();
     for raw in replies {
-        let reply = match parse_reply(&raw, &Limits::default()) {
+        let reply = match parse_reply(&raw, &Limits::relay()) {
             Ok(Some((reply, _))) => reply,
             _ => return Reply::error("a shard's RANGE reply does not parse"),
         };

@@ -111,11 +111,11 @@ impl Shard {
         let pass = self.gate.enter(ctx).await;
         let started = Instant::now();
         self.stats.gate_wait.record(started - waited);
-        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
+        let flying = InFlight::new(&self.stats.in_flight);
         let result = self.exchange(ctx, budget_ms, args, asking, &pass).await;
         self.stats.latency.record(started.elapsed());
-        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        drop(flying);
         if result.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -125,7 +125,7 @@ impl Shard {
     /// [`Shard::call`] parsed, for the router's own commands.
     pub async fn call_parsed(&self, ctx: Ctx, args: &[&[u8]]) -> Result<Reply, ShardError> {
         let raw = self.call(ctx, None, args, Asking::No).await?;
-        parse_reply(&raw, &Limits::default())
+        parse_reply(&raw, &Limits::relay())
             .ok()
             .flatten()
             .map(|(reply, _)| reply)
@@ -166,17 +166,10 @@ impl Shard {
                 Err(e) => Err(self.failure(Exchange::Broken(e))),
             };
         }
-        // An idle connection may have been closed by the shard since its
-        // last use (a restart, an idle timeout): one that breaks before any
-        // reply is read is replaced by a fresh one, once. The shard that
-        // closed it never ran the command.
-        if let Some(conn) = self.take_idle() {
-            match self.send(conn, &out, asking).await {
-                Err(Exchange::Broken(e)) if is_stale(&e) => {}
-                other => return other.map_err(|e| self.failure(e)),
-            }
-        }
-        let conn = self.connect().await?;
+        let conn = match self.take_idle() {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
         self.send(conn, &out, asking).await.map_err(|e| self.failure(e))
     }
 
@@ -226,8 +219,20 @@ impl Shard {
         Ok(p)
     }
 
+    /// An idle connection the shard has not closed since its last use (a
+    /// restart, an idle timeout): one whose end has arrived is dropped here,
+    /// before a command is written to it, since a command written and then
+    /// met by a reset may or may not have run and cannot be sent again.
     fn take_idle(&self) -> Option<Conn> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(conn) = idle.pop() {
+            match conn.stream.try_read(&mut [0u8; 1]) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
+                // Closed, failed, or bytes nobody asked for: not reusable.
+                _ => {}
+            }
+        }
+        None
     }
 
     fn give_back(&self, conn: Conn) {
@@ -275,19 +280,27 @@ impl Shard {
     }
 }
 
+/// One sub-request counted in flight until dropped, however its call ends
+/// (a caller that gives up included).
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// How an exchange on a connection failed.
 enum Exchange {
     Broken(std::io::Error),
     TimedOut,
-}
-
-/// A connection the peer closed before answering.
-fn is_stale(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(
-        e.kind(),
-        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted
-    )
 }
 
 /// One connection to a shard and the bytes read from it not yet parsed.
@@ -300,7 +313,7 @@ impl Conn {
     /// The bytes of the next reply.
     async fn read_reply(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
-            let len = reply_len(&self.buf, &Limits::default())
+            let len = reply_len(&self.buf, &Limits::relay())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             if let Some(len) = len {
                 let reply = self.buf[..len].to_vec();

@@ -37,7 +37,13 @@ fn start_shard(addr: &str) -> (SocketAddr, tempfile::TempDir) {
 /// A router over `shards`, slots split evenly in order.
 fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>) {
     let per = 16384 / shards.len();
-    let mut toml = String::from("listen = \"127.0.0.1:0\"\n");
+    // Top-level settings before the tables, tables after them.
+    let (top, tables) = if extra.starts_with('[') {
+        ("", extra)
+    } else {
+        (extra, "")
+    };
+    let mut toml = format!("listen = \"127.0.0.1:0\"\n{top}");
     for (i, addr) in shards.iter().enumerate() {
         let hi = if i + 1 == shards.len() {
             16383
@@ -49,7 +55,7 @@ fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>)
             i * per
         ));
     }
-    toml.push_str(extra);
+    toml.push_str(tables);
     let config = Config::from_toml(&toml).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -198,6 +204,8 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     // "foo" and "bar" are on different shards of two.
     assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
     assert!(error_text(c.call(&["EVAL", "return 1", "2", "foo", "bar"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["PFCOUNT", "foo", "bar"])).contains("cannot be merged"));
+    assert!(error_text(c.call(&["RANGE", "a", "", "-1"])).contains("not an integer"));
     assert_eq!(c.call(&["PING"]), Reply::Simple("PONG".into()));
     // A malformed request is answered and closes only its own connection.
     let mut bad = Client::connect(router);
@@ -391,4 +399,36 @@ fn every_part_carries_its_request_s_id_and_budget() {
     assert_eq!(parts[0][1], parts[1][1], "the parts of one request share its id");
     let id: u64 = String::from_utf8_lossy(&parts[0][1]).parse().unwrap();
     assert!(id > last_id.unwrap());
+}
+
+/// A request whose arguments are each within `max_request_mb` but whose
+/// whole is not is refused with an error and its connection closed,
+/// before the router buffers more of it; other clients are served.
+#[test]
+fn a_request_larger_than_the_limit_as_a_whole_is_refused() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard], "max_request_mb = 1\n");
+    let mut big = Client::connect(router);
+    big.send_raw(b"*5\r\n$4\r\nMSET\r\n");
+    let piece = vec![b'x'; 900 << 10];
+    let mut refused = None;
+    for _ in 0..4 {
+        let mut arg = format!("${}\r\n", piece.len()).into_bytes();
+        arg.extend_from_slice(&piece);
+        arg.extend_from_slice(b"\r\n");
+        if big.stream.write_all(&arg).is_err() {
+            break;
+        }
+        big.stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        if let Some(reply) = big.reply() {
+            refused = Some(reply);
+            break;
+        }
+    }
+    let Some(Reply::Error(e)) = refused else {
+        panic!("no refusal: {refused:?}")
+    };
+    assert!(e.contains("request larger than 1 MiB"), "{e}");
+    let mut other = Client::connect(router);
+    assert_eq!(other.call(&["SET", "small", "ok"]), Reply::ok());
 }

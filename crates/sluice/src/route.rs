@@ -92,9 +92,10 @@ fn config(args: &RouteArgs) -> Result<Config> {
         config.admin = args.admin.clone();
     }
     if !args.cluster.is_empty() {
+        let password = config.cluster.as_ref().and_then(|c| c.password.clone());
         config.cluster = Some(ClusterConfig {
             seeds: args.cluster.clone(),
-            password: None,
+            password,
         });
     }
     config.validate().map_err(|e| match &args.config {
