@@ -33,6 +33,10 @@ const DEFAULT_RANGE_COUNT: usize = 100;
 /// the cluster is not settled.
 const MAX_REDIRECTS: usize = 5;
 
+/// How often a failing cluster's slot map may be read again: a failover
+/// moves slots without a `MOVED` from the node that is gone.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
 /// The slot map and the shards it names.
 struct Topology {
     /// For each slot, its shard's index in `shards`.
@@ -49,6 +53,9 @@ pub struct Router {
     budget_ms: Option<f64>,
     next_id: AtomicU64,
     epoch: Instant,
+    /// When the slot map was last read (cluster mode), so that failures
+    /// re-read it at most once a `REFRESH_EVERY`.
+    refreshed: std::sync::Mutex<Option<Instant>>,
     pub stats: RequestStats,
 }
 
@@ -120,6 +127,7 @@ impl Router {
             budget_ms: config.pool.budget_ms,
             next_id: AtomicU64::new(0),
             epoch: Instant::now(),
+            refreshed: std::sync::Mutex::new(None),
             stats: RequestStats::default(),
         });
         if router.cluster.is_some() {
@@ -384,12 +392,40 @@ impl Router {
 
     /// Sends a part to the owner of `slot`, following `MOVED` (the map
     /// corrected, then the command resent) and `ASK` (resent once to the
-    /// importing node with `ASKING`).
+    /// importing node with `ASKING`). In front of a cluster, a part that
+    /// fails (its node unreachable, or `CLUSTERDOWN`) has the slot map read
+    /// again from the nodes that answer, and is sent once more: a failover
+    /// moves slots without a `MOVED` from the node that is gone.
     async fn call_slot(&self, ctx: Ctx, slot: u16, args: &[&[u8]]) -> Result<Vec<u8>, ShardError> {
+        let first = self.call_slot_once(ctx, slot, args).await;
+        // Only a part that surely did not run is sent again.
+        let failed = match &first {
+            Err(e) => e.unsent,
+            Ok(raw) => raw.starts_with(b"-CLUSTERDOWN"),
+        };
+        if failed && self.cluster.is_some() && self.may_refresh() && self.refresh_slots().await.is_ok() {
+            return self.call_slot_once(ctx, slot, args).await;
+        }
+        first
+    }
+
+    /// Whether the slot map may be read again now; if so, the time is
+    /// taken.
+    fn may_refresh(&self) -> bool {
+        let mut last = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+
+    async fn call_slot_once(&self, ctx: Ctx, slot: u16, args: &[&[u8]]) -> Result<Vec<u8>, ShardError> {
         let mut shard = self.shard_of_slot(slot).map_err(|what| ShardError {
             shard: "-".into(),
             addr: "-".into(),
             what,
+            unsent: true,
         })?;
         let mut asking = Asking::No;
         for _ in 0..=MAX_REDIRECTS {
@@ -429,6 +465,7 @@ impl Router {
             shard: shard.name.clone(),
             addr: shard.addr.clone(),
             what: format!("redirected the command more than {MAX_REDIRECTS} times"),
+            unsent: false,
         })
     }
 }

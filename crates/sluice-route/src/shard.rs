@@ -33,6 +33,9 @@ pub struct ShardError {
     pub shard: String,
     pub addr: String,
     pub what: String,
+    /// The command never reached the shard (no connection), so it may be
+    /// sent elsewhere without running twice.
+    pub unsent: bool,
 }
 
 /// How a shard is reached and how long it is waited for.
@@ -93,6 +96,15 @@ impl Shard {
             shard: self.name.clone(),
             addr: self.addr.clone(),
             what: what.to_string(),
+            unsent: false,
+        }
+    }
+
+    /// A failure before the command was written: no connection.
+    fn unreachable(&self, what: impl std::fmt::Display) -> ShardError {
+        ShardError {
+            unsent: true,
+            ..self.error(what)
         }
     }
 
@@ -246,9 +258,9 @@ impl Shard {
         let connect = TcpStream::connect(&self.addr);
         let stream = match tokio::time::timeout(self.options.connect_timeout, connect).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(self.error(format!("is unavailable: {e}"))),
+            Ok(Err(e)) => return Err(self.unreachable(format!("is unavailable: {e}"))),
             Err(_) => {
-                return Err(self.error(format!(
+                return Err(self.unreachable(format!(
                     "is unavailable: no connection within {} ms",
                     self.options.connect_timeout.as_millis()
                 )))

@@ -72,6 +72,8 @@ fn start_cluster() -> Option<Cluster> {
                     &format!("nodes-{p}.conf"),
                     "--bind",
                     "127.0.0.1",
+                    "--cluster-node-timeout",
+                    "1000",
                 ])
                 .current_dir(dir.path())
                 .stdout(Stdio::null())
