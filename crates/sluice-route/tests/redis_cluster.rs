@@ -43,6 +43,11 @@ fn free_port() -> u16 {
 }
 
 fn start_cluster() -> Option<Cluster> {
+    start_cluster_with(0)
+}
+
+/// Three masters, each with `replicas` replicas in sync with it.
+fn start_cluster_with(replicas: usize) -> Option<Cluster> {
     if Command::new("redis-server").arg("--version").output().is_err() {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
@@ -52,7 +57,7 @@ fn start_cluster() -> Option<Cluster> {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3 * (1 + replicas)).map(|_| free_port()).collect();
     let nodes = ports
         .iter()
         .map(|p| {
@@ -74,6 +79,10 @@ fn start_cluster() -> Option<Cluster> {
                     "127.0.0.1",
                     "--cluster-node-timeout",
                     "1000",
+                    // A replica may take over however long it was apart
+                    // from its master: the test kills a master at once.
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ])
                 .current_dir(dir.path())
                 .stdout(Stdio::null())
@@ -93,7 +102,7 @@ fn start_cluster() -> Option<Cluster> {
     let created = Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .output()
         .unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stdout));
@@ -101,6 +110,13 @@ fn start_cluster() -> Option<Cluster> {
         wait_for(
             || cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"),
             "the cluster to be ok",
+        );
+        wait_for(
+            || {
+                let info = cli(*p, &["INFO", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            },
+            "the replicas to be in sync",
         );
     }
     Some(cluster)
@@ -299,4 +315,54 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
             &["CLUSTER", "COUNTKEYSINSLOT", &slot(keys[299].as_bytes()).to_string()]
         ) != "0"
     );
+}
+
+/// A master killed, its replica promoted by the cluster: the router, whose
+/// map still names the dead master, reads the map again and serves that
+/// master's keys from the new one, with no restart.
+#[test]
+fn a_failover_is_followed_by_reading_the_slot_map_again() {
+    let Some(mut cluster) = start_cluster_with(1) else {
+        return;
+    };
+    let (router, state) = start_router(cluster.ports[0]);
+    let mut c = Client::connect(router);
+    let keys: Vec<String> = (0..60).map(|i| format!("fail:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, k]), Reply::ok(), "{k}");
+    }
+    // The master that holds "fail:0" (a replica answers GET with MOVED).
+    let victim = cluster
+        .ports
+        .iter()
+        .position(|p| Client::connect(([127, 0, 0, 1], *p).into()).call(&["GET", "fail:0"]) == bulk("fail:0"))
+        .expect("a master holds the key");
+    // Replication is asynchronous: the master waits for its replica.
+    let mut master = Client::connect(([127, 0, 0, 1], cluster.ports[victim]).into());
+    assert_eq!(master.call(&["WAIT", "1", "5000"]), Reply::Integer(1));
+    let survivor = cluster.ports[(victim + 1) % cluster.ports.len()];
+    let _ = cluster.nodes[victim].kill();
+    let _ = cluster.nodes[victim].wait();
+    // The cluster serves the key again (redis-cli following MOVED).
+    wait_for(
+        || cli(survivor, &["-c", "GET", "fail:0"]) == "fail:0",
+        "the replica to take over",
+    );
+    let started = Instant::now();
+    while c.call(&["GET", "fail:0"]) != bulk("fail:0") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the promoted replica never served through the router"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut mget = vec!["MGET"];
+    mget.extend(keys.iter().map(String::as_str));
+    let Reply::Array(values) = c.call(&mget) else {
+        panic!("MGET")
+    };
+    assert_eq!(values, keys.iter().map(|k| bulk(k)).collect::<Vec<_>>());
+    for shard in state.shards() {
+        assert_eq!(shard.stats.in_flight.load(Ordering::Relaxed), 0, "{}", shard.name);
+    }
 }
