@@ -69,6 +69,13 @@ fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
     }
 }
 
+/// A buffer that a large reply grew gives its memory back once empty.
+pub(crate) fn shrink(buf: &mut Vec<u8>) {
+    if buf.is_empty() && buf.capacity() > 1 << 20 {
+        buf.shrink_to(64 << 10);
+    }
+}
+
 impl Pipeline {
     /// Takes over `stream` (and `unread`, bytes already read from it) with a
     /// writing and a reading task.
@@ -111,14 +118,17 @@ impl Pipeline {
                 tokio::time::interval((reply_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
             watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                // Replies are taken from `at` on and the buffer compacted
+                // once a read, not once a reply.
+                let mut at = 0;
                 loop {
-                    let len = match reply_len(&buf, &Limits::relay()) {
+                    let len = match reply_len(&buf[at..], &Limits::relay()) {
                         Ok(Some(len)) => len,
                         Ok(None) => break,
                         Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
                     };
-                    let reply = buf[..len].to_vec();
-                    buf.drain(..len);
+                    let reply = buf[at..at + len].to_vec();
+                    at += len;
                     let mut waiting = lock(&w);
                     let Some(front) = waiting.queue.front_mut() else {
                         drop(waiting);
@@ -137,6 +147,8 @@ impl Pipeline {
                     };
                     let _ = done.send(Ok(answer));
                 }
+                buf.drain(..at);
+                shrink(&mut buf);
                 if buf.capacity() - buf.len() < 4096 {
                     buf.reserve(16 << 10);
                 }

@@ -330,6 +330,7 @@ impl Conn {
             if let Some(len) = len {
                 let reply = self.buf[..len].to_vec();
                 self.buf.drain(..len);
+                crate::pipeline::shrink(&mut self.buf);
                 return Ok(reply);
             }
             if self.buf.capacity() - self.buf.len() < 4096 {

@@ -337,9 +337,23 @@ fn a_failover_is_followed_by_reading_the_slot_map_again() {
         .iter()
         .position(|p| Client::connect(([127, 0, 0, 1], *p).into()).call(&["GET", "fail:0"]) == bulk("fail:0"))
         .expect("a master holds the key");
-    // Replication is asynchronous: the master waits for its replica.
-    let mut master = Client::connect(([127, 0, 0, 1], cluster.ports[victim]).into());
-    assert_eq!(master.call(&["WAIT", "1", "5000"]), Reply::Integer(1));
+    // Replication is asynchronous: the replica must have every write
+    // before its master dies (its offset caught up with the master's).
+    wait_for(
+        || {
+            let info = cli(cluster.ports[victim], &["INFO", "replication"]);
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.trim().strip_prefix(name))
+                    .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            };
+            let replica = info
+                .lines()
+                .find_map(|l| l.split("offset=").nth(1)?.split(',').next()?.parse::<u64>().ok());
+            field("master_repl_offset:").is_some_and(|m| replica == Some(m))
+        },
+        "the replica to have every write",
+    );
     let survivor = cluster.ports[(victim + 1) % cluster.ports.len()];
     let _ = cluster.nodes[victim].kill();
     let _ = cluster.nodes[victim].wait();
