@@ -54,7 +54,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
                     }
                     match answer(&router, &mut session, &args).await {
                         Answer::Raw(raw) if !session.resp3 => output.extend_from_slice(&raw),
-                        Answer::Raw(raw) => resp3(&args[0], &raw).encode_as(&mut output, true),
+                        Answer::Raw(raw) => resp3(&args, &raw).encode_as(&mut output, true),
                         Answer::Reply(reply) => reply.encode_as(&mut output, session.resp3),
                     }
                     if session.quit {
@@ -106,24 +106,44 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
     }
 }
 
-/// A shard's RESP2 reply to `command` as a RESP3 client expects it: nulls
-/// as nulls, and HGETALL's field-value pairs as the map Redis sends.
-fn resp3(command: &[u8], raw: &[u8]) -> Reply {
+/// A shard's RESP2 reply to `args` as a RESP3 client expects it, the
+/// shapes Redis 7 gives in RESP3: nulls as nulls, HGETALL's pairs as a
+/// map, scores as doubles, and WITHSCORES as [member, score] pairs (what
+/// redis-py, RESP3 by default, unpacks).
+fn resp3(args: &[Vec<u8>], raw: &[u8]) -> Reply {
     let reply = match parse_reply(raw, &Limits::relay()) {
         Ok(Some((reply, _))) => reply,
         _ => return Reply::error("a shard's reply does not parse"),
     };
-    match reply {
-        Reply::Array(items) if command.eq_ignore_ascii_case(b"hgetall") => {
-            let mut items = items.into_iter();
-            let mut pairs = Vec::new();
-            while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                pairs.push((k, v));
-            }
-            Reply::Map(pairs)
-        }
+    let name = args[0].to_ascii_lowercase();
+    let has = |word: &[u8]| args[1..].iter().any(|a| a.eq_ignore_ascii_case(word));
+    let double = |r: Reply| match r {
+        Reply::Bulk(Some(text)) => Reply::Double(text),
         other => other,
+    };
+    match (name.as_slice(), reply) {
+        (b"hgetall", Reply::Array(items)) => Reply::Map(pairs(items)),
+        (b"zscore" | b"zincrby", r) => double(r),
+        (b"zadd", r) if has(b"incr") => double(r),
+        (b"zmscore", Reply::Array(items)) => Reply::Array(items.into_iter().map(double).collect()),
+        (b"zrange" | b"zrangebyscore" | b"zrevrange" | b"zrevrangebyscore", Reply::Array(items))
+            if has(b"withscores") =>
+        {
+            let scored = pairs(items).into_iter().map(|(m, s)| Reply::Array(vec![m, double(s)]));
+            Reply::Array(scored.collect())
+        }
+        (_, other) => other,
     }
+}
+
+/// A flat array's elements two by two.
+fn pairs(items: Vec<Reply>) -> Vec<(Reply, Reply)> {
+    let mut items = items.into_iter();
+    let mut pairs = Vec::new();
+    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+        pairs.push((k, v));
+    }
+    pairs
 }
 
 async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Answer {

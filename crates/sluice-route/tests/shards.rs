@@ -313,6 +313,11 @@ for kwargs in ({}, {"protocol": 2}):
     replies = p.execute()
     assert replies[-1] == [str(i).encode() for i in range(100)]
     assert r.delete(*[f"k{i}" for i in range(100)]) == 100
+    r.zadd("z", {"a": 1.5, "b": 2})
+    assert r.zscore("z", "a") == 1.5
+    assert [(m, s) for m, s in r.zrange("z", 0, -1, withscores=True)] == [(b"a", 1.5), (b"b", 2.0)]
+    assert r.zincrby("z", 1, "a") == 2.5
+    r.delete("z")
     r.close()
 print("ok")
 "#;
