@@ -30,6 +30,23 @@ pub struct TenantSpec {
     pub target_ops: Option<f64>,
 }
 
+impl TenantSpec {
+    /// `n` users (`user0`, `user1`, ...), each a tenant of its own with
+    /// one closed-loop thread running `workload`: users as AppleS counts
+    /// them.
+    pub fn users(n: usize, workload: &Workload) -> Vec<TenantSpec> {
+        (0..n)
+            .map(|i| TenantSpec {
+                name: format!("user{i}"),
+                workload: workload.clone(),
+                threads: 1,
+                weight: 1.0,
+                target_ops: None,
+            })
+            .collect()
+    }
+}
+
 /// One interval of one tenant.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Interval {

@@ -104,30 +104,26 @@ pub fn metrics(snap: &Snapshot) -> String {
         "Latest minus earliest sub-request completion of split requests.",
     );
     summary(&mut out, "sluice_route_gap_seconds", "", &snap.gap);
-    let _ = writeln!(
-        out,
-        "# HELP sluice_route_shard_in_flight Sub-requests at the shard.\n# TYPE sluice_route_shard_in_flight gauge"
+    let per_shard = |out: &mut String, name: &str, help: &str, kind: &str, value: &dyn Fn(&ShardSnapshot) -> u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in &snap.shards {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", label(&s.name), value(s));
+        }
+    };
+    per_shard(
+        &mut out,
+        "sluice_route_shard_in_flight",
+        "Sub-requests at the shard.",
+        "gauge",
+        &|s| s.in_flight,
     );
-    for s in &snap.shards {
-        let _ = writeln!(
-            out,
-            "sluice_route_shard_in_flight{{shard=\"{}\"}} {}",
-            label(&s.name),
-            s.in_flight
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP sluice_route_shard_errors_total Sub-requests the shard failed.\n# TYPE sluice_route_shard_errors_total counter"
+    per_shard(
+        &mut out,
+        "sluice_route_shard_errors_total",
+        "Sub-requests the shard failed.",
+        "counter",
+        &|s| s.errors,
     );
-    for s in &snap.shards {
-        let _ = writeln!(
-            out,
-            "sluice_route_shard_errors_total{{shard=\"{}\"}} {}",
-            label(&s.name),
-            s.errors
-        );
-    }
     head(
         &mut out,
         "sluice_route_shard_seconds",

@@ -65,6 +65,8 @@ pub enum RouteError {
     Config(#[from] config::ConfigError),
     #[error("listening on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    #[error("starting the router's thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// A router bound to its ports, not yet serving.
@@ -141,4 +143,30 @@ pub async fn bind(config: &Config) -> Result<Bound, RouteError> {
 pub async fn run(config: Config) -> Result<(), RouteError> {
     bind(&config).await?.serve().await;
     Ok(())
+}
+
+/// Binds and serves on a thread of its own (a current-thread runtime), for
+/// a process that embeds the router (a benchmark, a test): the address it
+/// listens on, and the router for its statistics.
+pub fn spawn(config: Config) -> Result<(std::net::SocketAddr, Arc<Router>), RouteError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(e) => return drop(tx.send(Err(RouteError::Thread(e)))),
+        };
+        runtime.block_on(async {
+            let bound = match bind(&config).await {
+                Ok(bound) => bound,
+                Err(e) => return drop(tx.send(Err(e))),
+            };
+            match bound.local_addr() {
+                Ok(addr) => drop(tx.send(Ok((addr, bound.router.clone())))),
+                Err(e) => return drop(tx.send(Err(RouteError::Thread(e)))),
+            }
+            bound.serve().await;
+        });
+    });
+    rx.recv()
+        .map_err(|_| RouteError::Thread(std::io::Error::other("it ended before binding")))?
 }

@@ -236,7 +236,9 @@ impl Router {
     pub async fn execute(&self, name: &str, route: Route, args: &[Vec<u8>]) -> Answer {
         let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command")).into();
         let whole = || args.iter().map(Vec::as_slice).collect::<Vec<_>>();
+        // RANGE's count: as sent to every shard, and where the merge cuts.
         let count;
+        let mut limit = DEFAULT_RANGE_COUNT;
         let parts = match route {
             Route::Key(i) => match args.get(i) {
                 Some(key) => vec![Part {
@@ -267,13 +269,12 @@ impl Router {
                 if !(3..=4).contains(&args.len()) {
                     return arity();
                 }
-                let given = args
-                    .get(3)
-                    .map(|c| std::str::from_utf8(c).ok().and_then(|c| c.parse::<usize>().ok()));
-                if given == Some(None) {
-                    return Reply::error("value is not an integer or out of range").into();
-                }
-                count = range_count(args).to_string().into_bytes();
+                limit = match args.get(3).map(|c| std::str::from_utf8(c).ok()?.parse::<usize>().ok()) {
+                    None => DEFAULT_RANGE_COUNT,
+                    Some(Some(n)) => n,
+                    Some(None) => return Reply::error("value is not an integer or out of range").into(),
+                };
+                count = limit.to_string().into_bytes();
                 self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
             Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")).into(),
@@ -315,7 +316,7 @@ impl Router {
         };
         let answer = match route {
             Route::Keys { merge, .. } => merge_parts(merge, &parts, replies, (args.len() - 1) / merge_step(merge)),
-            Route::Range => merge_ranges(replies, range_count(args)).into(),
+            Route::Range => merge_ranges(replies, limit).into(),
             _ => Answer::Raw(replies.into_iter().next().unwrap_or_default()),
         };
         self.stats.latency.record(started.elapsed());
@@ -353,13 +354,13 @@ impl Router {
             return Ok(0);
         };
         let s = slot(first);
+        let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
         let same = |k: &Vec<u8>| {
             let other = slot(k);
-            if self.cluster.is_some() {
-                return other == s;
+            match self.cluster {
+                Some(_) => other == s,
+                None => t.owner[other as usize] == t.owner[s as usize],
             }
-            let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
-            t.owner[other as usize] == t.owner[s as usize]
         };
         if keys.iter().all(same) {
             Ok(s)
@@ -519,12 +520,6 @@ fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Vec<u8>>, keys: usize)
             Answer::Raw(out)
         }
     }
-}
-
-fn range_count(args: &[Vec<u8>]) -> usize {
-    args.get(3)
-        .and_then(|c| std::str::from_utf8(c).ok()?.parse().ok())
-        .unwrap_or(DEFAULT_RANGE_COUNT)
 }
 
 /// The sorted key-value pairs of every shard, merged and cut to `count`.

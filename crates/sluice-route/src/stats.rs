@@ -4,7 +4,7 @@
 //! scheduling closes). Read through the admin port as JSON (`/stats`) and
 //! as Prometheus text (`/metrics`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -75,10 +75,4 @@ pub struct RequestStats {
     pub redirects: AtomicU64,
     /// The widest fan-out seen.
     pub max_fanout: AtomicU64,
-}
-
-impl RequestStats {
-    pub fn count(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
 }

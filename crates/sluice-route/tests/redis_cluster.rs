@@ -4,17 +4,18 @@
 //! moved by `redis-cli --cluster reshard` while clients run followed
 //! (MOVED, ASK) with no error reaching a client.
 
-use std::io::{Read, Write};
+mod support;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_resp::{encode_command, parse_reply, Limits, Reply};
-use sluice_route::config::Config;
+use sluice_resp::Reply;
 use sluice_route::slot::slot;
 use sluice_route::Router;
+use support::{bulk, start_router_from, under_ci, Client};
 
 /// Redis servers killed when dropped.
 struct Cluster {
@@ -50,7 +51,7 @@ fn start_cluster() -> Option<Cluster> {
 fn start_cluster_with(replicas: usize) -> Option<Cluster> {
     if Command::new("redis-server").arg("--version").output().is_err() {
         assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            !under_ci(),
             "redis-server is missing under CI: scripts/test.sh installs it"
         );
         eprintln!("skipping: redis-server not installed");
@@ -139,60 +140,10 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Reply {
-        let mut out = Vec::new();
-        encode_command(args, &mut out);
-        self.stream.write_all(&out).unwrap();
-        loop {
-            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
-                self.buf.drain(..used);
-                return reply;
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).unwrap();
-            assert!(n > 0, "the router closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
 fn start_router(seed: u16) -> (SocketAddr, Arc<Router>) {
-    let config = Config::from_toml(&format!(
+    start_router_from(&format!(
         "listen = \"127.0.0.1:0\"\n[cluster]\nseeds = [\"127.0.0.1:{seed}\"]\n[pool]\nsize = 8\n"
     ))
-    .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let bound = sluice_route::bind(&config).await.unwrap();
-            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
-            bound.serve().await;
-        });
-    });
-    rx.recv().unwrap()
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Some(s.as_bytes().to_vec()))
 }
 
 #[test]

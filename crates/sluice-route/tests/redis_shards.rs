@@ -4,17 +4,18 @@
 //! requests that touch it with an error naming it, and is used again once
 //! it is back.
 
-use std::io::{Read, Write};
+mod support;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_resp::{encode_command, parse_reply, Limits, Reply};
-use sluice_route::config::Config;
+use sluice_resp::Reply;
 use sluice_route::slot::slot;
 use sluice_route::Router;
+use support::{bulk, free_port, start_router_from, under_ci, Client};
 
 struct Redis(Child);
 
@@ -41,7 +42,7 @@ fn start_redis(port: u16) -> Option<Redis> {
         .spawn();
     let Ok(child) = child else {
         assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            !under_ci(),
             "redis-server is missing under CI: scripts/test.sh installs it"
         );
         eprintln!("skipping: redis-server not installed");
@@ -58,71 +59,17 @@ fn start_redis(port: u16) -> Option<Redis> {
     Some(Redis(child))
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn start_router(ports: [u16; 2]) -> (SocketAddr, Arc<Router>) {
     start_router_with(ports, 30_000)
 }
 
 fn start_router_with(ports: [u16; 2], reply_timeout_ms: u64) -> (SocketAddr, Arc<Router>) {
-    let config = Config::from_toml(&format!(
+    start_router_from(&format!(
         "listen = \"127.0.0.1:0\"\n[pool]\nconnect_timeout_ms = 500\nreply_timeout_ms = {reply_timeout_ms}\n\
          [[shard]]\nname = \"a\"\naddr = \"127.0.0.1:{}\"\nslots = \"0-8191\"\nkind = \"redis\"\n\
          [[shard]]\nname = \"b\"\naddr = \"127.0.0.1:{}\"\nslots = \"8192-16383\"\nkind = \"redis\"\n",
         ports[0], ports[1],
     ))
-    .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let bound = sluice_route::bind(&config).await.unwrap();
-            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
-            bound.serve().await;
-        });
-    });
-    rx.recv().unwrap()
-}
-
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Reply {
-        let mut out = Vec::new();
-        encode_command(args, &mut out);
-        self.stream.write_all(&out).unwrap();
-        loop {
-            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
-                self.buf.drain(..used);
-                return reply;
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).unwrap();
-            assert!(n > 0, "the router closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Some(s.as_bytes().to_vec()))
 }
 
 #[test]

@@ -4,18 +4,20 @@
 //! down named in the error while the others serve, and used again when it
 //! is back; redis-cli, redis-benchmark and redis-py through it.
 
+mod support;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_io::{Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options, Server, ServerOptions};
-use sluice_resp::{encode_command, parse_reply, Limits, Reply};
-use sluice_route::config::Config;
+use sluice_resp::{Limits, Reply};
 use sluice_route::slot::slot;
 use sluice_route::Router;
+use support::{bulk, start_router_from, under_ci, Client};
 
 /// A `sluice serve` on `addr` (port 0: any), serving from a thread.
 fn start_shard(addr: &str) -> (SocketAddr, tempfile::TempDir) {
@@ -56,65 +58,7 @@ fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>)
         ));
     }
     toml.push_str(tables);
-    let config = Config::from_toml(&toml).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let bound = sluice_route::bind(&config).await.unwrap();
-            tx.send((bound.local_addr().unwrap(), bound.router.clone())).unwrap();
-            bound.serve().await;
-        });
-    });
-    rx.recv().unwrap()
-}
-
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
-    }
-
-    fn reply(&mut self) -> Option<Reply> {
-        loop {
-            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
-                self.buf.drain(..used);
-                return Some(reply);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Reply {
-        let mut out = Vec::new();
-        encode_command(args, &mut out);
-        self.send_raw(&out);
-        self.reply().expect("a reply")
-    }
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Some(s.as_bytes().to_vec()))
+    start_router_from(&toml)
 }
 
 fn error_text(reply: Reply) -> String {
@@ -247,10 +191,6 @@ fn a_shard_that_is_down_is_named_and_used_again_when_it_is_back() {
             shard.name
         );
     }
-}
-
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// redis-cli, redis-benchmark (GET, SET, MGET) and redis-py through the

@@ -74,15 +74,7 @@ pub fn run(args: RedisBench) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     eprintln!("loading {} records through {}", args.records, targets[0].0);
     load(&Resp::new(targets[0].1.as_str())?, &workload, 8, 1)?;
-    let users: Vec<TenantSpec> = (0..args.users.max(1))
-        .map(|i| TenantSpec {
-            name: format!("user{i}"),
-            workload: workload.clone(),
-            threads: 1,
-            weight: 1.0,
-            target_ops: None,
-        })
-        .collect();
+    let users = TenantSpec::users(args.users.max(1), &workload);
     let mut runs = Vec::new();
     let mut ops = 0;
     for round in 1..=args.rounds {

@@ -180,24 +180,7 @@ fn start_router(ports: &[u16], users: usize) -> Result<(std::net::SocketAddr, Ar
             i * per
         ));
     }
-    let config = Config::from_toml(&toml)?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => return drop(tx.send(Err(anyhow::anyhow!(e)))),
-        };
-        rt.block_on(async {
-            match sluice_route::bind(&config).await {
-                Ok(bound) => {
-                    let _ = tx.send(Ok((bound.local_addr().expect("bound"), bound.router.clone())));
-                    bound.serve().await;
-                }
-                Err(e) => drop(tx.send(Err(anyhow::anyhow!(e)))),
-            }
-        });
-    });
-    rx.recv().context("the router's thread")?
+    Ok(sluice_route::spawn(Config::from_toml(&toml)?)?)
 }
 
 struct Run {
@@ -265,15 +248,7 @@ pub fn run(args: RouteBench) -> Result<()> {
         args.records, args.shards
     );
     load(&target, &workload, 4, 1)?;
-    let users: Vec<TenantSpec> = (0..args.users)
-        .map(|i| TenantSpec {
-            name: format!("user{i}"),
-            workload: workload.clone(),
-            threads: 1,
-            weight: 1.0,
-            target_ops: None,
-        })
-        .collect();
+    let users = TenantSpec::users(args.users, &workload);
     settle(&ports)?;
     let mut runs = Vec::new();
     for round in 1..=args.rounds {
@@ -300,14 +275,15 @@ pub fn run(args: RouteBench) -> Result<()> {
             for u in &results {
                 all.merge(&u.all);
             }
+            let gap = router.stats.gap.summary();
             let r = Run {
                 round,
                 policy: policy.clone(),
                 ops_per_sec: all.count() as f64 / args.seconds,
                 p50_ms: all.quantile(0.5) as f64 / 1e6,
                 p99_ms: all.quantile(0.99) as f64 / 1e6,
-                gap_p99_ms: router.stats.gap.summary().p99_ms,
-                gap_p50_ms: router.stats.gap.summary().p50_ms,
+                gap_p99_ms: gap.p99_ms,
+                gap_p50_ms: gap.p50_ms,
                 steal,
             };
             // Each shard's sub-request latency at the router: where the

@@ -1,0 +1,75 @@
+//! What the router's integration tests share: a RESP client over a plain
+//! socket, the router started from a configuration, free ports.
+
+// Each test file uses only part of it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_route::config::Config;
+use sluice_route::Router;
+
+/// The router from `toml`, serving from a thread of its own.
+pub fn start_router_from(toml: &str) -> (SocketAddr, Arc<Router>) {
+    sluice_route::spawn(Config::from_toml(toml).unwrap()).unwrap()
+}
+
+/// A port free now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+pub fn bulk(s: &str) -> Reply {
+    Reply::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+/// One connection, one command at a time.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// The next reply, or `None` once the connection is closed.
+    pub fn reply(&mut self) -> Option<Reply> {
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..used);
+                return Some(reply);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn call(&mut self, args: &[&str]) -> Reply {
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.send_raw(&out);
+        self.reply().expect("a reply")
+    }
+}
