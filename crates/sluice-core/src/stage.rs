@@ -2,6 +2,29 @@
 //! most `limit` of them are in service at once (one for a disk that serves
 //! one access at a time, P for the AppleS gate, the device queue depth for an
 //! NCQ-like device). A slot taken by `dispatch` is given back by `complete`.
+//!
+//! A driver pushes jobs as they arrive, dispatches while a slot is free, and
+//! completes each job it finishes; the policy alone decides the order.
+//! Here earliest-deadline-first over a device where every access costs the
+//! same, one job in service at a time:
+//!
+//! ```
+//! use sluice_core::device::FlatDevice;
+//! use sluice_core::{Ctx, Job, PolicyOptions, PolicySpec, Stage};
+//!
+//! let policy = PolicySpec::Edf.build(&PolicyOptions::default(), Default::default()).unwrap();
+//! let mut stage = Stage::new(policy, 1).unwrap();
+//! let device = FlatDevice { cost: 1_000_000 };
+//! // Request 1 arrives first with the later deadline.
+//! stage.push(Job::new(1, Ctx::new(1, 0).with_deadline(50_000_000), 0, 0), 0);
+//! stage.push(Job::new(2, Ctx::new(2, 0).with_deadline(20_000_000), 0, 0), 0);
+//!
+//! let first = stage.dispatch(0, &device).unwrap();
+//! assert_eq!(first.ctx.id.0, 2, "the earlier deadline goes first");
+//! assert!(stage.dispatch(0, &device).is_none(), "the one slot is taken");
+//! stage.complete().unwrap();
+//! assert_eq!(stage.dispatch(1_000_000, &device).unwrap().ctx.id.0, 1);
+//! ```
 
 use thiserror::Error;
 

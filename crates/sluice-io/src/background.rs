@@ -11,12 +11,13 @@
 //! criticality (a critical request waits for it) bypasses rates and pause:
 //! throttling the work a request waits for would be a priority inversion.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::task::{set_background, Task};
+use crate::task::Task;
 
 /// What a background task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -205,6 +206,19 @@ impl Drop for BackgroundGuard {
     fn drop(&mut self) {
         set_background(self.outer.take());
     }
+}
+
+thread_local! {
+    static BACKGROUND: RefCell<Option<Arc<Background>>> = const { RefCell::new(None) };
+}
+
+/// The background task the current thread works for, if any.
+pub(crate) fn current_background() -> Option<Arc<Background>> {
+    BACKGROUND.with(|b| b.borrow().clone())
+}
+
+pub(crate) fn set_background(bg: Option<Arc<Background>>) -> Option<Arc<Background>> {
+    BACKGROUND.with(|b| std::mem::replace(&mut *b.borrow_mut(), bg))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! | RCP | here |
 //! |---|---|
 //! | enlightenment API (§4.1) | [`enter`] / [`CtxGuard`]: `ctx_begin/ctx_end` on the current thread |
-//! | caching layer: dirty ratios per class (§4.3) | `writeback.rs`: [`SluiceFile::write_buffered`], `dirty_budget_mb`, `*_dirty_ratio` |
+//! | caching layer: dirty ratios per class (§4.3) | `writeback.rs`: [`SluiceFile::write_buffered`]; `dirty.rs`: `dirty_budget_mb`, `*_dirty_ratio` |
 //! | admission slots per class (§4.3) | [`sched`]: `critical_slots`, `noncritical_slots` |
 //! | two-queue dispatch, 10 ms starvation guard (§4.3) | [`sched`]: any sluice-core policy per queue |
 //! | device bound on non-critical I/O (§4.3) | [`sched`]: `noncritical_device_bound`, and in bytes: `noncritical_piece_kb` (not in RCP, below) |
@@ -16,6 +16,47 @@
 //! | I/O dependency, `ncio` promotion (§4.2.2) | [`SluiceFile::sync`], [`SluiceFile::read_at`] promote outstanding writes |
 //! | transitive dependency (§4.4) | [`task`]: blocking status, raise along the chain |
 //! | background tasks with knobs, a controller (programmable background tasks §VI) | [`background`], [`control`] with controllers from `sluice-core` |
+//!
+//! # Embedding it
+//!
+//! A storage engine opens its files through a [`Runtime`]. A thread that
+//! serves a request says so with [`enter`]: while the guard lives, every
+//! I/O the thread makes carries the request's [`sluice_core::Ctx`] and is
+//! critical. Work the engine does in the background (flush, compaction)
+//! runs inside a [`Background`] task, whose [`Knobs`] a controller or an
+//! operator turns:
+//!
+//! ```
+//! use sluice_io::{enter, Knobs, Runtime, RuntimeConfig, TaskKind};
+//! use sluice_core::Ctx;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let rt = Runtime::new(RuntimeConfig::default())?;
+//! let file = rt.open(dir.path().join("table"), true)?;
+//!
+//! // A foreground request: its I/O goes first at every layer.
+//! {
+//!     let _request = enter(Ctx::new(1, rt.now()));
+//!     file.write_at(b"hello", 0)?;
+//!     file.sync()?;
+//!     let mut buf = [0u8; 5];
+//!     assert_eq!(file.read_at(&mut buf, 0)?, 5);
+//!     assert_eq!(&buf, b"hello");
+//! }
+//!
+//! // A background task, throttled to 1 MB/s of I/O.
+//! let compaction = rt.register_background("compaction", TaskKind::Compaction);
+//! compaction.set_knobs(Knobs { rate_bytes: Some(1e6), ..Knobs::default() });
+//! {
+//!     let _working = compaction.enter();
+//!     file.write_buffered(b"merged", 4096)?; // waits in the dirty budget
+//!     file.write_back()?;                    // written as the task's I/O
+//! }
+//! assert_eq!(compaction.stats().bytes, 6);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Departure from RCP: its device bound counts non-critical I/Os, and a
 //! critical I/O can still find one large background I/O ahead of it in the
@@ -44,7 +85,9 @@ pub mod background;
 pub mod config;
 pub mod control;
 pub mod device;
+mod dirty;
 pub mod error;
+mod file;
 pub mod runtime;
 pub mod sched;
 pub mod sync;

@@ -4,7 +4,7 @@
 //! critical task that syncs a file, or reads a range, that outstanding
 //! non-critical writes still hold promotes those writes wherever they wait.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
@@ -13,13 +13,14 @@ use rustc_hash::FxHashMap;
 use sluice_core::device::{Op, OpKind};
 use sluice_core::{Class, Ctx, Job};
 
-use crate::background::{Background, TaskKind};
+use crate::background::{current_background, Background, TaskKind};
 use crate::config::RuntimeConfig;
 use crate::device::{address, Device};
+use crate::dirty::DirtyBudget;
 use crate::error::IoError;
+use crate::file::FileInner;
 use crate::sched::{Criticality, Location, Occupancy, Sched};
-use crate::task::{current_background, Blocker, Promote, Task};
-use crate::writeback::DirtyBudget;
+use crate::task::{Blocker, Promote, Task};
 
 /// Block size by which device addresses become job positions.
 const BLOCK: u64 = 4096;
@@ -270,17 +271,6 @@ impl Shared {
     }
 }
 
-pub(crate) struct FileInner {
-    id: u32,
-    path: PathBuf,
-    pub(crate) file: std::fs::File,
-    /// Buffered writes not yet written back: (offset, len).
-    pub(crate) dirty: Mutex<Vec<(u64, u64)>>,
-    /// Outstanding writes: (seq, offset, len).
-    pending: Mutex<Vec<(u64, u64, u64)>>,
-    drained: Condvar,
-}
-
 /// A file on the runtime's device. Clones share the file.
 #[derive(Clone)]
 pub struct SluiceFile {
@@ -416,18 +406,5 @@ impl SluiceFile {
         }
         drop(pending);
         task.end_wait();
-    }
-}
-
-impl FileInner {
-    fn file_read(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match std::os::unix::fs::FileExt::read_at(&self.file, &mut buf[done..], offset + done as u64)? {
-                0 => break,
-                n => done += n,
-            }
-        }
-        Ok(done)
     }
 }

@@ -21,7 +21,6 @@
 //! ends, instead of revoking along the chain at once. The over-promotion
 //! lasts one wait at most and keeps revocation local to the waiter.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -66,7 +65,6 @@ static NEXT_TASK: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static CURRENT: Arc<Task> = Arc::new(Task::new());
-    static BACKGROUND: RefCell<Option<Arc<crate::background::Background>>> = const { RefCell::new(None) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -216,17 +214,6 @@ impl Drop for CtxGuard {
 /// The context of the request the current thread serves, if any.
 pub fn current_ctx() -> Option<Ctx> {
     Task::current().ctx()
-}
-
-/// The background task the current thread works for, if any.
-pub(crate) fn current_background() -> Option<Arc<crate::background::Background>> {
-    BACKGROUND.with(|b| b.borrow().clone())
-}
-
-pub(crate) fn set_background(
-    bg: Option<Arc<crate::background::Background>>,
-) -> Option<Arc<crate::background::Background>> {
-    BACKGROUND.with(|b| std::mem::replace(&mut *b.borrow_mut(), bg))
 }
 
 #[cfg(test)]

@@ -10,23 +10,21 @@
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
 //! flat key, value list. How the types sit in the store: `keyspace.rs`.
 
+mod delete;
 mod expire;
 mod hash;
 mod keys;
 mod long_double;
 mod string;
+mod value;
 mod zset;
 
 use std::fmt::Write;
 
-pub(crate) use keys::Cursors;
-
-use crate::keyspace::{
-    check_user_key, decode_value, is_live, now_ms, tagged, with_deadline, Deadline, Tag, RESERVED, WRONGTYPE,
-};
+use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
-use crate::server::Shared;
-use crate::WriteBatch;
+use crate::shared::Shared;
+use value::{read, run, string, write_strings, Typed};
 
 /// Keys `RANGE` returns when no count is given.
 const DEFAULT_RANGE_COUNT: usize = 100;
@@ -76,7 +74,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
             string::incr_by(shared, &rest[0], string::decrement(&rest[1]))
         }),
         "incrbyfloat" => arity(rest.len() == 2, &|| string::incrbyfloat(shared, rest)),
-        "del" => arity(!rest.is_empty(), &|| del(shared, rest)),
+        "del" => arity(!rest.is_empty(), &|| delete::del(shared, rest)),
         "exists" => arity(!rest.is_empty(), &|| exists(shared, rest)),
         "mget" => arity(!rest.is_empty(), &|| mget(shared, rest)),
         "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(shared, rest)),
@@ -133,120 +131,13 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     }
 }
 
-/// A stored value, read by its type; an expired value is `Absent`.
-pub(super) enum Typed {
-    Absent,
-    Found(Tag, Vec<u8>, Deadline),
-}
-
-/// The value at `key` as stored, expired or not; refuses reserved keys
-/// and values this server did not write.
-fn read_stored(shared: &Shared, key: &[u8]) -> Result<Option<(Tag, Vec<u8>, Deadline)>, Reply> {
-    check_user_key(key).map_err(Reply::error)?;
-    match shared.db.get(key).map_err(Reply::error)? {
-        None => Ok(None),
-        Some(v) => match decode_value(&v) {
-            Some((tag, body, deadline)) => Ok(Some((tag, body.to_vec(), deadline))),
-            None => Err(Reply::error("the value at this key was not written by sluice serve")),
-        },
-    }
-}
-
-/// Reads `key` for a command: every command sees an expired key as
-/// absent.
-pub(super) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
-    Ok(match read_stored(shared, key)? {
-        Some((tag, body, deadline)) if is_live(deadline, now_ms()) => Typed::Found(tag, body, deadline),
-        _ => Typed::Absent,
-    })
-}
-
-/// A command's outcome, whichever way it ended.
-pub(super) fn run(f: impl FnOnce() -> Result<Reply, Reply>) -> Reply {
-    f().unwrap_or_else(|e| e)
-}
-
-/// The string at `key` and its deadline, or WRONGTYPE.
-pub(super) fn string_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(Vec<u8>, Deadline)>, Reply> {
-    match read(shared, key)? {
-        Typed::Absent => Ok(None),
-        Typed::Found(Tag::String, body, deadline) => Ok(Some((body, deadline))),
-        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
-    }
-}
-
-/// The string at `key`, or WRONGTYPE.
-pub(super) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
-    Ok(string_with_deadline(shared, key)?.map(|(body, _)| body))
-}
-
 fn get(shared: &Shared, key: &[u8]) -> Reply {
     run(|| Ok(Reply::Bulk(string(shared, key)?)))
-}
-
-/// Writes string `pairs` (key, value, key, value, ...) in one batch, each
-/// to expire at `deadline`; the caller holds their keys' stripes.
-pub(super) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
-    // The stored value is longer than the client's by its tag (and its
-    // deadline): the limit a client sees is that much lower, and named as
-    // such.
-    let limit = shared.db.options().max_value_bytes - with_deadline(vec![0], deadline).len();
-    let mut batch = WriteBatch::new();
-    for kv in pairs.chunks(2) {
-        check_user_key(&kv[0]).map_err(Reply::error)?;
-        if kv[1].len() > limit {
-            return Err(Reply::error(crate::KvError::ValueTooLarge {
-                len: kv[1].len(),
-                limit,
-            }));
-        }
-        batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
-    }
-    shared.db.write(batch).map_err(Reply::error)
 }
 
 fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
     let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
     run(|| write_strings(shared, pairs, None).map(|()| Reply::ok()))
-}
-
-/// Deletes the value `tag`, `body` stored at `key` (a sorted set's
-/// members with it) into `batch`.
-pub(super) fn delete_value(
-    shared: &Shared,
-    key: &[u8],
-    tag: Tag,
-    body: &[u8],
-    batch: &mut WriteBatch,
-) -> Result<(), Reply> {
-    if tag == Tag::Zset {
-        zset::delete_members(shared, body, batch)?;
-    }
-    batch.delete(key.to_vec());
-    Ok(())
-}
-
-/// `DEL key [key ...]`: the number of live keys deleted, a key named
-/// twice counted once. An expired value is deleted too, its space back,
-/// but not counted, as in Redis.
-fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
-    run(|| {
-        let _locks = shared.locks.lock(keys.iter().map(Vec::as_slice));
-        let mut batch = WriteBatch::new();
-        let (mut existing, now) = (0, now_ms());
-        let mut keys: Vec<&Vec<u8>> = keys.iter().collect();
-        keys.sort();
-        keys.dedup();
-        for k in keys {
-            let Some((tag, body, deadline)) = read_stored(shared, k)? else {
-                continue;
-            };
-            existing += i64::from(is_live(deadline, now));
-            delete_value(shared, k, tag, &body, &mut batch)?;
-        }
-        shared.db.write(batch).map_err(Reply::error)?;
-        Ok(Reply::Integer(existing))
-    })
 }
 
 fn exists(shared: &Shared, keys: &[Vec<u8>]) -> Reply {

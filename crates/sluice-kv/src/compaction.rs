@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use crate::db::{Inner, State};
 use crate::error::Result;
 use crate::flush::{remove_table, table_options};
 use crate::merge::{MergeIter, Source};
 use crate::options::Options;
 use crate::sstable::TableBuilder;
+use crate::state::{Inner, State};
 use crate::version::{level_source, table_path, TableHandle, Version};
 
 /// Bytes a compaction reads from an input table per I/O: large enough to

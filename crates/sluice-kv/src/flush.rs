@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use sluice_io::Runtime;
 
-use crate::db::Inner;
 use crate::error::Result;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::sstable::{BlockCache, TableBuilder, TableOptions};
+use crate::state::Inner;
 use crate::version::{table_path, TableHandle};
 use crate::wal;
 

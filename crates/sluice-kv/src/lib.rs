@@ -8,6 +8,7 @@
 //! | piece | file |
 //! |---|---|
 //! | write path, write stalls, group commit, reads, scans; writes stopped by a failed write to disk and resumed | `db.rs` |
+//! | what the writers, flush, compaction and recovery share: memtables, WAL, version under one lock | `state.rs` |
 //! | write-ahead log, replay | `wal.rs` |
 //! | atomic batches | `batch.rs` |
 //! | memtable | `memtable.rs` |
@@ -20,7 +21,7 @@
 //! | merging sorted sources | `merge.rs` |
 //! | the RESP protocol (its own crate, `sluice-resp`, shared with the router and the bench drivers) | `resp` |
 //! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
-//! | the server of `sluice serve` and its bounds against hostile clients; its commands | `server.rs`, `commands.rs`, `commands/` |
+//! | the server of `sluice serve` and its bounds against hostile clients; what its connections share; its commands (dispatch in `commands.rs`, typed reads and writes in `commands/value.rs`); SCAN's cursors | `server.rs`, `shared.rs`, `commands.rs`, `commands/`, `cursors.rs` |
 //! | strings, hashes, sorted sets and their deadlines over flat keys | `keyspace.rs` |
 //!
 //! The YCSB drivers are in `sluice-bench`; `sluice demo` runs them on this
@@ -30,6 +31,7 @@ mod batch;
 mod codec;
 mod commands;
 mod compaction;
+mod cursors;
 mod db;
 pub mod error;
 mod flush;
@@ -41,7 +43,9 @@ mod options;
 mod recovery;
 pub mod request_context;
 pub mod server;
+mod shared;
 pub mod sstable;
+mod state;
 mod version;
 mod wal;
 

@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use sluice_io::Runtime;
 
-use crate::db::State;
 use crate::error::{KvError, Result};
 use crate::flush::{remove_wals_below, write_table};
 use crate::manifest::Manifest;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::sstable::BlockCache;
+use crate::state::State;
 use crate::version::{TableHandle, Version};
 use crate::wal::{self, Wal};
 

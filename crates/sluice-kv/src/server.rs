@@ -38,27 +38,21 @@
 //!   reading, and TCP holds the client back. A request still arriving is
 //!   bounded by [`Limits`] instead: it is not executed before it is whole.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slab::Slab;
-use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 
-use crate::commands::{execute, noauth, Cursors, Session};
-use crate::keyspace::KeyLocks;
+use crate::commands::{execute, noauth, Session};
 use crate::request_context;
-use crate::resp::{parse, Limits, Reply};
+use crate::resp::{parse, Reply};
+pub use crate::shared::ServerOptions;
+use crate::shared::Shared;
 use crate::Db;
-
-/// Stripes of the per-key write locks: enough that unrelated keys rarely
-/// share one among a few hundred connections.
-const KEY_LOCK_STRIPES: usize = 1024;
 
 /// Bytes a connection may hold for its client, beyond the request it is
 /// still receiving.
@@ -100,80 +94,6 @@ const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duratio
 /// Accept failures are logged at most once per this interval.
 const ACCEPT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Debug, Default)]
-pub struct ServerOptions {
-    pub limits: Limits,
-    /// If set, clients must `AUTH` with it before any other command.
-    pub password: Option<String>,
-}
-
-/// What a tenant has done, for `INFO`.
-pub(crate) struct TenantStats {
-    pub name: String,
-    pub ops: u64,
-    pub errors: u64,
-    pub latency: LatencyHistogram,
-}
-
-pub(crate) struct Shared {
-    pub db: Arc<Db>,
-    pub options: ServerOptions,
-    /// Per-key write locks for read-modify-write commands.
-    pub locks: KeyLocks,
-    /// SCAN's cursors.
-    pub cursors: Cursors,
-    /// Live tenants by name and id; a connection's own tenant is forgotten
-    /// when it closes, so connection churn does not grow the server.
-    tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
-    next_request: AtomicU64,
-    next_client: AtomicU64,
-    clock: Instant,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    /// The id of the tenant named `name`, registering it on first use.
-    pub fn tenant(&self, name: &str) -> u32 {
-        let mut t = lock(&self.tenants);
-        if let Some(&id) = t.0.get(name) {
-            return id;
-        }
-        let id = t.1.insert(TenantStats {
-            name: name.to_string(),
-            ops: 0,
-            errors: 0,
-            latency: LatencyHistogram::coarse(),
-        }) as u32;
-        t.0.insert(name.to_string(), id);
-        id
-    }
-
-    /// Drops a tenant and its statistics.
-    fn forget(&self, tenant: u32) {
-        let mut t = lock(&self.tenants);
-        if let Some(stats) = t.1.try_remove(tenant as usize) {
-            t.0.remove(&stats.name);
-        }
-    }
-
-    fn record(&self, tenant: u32, nanos: u64, failed: bool) {
-        let mut t = lock(&self.tenants);
-        if let Some(s) = t.1.get_mut(tenant as usize) {
-            s.ops += 1;
-            s.errors += u64::from(failed);
-            s.latency.record(nanos);
-        }
-    }
-
-    /// Runs `f` on every live tenant's statistics.
-    pub fn with_tenants<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &TenantStats>) -> R) -> R {
-        f(&mut lock(&self.tenants).1.iter().map(|(_, t)| t))
-    }
-}
-
 pub struct Server {
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -183,16 +103,7 @@ impl Server {
     pub fn bind(addr: impl ToSocketAddrs, db: Arc<Db>, options: ServerOptions) -> std::io::Result<Server> {
         Ok(Server {
             listener: TcpListener::bind(addr)?,
-            shared: Arc::new(Shared {
-                db,
-                options,
-                locks: KeyLocks::new(KEY_LOCK_STRIPES),
-                cursors: Cursors::new(),
-                tenants: Mutex::new((HashMap::new(), Slab::new())),
-                next_request: AtomicU64::new(0),
-                next_client: AtomicU64::new(1),
-                clock: Instant::now(),
-            }),
+            shared: Arc::new(Shared::new(db, options)),
         })
     }
 

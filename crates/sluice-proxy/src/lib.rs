@@ -8,7 +8,8 @@
 //! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | – |
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
-//! | [`pg`], [`redis`] | each protocol's framing and what one request is; TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |
+//! | [`pg`], [`redis`] | each protocol's framing, what one request is and its context (`pg::context`, `redis::context`); TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |
+//! | `session`, `buffer` | what sessions of both protocols share: the neutral context, asking the gate, the drive loop, the `Backlog`; read buffers | – |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
 //! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | – |
@@ -49,6 +50,7 @@
 //! closes.
 
 pub mod admin;
+mod buffer;
 mod client;
 pub mod config;
 pub mod gate;

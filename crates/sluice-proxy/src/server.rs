@@ -28,8 +28,10 @@ use crate::client::{Accepted, Listeners, Peer};
 use crate::config::{ConfigError, PoolMode, Protocol, ProxyConfig, TenantKey};
 use crate::gate::Gate;
 use crate::pg::cancel::CancelRegistry;
+use crate::pg::context::{Limits, PgContext};
 use crate::pg::pool::{Pool, PoolSettings};
 use crate::pg::upstream_tls::UpstreamTls;
+use crate::redis::context::RedisContext;
 use crate::redis::mux::Mux;
 use crate::redis::UpstreamAuth;
 use crate::session::Context;
@@ -55,8 +57,17 @@ pub enum ProxyError {
 pub struct Proxy {
     listeners: Listeners,
     config: ProxyConfig,
-    ctx: Arc<Context>,
+    stats: Arc<Stats>,
+    cancels: Arc<CancelRegistry>,
+    ctx: Sessions,
     workers: Workers,
+}
+
+/// What the sessions of the listener share, by protocol.
+#[derive(Clone)]
+enum Sessions {
+    Pg(Arc<PgContext>),
+    Redis(Arc<RedisContext>),
 }
 
 impl Proxy {
@@ -79,48 +90,59 @@ impl Proxy {
             })?;
         let workers = Workers::start(config.worker_threads()).map_err(ProxyError::Workers)?;
         let stats = Arc::<Stats>::default();
-        let upstream_auth = Arc::new(match config.protocol {
-            Protocol::Redis => UpstreamAuth::probe(&config.upstream).await,
-            Protocol::Pg => UpstreamAuth::default(),
-        });
-        let ctx = Arc::new(Context {
+        let cancels = Arc::<CancelRegistry>::default();
+        let common = Context {
             gate,
             stats: Arc::clone(&stats),
-            cancels: Arc::default(),
             upstream: config.upstream.clone(),
             tenant_key: config.tenant_key,
-            tls,
-            upstream_tls: upstream_tls.clone(),
-            mux: (config.protocol == Protocol::Redis && config.shared_upstreams > 0).then(|| {
-                let upstream = (config.upstream.clone(), Arc::clone(&upstream_auth));
-                Mux::new(upstream, config.shared_upstreams, workers.len())
-            }),
-            upstream_auth,
             max_message: match (config.max_message_bytes, config.protocol) {
                 (0, Protocol::Pg) => pg::frame::MAX_MESSAGE_LEN,
                 (0, Protocol::Redis) => crate::redis::resp::MAX_BULK_LEN as usize,
                 (n, _) => n,
             },
-            pool: (config.pool == PoolMode::Transaction).then(|| {
-                let settings = PoolSettings {
-                    upstream: config.upstream.clone(),
-                    idle_timeout: Duration::from_secs(config.server_idle_timeout_secs),
-                    max_prepared: config.max_prepared_statements,
-                    auth_file: config.auth_file.clone(),
-                    tls: upstream_tls,
-                };
-                Pool::start(settings, stats)
-            }),
-            pg_limits: pg::session::Limits {
-                login_timeout: Duration::from_millis(config.login_timeout_ms),
-                idle_release: Duration::from_millis(config.idle_in_transaction_release_ms),
-                idle_timeout: (config.idle_in_transaction_timeout_ms > 0)
-                    .then(|| Duration::from_millis(config.idle_in_transaction_timeout_ms)),
-            },
-        });
+        };
+        let ctx = match config.protocol {
+            Protocol::Redis => {
+                let upstream_auth = Arc::new(UpstreamAuth::probe(&config.upstream).await);
+                let mux = (config.shared_upstreams > 0).then(|| {
+                    let upstream = (config.upstream.clone(), Arc::clone(&upstream_auth));
+                    Mux::new(upstream, config.shared_upstreams, workers.len())
+                });
+                Sessions::Redis(Arc::new(RedisContext {
+                    common,
+                    mux,
+                    upstream_auth,
+                }))
+            }
+            Protocol::Pg => Sessions::Pg(Arc::new(PgContext {
+                common,
+                cancels: Arc::clone(&cancels),
+                tls,
+                upstream_tls: upstream_tls.clone(),
+                pool: (config.pool == PoolMode::Transaction).then(|| {
+                    let settings = PoolSettings {
+                        upstream: config.upstream.clone(),
+                        idle_timeout: Duration::from_secs(config.server_idle_timeout_secs),
+                        max_prepared: config.max_prepared_statements,
+                        auth_file: config.auth_file.clone(),
+                        tls: upstream_tls,
+                    };
+                    Pool::start(settings, Arc::clone(&stats))
+                }),
+                limits: Limits {
+                    login_timeout: Duration::from_millis(config.login_timeout_ms),
+                    idle_release: Duration::from_millis(config.idle_in_transaction_release_ms),
+                    idle_timeout: (config.idle_in_transaction_timeout_ms > 0)
+                        .then(|| Duration::from_millis(config.idle_in_transaction_timeout_ms)),
+                },
+            })),
+        };
         Ok(Proxy {
             listeners,
             config,
+            stats,
+            cancels,
             ctx,
             workers,
         })
@@ -133,12 +155,12 @@ impl Proxy {
 
     /// Per-tenant statistics, live while the proxy runs.
     pub fn stats(&self) -> Arc<Stats> {
-        Arc::clone(&self.ctx.stats)
+        Arc::clone(&self.stats)
     }
 
     /// The registry of PostgreSQL backend keys (for tests and the admin port).
     pub fn cancels(&self) -> Arc<CancelRegistry> {
-        Arc::clone(&self.ctx.cancels)
+        Arc::clone(&self.cancels)
     }
 
     /// Serves clients until `shutdown` completes, then drains.
@@ -159,7 +181,7 @@ impl Proxy {
                             self.workers.next().spawn(refuse(client, protocol, limit));
                             continue;
                         }
-                        let session = session(client, peer, Arc::clone(&self.ctx), protocol, stopped.clone());
+                        let session = session(client, peer, self.ctx.clone(), stopped.clone());
                         sessions.spawn_on(session, self.workers.next());
                     }
                     Err(e) => {
@@ -283,14 +305,18 @@ impl Default for AcceptBackoff {
 /// Serves one client on the worker it was given. The socket is registered
 /// here, with that worker's reactor: registered with the listener's, each
 /// of its wake-ups would cross threads.
-async fn session(client: Accepted, peer: Peer, ctx: Arc<Context>, protocol: Protocol, stop: watch::Receiver<bool>) {
+async fn session(client: Accepted, peer: Peer, ctx: Sessions, stop: watch::Receiver<bool>) {
     let client = match client.register() {
         Ok(client) => client,
         Err(e) => return tracing::debug!("client {peer}: {e}"),
     };
-    let served = match protocol {
-        Protocol::Redis => redis::session::serve(client, &peer, &ctx, stop).await,
-        Protocol::Pg => pg::session::serve(client, &peer, &ctx, stop).await,
+    let served = match &ctx {
+        Sessions::Redis(redis) => redis::session::serve(client, &peer, redis, stop).await,
+        Sessions::Pg(pg) => pg::session::serve(client, &peer, pg, stop).await,
+    };
+    let ctx: &Context = match &ctx {
+        Sessions::Redis(redis) => redis,
+        Sessions::Pg(pg) => pg,
     };
     if let Err(e) = served {
         tracing::debug!("client {peer}: session ended: {e}");

@@ -16,39 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::BytesMut;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Notify};
 
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Gate, Refusal, Slot, Tenant};
-use crate::pg::cancel::CancelRegistry;
 use crate::stats::{Stats, TenantStats};
-
-/// Bytes asked of the kernel per read.
-pub(crate) const READ_SIZE: usize = 16 * 1024;
-
-/// What a session's empty read buffer is cut back to: more than a
-/// statement and its answer usually take, and far less than `READ_SIZE`.
-const IDLE_READ_SIZE: usize = 2 * 1024;
-
-/// Makes room in a session's `buf` for its next read. An empty buffer is
-/// cut back to `IDLE_READ_SIZE`, so that a session waiting on its client or
-/// server holds that much and not the largest read it ever made; one that
-/// holds part of a message gets `READ_SIZE` more. With every read buffer
-/// at `READ_SIZE`, 5,000 idle PostgreSQL clients cost 6.5 KiB more each,
-/// and their heap grew further each time as many came again
-/// (docs/BENCHMARKS.md, "Idle PostgreSQL clients").
-pub(crate) fn room_to_read(buf: &mut BytesMut) {
-    if !buf.is_empty() {
-        buf.reserve(READ_SIZE);
-    } else if buf.capacity() > IDLE_READ_SIZE {
-        *buf = BytesMut::with_capacity(IDLE_READ_SIZE);
-    } else {
-        buf.reserve(IDLE_READ_SIZE);
-    }
-}
 
 /// Replies a session holds for a client that has not read them yet, and
 /// the bound past which the session stops taking that client's commands.
@@ -117,42 +91,29 @@ impl Backlog {
     }
 }
 
-/// What every session of one listener shares.
+/// What every session of one listener shares, whatever its protocol;
+/// each protocol's context adds its own (`pg::context`, `redis::context`).
 pub(crate) struct Context {
     pub gate: Gate,
     pub stats: Arc<Stats>,
-    pub cancels: Arc<CancelRegistry>,
     pub upstream: String,
     pub tenant_key: TenantKey,
-    /// PostgreSQL: TLS for clients that send an SSLRequest, if configured.
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// PostgreSQL: TLS to the server, if configured.
-    pub upstream_tls: Option<Arc<crate::pg::upstream_tls::UpstreamTls>>,
-    /// Redis: upstream connections shared by clients in the default state.
-    pub mux: Option<crate::redis::mux::Mux>,
     /// The largest message (PostgreSQL) or bulk (Redis) a client may send
     /// once logged in (`max_message_bytes`, the server's bound for 0).
     pub max_message: usize,
-    /// Redis: whether the server asks clients to authenticate.
-    pub upstream_auth: Arc<crate::redis::UpstreamAuth>,
-    /// PostgreSQL under transaction pooling: the idle backends.
-    pub pool: Option<Arc<crate::pg::pool::Pool>>,
-    /// PostgreSQL: the login timeout and the waits on a client inside a
-    /// transaction.
-    pub pg_limits: crate::pg::session::Limits,
 }
 
 /// The tenant a connection belongs to, and its statistics.
-pub(crate) struct Who {
+pub(crate) struct Tenancy {
     pub tenant: Tenant,
     pub stats: Arc<TenantStats>,
 }
 
 impl Context {
-    pub fn who(&self, name: &str) -> Who {
+    pub fn who(&self, name: &str) -> Tenancy {
         let tenant = self.gate.tenant(name);
         let stats = self.stats.tenant(&tenant.name);
-        Who { tenant, stats }
+        Tenancy { tenant, stats }
     }
 
     /// The tenant name that the peer address alone decides, if the key is
@@ -179,7 +140,7 @@ pub(crate) struct Outcome {
 
 impl Outcome {
     /// The outcome of a request of `who`'s.
-    pub fn of(who: &Who) -> Self {
+    pub fn of(who: &Tenancy) -> Self {
         Outcome {
             stats: Arc::clone(&who.stats),
         }
@@ -204,7 +165,7 @@ pub(crate) async fn send<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) ->
 /// Returns the gate's answer, the outcome, and whether `unsent` was written.
 pub(crate) async fn admit<W: AsyncWrite + Unpin>(
     gate: &Gate,
-    who: &Who,
+    who: &Tenancy,
     upstream: &mut W,
     unsent: &[u8],
 ) -> io::Result<(Result<(Slot, Outcome), Refusal>, bool)> {
@@ -222,7 +183,7 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
 
 /// The gate's answer for `who`'s request: with an outcome to count when it
 /// was let in, counted as refused when not.
-pub(crate) fn admitted(who: &Who, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
+pub(crate) fn admitted(who: &Tenancy, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
     let answer = answer.map(|slot| (slot, Outcome::of(who)));
     if answer.is_err() {
         who.stats.record_refused();
@@ -297,26 +258,5 @@ pub(crate) async fn drive(
             // A dropped sender means the server is gone: drain as well.
             _ = shutdown.changed(), if !flags.draining() => flags.set(&flags.draining),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_empty_buffer_is_cut_back_and_a_partial_message_gets_a_full_read() {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        room_to_read(&mut buf);
-        assert_eq!(buf.capacity(), IDLE_READ_SIZE, "an empty buffer after a large read");
-        buf.extend_from_slice(&[0; IDLE_READ_SIZE]);
-        room_to_read(&mut buf);
-        assert!(
-            buf.capacity() - buf.len() >= READ_SIZE,
-            "a full buffer is given a full read"
-        );
-        let mut small = BytesMut::new();
-        room_to_read(&mut small);
-        assert!(small.capacity() >= IDLE_READ_SIZE, "a new buffer is given room");
     }
 }

@@ -9,14 +9,16 @@
 //! behind [`TimingModel`] and described in TOML by [`DeviceProfile`].
 
 mod cloud_volume;
+mod profile;
 mod seek_disk;
 mod ssd;
 mod timing;
 
 pub use cloud_volume::{CloudVolume, CloudVolumeConfig};
+pub use profile::{DeviceProfile, SeekDiskProfile, SeekDiskTiming};
 pub use seek_disk::{AvgAccess, SeekDisk, SeekDiskConfig, SeekDiskError};
 pub use ssd::{Ssd, SsdConfig};
-pub use timing::{DeviceProfile, Op, OpKind, ProfileError, SeekDiskProfile, SeekDiskTiming, TimingModel};
+pub use timing::{Op, OpKind, ProfileError, TimingModel};
 
 use crate::time::Nanos;
 

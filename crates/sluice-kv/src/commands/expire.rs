@@ -3,11 +3,12 @@
 //! its value (see `keyspace`), so setting or dropping one rewrites the
 //! value, under the key's stripe lock like every other read-modify-write.
 
+use super::delete::delete_value;
 use super::string::{not_integer, parse_i64};
-use super::{delete_value, read, run, Typed};
+use super::value::{read, run, Typed};
 use crate::keyspace::{now_ms, tagged, with_deadline};
 use crate::resp::Reply;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::WriteBatch;
 
 /// `EXPIRE key seconds [NX|XX|GT|LT]` and its millisecond and absolute

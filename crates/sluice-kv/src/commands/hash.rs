@@ -3,10 +3,10 @@
 //! value (see `keyspace`); writers hold the key's stripe lock across the
 //! read-modify-write.
 
-use super::{read, run, Typed};
+use super::value::{read, run, Typed};
 use crate::keyspace::{decode_hash, encode_hash, with_deadline, Deadline, Fields, Tag};
 use crate::resp::Reply;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// The hash at `key` (empty if absent) and its deadline, or the reply
 /// that refuses it.

@@ -21,74 +21,17 @@
 //! the clock) is refused with Redis's "ERR invalid cursor" rather than
 //! silently restarting the iteration.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
-use lru::LruCache;
-
 use super::string::{not_integer, parse_i64};
+use super::value::run;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// Keys examined per SCAN call when COUNT is not given, as in Redis.
 const DEFAULT_SCAN_COUNT: usize = 10;
 
 /// Keys KEYS reads from the store at a time.
 const KEYS_CHUNK: usize = 1024;
-
-/// Bytes of keys the cursor map may hold: a few hundred thousand cursors
-/// of ordinary keys, 256 of the largest (64 KiB).
-const CURSOR_BYTES: usize = 16 << 20;
-
-/// What one cursor costs beyond its key (map entry and list links).
-const CURSOR_OVERHEAD: usize = 64;
-
-/// SCAN's live cursors: token → the last key examined (see the module
-/// doc).
-pub(crate) struct Cursors {
-    map: Mutex<(LruCache<u64, Vec<u8>>, usize)>,
-    next: AtomicU64,
-}
-
-impl Cursors {
-    pub fn new() -> Cursors {
-        // Tokens of an earlier run of the server are below this one's
-        // first as long as the clock moves forward, so they are unknown
-        // rather than someone else's position.
-        let start = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64 & (u64::MAX >> 1));
-        Cursors {
-            map: Mutex::new((LruCache::unbounded(), 0)),
-            next: AtomicU64::new(start.max(1)),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, (LruCache<u64, Vec<u8>>, usize)> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A new token for `key`.
-    fn issue(&self, key: Vec<u8>) -> u64 {
-        let token = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut map = self.lock();
-        map.1 += key.len() + CURSOR_OVERHEAD;
-        map.0.put(token, key);
-        while map.1 > CURSOR_BYTES {
-            let Some((_, old)) = map.0.pop_lru() else {
-                break;
-            };
-            map.1 -= old.len() + CURSOR_OVERHEAD;
-        }
-        token
-    }
-
-    /// The key a token stands for.
-    fn resolve(&self, token: u64) -> Option<Vec<u8>> {
-        self.lock().0.get(&token).cloned()
-    }
-}
 
 /// Whether `string` matches the glob `pattern` (`*`, `?`, `[abc]`,
 /// `[^a-z]`, `\x`), exactly as Redis's `stringmatchlen` decides, its
@@ -225,7 +168,7 @@ fn after(mut key: Vec<u8>) -> Vec<u8> {
 
 /// `KEYS pattern`: every key that matches, in key order.
 pub(super) fn keys(shared: &Shared, pattern: &[u8]) -> Reply {
-    super::run(|| {
+    run(|| {
         let mut out = Vec::new();
         let mut from = Vec::new();
         loop {
@@ -249,7 +192,7 @@ pub(super) fn keys(shared: &Shared, pattern: &[u8]) -> Reply {
 /// type. As in Redis, an unknown type matches nothing, and a page may be
 /// empty while the cursor goes on.
 pub(super) fn scan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
-    super::run(|| {
+    run(|| {
         let invalid = || Reply::error("invalid cursor");
         // Read as Redis reads it (C's strtoul): an empty cursor is 0.
         let token: u64 = match args[0].as_slice() {
@@ -348,21 +291,5 @@ mod tests {
         // Matching gives up past 1000 nested stars, as Redis does.
         assert!(glob_match("a*".repeat(10).as_bytes(), &[b'a'; 10]));
         assert!(!glob_match("a*".repeat(1100).as_bytes(), &[b'a'; 1100]));
-    }
-
-    #[test]
-    fn cursors_stand_for_keys_until_forgotten() {
-        let cursors = Cursors::new();
-        let a = cursors.issue(b"a".to_vec());
-        let b = cursors.issue(b"b".to_vec());
-        assert!(a != 0 && b > a && a < 1 << 63);
-        assert_eq!(cursors.resolve(a), Some(b"a".to_vec()));
-        assert_eq!(cursors.resolve(a + 1000), None);
-        let big = vec![b'k'; 64 << 10];
-        for _ in 0..CURSOR_BYTES / big.len() + 1 {
-            cursors.issue(big.clone());
-        }
-        assert_eq!(cursors.resolve(a), None, "the oldest go first");
-        assert!(cursors.lock().1 <= CURSOR_BYTES);
     }
 }

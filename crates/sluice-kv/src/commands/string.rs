@@ -11,10 +11,10 @@
 //! read the same old value.
 
 use super::long_double::{self, LongDouble};
-use super::{read, run, string, string_with_deadline, write_strings, Typed};
+use super::value::{read, run, string, string_with_deadline, write_strings, Typed};
 use crate::keyspace::{now_ms, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 pub(super) fn not_integer() -> Reply {
     Reply::error("value is not an integer or out of range")

@@ -10,10 +10,10 @@ use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, HashMap};
 
 use super::string::{not_integer, parse_i64};
-use super::{read, run, Typed};
+use super::value::{read, run, Typed};
 use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta, WRONGTYPE};
 use crate::resp::Reply;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::WriteBatch;
 
 /// The header of the set at `key` and its deadline, `None` if absent, or

@@ -6,6 +6,7 @@
 
 pub mod auth_file;
 pub mod cancel;
+pub(crate) mod context;
 pub mod frame;
 pub(crate) mod password;
 pub(crate) mod pool;

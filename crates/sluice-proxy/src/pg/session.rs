@@ -60,12 +60,40 @@
 //!
 //! When the server goes away under a session, its client is told with FATAL
 //! 08006 (unless the server said why itself), whichever direction noticed.
+//!
+//! # States
+//!
+//! A session is in one of these states; the messages that move it are
+//! named as PostgreSQL's protocol names them. Two tasks run a session
+//! after startup, [`ToServer`] (client → server) and [`ToClient`]
+//! (server → client); the state they share is in [`State`], and the table
+//! says which fields hold each state.
+//!
+//! | state | held as | on | next |
+//! |---|---|---|---|
+//! | startup | [`startup`] running | SSLRequest | 'S' and a TLS handshake, then startup again; 'N' without TLS |
+//! | | | GSSENCRequest | 'N', startup again |
+//! | | | CancelRequest | forwarded to the backend it names; closed |
+//! | | | StartupMessage | relayed: authenticating |
+//! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
+//! | | | the first ReadyForQuery | idle |
+//! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
+//! | idle | `State::request` is `None` | a client message other than Flush and the Copy messages | admission: the gate gives a slot (in request) or refuses (ErrorResponse and ReadyForQuery 'I'; idle) |
+//! | in request | `State::request` is `Some`; `syncs` > 0 or `unsynced` | Query, FunctionCall or Sync | forwarded, `syncs` + 1 |
+//! | | | Parse, Bind, Execute, Describe, Close | forwarded, `unsynced` until the next Sync |
+//! | | | Flush, CopyData, CopyDone, CopyFail | forwarded |
+//! | | | ReadyForQuery 'I' answering every Sync, Query and FunctionCall | the slot is given back (and under transaction pooling the backend): idle |
+//! | | | ReadyForQuery 'T' or 'E' answering all of them | waiting on the client |
+//! | waiting on the client | `State::idle_since` is `Some` | a client message | in request (the slot kept, or taken back) |
+//! | | | `idle_in_transaction_release_ms` passes | parked |
+//! | parked | `ToClient::parked` | a client message | in request: the slot is taken back at once, even above P |
+//! | | | `idle_in_transaction_timeout_ms` passes | FATAL 25P03; closed |
+//! | any | | Terminate, the client or the server gone, a malformed message (08P01), the proxy draining with no request in flight (57P01) | closed |
 
 use std::io;
 use std::mem;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -74,31 +102,21 @@ use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
 use super::cancel::CancelGuard;
+use super::context::PgContext;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
+use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::Slot;
-use crate::session::{admit, drive, room_to_read, send, ClientEnd, Context, Flags, Outcome, Who};
+use crate::session::{admit, drive, send, ClientEnd, Flags, Outcome, Tenancy};
 use crate::socket::{self, Stream};
 
 /// Longest message other than a startup packet accepted before the login
 /// completes: PostgreSQL reads an authentication message of at most
 /// PG_MAX_AUTH_TOKEN_LENGTH (65,535) bytes, plus its tag and length.
 pub const MAX_LOGIN_MESSAGE_LEN: usize = 65_535 + 5;
-
-/// The listener's limits on PostgreSQL sessions (see the module's doc).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
-    pub login_timeout: Duration,
-    /// How long a request waits on its client inside a transaction before
-    /// its slot is parked.
-    pub idle_release: Duration,
-    /// How long it may wait so before the session is ended; `None`: for
-    /// ever.
-    pub idle_timeout: Option<Duration>,
-}
 
 /// A request inside the database.
 struct Request {
@@ -163,32 +181,34 @@ impl Shared {
 pub(crate) async fn serve(
     mut client: Stream,
     peer: &Peer,
-    ctx: &Context,
+    ctx: &PgContext,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
-    let deadline = Instant::now() + ctx.pg_limits.login_timeout;
+    let deadline = Instant::now() + ctx.limits.login_timeout;
     let begun = timeout_at(deadline, startup(&mut client, &mut buf, ctx, ctx.tls.is_some())).await;
     let Ok(begun) = begun else {
         return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
     };
     match (begun?, &ctx.tls) {
-        (Begin::Session(startup), _) => {
+        (StartupEnd::Session(startup), _) => {
             let (rd, wr) = socket::split(&mut client);
             session(rd, wr, buf, startup, peer, ctx, deadline, shutdown).await
         }
         // Boxed: a TLS session's state (the TLS connection's and its own)
         // would otherwise size every plain session's future too, and an
         // idle client holds its future whole.
-        (Begin::Tls, Some(acceptor)) => Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await,
-        (Begin::Tls, None) | (Begin::Done, _) => Ok(()),
+        (StartupEnd::Tls, Some(acceptor)) => {
+            Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await
+        }
+        (StartupEnd::Tls, None) | (StartupEnd::Done, _) => Ok(()),
     }
 }
 
-fn login_timed_out(ctx: &Context) -> String {
+fn login_timed_out(ctx: &PgContext) -> String {
     format!(
         "sluice: the login did not complete within login_timeout_ms = {}",
-        ctx.pg_limits.login_timeout.as_millis()
+        ctx.limits.login_timeout.as_millis()
     )
 }
 
@@ -199,7 +219,7 @@ async fn serve_tls(
     client: Stream,
     mut buf: BytesMut,
     peer: &Peer,
-    ctx: &Context,
+    ctx: &PgContext,
     deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -212,16 +232,16 @@ async fn serve_tls(
         return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
     };
     match begun? {
-        Begin::Session(startup) => {
+        StartupEnd::Session(startup) => {
             let (rd, wr) = tokio::io::split(client);
             session(rd, wr, buf, startup, peer, ctx, deadline, shutdown).await
         }
-        Begin::Tls | Begin::Done => Ok(()),
+        StartupEnd::Tls | StartupEnd::Done => Ok(()),
     }
 }
 
 /// How the startup phase ended.
-enum Begin {
+enum StartupEnd {
     /// A StartupMessage: its parameters and length, the message itself
     /// still at the start of the buffer (to be relayed).
     Session((StartupParams, usize)),
@@ -240,7 +260,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     buf: BytesMut,
     (params, startup_len): (StartupParams, usize),
     peer: &Peer,
-    ctx: &Context,
+    ctx: &PgContext,
     login_deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -273,7 +293,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         link,
         pooling,
     };
-    let up = Up {
+    let to_server = ToServer {
         client: client_rd,
         upstream: shared.link.writer(),
         buf,
@@ -287,7 +307,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         login_deadline,
         logged_in: false,
     };
-    let down = Down {
+    let to_client = ToClient {
         client: client_wr,
         buf: BytesMut::new(),
         shared: &shared,
@@ -299,7 +319,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         idle: None,
         parked: false,
     };
-    drive(up.run(), down.run(), &shared.flags, shutdown).await
+    drive(to_server.run(), to_client.run(), &shared.flags, shutdown).await
 }
 
 /// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
@@ -308,21 +328,21 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
     buf: &mut BytesMut,
-    ctx: &Context,
+    ctx: &PgContext,
     offer_tls: bool,
-) -> io::Result<Begin> {
+) -> io::Result<StartupEnd> {
     loop {
         let (packet, len) = match frame::parse_startup(buf) {
             Ok(Some(parsed)) => parsed,
             Ok(None) => {
                 if client.read_buf(buf).await? == 0 {
-                    return Ok(Begin::Done);
+                    return Ok(StartupEnd::Done);
                 }
                 continue;
             }
             Err(e) => {
                 fatal(client, e.sqlstate(), &e.to_string()).await?;
-                return Ok(Begin::Done);
+                return Ok(StartupEnd::Done);
             }
         };
         match packet {
@@ -336,11 +356,11 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                         problem: "data followed it before the answer",
                     };
                     fatal(client, e.sqlstate(), &e.to_string()).await?;
-                    return Ok(Begin::Done);
+                    return Ok(StartupEnd::Done);
                 }
                 if offer_tls && matches!(packet, Startup::Ssl) {
                     send(client, b"S").await?;
-                    return Ok(Begin::Tls);
+                    return Ok(StartupEnd::Tls);
                 }
                 send(client, b"N").await?;
             }
@@ -348,14 +368,14 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                 if let Err(e) = ctx.cancels.forward(key).await {
                     tracing::debug!("forwarding a CancelRequest failed: {e}");
                 }
-                return Ok(Begin::Done);
+                return Ok(StartupEnd::Done);
             }
-            Startup::Message(params) => return Ok(Begin::Session((params, len))),
+            Startup::Message(params) => return Ok(StartupEnd::Session((params, len))),
         }
     }
 }
 
-fn tenant_name(ctx: &Context, peer: &Peer, params: &StartupParams) -> String {
+fn tenant_name(ctx: &PgContext, peer: &Peer, params: &StartupParams) -> String {
     let chosen = match ctx.tenant_key {
         TenantKey::User => params.user.clone(),
         // PostgreSQL's default database is the user's name.
@@ -375,15 +395,15 @@ async fn fatal<W: AsyncWrite + Unpin>(client: &mut W, sqlstate: &str, message: &
 
 /// Client → upstream: frames messages, asks the gate at each request's
 /// first message, forwards.
-struct Up<'a, R> {
+struct ToServer<'a, R> {
     client: R,
     upstream: LinkWriter<'a>,
     /// Starts with the StartupMessage, relayed first.
     buf: BytesMut,
     startup_len: usize,
     shared: &'a Shared,
-    ctx: &'a Context,
-    who: Who,
+    ctx: &'a PgContext,
+    who: Tenancy,
     /// A refused extended-protocol batch is being dropped up to its Sync.
     discarding: bool,
     /// Kept between reads so as not to allocate: see [`Pending`].
@@ -405,7 +425,7 @@ enum Action {
     Stop(ClientEnd),
 }
 
-impl<R: AsyncRead + Unpin> Up<'_, R> {
+impl<R: AsyncRead + Unpin> ToServer<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
         if let Err(e) = send(&mut self.upstream, &self.buf[..self.startup_len]).await {
             return Ok(self.upstream_failed(&e));
@@ -451,7 +471,7 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
     }
 
     /// Writing to the server failed: the session ends, its client told by
-    /// the other direction (see [`Down::finished`]).
+    /// the other direction (see [`ToClient::finished`]).
     fn upstream_failed(&self, e: &io::Error) -> ClientEnd {
         tracing::debug!("writing to the upstream server failed: {e}");
         self.shared.lock().upstream_gone = true;
@@ -707,7 +727,7 @@ impl Pending {
 }
 
 /// What one message from the server meant.
-struct Seen {
+struct Inspected {
     /// The client is to see it.
     relay: bool,
     /// The backend went back to the pool.
@@ -716,11 +736,11 @@ struct Seen {
 
 /// Upstream → client: frames messages, ends requests at ReadyForQuery,
 /// remembers the backend key for cancels, forwards.
-struct Down<'a, W> {
+struct ToClient<'a, W> {
     client: W,
     buf: BytesMut,
     shared: &'a Shared,
-    ctx: &'a Context,
+    ctx: &'a PgContext,
     cancel: Option<CancelGuard>,
     last_tag: u8,
     /// The server asked the client's login for a password.
@@ -738,7 +758,7 @@ struct Down<'a, W> {
     parked: bool,
 }
 
-impl<W: AsyncWrite + Unpin> Down<'_, W> {
+impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     async fn run(mut self) -> io::Result<()> {
         loop {
             if let Some(last) = self.finished() {
@@ -777,7 +797,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
     /// slot, then the idle-in-transaction timeout.
     fn idle_deadline(&self) -> Option<Instant> {
         let since = self.idle?;
-        let limits = &self.ctx.pg_limits;
+        let limits = &self.ctx.limits;
         if self.parked {
             limits.idle_timeout.map(|timeout| since + timeout)
         } else {
@@ -802,7 +822,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             return None;
         }
-        let timeout = self.ctx.pg_limits.idle_timeout.unwrap_or_default();
+        let timeout = self.ctx.limits.idle_timeout.unwrap_or_default();
         let mut last = mem::take(&mut state.outbox);
         let e = format!(
             "sluice: terminating connection due to idle-in-transaction timeout (idle_in_transaction_timeout_ms = {})",
@@ -874,7 +894,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
     }
 
     /// Notes what a message means for the session.
-    fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Seen {
+    fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
         self.last_tag = tag;
         let relay = self.statement_reply(tag);
         let mut released = false;
@@ -892,7 +912,7 @@ impl<W: AsyncWrite + Unpin> Down<'_, W> {
             }
             _ => {}
         }
-        Seen { relay, released }
+        Inspected { relay, released }
     }
 
     /// Under transaction pooling, after the login: what a ParseComplete,

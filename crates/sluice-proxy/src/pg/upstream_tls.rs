@@ -53,7 +53,7 @@ use tokio_util::either::Either;
 
 use super::frame;
 use super::tls::{certificates, private_key, provider, TlsError};
-use crate::session::READ_SIZE;
+use crate::buffer::READ_SIZE;
 use crate::socket::Socket;
 
 /// How much TLS the proxy asks of the server (libpq's names; its default).

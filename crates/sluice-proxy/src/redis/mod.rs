@@ -5,6 +5,7 @@
 //! from its first stateful command on.
 
 pub mod command;
+pub(crate) mod context;
 pub(crate) mod mux;
 pub mod resp;
 pub(crate) mod session;

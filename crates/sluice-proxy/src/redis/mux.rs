@@ -25,8 +25,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::resp::ReplyScanner;
 use super::UpstreamAuth;
+use crate::buffer::READ_SIZE;
 use crate::gate::Slot;
-use crate::session::READ_SIZE;
 use crate::socket::{self, OwnedReadHalf, OwnedWriteHalf};
 
 /// A command's reply, or why there is none.

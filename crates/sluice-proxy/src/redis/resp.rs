@@ -27,6 +27,8 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use thiserror::Error;
 
 /// Longest bulk string, as Redis's `proto-max-bulk-len` default.
@@ -453,6 +455,15 @@ pub fn encode_command<A: AsRef<[u8]>>(args: &[A], out: &mut bytes::BytesMut) {
         let _ = w.write_all(arg);
         let _ = w.write_all(b"\r\n");
     }
+}
+
+/// A RESP error line; CR and LF, which would end it early, become spaces.
+pub(crate) fn error_reply(message: &str) -> Bytes {
+    let clean: String = message
+        .chars()
+        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+        .collect();
+    Bytes::from(format!("-ERR {clean}\r\n"))
 }
 
 #[cfg(test)]

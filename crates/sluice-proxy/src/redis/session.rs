@@ -48,12 +48,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::command::{classify, Args, Kind, ReplyMode};
-use super::resp::{encode_command, CommandParser, Reply, ReplyScanner};
+use super::context::RedisContext;
+use super::resp::{encode_command, error_reply, CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
+use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Rider, Slot};
-use crate::session::{admit, drive, room_to_read, Backlog, ClientEnd, Context, Flags, Outcome, Who};
+use crate::session::{admit, drive, Backlog, ClientEnd, Flags, Outcome, Tenancy};
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 
 /// Most commands that share one slot (see the module's doc): a client that
@@ -137,7 +139,7 @@ impl Shared {
 pub(crate) async fn serve(
     mut client: Stream,
     peer: &Peer,
-    ctx: &Context,
+    ctx: &RedisContext,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let name = ctx.tenant_by_address(peer).unwrap_or_else(|| "default".into());
@@ -173,7 +175,7 @@ pub(crate) async fn serve(
     };
     let (client_rd, client_wr) = socket::split(&mut client);
     let (upstream_rd, upstream_wr) = socket::split(&mut upstream);
-    let up = Up {
+    let to_server = ToServer {
         client: client_rd,
         upstream: upstream_wr,
         buf,
@@ -187,7 +189,7 @@ pub(crate) async fn serve(
         eof: false,
         joined: MAX_JOINED,
     };
-    let down = Down {
+    let to_client = ToClient {
         upstream: upstream_rd,
         client: client_wr,
         buf: BytesMut::new(),
@@ -197,18 +199,18 @@ pub(crate) async fn serve(
         shared: &shared,
         auth: &ctx.upstream_auth,
     };
-    drive(up.run(), down.run(), &shared.flags, shutdown).await
+    drive(to_server.run(), to_client.run(), &shared.flags, shutdown).await
 }
 
 /// Client → upstream: frames commands, asks the gate, forwards.
-struct Up<'a> {
+struct ToServer<'a> {
     client: ReadHalf<'a>,
     upstream: WriteHalf<'a>,
     buf: BytesMut,
     parser: CommandParser,
     shared: &'a Shared,
-    ctx: &'a Context,
-    who: Who,
+    ctx: &'a RedisContext,
+    who: Tenancy,
     /// MULTI was forwarded and its EXEC or DISCARD not yet.
     in_tx: bool,
     /// The client's `CLIENT REPLY` mode.
@@ -239,7 +241,7 @@ enum Exit {
     Stop(ClientEnd),
 }
 
-impl Up<'_> {
+impl ToServer<'_> {
     /// Starts with what the shared phase left in the buffer, if anything.
     async fn run(mut self) -> io::Result<ClientEnd> {
         loop {
@@ -587,22 +589,13 @@ impl Up<'_> {
     }
 }
 
-/// A RESP error line; CR and LF, which would end it early, become spaces.
-pub(crate) fn error_reply(message: &str) -> Bytes {
-    let clean: String = message
-        .chars()
-        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
-        .collect();
-    Bytes::from(format!("-ERR {clean}\r\n"))
-}
-
-pub(crate) fn refusal_reply(refusal: &Refusal) -> Bytes {
+fn refusal_reply(refusal: &Refusal) -> Bytes {
     error_reply(&refusal.to_string())
 }
 
 /// Upstream → client: frames replies, completes their requests, and writes
 /// to the client without ever letting a slow client stop the reading.
-struct Down<'a> {
+struct ToClient<'a> {
     upstream: ReadHalf<'a>,
     client: WriteHalf<'a>,
     buf: BytesMut,
@@ -623,7 +616,7 @@ enum Next {
     Stream,
 }
 
-impl Down<'_> {
+impl ToClient<'_> {
     async fn run(mut self) -> io::Result<()> {
         loop {
             if self.out.is_empty() && self.finished() {

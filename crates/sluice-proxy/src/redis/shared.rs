@@ -27,10 +27,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::command::{shareable, Args};
+use super::context::RedisContext;
 use super::mux::{Answer, Mux};
+use super::resp::error_reply;
 use super::resp::CommandParser;
-use super::session::{error_reply, refusal_reply};
-use crate::session::{admitted, room_to_read, Backlog, Context, Outcome, Who};
+use crate::buffer::room_to_read;
+use crate::session::{admitted, Backlog, Outcome, Tenancy};
 
 /// How the shared phase ended.
 pub(crate) enum Phase {
@@ -57,15 +59,15 @@ enum Entry {
 pub(crate) async fn serve(
     client: &mut Stream,
     buf: &mut BytesMut,
-    who: &Who,
-    ctx: &Context,
+    who: &Tenancy,
+    ctx: &RedisContext,
     (mux, lane): (&Mux, usize),
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Phase> {
     let (rd, wr) = socket::split(client);
     let (entries, heard) = mpsc::unbounded_channel();
     let backlog = super::backlog();
-    let up = Up {
+    let to_server = ToServer {
         client: rd,
         buf,
         parser: CommandParser::with_max_bulk(ctx.max_message as u64),
@@ -78,17 +80,17 @@ pub(crate) async fn serve(
         held: false,
         eof: false,
     };
-    let (phase, answered) = tokio::join!(up.run(shutdown), answer(wr, heard, &backlog));
+    let (phase, answered) = tokio::join!(to_server.run(shutdown), answer(wr, heard, &backlog));
     answered?;
     phase
 }
 
-struct Up<'a> {
+struct ToServer<'a> {
     client: ReadHalf<'a>,
     buf: &'a mut BytesMut,
     parser: CommandParser,
-    who: &'a Who,
-    ctx: &'a Context,
+    who: &'a Tenancy,
+    ctx: &'a RedisContext,
     mux: &'a Mux,
     lane: usize,
     entries: mpsc::UnboundedSender<Entry>,
@@ -100,7 +102,7 @@ struct Up<'a> {
     eof: bool,
 }
 
-impl Up<'_> {
+impl ToServer<'_> {
     /// Sends every complete command, then reads more, until the phase ends.
     /// Returning drops `entries`, which lets the answering side finish.
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> io::Result<Phase> {
@@ -160,7 +162,7 @@ impl Up<'_> {
                     answer: self.mux.call(self.lane, command, slot),
                     outcome,
                 },
-                Err(refusal) => Entry::Answer(refusal_reply(&refusal)),
+                Err(refusal) => Entry::Answer(error_reply(&refusal.to_string())),
             };
             self.tell(entry);
         }

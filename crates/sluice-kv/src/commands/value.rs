@@ -1,0 +1,76 @@
+//! How commands read and write a key's value: by its type, an expired
+//! value read as absent, a reserved key or a value this server did not
+//! write refused by name.
+
+use crate::keyspace::{check_user_key, decode_value, is_live, now_ms, tagged, with_deadline, Deadline, Tag, WRONGTYPE};
+use crate::resp::Reply;
+use crate::shared::Shared;
+use crate::WriteBatch;
+
+/// A stored value, read by its type; an expired value is `Absent`.
+pub(crate) enum Typed {
+    Absent,
+    Found(Tag, Vec<u8>, Deadline),
+}
+
+/// The value at `key` as stored, expired or not; refuses reserved keys
+/// and values this server did not write.
+pub(crate) fn read_stored(shared: &Shared, key: &[u8]) -> Result<Option<(Tag, Vec<u8>, Deadline)>, Reply> {
+    check_user_key(key).map_err(Reply::error)?;
+    match shared.db.get(key).map_err(Reply::error)? {
+        None => Ok(None),
+        Some(v) => match decode_value(&v) {
+            Some((tag, body, deadline)) => Ok(Some((tag, body.to_vec(), deadline))),
+            None => Err(Reply::error("the value at this key was not written by sluice serve")),
+        },
+    }
+}
+
+/// Reads `key` for a command: every command sees an expired key as
+/// absent.
+pub(crate) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
+    Ok(match read_stored(shared, key)? {
+        Some((tag, body, deadline)) if is_live(deadline, now_ms()) => Typed::Found(tag, body, deadline),
+        _ => Typed::Absent,
+    })
+}
+
+/// A command's outcome, whichever way it ended.
+pub(crate) fn run(f: impl FnOnce() -> Result<Reply, Reply>) -> Reply {
+    f().unwrap_or_else(|e| e)
+}
+
+/// The string at `key` and its deadline, or WRONGTYPE.
+pub(crate) fn string_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(Vec<u8>, Deadline)>, Reply> {
+    match read(shared, key)? {
+        Typed::Absent => Ok(None),
+        Typed::Found(Tag::String, body, deadline) => Ok(Some((body, deadline))),
+        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
+    }
+}
+
+/// The string at `key`, or WRONGTYPE.
+pub(crate) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    Ok(string_with_deadline(shared, key)?.map(|(body, _)| body))
+}
+
+/// Writes string `pairs` (key, value, key, value, ...) in one batch, each
+/// to expire at `deadline`; the caller holds their keys' stripes.
+pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
+    // The stored value is longer than the client's by its tag (and its
+    // deadline): the limit a client sees is that much lower, and named as
+    // such.
+    let limit = shared.db.options().max_value_bytes - with_deadline(vec![0], deadline).len();
+    let mut batch = WriteBatch::new();
+    for kv in pairs.chunks(2) {
+        check_user_key(&kv[0]).map_err(Reply::error)?;
+        if kv[1].len() > limit {
+            return Err(Reply::error(crate::KvError::ValueTooLarge {
+                len: kv[1].len(),
+                limit,
+            }));
+        }
+        batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
+    }
+    shared.db.write(batch).map_err(Reply::error)
+}

@@ -1,0 +1,108 @@
+//! What the server's connections share: the store, the server's options,
+//! the per-key write locks, SCAN's cursors and the live tenants with their
+//! statistics.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use slab::Slab;
+use sluice_core::metrics::LatencyHistogram;
+
+use crate::cursors::Cursors;
+use crate::keyspace::KeyLocks;
+use crate::resp::Limits;
+use crate::Db;
+
+/// Stripes of the per-key write locks: enough that unrelated keys rarely
+/// share one among a few hundred connections.
+const KEY_LOCK_STRIPES: usize = 1024;
+
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    pub limits: Limits,
+    /// If set, clients must `AUTH` with it before any other command.
+    pub password: Option<String>,
+}
+
+/// What a tenant has done, for `INFO`.
+pub(crate) struct TenantStats {
+    pub name: String,
+    pub ops: u64,
+    pub errors: u64,
+    pub latency: LatencyHistogram,
+}
+
+pub(crate) struct Shared {
+    pub db: Arc<Db>,
+    pub options: ServerOptions,
+    /// Per-key write locks for read-modify-write commands.
+    pub locks: KeyLocks,
+    /// SCAN's cursors.
+    pub cursors: Cursors,
+    /// Live tenants by name and id; a connection's own tenant is forgotten
+    /// when it closes, so connection churn does not grow the server.
+    tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
+    pub next_request: AtomicU64,
+    pub next_client: AtomicU64,
+    /// Arrival times are read from this clock.
+    pub clock: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn new(db: Arc<Db>, options: ServerOptions) -> Shared {
+        Shared {
+            db,
+            options,
+            locks: KeyLocks::new(KEY_LOCK_STRIPES),
+            cursors: Cursors::new(),
+            tenants: Mutex::new((HashMap::new(), Slab::new())),
+            next_request: AtomicU64::new(0),
+            next_client: AtomicU64::new(1),
+            clock: Instant::now(),
+        }
+    }
+
+    /// The id of the tenant named `name`, registering it on first use.
+    pub fn tenant(&self, name: &str) -> u32 {
+        let mut t = lock(&self.tenants);
+        if let Some(&id) = t.0.get(name) {
+            return id;
+        }
+        let id = t.1.insert(TenantStats {
+            name: name.to_string(),
+            ops: 0,
+            errors: 0,
+            latency: LatencyHistogram::coarse(),
+        }) as u32;
+        t.0.insert(name.to_string(), id);
+        id
+    }
+
+    /// Drops a tenant and its statistics.
+    pub fn forget(&self, tenant: u32) {
+        let mut t = lock(&self.tenants);
+        if let Some(stats) = t.1.try_remove(tenant as usize) {
+            t.0.remove(&stats.name);
+        }
+    }
+
+    pub fn record(&self, tenant: u32, nanos: u64, failed: bool) {
+        let mut t = lock(&self.tenants);
+        if let Some(s) = t.1.get_mut(tenant as usize) {
+            s.ops += 1;
+            s.errors += u64::from(failed);
+            s.latency.record(nanos);
+        }
+    }
+
+    /// Runs `f` on every live tenant's statistics.
+    pub fn with_tenants<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &TenantStats>) -> R) -> R {
+        f(&mut lock(&self.tenants).1.iter().map(|(_, t)| t))
+    }
+}
