@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use slab::Slab;
-use sluice_core::controller::check_positive;
+use sluice_core::controller::{check_positive, Period, PeriodTenant};
 use sluice_core::device::FlatDevice;
 use sluice_core::metrics::{LatencyHistogram, Moments, TenantStats};
 use sluice_core::policy::wrr::Wrr;
@@ -489,7 +489,7 @@ impl Gate {
             peak_demand: std::mem::take(&mut st.peak_demand),
             peak_in_flight: std::mem::replace(&mut st.peak_in_flight, st.stage.in_service()),
             service: std::mem::take(&mut st.service),
-            longest_stall: std::mem::take(&mut st.longest_stall).max(st.ongoing_stall()),
+            longest_stall: nanos(std::mem::take(&mut st.longest_stall).max(st.ongoing_stall())),
         };
         st.note_demand();
         period
@@ -739,39 +739,6 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// One optimizer period.
-pub struct Period {
-    /// The tenants that had requests waiting or inside during the period.
-    pub tenants: Vec<PeriodTenant>,
-    /// Most requests queued or inside at once: the demand for parallelism.
-    pub peak_demand: usize,
-    /// Most requests inside at once.
-    pub peak_in_flight: usize,
-    /// Time requests spent inside the database, seconds.
-    pub service: Moments,
-    /// Longest stretch in which requests were inside the database and none
-    /// finished: a stall every tenant waits out (a WAL flush, a descheduled
-    /// client holding a lock), which no share of the gate can shorten.
-    pub longest_stall: Duration,
-}
-
-pub struct PeriodTenant {
-    pub name: Arc<str>,
-    /// Completions and latencies (ns) in the period, with the tenant's weight.
-    pub stats: TenantStats,
-    /// The period's latencies, for tenants tracked for an SLO.
-    pub latencies: Option<Box<LatencyHistogram>>,
-    /// Slots that went to other tenants while it had a request queued
-    /// (tenants tracked for an SLO; 0 for the others).
-    pub passed_over: u64,
-}
-
-impl Period {
-    pub fn completed(&self) -> u64 {
-        self.tenants.iter().map(|t| t.stats.completed).sum()
-    }
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct GateSnapshot {
     pub parallelism: usize,
@@ -888,18 +855,18 @@ mod tests {
         // Idle time is no stall.
         tokio::time::sleep(Duration::from_millis(60)).await;
         drop(g.admit(&g.tenant("a")).await.unwrap());
-        assert!(g.take_period().longest_stall < Duration::from_millis(50));
+        assert!(g.take_period().longest_stall < nanos(Duration::from_millis(50)));
         let first = g.admit(&g.tenant("a")).await.unwrap();
         let second = g.admit(&g.tenant("b")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
         drop(first);
         drop(second);
         let stall = g.take_period().longest_stall;
-        assert!(stall >= Duration::from_millis(60), "{stall:?}");
+        assert!(stall >= nanos(Duration::from_millis(60)), "{stall} ns");
         // A stall still going on counts in the period it is seen in.
         let _held = g.admit(&g.tenant("a")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert!(g.take_period().longest_stall >= Duration::from_millis(60));
+        assert!(g.take_period().longest_stall >= nanos(Duration::from_millis(60)));
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! | file | what | source |
 //! |---|---|---|
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots (a request waiting on its client parks its slot), refusals, per-tenant wait and latency | AppleS §3.3 |
-//! | [`optimizer`] | tunes P (three-sample model or gradient), ζ (U_f/V_l feedback) and SLO weights | AppleS §4.3, §5.3 |
+//! | [`optimizer`] | drives sluice-core's optimizer (P by the three-sample model or gradient, ζ by U_f/V_l feedback, SLO weights) on the gate, with live SLO targets and the decision log | AppleS §4.3, §5.3 |
 //! | [`server`] | the listener: one session per client, graceful drain | – |
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
 //! | [`pg`], [`redis`] | each protocol's framing, what one request is and its context (`pg::context`, `redis::context`); TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |

@@ -31,7 +31,7 @@
 //!   clamped to the range's low end: α then falls linearly in P and Eq. 2's
 //!   denominator is quadratic, the curve of a service time growing with
 //!   the square of the requests inside (the simulated database of
-//!   sluice-proxy's `tests/optimizer.rs` lies on that edge, and its
+//!   [`super::model_search`]'s tests lies on that edge, and its
 //!   samples fall either side of it). That curve passes through λ(P0) and
 //!   λ(P1) and misses λ(P2).
 //! - C is searched from P0 up (the paper's P0 < C): below P0 α would

@@ -6,13 +6,18 @@
 //! |---|---|---|
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
+//! | when to sample, which P, what to hold: the search around the model | [`model_search`] | AppleS §4.3.1 |
+//! | the optimizer: P, ζ and SLO weights from one gate period at a time | [`optimizer`] | AppleS §4.3, §5.3 |
 //! | round quota ζ from unfairness and latency variability | [`quota`] | AppleS §4.3.2 |
 //! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Envoy adaptive concurrency, Netflix gradient limiters |
 //! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
 
 pub mod background;
+pub mod decision;
 pub mod gradient;
 pub mod matching_point;
+pub mod model_search;
+pub mod optimizer;
 pub mod quota;
 pub mod slo;
 
@@ -27,7 +32,10 @@ pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
 }
 
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
+pub use decision::{Decision, Knob};
 pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
+pub use model_search::{ModelConfig, ModelObservation, ModelSearch};
+pub use optimizer::{Optimizer, OptimizerConfig, ParallelismMode, Period, PeriodTenant, Slo, SloMeasure, ZetaMode};
 pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};
 pub use slo::{MissRate, SloController, SloControllerConfig};
