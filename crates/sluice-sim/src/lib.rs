@@ -4,8 +4,10 @@
 //! workload of TraQIOS §4 ([`workload`]), the simulation that runs it on the
 //! seek disk through a `sluice-core` stage ([`run`]), experiment files and
 //! sweeps ([`experiment`], [`sweep`]), and their reports ([`report`]);
-//! and requests that fan out over shards, each shard a device and a queue
-//! ([`fanout`]: the setting of cooperative request-order scheduling).
+//! requests that fan out over shards, each shard a device and a queue
+//! ([`fanout`]: the setting of cooperative request-order scheduling); and
+//! AppleS's gate and optimizer in front of a simulated database
+//! ([`apples`]).
 //!
 //! Every random draw comes from a seeded generator, and each transaction
 //! draws from a stream of its own, so a seed fixes the workload exactly:
@@ -40,6 +42,7 @@
 //! assert_eq!(run_experiment(&exp, &|_| {}).cells, result.cells);
 //! ```
 
+pub mod apples;
 pub mod engine;
 pub mod experiment;
 pub mod fanout;
