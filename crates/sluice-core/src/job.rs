@@ -1,12 +1,16 @@
-//! A job: one unit of work waiting at a stage. Here it is one physical I/O
-//! R_{i,x} of TraQIOS §2: it belongs to a request (its [`Ctx`]), targets a
-//! device position (block number B_{i,x}, a cylinder on the seek disk), and
-//! knows where it stands in its request.
+//! A job: one unit of work waiting at a stage, on behalf of a request (its
+//! [`Ctx`]). What the unit is depends on the stage: at an I/O stage (the
+//! simulator's disk, sluice-io's dispatch) it is one physical I/O R_{i,x}
+//! of TraQIOS §2, with a device position (block number B_{i,x}, a cylinder
+//! on the seek disk) and its place among its request's accesses; at a
+//! gate (the proxy's, the router's per-shard gate) it is a whole database
+//! request or sub-request waiting to be let in, and the position and
+//! access counts go unused.
 
 use crate::ctx::Ctx;
 use crate::time::Nanos;
 
-/// One unit of work waiting at a stage.
+/// One unit of work waiting at a stage: an I/O, or a request at a gate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Job {
     /// Unique per driver; ties between otherwise equal jobs break on it.
