@@ -4,11 +4,10 @@
 //! order (`fifo`) and per-client fairness (`fair`), at any number of shards
 //! and fan-out width.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use clap::Args;
-use sluice_sim::fanout::{simulate, FanoutConfig, FanoutStats, ShardPolicy};
-
-use crate::bench::{median, median_min_max};
+use sluice_bench::fanout::{table, FanoutSweep};
+use sluice_sim::fanout::ShardPolicy;
 
 /// Simulate requests that fan out over shards under each shard policy
 #[derive(Args)]
@@ -71,56 +70,22 @@ fn parse_range(text: &str) -> Result<(u32, u32), String> {
     Ok((number(lo)?, number(hi)?))
 }
 
-pub fn run(args: FanoutArgs) -> Result<()> {
-    if !args.shards.iter().any(|&n| args.fanout.iter().any(|&k| k <= n)) {
-        bail!("every --fanout exceeds every --shards: a request cannot touch more shards than there are");
-    }
-    println!(
-        "{:>6} {:>6}  {:<6} {:>9} {:>9} {:>9} {:>15} {:>10} {:>15}",
-        "shards", "fanout", "policy", "req/s", "p50 ms", "p99 ms", "p99 vs base", "gap p99", "gap p99 vs base"
+pub fn run(a: FanoutArgs) -> Result<()> {
+    print!(
+        "{}",
+        table(&FanoutSweep {
+            shards: a.shards,
+            fanout: a.fanout,
+            users: a.users,
+            ios: a.ios,
+            depth: a.depth,
+            service_us: a.service_us,
+            think_us: a.think_us,
+            requests: a.requests,
+            same_size: a.same_size,
+            policies: a.policies,
+            seeds: a.seeds,
+        })?
     );
-    for &shards in &args.shards {
-        for &fanout in args.fanout.iter().filter(|&&k| k <= shards) {
-            let config = FanoutConfig {
-                shards,
-                fanout,
-                users: args.users,
-                ios_min: args.ios.0,
-                ios_max: args.ios.1,
-                depth: args.depth,
-                service_us: args.service_us,
-                think_us: args.think_us,
-                requests: args.requests,
-                same_size: args.same_size,
-            };
-            config.validate().map_err(|e| anyhow!(e))?;
-            let runs: Vec<Vec<FanoutStats>> = args
-                .policies
-                .iter()
-                .map(|&policy| {
-                    (0..args.seeds)
-                        .map(|seed| simulate(&config, policy, seed).map_err(|e| anyhow!(e)))
-                        .collect::<Result<_>>()
-                })
-                .collect::<Result<_>>()?;
-            for (policy, stats) in args.policies.iter().zip(&runs) {
-                let of = |f: fn(&FanoutStats) -> f64| median(stats.iter().map(f).collect());
-                let vs_base = |f: fn(&FanoutStats) -> f64| {
-                    let ratios = stats.iter().zip(&runs[0]).map(|(s, b)| f(s) / f(b)).collect();
-                    let (m, lo, hi) = median_min_max(ratios);
-                    format!("{m:.2} ({lo:.2}-{hi:.2})")
-                };
-                println!(
-                    "{shards:>6} {fanout:>6}  {policy:<6} {:>9.0} {:>9.2} {:>9.2} {:>15} {:>10.2} {:>15}",
-                    of(|s| s.throughput),
-                    of(|s| s.p50_ms),
-                    of(|s| s.p99_ms),
-                    vs_base(|s| s.p99_ms),
-                    of(|s| s.gap_p99_ms),
-                    vs_base(|s| s.gap_p99_ms),
-                );
-            }
-        }
-    }
     Ok(())
 }

@@ -1,28 +1,23 @@
 //! `sluice`: the command line of Sluice, request-aware I/O scheduling for
-//! databases. Subcommands arrive with the parts they drive; today: `sim`
-//! (experiments on the deterministic simulator), `demo` (sluice-kv under
-//! YCSB with compaction active, FIFO against Sluice), `bench` (benchmarks of
-//! the simulator and of the I/O runtime), `serve` (the sluice-kv store
-//! over RESP), `proxy` (AppleS admission in front of PostgreSQL or Redis),
-//! `model` (AppleS's throughput model fitted to measured samples) and
-//! `fanout` (requests fanned out over shards, in the simulator, under each
-//! shard policy).
+//! databases. Each subcommand parses its flags and calls the library that
+//! does the work: `sim` (experiments on the deterministic simulator,
+//! `sluice_sim`), `demo` (sluice-kv under YCSB with compaction active, FIFO
+//! against Sluice), `bench` (benchmarks of Sluice), `model` (AppleS's throughput model
+//! fitted to measured samples) and `fanout` (requests fanned out over
+//! shards, in the simulator, under each shard policy), all four
+//! `sluice_bench`; `serve` (the sluice-kv store over RESP, `sluice_kv`),
+//! `proxy` (AppleS admission in front of PostgreSQL or Redis,
+//! `sluice_proxy`) and `route` (the router in front of shards,
+//! `sluice_route`).
 
 mod bench;
-mod bench_io;
-mod bench_pg;
-mod bench_redis;
-mod bench_route;
 mod demo;
-mod demo_report;
 mod fanout;
 mod model;
-mod pressure;
 mod proxy;
 mod route;
 mod serve;
 mod sim;
-mod steal;
 
 use std::process::ExitCode;
 
@@ -66,7 +61,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
-        Command::Demo(args) => demo::run_demo(args),
+        Command::Demo(args) => demo::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Route(args) => route::run(args),
         Command::Model(args) => model::run(args),

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use sluice_sim::report::{line_chart, Series};
 
-use super::{bound, median_of, rcp, Run};
+use crate::runtime::runs::{median_of, Run};
+use crate::runtime::{bound, rcp};
 
-pub(super) fn write(out: &Path, kept: &[Run]) -> Result<Vec<PathBuf>> {
+pub(crate) fn write(out: &Path, kept: &[&Run]) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let schemes: Series = rcp::SCHEMES
         .iter()

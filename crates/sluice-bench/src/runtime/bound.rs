@@ -7,18 +7,19 @@ use std::path::Path;
 use anyhow::Result;
 use sluice_io::RcpConfig;
 
-use super::rcp::{config, light, run_all};
-use super::workload::Governor;
-use super::{ratio, IoBench, Metrics, Ratio, Run};
+use crate::runtime::config::IoBench;
+use crate::runtime::rcp::{config, light, run_all};
+use crate::runtime::runs::{ratio, Metrics, Ratio, Run};
+use crate::runtime::workload::Governor;
 
 /// Bounds swept; 32 is the emulated device's depth (no bound).
-pub(super) const BOUNDS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+pub(crate) const BOUNDS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 
-pub(super) fn name(bound: usize) -> String {
+pub(crate) fn name(bound: usize) -> String {
     format!("bound-{bound:02}")
 }
 
-pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let list = BOUNDS
         .iter()
         .map(|&bound| {
@@ -32,18 +33,13 @@ pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     run_all(b, dir, list)
 }
 
-pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
+pub(crate) fn ratios(runs: &[&Run]) -> Vec<Ratio> {
     let base = name(BOUNDS[0]);
     let mut out = Vec::new();
     for &bound in &BOUNDS[1..] {
         let n = name(bound);
         for (label, metric) in [("bg MB/s", "bg_mb_s"), ("fg mean", "fg_mean_us")] {
-            out.push(ratio(
-                runs,
-                &format!("{label}: {n} / {base}"),
-                (&n, metric),
-                (&base, metric),
-            ));
+            out.push(ratio(runs, &format!("{label}: {n} / {base}"), &n, &base, metric));
         }
     }
     out

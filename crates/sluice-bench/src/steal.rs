@@ -1,10 +1,11 @@
 //! CPU steal, read from /proc/stat: on a shared machine the hypervisor can
 //! take the CPU away, and a benchmark run during heavy steal measures the
-//! neighbours, not us. Benchmarks record steal for each run and set aside
-//! runs above a threshold.
+//! neighbours, not us. Every benchmark records the steal of each run (or
+//! round) and sets aside those above a threshold
+//! ([`crate::harness::split_by_steal`]).
 
 /// Cumulative CPU time counters of the `cpu` line (all cores), in ticks.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTimes {
     total: u64,
     steal: u64,
@@ -30,6 +31,14 @@ impl CpuTimes {
     }
 }
 
+/// Runs `f`; returns what it returned and the fraction of CPU time stolen
+/// meanwhile.
+pub fn during<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let before = CpuTimes::now();
+    let out = f();
+    (out, before.steal_until(&CpuTimes::now()))
+}
+
 fn parse(stat: &str) -> Option<CpuTimes> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
@@ -53,5 +62,12 @@ mod tests {
         // Totals 1000 and 2000 ticks; steal grew by 150 of the 1000.
         assert!((a.steal_until(&b) - 0.15).abs() < 1e-12);
         assert!(parse("intr 1 2").is_none());
+    }
+
+    #[test]
+    fn steal_during_a_closure_is_a_fraction() {
+        let (out, steal) = during(|| 7);
+        assert_eq!(out, 7);
+        assert!((0.0..=1.0).contains(&steal));
     }
 }

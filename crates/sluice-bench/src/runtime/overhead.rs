@@ -14,15 +14,18 @@ use sluice_core::Ctx;
 use sluice_io::device::{plain_read, Device};
 use sluice_io::{enter, AlignedBuf, DeviceKind, RcpConfig};
 
-use super::{cpu_seconds, data_file, device, random_offset, ratio, runtime, IoBench, Metrics, Ratio, Run, READ};
+use crate::process::own_cpu_seconds;
+use crate::runtime::config::IoBench;
+use crate::runtime::device::{data_file, device, random_offset, runtime, READ};
+use crate::runtime::runs::{ratio, Metrics, Ratio, Run};
 
 /// `qd` threads, each in a foreground request, calling `read` for random
 /// 4 KiB blocks for `seconds`: IOPS, latency, and CPU seconds per I/O.
-pub(super) fn threads(qd: usize, seconds: f64, read: impl Fn(&mut [u8], u64) -> Result<()> + Sync) -> Result<Metrics> {
+pub(crate) fn threads(qd: usize, seconds: f64, read: impl Fn(&mut [u8], u64) -> Result<()> + Sync) -> Result<Metrics> {
     let stop = AtomicBool::new(false);
     let hist = Mutex::new(LatencyHistogram::default());
     let ios = AtomicU64::new(0);
-    let (started, cpu) = (Instant::now(), cpu_seconds());
+    let (started, cpu) = (Instant::now(), own_cpu_seconds());
     std::thread::scope(|s| -> Result<()> {
         let workers: Vec<_> = (0..qd)
             .map(|i| {
@@ -52,13 +55,13 @@ pub(super) fn threads(qd: usize, seconds: f64, read: impl Fn(&mut [u8], u64) -> 
             .into_iter()
             .try_for_each(|w| w.join().expect("reader thread panicked"))
     })?;
-    let (secs, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let (secs, cpu) = (started.elapsed().as_secs_f64(), own_cpu_seconds() - cpu);
     let h = hist.into_inner().expect("histogram");
     Ok(read_metrics(ios.into_inner(), secs, cpu, &h))
 }
 
 /// IOPS, latency percentiles and CPU microseconds per I/O.
-pub(super) fn read_metrics(ios: u64, secs: f64, cpu: f64, h: &LatencyHistogram) -> Metrics {
+pub(crate) fn read_metrics(ios: u64, secs: f64, cpu: f64, h: &LatencyHistogram) -> Metrics {
     Metrics::from([
         ("iops", ios as f64 / secs),
         ("p50_us", h.quantile(0.5) as f64 / 1e3),
@@ -87,7 +90,7 @@ fn name(sluice: bool, kind: DeviceKind, qd: usize) -> String {
 
 const KINDS: [DeviceKind; 2] = [DeviceKind::Emulated, DeviceKind::Buffered];
 
-pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let mut out = Vec::new();
     for kind in KINDS {
         for qd in [1, 32] {
@@ -99,18 +102,13 @@ pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     Ok(out)
 }
 
-pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
+pub(crate) fn ratios(runs: &[&Run]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for kind in KINDS {
         for qd in [1, 32] {
             let (s, p) = (name(true, kind, qd), name(false, kind, qd));
-            out.push(ratio(
-                runs,
-                &format!("IOPS: {s} / {p} (target >= 0.9)"),
-                (&s, "iops"),
-                (&p, "iops"),
-            ));
-            out.push(ratio(runs, &format!("p50: {s} / {p}"), (&s, "p50_us"), (&p, "p50_us")));
+            out.push(ratio(runs, &format!("IOPS: {s} / {p} (target >= 0.9)"), &s, &p, "iops"));
+            out.push(ratio(runs, &format!("p50: {s} / {p}"), &s, &p, "p50_us"));
         }
     }
     out

@@ -1,6 +1,6 @@
-//! The demo's table and its HTML report: a CCDF of read latency per mode
-//! (in "nines": 1 is the 90th percentile, 3 the 99.9th) and read p99 over
-//! time, as SVG beside `report.html`.
+//! What each mode of the demo measured, its table, and its HTML report: a
+//! CCDF of read latency per mode (in "nines": 1 is the 90th percentile, 3
+//! the 99.9th) and read p99 over time, as SVG beside `report.html`.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,18 @@ use anyhow::Result;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_sim::report::{line_chart, Series};
 
-use crate::demo::ModeResult;
+use crate::driver::TenantResult;
+
+/// One mode's outcome.
+pub struct ModeResult {
+    pub mode: &'static str,
+    pub tenants: Vec<TenantResult>,
+    pub seconds: f64,
+    pub backlog_end: u64,
+    pub compacted_bytes: u64,
+    pub max_l0: usize,
+    pub l0_stop: usize,
+}
 
 /// Every tenant's reads of a mode together.
 fn reads(m: &ModeResult) -> LatencyHistogram {

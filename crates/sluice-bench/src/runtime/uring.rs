@@ -16,8 +16,11 @@ use io_uring::{opcode, types, IoUring};
 use sluice_core::metrics::LatencyHistogram;
 use sluice_io::AlignedBuf;
 
-use super::overhead::{read_metrics, threads};
-use super::{cpu_seconds, data_file, random_offset, ratio, IoBench, Metrics, Ratio, Run, READ};
+use crate::process::own_cpu_seconds;
+use crate::runtime::config::IoBench;
+use crate::runtime::device::{data_file, random_offset, READ};
+use crate::runtime::overhead::{read_metrics, threads};
+use crate::runtime::runs::{ratio, Metrics, Ratio, Run};
 
 /// Page cache, or the real disk through O_DIRECT.
 const MEDIA: [(&str, bool); 2] = [("cache", false), ("disk", true)];
@@ -53,7 +56,7 @@ fn ring_loop(file: &File, qd: usize, seconds: f64) -> Result<Metrics> {
         push(&mut ring, file, buf, random_offset(&mut rng), slot)?;
         in_flight += 1;
     }
-    let (started, cpu) = (Instant::now(), cpu_seconds());
+    let (started, cpu) = (Instant::now(), own_cpu_seconds());
     let deadline = started + Duration::from_secs_f64(seconds);
     while in_flight > 0 {
         ring.submit_and_wait(1).context("io_uring_enter")?;
@@ -75,11 +78,11 @@ fn ring_loop(file: &File, qd: usize, seconds: f64) -> Result<Metrics> {
             }
         }
     }
-    let (secs, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let (secs, cpu) = (started.elapsed().as_secs_f64(), own_cpu_seconds() - cpu);
     Ok(read_metrics(ios, secs, cpu, &hist))
 }
 
-pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let path = dir.join("uring-data");
     data_file(&path, true)?;
     let mut out = Vec::new();
@@ -94,18 +97,13 @@ pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     Ok(out)
 }
 
-pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
+pub(crate) fn ratios(runs: &[&Run]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for (medium, _) in MEDIA {
         for qd in [1, 32] {
             let (u, p) = (format!("uring-{medium}-qd{qd}"), format!("pread-{medium}-qd{qd}"));
-            out.push(ratio(runs, &format!("IOPS: {u} / {p}"), (&u, "iops"), (&p, "iops")));
-            out.push(ratio(
-                runs,
-                &format!("CPU per I/O: {u} / {p}"),
-                (&u, "cpu_us_per_io"),
-                (&p, "cpu_us_per_io"),
-            ));
+            out.push(ratio(runs, &format!("IOPS: {u} / {p}"), &u, &p, "iops"));
+            out.push(ratio(runs, &format!("CPU per I/O: {u} / {p}"), &u, &p, "cpu_us_per_io"));
         }
     }
     out

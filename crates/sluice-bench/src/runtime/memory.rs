@@ -10,7 +10,9 @@ use sluice_core::{Ctx, Job};
 use sluice_io::sched::{Criticality, Sched};
 use sluice_io::{DeviceKind, RcpConfig};
 
-use super::{data_file, random_offset, runtime, status_mib, Metrics, READ};
+use crate::process::status_mib;
+use crate::runtime::device::{data_file, random_offset, runtime, READ};
+use crate::runtime::runs::Metrics;
 
 /// I/Os queued at once to measure bookkeeping per queued I/O.
 const QUEUED: u64 = 200_000;
@@ -61,7 +63,7 @@ fn long_run(dir: &Path) -> Result<Vec<f64>> {
     Ok(samples)
 }
 
-pub(super) fn round(dir: &Path) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn round(dir: &Path) -> Result<Vec<(String, Metrics)>> {
     // First, before the long run frees memory the allocator could reuse.
     let per_io = bytes_per_queued_io()?;
     let started = Instant::now();

@@ -22,7 +22,8 @@ use sluice_core::metrics::LatencyHistogram;
 use sluice_core::Ctx;
 use sluice_io::{enter, AlignedBuf, Background, ControlLoop, DeviceKind, Knobs, Runtime, SluiceFile, TaskKind};
 
-use super::{data_file, random_offset, Metrics, READ};
+use crate::runtime::device::{data_file, random_offset, READ};
+use crate::runtime::runs::Metrics;
 
 /// Every this many foreground operations, one is a write plus `sync`.
 const WRITE_EVERY: u64 = 4;
@@ -33,7 +34,7 @@ const CONTROL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Foreground and background threads of one run.
 #[derive(Clone, Copy)]
-pub(super) struct Load {
+pub(crate) struct Load {
     pub readers: usize,
     pub think: Option<Duration>,
     pub writers: usize,
@@ -45,7 +46,7 @@ pub(super) struct Load {
 
 /// What governs the background task.
 #[derive(Clone, Copy)]
-pub(super) enum Governor {
+pub(crate) enum Governor {
     None,
     /// A fixed rate in bytes/s for all background writers together.
     StaticRate(f64),
@@ -69,7 +70,7 @@ struct Shared<'a> {
 }
 
 /// Runs `load` on `rt` for `seconds` and returns its metrics.
-pub(super) fn run(rt: &Runtime, dir: &Path, load: Load, governor: Governor, seconds: f64) -> Result<Metrics> {
+pub(crate) fn run(rt: &Runtime, dir: &Path, load: Load, governor: Governor, seconds: f64) -> Result<Metrics> {
     let data_path = dir.join("data");
     data_file(&data_path, rt.config().device.kind == DeviceKind::Direct)?;
     let data = rt.open(&data_path, false)?;

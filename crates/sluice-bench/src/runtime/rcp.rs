@@ -1,5 +1,5 @@
 //! Part `rcp`: the schemes of RCP §7.6 side by side on one device, under
-//! the [`workload`](super::workload) of foreground requests against
+//! the [`workload`](crate::runtime::workload) of foreground requests against
 //! saturating background writers:
 //!
 //! | scheme | what it is | RCP's name |
@@ -21,21 +21,23 @@ use anyhow::Result;
 use sluice_core::controller::BackgroundControllerConfig;
 use sluice_io::RcpConfig;
 
-use super::workload::{self, Governor, Load};
-use super::{ratio, runtime, IoBench, Metrics, Ratio, Run};
+use crate::runtime::config::IoBench;
+use crate::runtime::device::runtime;
+use crate::runtime::runs::{ratio, Metrics, Ratio, Run};
+use crate::runtime::workload::{self, Governor, Load};
 
 /// The schemes compared, in the order of the table above.
-pub(super) const SCHEMES: [&str; 5] = ["fifo", "static-rate", "dispatch-only", "rcp", "rcp+controller"];
+pub(crate) const SCHEMES: [&str; 5] = ["fifo", "static-rate", "dispatch-only", "rcp", "rcp+controller"];
 
 /// One configuration of a round.
-pub(super) struct Config {
+pub(crate) struct Config {
     pub name: String,
     pub rcp: RcpConfig,
     pub governor: Governor,
     pub load: Load,
 }
 
-pub(super) fn heavy(b: &IoBench) -> Load {
+pub(crate) fn heavy(b: &IoBench) -> Load {
     Load {
         readers: b.foreground_threads,
         think: Some(Duration::from_micros(b.think_us)),
@@ -46,7 +48,7 @@ pub(super) fn heavy(b: &IoBench) -> Load {
 }
 
 /// One foreground thread with 5 ms think time, as in RCP §7.6.
-pub(super) fn light(b: &IoBench) -> Load {
+pub(crate) fn light(b: &IoBench) -> Load {
     Load {
         readers: 1,
         think: Some(Duration::from_millis(5)),
@@ -74,7 +76,7 @@ fn controller(b: &IoBench) -> BackgroundControllerConfig {
     }
 }
 
-pub(super) fn config(name: impl Into<String>, rcp: RcpConfig, governor: Governor, load: Load) -> Config {
+pub(crate) fn config(name: impl Into<String>, rcp: RcpConfig, governor: Governor, load: Load) -> Config {
     Config {
         name: name.into(),
         rcp,
@@ -84,7 +86,7 @@ pub(super) fn config(name: impl Into<String>, rcp: RcpConfig, governor: Governor
 }
 
 /// Runs each configuration once, in a sub-directory of its own.
-pub(super) fn run_all(b: &IoBench, dir: &Path, list: Vec<Config>) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn run_all(b: &IoBench, dir: &Path, list: Vec<Config>) -> Result<Vec<(String, Metrics)>> {
     list.into_iter()
         .map(|c| {
             let sub = dir.join(&c.name);
@@ -96,7 +98,7 @@ pub(super) fn run_all(b: &IoBench, dir: &Path, list: Vec<Config>) -> Result<Vec<
         .collect()
 }
 
-pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
+pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let (heavy, light) = (heavy(b), light(b));
     let (rcp, off, none) = (RcpConfig::default, RcpConfig::off, Governor::None);
     let static_rate = Governor::StaticRate(b.static_rate_mb * 1e6);
@@ -119,31 +121,29 @@ pub(super) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     )
 }
 
-pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
+pub(crate) fn ratios(runs: &[&Run]) -> Vec<Ratio> {
     let mut out = vec![
         ratio(
             runs,
             "fg p99.9: rcp / fg-alone (target <= 2)",
-            ("rcp", "fg_p999_us"),
-            ("fg-alone", "fg_p999_us"),
+            "rcp",
+            "fg-alone",
+            "fg_p999_us",
         ),
-        ratio(
-            runs,
-            "fg p99.9: fifo / rcp (target >= 10)",
-            ("fifo", "fg_p999_us"),
-            ("rcp", "fg_p999_us"),
-        ),
+        ratio(runs, "fg p99.9: fifo / rcp (target >= 10)", "fifo", "rcp", "fg_p999_us"),
         ratio(
             runs,
             "bg MB/s: light fg / bg-alone, rcp (target >= 0.5)",
-            ("bg+light-fg-rcp", "bg_mb_s"),
-            ("bg-alone-rcp", "bg_mb_s"),
+            "bg+light-fg-rcp",
+            "bg-alone-rcp",
+            "bg_mb_s",
         ),
         ratio(
             runs,
             "bg MB/s: bg-alone rcp / bg-alone fifo (cost of the bound)",
-            ("bg-alone-rcp", "bg_mb_s"),
-            ("bg-alone-fifo", "bg_mb_s"),
+            "bg-alone-rcp",
+            "bg-alone-fifo",
+            "bg_mb_s",
         ),
     ];
     for scheme in SCHEMES.iter().filter(|&&s| s != "rcp") {
@@ -151,15 +151,17 @@ pub(super) fn ratios(runs: &[Run]) -> Vec<Ratio> {
             out.push(ratio(
                 runs,
                 &format!("fg p99.9: {scheme} / rcp"),
-                (scheme, "fg_p999_us"),
-                ("rcp", "fg_p999_us"),
+                scheme,
+                "rcp",
+                "fg_p999_us",
             ));
         }
         out.push(ratio(
             runs,
             &format!("bg MB/s: {scheme} / rcp"),
-            (scheme, "bg_mb_s"),
-            ("rcp", "bg_mb_s"),
+            scheme,
+            "rcp",
+            "bg_mb_s",
         ));
     }
     out

@@ -1,0 +1,280 @@
+//! `sluice bench route`: the cooperative scheduler's experiment (Jo et al.,
+//! Table 1 and Fig. 4) on real shards. `sluice serve` shards, each its own
+//! process on its own emulated device ([`shards`]), behind `sluice route`
+//! (in this process); closed-loop users run range scans of U(1, 100)
+//! records through the router, so every scan fans out to every shard. Each
+//! round restarts the shards once per shard policy (fifo, the paper's noop;
+//! fair, round robin policy over the router's connections, the paper's cfq
+//! analogue; coop, request order) and measures each after a warm-up,
+//! interleaved, with a client writing to the first shard meanwhile if asked
+//! ([`writer`]); the table gives each policy's ratios to the first, paired
+//! by round.
+
+mod shards;
+mod writer;
+
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use sluice_core::metrics::LatencyHistogram;
+
+use crate::driver::{load, run as run_users, TenantSpec};
+use crate::harness::{markdown_table, median, paired_ratios, split_by_steal, Spread};
+use crate::route::shards::{Device, Shards};
+use crate::route::writer::Writer;
+use crate::steal;
+use crate::target::Resp;
+use crate::ycsb::{Distribution, Workload};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct RouteBench {
+    /// Shard I/O policies; the first is the baseline.
+    pub policies: Vec<String>,
+    pub shards: usize,
+    /// Closed-loop users, each its own connection to the router.
+    pub users: usize,
+    /// Records of 1 KiB, loaded once.
+    pub records: u64,
+    /// Emulated read time, µs.
+    pub read_us: f64,
+    /// Emulated device channels (reads served at once).
+    pub channels: u32,
+    pub warmup: f64,
+    /// Measured seconds per run.
+    pub seconds: f64,
+    pub rounds: usize,
+    /// coop's starvation guard at the shards, ms.
+    pub coop_starvation_ms: f64,
+    /// Writes per second to the first shard during every run; 0: none.
+    pub writer: f64,
+    /// Runs whose CPU steal exceeds this fraction are set aside.
+    pub max_steal: f64,
+    /// Where the shards keep their data (default: a temporary directory).
+    pub dir: Option<PathBuf>,
+    /// The `sluice` binary whose `serve` runs the shards.
+    pub serve: PathBuf,
+}
+
+struct Run {
+    round: usize,
+    policy: String,
+    ops_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    gap_p99_ms: f64,
+    gap_p50_ms: f64,
+    steal: f64,
+}
+
+impl crate::harness::Run for Run {
+    fn round(&self) -> usize {
+        self.round
+    }
+    fn target(&self) -> &str {
+        &self.policy
+    }
+    fn steal(&self) -> f64 {
+        self.steal
+    }
+}
+
+/// Starts the shards and the router, loads, runs the rounds; returns the
+/// table.
+pub fn run(args: &RouteBench) -> Result<String> {
+    ensure!(
+        args.shards >= 1 && args.users >= 1 && args.rounds >= 1,
+        "--shards, --users and --rounds must be at least 1"
+    );
+    ensure!(!args.policies.is_empty(), "--policies is empty");
+    for p in &args.policies {
+        p.parse::<sluice_core::PolicySpec>()
+            .with_context(|| format!("--policies: `{p}`"))?;
+    }
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let device = Device {
+        read_us: args.read_us,
+        channels: args.channels,
+        coop_starvation_ms: args.coop_starvation_ms,
+    };
+    let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device)?;
+    shards.start(&args.policies[0])?;
+    let (addr, router) = shards.router(args.users)?;
+    let workload = Workload {
+        name: "scan".into(),
+        read: 0.0,
+        update: 0.0,
+        insert: 0.0,
+        scan: 1.0,
+        read_modify_write: 0.0,
+        distribution: Distribution::Uniform,
+        max_scan_length: 100,
+        record_count: args.records,
+        field_count: 1,
+        field_length: 1024,
+    };
+    let target = Resp::new(addr)?;
+    eprintln!(
+        "loading {} records of 1 KiB over {} shards through the router",
+        args.records, args.shards
+    );
+    load(&target, &workload, 4, 1)?;
+    let users = TenantSpec::users(args.users, &workload);
+    shards.settle()?;
+    let mut runs = Vec::new();
+    for round in 1..=args.rounds {
+        // Odd rounds in the given order, even rounds reversed, so that no
+        // policy always runs first after a restart of the bench or last
+        // before the next round.
+        let mut order: Vec<&String> = args.policies.iter().collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for policy in order {
+            shards.start(policy)?;
+            let writer = Writer::start(addr, args.shards, args.writer);
+            run_users(&target, &users, args.warmup, round as u64 * 1000, &mut |_| {})?;
+            router.stats.gap.reset();
+            for shard in router.shards() {
+                shard.stats.latency.reset();
+            }
+            let (results, steal) =
+                steal::during(|| run_users(&target, &users, args.seconds, round as u64, &mut |_| {}));
+            let results = results?;
+            drop(writer);
+            let mut all = LatencyHistogram::default();
+            for u in &results {
+                all.merge(&u.all);
+            }
+            let gap = router.stats.gap.summary();
+            let r = Run {
+                round,
+                policy: policy.clone(),
+                ops_per_sec: all.count() as f64 / args.seconds,
+                p50_ms: all.quantile(0.5) as f64 / 1e6,
+                p99_ms: all.quantile(0.99) as f64 / 1e6,
+                gap_p99_ms: gap.p99_ms,
+                gap_p50_ms: gap.p50_ms,
+                steal,
+            };
+            // Each shard's sub-request latency at the router: where the
+            // gap comes from (a shard that is slower than the others).
+            let shard_p50: Vec<String> = router
+                .shards()
+                .iter()
+                .map(|s| format!("{:.0}", s.stats.latency.summary().p50_ms))
+                .collect();
+            eprintln!(
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%",
+                r.policy,
+                r.ops_per_sec,
+                r.p50_ms,
+                r.p99_ms,
+                r.gap_p50_ms,
+                r.gap_p99_ms,
+                shard_p50.join("/"),
+                r.steal * 100.0
+            );
+            runs.push(r);
+        }
+    }
+    Ok(table(&runs, &args.policies, args.max_steal))
+}
+
+/// The summary: per policy, medians over the kept runs and ratios to the
+/// baseline paired by round (a round whose baseline run was set aside
+/// gives no ratio).
+fn table(runs: &[Run], policies: &[String], max_steal: f64) -> String {
+    let (kept, set_aside) = split_by_steal(runs, max_steal);
+    let rounds: std::collections::BTreeSet<usize> = kept.iter().map(|r| r.round).collect();
+    let baseline = &policies[0];
+    let mut header: Vec<String> = ["policy", "scans/s", "p50 ms", "p99 ms", "gap p99 ms"]
+        .map(String::from)
+        .into();
+    for metric in ["p99", "gap p99", "scans/s", "p50"] {
+        header.push(format!("{metric} / {baseline}"));
+    }
+    let mut rows = Vec::new();
+    for p in policies {
+        let mine: Vec<&Run> = kept.iter().copied().filter(|r| &r.policy == p).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let med = |f: fn(&Run) -> f64| format!("{:.1}", median(mine.iter().map(|r| f(r))));
+        let ratio = |f: fn(&Run) -> f64| {
+            let s = Spread::of(paired_ratios(&kept, p, baseline, |r| Some(f(r))));
+            format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max)
+        };
+        rows.push(vec![
+            p.clone(),
+            med(|r| r.ops_per_sec),
+            med(|r| r.p50_ms),
+            med(|r| r.p99_ms),
+            med(|r| r.gap_p99_ms),
+            ratio(|r| r.p99_ms),
+            ratio(|r| r.gap_p99_ms),
+            ratio(|r| r.ops_per_sec),
+            ratio(|r| r.p50_ms),
+        ]);
+    }
+    let steals = Spread::of(runs.iter().map(|r| r.steal * 100.0));
+    format!(
+        "{}\n{} runs in {} rounds; steal {:.1}–{:.1}%; {} set aside (steal above {:.0}%)\n",
+        markdown_table(&header, &rows),
+        runs.len(),
+        rounds.len(),
+        steals.min,
+        steals.max.max(0.0),
+        set_aside.len(),
+        max_steal * 100.0
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_pairs_ratios_by_round_and_sets_aside_stolen_runs() {
+        let run = |round, policy: &str, p99_ms, steal| Run {
+            round,
+            policy: policy.into(),
+            ops_per_sec: 100.0,
+            p50_ms: 1.0,
+            p99_ms,
+            gap_p99_ms: 1.0,
+            gap_p50_ms: 1.0,
+            steal,
+        };
+        let runs = vec![
+            run(1, "fifo", 10.0, 0.0),
+            run(1, "coop", 6.0, 0.0),
+            run(2, "fifo", 20.0, 0.5),
+            run(2, "coop", 1.0, 0.0),
+        ];
+        let text = table(&runs, &["fifo".into(), "coop".into()], 0.1);
+        assert!(
+            text.starts_with("| policy | scans/s | p50 ms | p99 ms | gap p99 ms | p99 / fifo | gap p99 / fifo | scans/s / fifo | p50 / fifo |\n|---|---|---|---|---|---|---|---|---|\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| coop | 100.0 | 1.0 | 6.0 | 1.0 | 0.60 (0.60–0.60) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| fifo | 100.0 | 1.0 | 10.0 |"),
+            "round 2's fifo is set aside: {text}"
+        );
+        assert!(text.contains("1 set aside"), "{text}");
+    }
+}

@@ -1,0 +1,196 @@
+//! The shards of `sluice bench route`: `sluice serve` processes, each on
+//! its own emulated device, restarted with each policy; and the router in
+//! front of them.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use sluice_route::config::Config;
+use sluice_route::Router;
+
+/// The emulated device of every shard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Device {
+    pub read_us: f64,
+    pub channels: u32,
+    /// coop's starvation guard, ms.
+    pub coop_starvation_ms: f64,
+}
+
+/// The shard processes, stopped when dropped.
+pub(crate) struct Shards {
+    /// The `sluice` binary that serves them.
+    pub exe: PathBuf,
+    pub dir: PathBuf,
+    pub ports: Vec<u16>,
+    pub device: Device,
+    children: Vec<Child>,
+}
+
+impl Shards {
+    pub fn new(exe: PathBuf, dir: PathBuf, shards: usize, device: Device) -> Result<Shards> {
+        Ok(Shards {
+            exe,
+            dir,
+            ports: (0..shards).map(|_| free_port()).collect::<Result<_>>()?,
+            device,
+            children: Vec::new(),
+        })
+    }
+
+    /// (Re)starts every shard with I/O policy `policy`.
+    pub fn start(&mut self, policy: &str) -> Result<()> {
+        self.stop();
+        let runtime = self.dir.join(format!("runtime-{policy}.toml"));
+        std::fs::write(
+            &runtime,
+            format!(
+                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{policy}\"\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
+                ch = self.device.channels,
+                r = self.device.read_us,
+                s = self.device.coop_starvation_ms
+            ),
+        )?;
+        for (i, port) in self.ports.iter().enumerate() {
+            let log = std::fs::File::create(self.dir.join(format!("shard-{i}.log")))?;
+            let child = Command::new(&self.exe)
+                .args([
+                    "serve",
+                    "--port",
+                    &port.to_string(),
+                    "--no-sync",
+                    "--block-cache-mb",
+                    "1",
+                ])
+                .arg("--dir")
+                .arg(self.dir.join(format!("shard-{i}")))
+                .arg("--runtime")
+                .arg(&runtime)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("starting a sluice serve shard")?;
+            self.children.push(child);
+        }
+        for port in &self.ports {
+            wait_listening(*port)?;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        for mut c in self.children.drain(..) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The router, serving from a thread of its own, with the slots split
+    /// evenly over the shards and a connection a user to each.
+    pub fn router(&self, users: usize) -> Result<(SocketAddr, Arc<Router>)> {
+        let per = 16384 / self.ports.len();
+        let mut toml = format!("listen = \"127.0.0.1:0\"\n[pool]\nsize = {}\n", users.max(1) + 8);
+        for (i, port) in self.ports.iter().enumerate() {
+            let hi = if i + 1 == self.ports.len() {
+                16383
+            } else {
+                (i + 1) * per - 1
+            };
+            toml.push_str(&format!(
+                "[[shard]]\nname = \"s{i}\"\naddr = \"127.0.0.1:{port}\"\nslots = \"{}-{hi}\"\n",
+                i * per
+            ));
+        }
+        Ok(sluice_route::spawn(Config::from_toml(&toml)?)?)
+    }
+
+    /// Waits until no shard has flush or compaction work left from the load
+    /// (their INFO's `backlog_bytes` and `pending_compaction_bytes`), so that
+    /// the first run measured does not share the devices with the load's
+    /// compactions.
+    pub fn settle(&self) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let mut backlog = 0u64;
+            for port in &self.ports {
+                let text = info(*port)?;
+                backlog += text
+                    .lines()
+                    .filter_map(|l| l.split("backlog_bytes=").nth(1))
+                    .filter_map(|rest| rest.split(',').next()?.trim().parse::<u64>().ok())
+                    .sum::<u64>();
+                backlog += text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("pending_compaction_bytes:"))
+                    .filter_map(|n| n.trim().parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+            if backlog == 0 {
+                // The load and its compactions left dirty pages that the
+                // kernel writes back over minutes, taking the real disk from
+                // the emulated devices' reads at random: written now, once.
+                eprintln!("writing the load's dirty pages back (sync)");
+                // SAFETY: sync(2) takes no arguments and cannot fail.
+                unsafe { libc::sync() };
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(300) {
+                bail!("the shards still had {backlog} bytes of flush and compaction to do after 300 s");
+            }
+            eprintln!(
+                "waiting for the load's flushes and compactions: {:.1} MiB left",
+                backlog as f64 / 1048576.0
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+}
+
+impl Drop for Shards {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_listening(port: u16) -> Result<()> {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("shard on port {port} did not start within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A shard's INFO text.
+fn info(port: u16) -> Result<String> {
+    use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let mut out = Vec::new();
+    encode_command(&["INFO"], &mut out);
+    stream.write_all(&out)?;
+    let mut buf = Vec::new();
+    loop {
+        if let Some((reply, _)) = parse_reply(&buf, &Limits::default())? {
+            return match reply {
+                Reply::Bulk(Some(text)) => Ok(String::from_utf8_lossy(&text).into_owned()),
+                other => bail!("shard on port {port} answered INFO with {other:?}"),
+            };
+        }
+        let mut chunk = [0u8; 16384];
+        let n = stream.read(&mut chunk)?;
+        ensure!(n > 0, "shard on port {port} closed the connection during INFO");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

@@ -1,0 +1,174 @@
+//! `sluice bench io`: the I/O runtime measured against its baselines.
+//!
+//! | part | file | compares |
+//! |---|---|---|
+//! | `rcp` | [`rcp`] | FIFO, a static rate limit, dispatch priority only, RCP, RCP plus the controller; foreground alone; background cost |
+//! | `bound` | [`bound`] | the non-critical device bound swept (RCP §7.6, Fig. 11) |
+//! | `overhead` | [`overhead`] | the runtime against a plain `pread` loop |
+//! | `memory` | [`memory`] | bookkeeping per queued I/O; RSS over a long run |
+//! | `uring` | [`uring`] | `pread` threads against one io_uring ring, page cache and real disk |
+//!
+//! What to measure is in [`config`]; the devices and files the parts use in
+//! [`device`]; a configuration's result and the ratios between them in
+//! [`runs`]; the workload of `rcp` and `bound` in [`workload`]; plots in
+//! [`plot`].
+//!
+//! Configurations are interleaved within each round, rounds are repeated,
+//! CPU steal is recorded per round and rounds above the threshold are set
+//! aside; ratios are paired within a round and reported as median and range.
+
+mod bound;
+mod config;
+mod device;
+mod memory;
+mod overhead;
+mod plot;
+mod rcp;
+mod runs;
+mod uring;
+mod workload;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+pub use self::config::{IoBench, Medium, Part};
+
+use anyhow::{ensure, Context, Result};
+
+use crate::harness::split_by_steal;
+use crate::process::status_mib;
+use crate::runtime::runs::{median_of, Metrics, Ratio, Run};
+use crate::steal;
+
+/// Runs the rounds and writes runs.json and the plots to `--out`; returns
+/// the tables (or JSON).
+pub fn run(b: &IoBench) -> Result<String> {
+    ensure!(b.repeat >= 1, "--repeat must be at least 1");
+    ensure!(
+        b.seconds > 0.0 && b.seconds.is_finite(),
+        "--seconds must be a number > 0"
+    );
+    ensure!(b.background_block > 0, "--background-block must be at least 1 byte");
+    ensure!(b.foreground_threads > 0, "--foreground-threads must be at least 1");
+    ensure!(b.background_burst > 0, "--background-burst must be at least 1");
+    ensure!(
+        b.static_rate_mb > 0.0 && b.static_rate_mb.is_finite(),
+        "--static-rate-mb must be a number > 0"
+    );
+    ensure!(
+        b.background_block.is_multiple_of(sluice_io::device::DIRECT_ALIGN) || b.device == Medium::Ssd,
+        "--background-block must be a multiple of {} bytes on --device disk (O_DIRECT)",
+        sluice_io::device::DIRECT_ALIGN
+    );
+    let tmp = scratch_dir(b.dir.as_deref())?;
+    let mut runs = Vec::new();
+    for round in 0..b.repeat {
+        let dir = tmp.join(format!("r{round}"));
+        std::fs::create_dir_all(&dir)?;
+        let (results, steal) = steal::during(|| round_of_parts(b, &dir));
+        std::fs::remove_dir_all(&dir).ok();
+        eprintln!("round {}/{}: steal {:.1}%", round + 1, b.repeat, steal * 100.0);
+        runs.extend(results?.into_iter().map(|(config, metrics)| Run {
+            round,
+            config,
+            steal,
+            metrics,
+        }));
+    }
+    if b.dir.is_none() {
+        std::fs::remove_dir_all(&tmp).ok();
+    }
+    let (kept, set_aside) = split_by_steal(&runs, b.max_steal);
+    let text = report(b, &kept, &set_aside)?;
+    write_out(b, &kept, &set_aside)?;
+    Ok(text)
+}
+
+/// Every configuration of the parts asked for, once.
+fn round_of_parts(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
+    let mut results = Vec::new();
+    if matches!(b.part, Part::Rcp | Part::All) {
+        results.extend(rcp::round(b, dir)?);
+    }
+    if b.part == Part::Bound {
+        results.extend(bound::round(b, dir)?);
+    }
+    if matches!(b.part, Part::Overhead | Part::All) {
+        results.extend(overhead::round(b, dir)?);
+    }
+    if matches!(b.part, Part::Memory | Part::All) {
+        results.extend(memory::round(dir)?);
+    }
+    if matches!(b.part, Part::Uring | Part::All) {
+        results.extend(uring::round(b, dir)?);
+    }
+    Ok(results)
+}
+
+fn ratios(runs: &[&Run]) -> Vec<Ratio> {
+    let mut all = rcp::ratios(runs);
+    all.extend(bound::ratios(runs));
+    all.extend(overhead::ratios(runs));
+    all.extend(uring::ratios(runs));
+    all.into_iter().filter(|r| r.1.is_finite()).collect()
+}
+
+/// Writes every run and the plots to `--out`.
+fn write_out(b: &IoBench, kept: &[&Run], set_aside: &[&Run]) -> Result<()> {
+    std::fs::create_dir_all(&b.out).with_context(|| format!("creating {}", b.out.display()))?;
+    let runs = b.out.join("runs.json");
+    let json = serde_json::json!({ "kept": kept, "set_aside": set_aside, "ratios": ratios(kept) });
+    std::fs::write(&runs, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", runs.display()))?;
+    let mut files = vec![runs];
+    files.extend(plot::write(&b.out, kept)?);
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+fn scratch_dir(dir: Option<&Path>) -> Result<PathBuf> {
+    let d = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::temp_dir().join(format!("sluice-bench-io-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}
+
+fn report(b: &IoBench, kept: &[&Run], set_aside: &[&Run]) -> Result<String> {
+    let ratios = ratios(kept);
+    let peak = status_mib("self", "VmHWM:");
+    if b.json {
+        let out = serde_json::json!({ "kept": kept, "set_aside": set_aside, "ratios": ratios, "peak_rss_mib": peak });
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&out)?));
+    }
+    let mut out = format!(
+        "{} runs kept, {} set aside (steal > {:.0}%); medians over kept rounds\n",
+        kept.len(),
+        set_aside.len(),
+        b.max_steal * 100.0
+    );
+    let configs: BTreeSet<&str> = kept.iter().map(|r| r.config.as_str()).collect();
+    for c in configs {
+        let first = kept
+            .iter()
+            .find(|r| r.config == c)
+            .expect("a run of every listed config");
+        let metrics: Vec<String> = first
+            .metrics
+            .keys()
+            .filter_map(|k| Some(format!("{k} {:.1}", median_of(kept, c, k)?)))
+            .collect();
+        out += &format!("{c:>22}: {}\n", metrics.join(", "));
+    }
+    if !ratios.is_empty() {
+        out += "ratios, paired by round: median (min-max)\n";
+    }
+    for (label, m, lo, hi) in &ratios {
+        out += &format!("  {label}: {m:.3} ({lo:.3}-{hi:.3})\n");
+    }
+    out += &format!("peak RSS: {peak:.1} MiB\n");
+    Ok(out)
+}

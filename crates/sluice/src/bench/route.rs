@@ -1,0 +1,88 @@
+//! `sluice bench route` (the benchmark is `sluice_bench::route`; its shards
+//! are this binary's `sluice serve`).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use sluice_bench::route::RouteBench;
+
+/// Range scans through sluice route over sluice serve shards, per shard policy
+#[derive(Args)]
+#[command(
+    long_about = "Range scans through sluice route over sluice serve shards, per shard I/O policy.\n\n\
+    Starts --shards sluice serve processes, each with its own data directory on an emulated SSD \
+    (--read-us per read, --channels, a small block cache so that scans read the device), and \
+    sluice route in this process in front of them. Loads --records records of 1 KiB through the \
+    router, then each round runs every policy of --policies in turn: the shards restart with that \
+    I/O policy, --users closed-loop users scan U(1,100) records from a random key for --warmup \
+    seconds (not measured) and --seconds (measured). Reports per policy the scan latency \
+    (p50, p99), the sub-request gap measured at the router, throughput, and paired ratios to the \
+    first policy. --writer adds a client writing to the first shard throughout, so that it \
+    flushes and compacts while the scans run.\n\n\
+    Example: sluice bench route --policies fifo,fair,coop --rounds 5"
+)]
+pub struct RouteArgs {
+    /// Shard I/O policies, comma-separated; the first is the baseline
+    #[arg(long, value_delimiter = ',', default_value = "fifo,fair,coop")]
+    pub policies: Vec<String>,
+    #[arg(long, default_value_t = 4)]
+    pub shards: usize,
+    /// Closed-loop users, each its own connection to the router
+    #[arg(long, default_value_t = 64)]
+    pub users: usize,
+    /// Records of 1 KiB, loaded once
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Emulated read time, µs
+    #[arg(long, default_value_t = 1000.0)]
+    pub read_us: f64,
+    /// Emulated device channels (reads served at once)
+    #[arg(long, default_value_t = 4)]
+    pub channels: u32,
+    #[arg(long, default_value_t = 3.0)]
+    pub warmup: f64,
+    /// Measured seconds per run
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// coop's starvation guard at the shards, ms: a job queued this long is
+    /// served next whatever its request id. Above the scans' latency, so
+    /// that the guard does not reorder each shard's queue on its own clock
+    /// (the policy's default, 100 ms, is below it here)
+    #[arg(long, default_value_t = 1000.0)]
+    pub coop_starvation_ms: f64,
+    /// Writes per second to the first shard during every run (4 KiB each); 0: none
+    #[arg(long, default_value_t = 0.0)]
+    pub writer: f64,
+    /// Set aside rounds whose CPU steal exceeds this fraction
+    #[arg(long, default_value_t = 0.10)]
+    pub max_steal: f64,
+    /// Where the shards keep their data (default: a temporary directory)
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+pub fn run(a: RouteArgs) -> Result<()> {
+    print!(
+        "{}",
+        sluice_bench::route::run(&RouteBench {
+            policies: a.policies,
+            shards: a.shards,
+            users: a.users,
+            records: a.records,
+            read_us: a.read_us,
+            channels: a.channels,
+            warmup: a.warmup,
+            seconds: a.seconds,
+            rounds: a.rounds,
+            coop_starvation_ms: a.coop_starvation_ms,
+            writer: a.writer,
+            max_steal: a.max_steal,
+            dir: a.dir,
+            serve: std::env::current_exe()?,
+        })?
+    );
+    Ok(())
+}
