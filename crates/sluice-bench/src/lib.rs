@@ -8,8 +8,8 @@
 //!
 //! The harness every benchmark shares: runs and rounds, medians, ranges,
 //! ratios paired by round, runs set aside for CPU steal ([`harness`]), the
-//! steal itself ([`steal`]), what a process used ([`process`]) and I/O
-//! stall ([`pressure`]).
+//! steal itself ([`steal`]), what a process used ([`process`]), I/O stall
+//! ([`pressure`]), and the rows the benchmark scripts hand over ([`rows`]).
 //!
 //! The experiments, one module each, which the `sluice` command runs:
 //!
@@ -40,6 +40,7 @@ pub mod pressure;
 pub mod process;
 pub mod redis;
 pub mod route;
+pub mod rows;
 pub mod runtime;
 pub mod sim;
 pub mod steal;

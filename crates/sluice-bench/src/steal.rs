@@ -2,7 +2,12 @@
 //! take the CPU away, and a benchmark run during heavy steal measures the
 //! neighbours, not us. Every benchmark records the steal of each run (or
 //! round) and sets aside those above a threshold
-//! ([`crate::harness::split_by_steal`]).
+//! ([`crate::harness::split_by_steal`]); the benchmark scripts read it
+//! through `sluice bench steal`, which prints a [`CpuTimes`] and, given
+//! one back, the fraction stolen since.
+
+use std::fmt;
+use std::str::FromStr;
 
 /// Cumulative CPU time counters of the `cpu` line (all cores), in ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +44,26 @@ pub fn during<T>(f: impl FnOnce() -> T) -> (T, f64) {
     (out, before.steal_until(&CpuTimes::now()))
 }
 
+/// `STEAL/TOTAL` ticks: one word, for a script to keep and hand back.
+impl fmt::Display for CpuTimes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.steal, self.total)
+    }
+}
+
+impl FromStr for CpuTimes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a sample of `sluice bench steal` (STEAL/TOTAL ticks)");
+        let (steal, total) = s.trim().split_once('/').ok_or_else(bad)?;
+        Ok(CpuTimes {
+            steal: steal.parse().map_err(|_| bad())?,
+            total: total.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
 fn parse(stat: &str) -> Option<CpuTimes> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
@@ -62,6 +87,19 @@ mod tests {
         // Totals 1000 and 2000 ticks; steal grew by 150 of the 1000.
         assert!((a.steal_until(&b) - 0.15).abs() < 1e-12);
         assert!(parse("intr 1 2").is_none());
+    }
+
+    #[test]
+    fn a_sample_is_one_word_that_reads_back() {
+        let a = parse("cpu  100 0 50 800 0 0 0 50 0 0\n").unwrap();
+        assert_eq!(a.to_string(), "50/1000");
+        assert_eq!(a.to_string().parse::<CpuTimes>(), Ok(a));
+        for bad in ["50", "50/x", "a/1000", ""] {
+            assert!(
+                bad.parse::<CpuTimes>().unwrap_err().contains("sluice bench steal"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

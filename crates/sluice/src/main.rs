@@ -2,7 +2,8 @@
 //! databases. Each subcommand parses its flags and calls the library that
 //! does the work: `sim` (experiments on the deterministic simulator,
 //! `sluice_sim`), `demo` (sluice-kv under YCSB with compaction active, FIFO
-//! against Sluice), `bench` (benchmarks of Sluice), `model` (AppleS's throughput model
+//! against Sluice), `bench` (benchmarks of Sluice and the harness's
+//! commands for the benchmark scripts), `model` (AppleS's throughput model
 //! fitted to measured samples) and `fanout` (requests fanned out over
 //! shards, in the simulator, under each shard policy), all four
 //! `sluice_bench`; `serve` (the sluice-kv store over RESP, `sluice_kv`),
@@ -44,7 +45,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Sim(sim::SimArgs),
-    /// Run a benchmark of Sluice itself and report ratios to its baseline
+    /// Run a benchmark of Sluice itself and report ratios to its baseline; summarize a script's runs
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     Serve(serve::ServeArgs),

@@ -1,10 +1,12 @@
 //! `sluice bench ...`: benchmarks of Sluice itself, each a module of
-//! `sluice_bench` driven by a subcommand here.
+//! `sluice_bench` driven by a subcommand here; and the harness's commands
+//! for the benchmark scripts ([`script`]).
 
 mod io;
 mod pg;
 mod redis;
 mod route;
+mod script;
 mod sim;
 
 use anyhow::Result;
@@ -17,6 +19,9 @@ pub enum BenchCommand {
     Pg(pg::PgArgs),
     Redis(redis::RedisArgs),
     Route(route::RouteArgs),
+    Summarize(script::SummarizeArgs),
+    Steal(script::StealArgs),
+    Cpu(script::CpuArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -26,5 +31,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Pg(a) => pg::run(a),
         BenchCommand::Redis(a) => redis::run(a),
         BenchCommand::Route(a) => route::run(a),
+        BenchCommand::Summarize(a) => script::summarize(a),
+        BenchCommand::Steal(a) => script::steal(a),
+        BenchCommand::Cpu(a) => script::cpu(a),
     }
 }
