@@ -5,8 +5,10 @@
 # upstream lanes for clients in the default session state), through sluice
 # proxy with a connection of its own per client (`sluice-own`,
 # shared_upstreams = 0) and through twemproxy (nutcracker), interleaved and
-# repeated, with CPU steal per run; then the proxy's memory with 5,000 idle
-# client connections.
+# repeated, with CPU steal per run, and `sluice bench summarize`'s table of
+# them (per client count and target: medians, ratios to Redis directly
+# paired by round; runs above 10% steal set aside); then the proxy's
+# memory with 5,000 idle client connections.
 #
 #   scripts/bench-proxy-redis.sh [ROUNDS] [REQUESTS]
 #
@@ -24,9 +26,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-ensure_rust
 apt_install redis-server redis-tools nutcracker
-cargo build --release -p sluice
+find_sluice
 rounds=${1:-3} requests=${2:-100000}
 
 # Below the ephemeral range, so that no client connection holds them.
@@ -49,12 +50,12 @@ parallelism = 64     # more than the clients: this measures the proxy's own cost
 [optimizer]
 parallelism = "fixed"
 TOML
-target/release/sluice proxy --config "$work/sluice.toml" 2>"$work/sluice.log" &
+"$sluice" proxy --config "$work/sluice.toml" 2>"$work/sluice.log" &
 pids+=($!)
 sluice_pid=$!
 sed -e "s/:$SLUICE_PORT\"/:$OWN_PORT\"/" -e 's/^listen = "127.0.0.1:'$ADMIN_PORT'"/listen = ""/' \
     -e 's/^tenant_key = .*/&\nshared_upstreams = 0/' "$work/sluice.toml" >"$work/sluice-own.toml"
-target/release/sluice proxy --config "$work/sluice-own.toml" 2>"$work/sluice-own.log" &
+"$sluice" proxy --config "$work/sluice-own.toml" 2>"$work/sluice-own.log" &
 pids+=($!)
 cat >"$work/twemproxy.yml" <<YML
 sluice:
@@ -93,36 +94,34 @@ parallelism = 64
 [optimizer]
 parallelism = "fixed"
 TOML
-    target/release/sluice proxy --config "$work/sluice-local.toml" 2>"$work/sluice-local.log" &
+    "$sluice" proxy --config "$work/sluice-local.toml" 2>"$work/sluice-local.log" &
     pids+=($!)
     targets+=" direct-local:$work/redis.sock sluice-local:$work/sluice.sock"
 fi
 sleep 1
 for p in "${pids[@]}"; do kill -0 "$p" || { cat "$work"/*.log; echo "a server did not start" >&2; exit 1; }; done
 
-echo "clients round target        SET/s      GET/s   SET p50 ms  GET p50 ms  steal"
+echo "clients round target SET/s GET/s SET_p50_ms GET_p50_ms steal" | tee "$work/runs"
 for clients in ${CLIENTS:-50}; do
 for round in $(seq "$rounds"); do
     for target in $targets; do
         at=${target#*:} where=(-p "${target#*:}")
         [[ $at == /* ]] && where=(-s "$at")
-        read -r t0 s0 < <(steal_ticks)
+        s0=$("$sluice" bench steal)
         csv=$(redis-benchmark "${where[@]}" -t set,get -c "$clients" -n "$requests" --csv)
-        read -r t1 s1 < <(steal_ticks)
-        CSV="$csv" python3 - "$clients" "$round" "${target%%:*}" "$t0" "$s0" "$t1" "$s1" <<'PY'
-import csv, os, sys
-clients, round_, name, t0, s0, t1, s1 = sys.argv[1:]
-rows = {r[0]: r for r in csv.reader(os.environ["CSV"].splitlines()) if r and r[0] in ("SET", "GET")}
-steal = (int(s1) - int(s0)) / max(1, int(t1) - int(t0))
-print(f"{clients:>7} {round_:>5} {name:<12} {float(rows['SET'][1]):>9.0f}  {float(rows['GET'][1]):>9.0f}  {float(rows['SET'][4]):>10.3f}  {float(rows['GET'][4]):>10.3f}  {steal*100:5.1f}%")
-PY
+        steal=$("$sluice" bench steal --since "$s0")
+        read -r set_rps set_p50 < <(awk -F'"' '$2 == "SET" {print $4, $10}' <<<"$csv")
+        read -r get_rps get_p50 < <(awk -F'"' '$2 == "GET" {print $4, $10}' <<<"$csv")
+        echo "$clients $round ${target%%:*} $set_rps $get_rps $set_p50 $get_p50 $steal" | tee -a "$work/runs"
     done
 done
 done
+echo
+"$sluice" bench summarize "$work/runs" --baseline direct --by clients
 
 if [[ -n "${YCSB:-}" ]]; then
     echo "== sluice bench redis, YCSB-$YCSB"
-    target/release/sluice bench redis --targets "$ycsb_targets" --users "${clients##* }" --workload "$YCSB" --rounds "$rounds"
+    "$sluice" bench redis --targets "$ycsb_targets" --users "${clients##* }" --workload "$YCSB" --rounds "$rounds"
 fi
 
 echo "== idle connections: proxy RSS"

@@ -5,21 +5,22 @@
 # each target, the targets' order alternating each round, with both
 # routers on CPU 1 and Redis and redis-benchmark on CPU 0, so that the load
 # generator does not take the routers' core. Prints each run (requests/s,
-# p50 ms, steal), then per test the ratio route / twemproxy of throughput
-# and of median latency paired by round (median, range), and the median
-# latency each adds over Redis directly (SET and GET). Not run in CI.
+# p50 ms, the fraction of CPU time stolen), then `sluice bench summarize`'s
+# table: per test and target, the ratios to twemproxy of throughput and of
+# median latency paired by round (median, range, each round), and the
+# difference to Redis directly (for p50, the median latency each adds);
+# runs above 10% steal set aside. Not run in CI.
 #
 #   scripts/bench-route-twemproxy.sh [SLUICE_BINARY] [ROUNDS] [REQUESTS]
 #
-# Default binary: target/release/sluice (built if missing).
+# Default binary: this tree's target/release/sluice (built if need be;
+# scripts/lib.sh, find_sluice), which also reads the steal and prints the
+# table whatever binary routes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-bin=${1:-target/release/sluice} rounds=${2:-7} requests=${3:-100000}
-if [[ ! -x $bin ]]; then
-    ensure_rust
-    cargo build --release -p sluice
-fi
+find_sluice
+bin=${1:-$sluice} rounds=${2:-7} requests=${3:-100000}
 (( $(nproc) >= 2 )) || { echo "needs 2 CPUs (routers on one, Redis and the load on the other)" >&2; exit 2; }
 apt_install redis-server redis-tools nutcracker
 bench_scratch sluice-bench-route
@@ -71,43 +72,24 @@ done
 for t in route twemproxy; do
     for i in $(seq 100); do printf 'SET key:%s value-%s\n' "$i" "$i"; done | redis-cli -p "${port[$t]}" >/dev/null
 done
-echo "round target test requests/s p50_ms steal%" | tee "$work/runs"
+echo "round target test requests/s p50_ms steal" | tee "$work/runs"
 targets=(direct route twemproxy)
 for round in $(seq "$rounds"); do
     (( round % 2 )) && order=("${targets[@]}") || order=(twemproxy route direct)
     for t in "${order[@]}"; do
         for test in set get mget; do
             [[ $t == direct && $test == mget ]] && continue
-            read -r t0 s0 < <(steal_ticks)
+            s0=$("$sluice" bench steal)
             if [[ $test == mget ]]; then
                 csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -c 50 -n $((requests / 10)) --csv "${mget[@]}")
             else
                 csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -t $test -c 50 -n "$requests" --csv)
             fi
-            read -r t1 s1 < <(steal_ticks)
-            awk -F'"' -v r="$round" -v t="$t" -v x="$test" -v st=$((s1 - s0)) -v tt=$((t1 - t0)) \
-                'NR==2{printf "%d %s %s %.0f %.3f %.1f\n", r, t, x, $4, $10, 100*st/tt}' <<<"$csv" | tee -a "$work/runs"
+            steal=$("$sluice" bench steal --since "$s0")
+            read -r rps p50 < <(awk -F'"' 'NR==2{print $4, $10}' <<<"$csv")
+            echo "$round $t $test $rps $p50 $steal" | tee -a "$work/runs"
         done
     done
 done
-python3 - "$work/runs" <<'PY'
-import sys
-rows = {}
-for line in open(sys.argv[1]).readlines()[1:]:
-    r, t, test, rps, p50, steal = line.split()
-    rows[(int(r), t, test)] = (float(rps), float(p50), float(steal))
-rounds = sorted({k[0] for k in rows})
-def spread(xs):
-    xs = sorted(xs)
-    return f"{xs[len(xs) // 2]:.3f} ({xs[0]:.2f}-{xs[-1]:.2f})"
-print("\nroute / twemproxy, paired by round: median (range); rounds with steal above 10% are set aside")
-for test in ("set", "get", "mget"):
-    kept = [r for r in rounds if max(rows[(r, t, test)][2] for t in ("route", "twemproxy")) <= 10]
-    tps = [rows[(r, "route", test)][0] / rows[(r, "twemproxy", test)][0] for r in kept]
-    p50 = [rows[(r, "route", test)][1] / rows[(r, "twemproxy", test)][1] for r in kept]
-    line = f"{test.upper()}: throughput {spread(tps)}, first round {tps[0]:.2f}; p50 {spread(p50)}"
-    if test != "mget":
-        added = {t: sorted(rows[(r, t, test)][1] - rows[(r, "direct", test)][1] for r in kept) for t in ("route", "twemproxy")}
-        line += "; p50 added over direct, ms: " + ", ".join(f"{t} {v[len(v) // 2]:.3f}" for t, v in added.items())
-    print(line + f"; {len(kept)} of {len(rounds)} rounds")
-PY
+echo
+"$sluice" bench summarize "$work/runs" --baseline twemproxy --by test --difference-to direct

@@ -1,4 +1,5 @@
-# Shared by the scripts in this directory: make sure the tools exist.
+# Shared by the scripts in this directory: make sure the tools exist, and
+# find the sluice binary the benchmark scripts hand their runs to.
 
 # Puts cargo on PATH: rustup's default location, else Debian's packages.
 ensure_rust() {
@@ -36,9 +37,21 @@ pip_install() {
         python3 -m pip install --quiet --break-system-packages "$spec"
 }
 
-# Prints "total steal" CPU ticks of the machine so far (/proc/stat), for a
-# run's steal: the differences of two readings, steal over total.
-steal_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+# Sets $sluice to the sluice binary that the benchmark scripts leave the
+# measuring and the arithmetic to: `sluice bench steal` reads CPU steal,
+# `sluice bench cpu` a process's CPU time, and `sluice bench summarize`
+# takes the script's rows of runs, sets aside those with too much steal and
+# prints medians and ratios paired by round. $SLUICE if set, else this
+# tree's target/release/sluice, built if need be.
+find_sluice() {
+    if [[ -n "${SLUICE:-}" ]]; then
+        sluice=$SLUICE
+        return
+    fi
+    ensure_rust
+    cargo build --release --quiet -p sluice
+    sluice=target/release/sluice
+}
 
 # For benchmark scripts that start servers: makes a scratch directory
 # ($work) and stops every process whose pid is added to $pids, then removes
