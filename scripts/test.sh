@@ -7,6 +7,8 @@ source scripts/lib.sh
 # cites a text outside the repository (a second, no build needed).
 command -v python3 >/dev/null 2>&1 || apt_install python3
 bash scripts/check-docs.sh
+# The files of each crate form layers: no two import each other.
+bash scripts/check-layers.sh
 ensure_rust
 # redis-cli and redis-benchmark for the server's integration test; the
 # proxy's integration tests start private PostgreSQL 15 and Redis 7 servers
