@@ -33,6 +33,12 @@ const DEFAULT_RANGE_COUNT: usize = 100;
 /// the cluster is not settled.
 const MAX_REDIRECTS: usize = 5;
 
+/// Most cluster nodes the router keeps a shard for: Redis Cluster's own
+/// upper size. Nodes are learnt from `CLUSTER SLOTS` and from redirects,
+/// so a node that answers with redirects to ever new addresses would
+/// otherwise grow the router without bound.
+pub const MAX_NODES: usize = 1000;
+
 /// How often a failing cluster's slot map may be read again: a failover
 /// moves slots without a `MOVED` from the node that is gone.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -149,11 +155,17 @@ impl Router {
             .ok_or_else(|| format!("CLUSTERDOWN Hash slot {slot} not served"))
     }
 
-    /// The shard at `addr` in cluster mode, made if new.
-    fn shard_at(&self, addr: &str) -> (u16, Arc<Shard>) {
+    /// The shard at `addr` in cluster mode, made if new and there is room
+    /// (see [`MAX_NODES`]).
+    fn shard_at(&self, addr: &str) -> Result<(u16, Arc<Shard>), String> {
         let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = t.shards.iter().position(|s| s.addr == addr) {
-            return (i as u16, t.shards[i].clone());
+            return Ok((i as u16, t.shards[i].clone()));
+        }
+        if t.shards.len() >= MAX_NODES {
+            return Err(format!(
+                "the cluster named more than {MAX_NODES} nodes; {addr} is not taken up"
+            ));
         }
         let shard = Arc::new(Shard::new(
             addr.to_string(),
@@ -162,7 +174,7 @@ impl Router {
             Gate::new(self.shard_options.pool, self.order),
         ));
         t.shards.push(shard.clone());
-        ((t.shards.len() - 1) as u16, shard)
+        Ok(((t.shards.len() - 1) as u16, shard))
     }
 
     /// Reads the slot map from the seeds, then from the known nodes, until
@@ -175,7 +187,13 @@ impl Router {
         candidates.extend(self.shards().iter().map(|s| s.addr.clone()));
         let mut last = String::from("no seeds");
         for addr in candidates {
-            let (_, shard) = self.shard_at(&addr);
+            let shard = match self.shard_at(&addr) {
+                Ok((_, shard)) => shard,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
             match shard.call_parsed(self.context(), &[b"CLUSTER", b"SLOTS"]).await {
                 Ok(Reply::Array(ranges)) => match self.apply_slot_map(&ranges) {
                     Ok(()) => return Ok(()),
@@ -203,7 +221,7 @@ impl Router {
                 return Err("a CLUSTER SLOTS master lacks its host or port".into());
             };
             let addr = format!("{}:{port}", String::from_utf8_lossy(host));
-            let (index, _) = self.shard_at(&addr);
+            let (index, _) = self.shard_at(&addr)?;
             for s in (*lo).max(0)..=(*hi).min(SLOTS as i64 - 1) {
                 owner[s as usize] = Some(index);
             }
@@ -450,7 +468,12 @@ impl Router {
                 addr = format!("{host}{addr}");
             }
             self.stats.redirects.fetch_add(1, Ordering::Relaxed);
-            let (index, target) = self.shard_at(&addr);
+            let (index, target) = self.shard_at(&addr).map_err(|what| ShardError {
+                shard: shard.name.clone(),
+                addr: shard.addr.clone(),
+                what,
+                unsent: false,
+            })?;
             if moved {
                 let mut t = self.topology.write().unwrap_or_else(|e| e.into_inner());
                 if let Some(o) = t.owner.get_mut(moved_slot as usize) {
