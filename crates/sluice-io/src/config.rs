@@ -22,6 +22,8 @@
 //! policy = "fifo"            # order within each queue: any sluice-core policy
 //! starvation_ms = 10.0       # at least one non-critical I/O per this interval
 //! noncritical_device_bound = 1   # non-critical I/Os at the device; 0 = unbounded
+//! critical_idle_ms = 2.0     # the bound lifts after this long with no critical I/O; 0 = it never lifts
+//! noncritical_lifted_bound = 8   # non-critical I/Os at the device while it is lifted; 0 = unbounded
 //! noncritical_piece_kb = 64  # a larger non-critical I/O holds the device a piece at a time; 0 = whole
 //! inheritance = true         # locks, condition variables, I/O dependencies (§4.2)
 //! [rcp.options]              # the policy's tunables (sluice-core's PolicyOptions)
@@ -83,6 +85,12 @@ pub struct RcpConfig {
     pub policy: String,
     pub starvation_ms: f64,
     pub noncritical_device_bound: usize,
+    /// The device bound lifts after this long with no critical I/O waiting,
+    /// in the device, arriving or finishing (see `sched`); 0 = never.
+    pub critical_idle_ms: f64,
+    /// The bound while lifted: what a critical I/O that arrives then may
+    /// find ahead of it, one piece each (0 = the device's depth).
+    pub noncritical_lifted_bound: usize,
     /// Largest piece, KiB, in which a non-critical I/O holds the device: a
     /// larger one gives the device back between pieces, so critical I/O
     /// waits behind at most one piece (0 = whole I/Os).
@@ -107,6 +115,8 @@ impl Default for RcpConfig {
             policy: "fifo".into(),
             starvation_ms: 10.0,
             noncritical_device_bound: 1,
+            critical_idle_ms: 2.0,
+            noncritical_lifted_bound: 8,
             noncritical_piece_kb: 64,
             inheritance: true,
             options: PolicyOptions::default(),
@@ -125,6 +135,12 @@ impl RcpConfig {
 
     pub fn starvation(&self) -> Nanos {
         from_ms(self.starvation_ms)
+    }
+
+    /// How long after the last critical I/O the device bound lifts;
+    /// `None`: it never does.
+    pub fn critical_idle(&self) -> Option<Nanos> {
+        (self.critical_idle_ms > 0.0).then(|| from_ms(self.critical_idle_ms))
     }
 
     pub fn policy_spec(&self) -> Result<PolicySpec, IoError> {
@@ -177,6 +193,9 @@ impl RuntimeConfig {
         }
         if !(r.starvation_ms.is_finite() && r.starvation_ms > 0.0) {
             return bad("rcp.starvation_ms must be a finite number > 0");
+        }
+        if !(r.critical_idle_ms.is_finite() && r.critical_idle_ms >= 0.0) {
+            return bad("rcp.critical_idle_ms must be a finite number >= 0");
         }
         r.options
             .validate()

@@ -40,8 +40,9 @@ fn config() -> impl Strategy<Value = (RcpConfig, usize)> {
         1usize..4,
         0usize..3,
         1usize..5,
+        any::<bool>(),
     )
-        .prop_map(|(enabled, split, two, cs, ns, bound, depth)| {
+        .prop_map(|(enabled, split, two, cs, ns, bound, depth, lifts)| {
             let config = RcpConfig {
                 enabled,
                 split_admission: split,
@@ -49,6 +50,7 @@ fn config() -> impl Strategy<Value = (RcpConfig, usize)> {
                 critical_slots: cs,
                 noncritical_slots: ns,
                 noncritical_device_bound: bound,
+                critical_idle_ms: if lifts { 1.0 } else { 0.0 },
                 ..RcpConfig::default()
             };
             (config, depth)
@@ -62,7 +64,9 @@ proptest! {
         steps in prop::collection::vec(step(), 1..200),
     ) {
         let bound = config.noncritical_device_bound;
-        let bounded = config.enabled && config.two_queues && bound > 0;
+        // A bound that lifts while no critical I/O is expected is checked
+        // in the unit tests of `sched`.
+        let bounded = config.enabled && config.two_queues && bound > 0 && config.critical_idle_ms == 0.0;
         let mut s = Sched::new(config, depth, [Box::new(Fifo::default()), Box::new(Fifo::default())]);
         let (mut now, mut next) = (0u64, 0u64);
         let mut submitted = Vec::new();

@@ -25,6 +25,9 @@ pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
         .map(|&bound| {
             let rcp = RcpConfig {
                 noncritical_device_bound: bound,
+                // The bound itself, never lifted: what it costs the
+                // background with the light foreground.
+                critical_idle_ms: 0.0,
                 ..RcpConfig::default()
             };
             config(name(bound), rcp, Governor::None, light(b))
