@@ -98,7 +98,7 @@ impl Proxy {
             tenant_key: config.tenant_key,
             max_message: match (config.max_message_bytes, config.protocol) {
                 (0, Protocol::Pg) => pg::frame::MAX_MESSAGE_LEN,
-                (0, Protocol::Redis) => crate::redis::resp::MAX_BULK_LEN as usize,
+                (0, Protocol::Redis) => sluice_resp::MAX_BULK_LEN,
                 (n, _) => n,
             },
         };

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
-use sluice_proxy::redis::resp::{encode_command, ReplyScanner};
 use sluice_proxy::{Protocol, ProxyConfig, TenantKey};
+use sluice_resp::{encode_command, ReplyScanner};
 use support::proxy::{gate, ProxyHandle};
 use support::respwire::RespConn;
 use support::servers::RedisServer;

@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-/// A command's arguments: ranges (from [`super::resp::CommandParser`]) into
+/// A command's arguments: ranges (from [`sluice_resp::CommandParser`]) into
 /// the command's bytes, looked at without copying.
 #[derive(Clone, Copy, Debug)]
 pub struct Args<'a, 'r> {
@@ -325,7 +325,7 @@ mod tests {
     use super::*;
 
     fn kind(line: &str) -> Kind<'_> {
-        let mut parser = crate::redis::resp::CommandParser::default();
+        let mut parser = sluice_resp::CommandParser::default();
         let inline = format!("{line}\r\n");
         assert!(parser.parse(inline.as_bytes()).unwrap().is_some());
         classify(Args::new(line.as_bytes(), parser.args()))
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn only_stateless_commands_are_shareable() {
         let share = |line: &str| {
-            let mut parser = crate::redis::resp::CommandParser::default();
+            let mut parser = sluice_resp::CommandParser::default();
             let inline = format!("{line}\r\n");
             assert!(parser.parse(inline.as_bytes()).unwrap().is_some());
             shareable(Args::new(line.as_bytes(), parser.args()))

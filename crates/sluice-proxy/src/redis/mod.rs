@@ -1,5 +1,4 @@
-//! Redis behind the proxy: RESP framing, what each
-//! command means for admission, the shared upstream connections that carry
+//! Redis behind the proxy: what each command means for admission, the shared upstream connections that carry
 //! the commands of clients still in the default session state, and the
 //! session that relays a client's commands to its own upstream connection
 //! from its first stateful command on.
@@ -7,7 +6,6 @@
 pub mod command;
 pub(crate) mod context;
 pub(crate) mod mux;
-pub mod resp;
 pub(crate) mod session;
 pub(crate) mod shared;
 
@@ -56,7 +54,7 @@ fn reads_more(held: bool, eof: bool, before_auth: bool, buffered: usize) -> bool
 /// Whether the server asks clients to authenticate: probed when the proxy
 /// starts, and learned from any NOAUTH reply since. Until a client has
 /// authenticated where it must, Redis's bounds for such a client apply to
-/// its commands ([`resp::CommandParser::set_before_auth`]), so that a
+/// its commands ([`sluice_resp::CommandParser::set_before_auth`]), so that a
 /// client without the password cannot make the proxy hold more than a
 /// small request for it. A server that stops asking keeps the bounds on
 /// until the proxy restarts; they cost a client only its first commands'

@@ -20,10 +20,10 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
+use sluice_resp::ReplyScanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::resp::ReplyScanner;
 use super::UpstreamAuth;
 use crate::buffer::READ_SIZE;
 use crate::gate::Slot;

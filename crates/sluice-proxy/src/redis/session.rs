@@ -44,12 +44,12 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Buf, Bytes, BytesMut};
+use sluice_resp::{encode_command, error_reply, CommandParser, Limits, ProtocolError, ReplyScanner, ScannedReply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::command::{classify, Args, Kind, ReplyMode};
 use super::context::RedisContext;
-use super::resp::{encode_command, error_reply, CommandParser, Reply, ReplyScanner};
 use super::shared::{self, Phase};
 use crate::buffer::room_to_read;
 use crate::client::Peer;
@@ -179,7 +179,10 @@ pub(crate) async fn serve(
         client: client_rd,
         upstream: upstream_wr,
         buf,
-        parser: CommandParser::with_max_bulk(ctx.max_message as u64),
+        parser: CommandParser::new(Limits {
+            max_bulk: ctx.max_message,
+            ..Limits::default()
+        }),
         shared: &shared,
         ctx,
         who,
@@ -747,7 +750,7 @@ impl ToClient<'_> {
     }
 
     /// A reply is complete: its request ends.
-    fn complete(&mut self, reply: Reply) {
+    fn complete(&mut self, reply: ScannedReply) {
         if reply.is_push() {
             return;
         }
@@ -796,7 +799,7 @@ impl ToClient<'_> {
     }
 }
 
-fn invalid_data(e: super::resp::RespError) -> io::Error {
+fn invalid_data(e: ProtocolError) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!("reply from the upstream server: {e}"),

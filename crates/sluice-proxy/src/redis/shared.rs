@@ -23,14 +23,13 @@ use std::io;
 
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 use bytes::{Buf, Bytes, BytesMut};
+use sluice_resp::{error_reply, CommandParser, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::command::{shareable, Args};
 use super::context::RedisContext;
 use super::mux::{Answer, Mux};
-use super::resp::error_reply;
-use super::resp::CommandParser;
 use crate::buffer::room_to_read;
 use crate::session::{admitted, Backlog, Outcome, Tenancy};
 
@@ -70,7 +69,10 @@ pub(crate) async fn serve(
     let to_server = ToServer {
         client: rd,
         buf,
-        parser: CommandParser::with_max_bulk(ctx.max_message as u64),
+        parser: CommandParser::new(Limits {
+            max_bulk: ctx.max_message,
+            ..Limits::default()
+        }),
         who,
         ctx,
         mux,

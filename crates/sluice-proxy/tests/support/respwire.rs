@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use sluice_proxy::redis::resp::{encode_command, ReplyScanner};
+use sluice_resp::{encode_command, ReplyScanner};
 
 pub struct RespConn {
     stream: TcpStream,
