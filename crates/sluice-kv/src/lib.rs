@@ -19,7 +19,7 @@
 //! | manifest | `manifest.rs` |
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
-//! | the RESP protocol (its own crate, `sluice-resp`, shared with the router and the bench drivers) | `resp` |
+//! | the RESP protocol (its own crate, `sluice-resp`, shared with the proxy, the router and the bench drivers) | `resp` |
 //! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
 //! | the server of `sluice serve` and its bounds against hostile clients; what its connections share; its commands (dispatch in `commands.rs`, typed reads and writes in `commands/value.rs`); SCAN's cursors | `server.rs`, `shared.rs`, `commands.rs`, `commands/`, `cursors.rs` |
 //! | strings, hashes, sorted sets and their deadlines over flat keys | `keyspace.rs` |
