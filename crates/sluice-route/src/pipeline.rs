@@ -23,7 +23,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sluice_resp::{reply_len, Limits};
+use sluice_resp::ReplyScanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -112,6 +112,11 @@ impl Pipeline {
         let w = waiting.clone();
         tokio::spawn(async move {
             let mut buf = unread;
+            // Frames replies across reads, so a long one is not walked
+            // again from its start at each read; `scanned` bytes after
+            // `at` are the part of the next reply it has taken.
+            let mut scanner = ReplyScanner::default();
+            let mut scanned = 0;
             // The first reply of an `ASKING` pair, kept if it is an error.
             let mut first: Option<Vec<u8>> = None;
             let mut watch =
@@ -122,11 +127,15 @@ impl Pipeline {
                 // once a read, not once a reply.
                 let mut at = 0;
                 loop {
-                    let len = match reply_len(&buf[at..], &Limits::relay()) {
-                        Ok(Some(len)) => len,
-                        Ok(None) => break,
+                    match scanner.advance(&buf[at + scanned..]) {
+                        Ok((n, Some(_))) => scanned += n,
+                        Ok((n, None)) => {
+                            scanned += n;
+                            break;
+                        }
                         Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
-                    };
+                    }
+                    let len = std::mem::take(&mut scanned);
                     let reply = buf[at..at + len].to_vec();
                     at += len;
                     let mut waiting = lock(&w);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::Ctx;
-use sluice_resp::{encode_command, parse_reply, reply_len, Limits, Reply};
+use sluice_resp::{encode_command, parse_reply, Limits, Reply, ReplyScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -270,6 +270,8 @@ impl Shard {
         let mut conn = Conn {
             stream,
             buf: Vec::new(),
+            scanner: ReplyScanner::default(),
+            scanned: 0,
         };
         if let Some(password) = &self.options.password {
             let mut out = Vec::new();
@@ -319,15 +321,23 @@ enum Exchange {
 struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// Frames the reply being read across reads; idle between replies.
+    scanner: ReplyScanner,
+    /// The bytes of `buf` it has taken.
+    scanned: usize,
 }
 
 impl Conn {
     /// The bytes of the next reply.
     async fn read_reply(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
-            let len = reply_len(&self.buf, &Limits::relay())
+            let (n, reply) = self
+                .scanner
+                .advance(&self.buf[self.scanned..])
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            if let Some(len) = len {
+            self.scanned += n;
+            if reply.is_some() {
+                let len = std::mem::take(&mut self.scanned);
                 let reply = self.buf[..len].to_vec();
                 self.buf.drain(..len);
                 crate::pipeline::shrink(&mut self.buf);
