@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the protocol parsers (cargo-fuzz, libFuzzer,
-# AddressSanitizer): the proxy's Redis command framer and reply scanner, its
-# PostgreSQL framing, and sluice serve's request parser. Each target checks
+# AddressSanitizer): RESP, the codec the server, the proxy, the router and
+# the bench drivers share (requests: resp_request; replies: resp_reply), and
+# the proxy's PostgreSQL framing (proxy_pg_frame). Each target checks
 # properties, not only the absence of panics (see fuzz/fuzz_targets/).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
@@ -17,7 +18,7 @@ ensure_rust
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(proxy_redis_command proxy_redis_reply proxy_pg_frame kv_resp_request resp_reply)
+[[ ${#targets[@]} -gt 0 ]] || targets=(resp_request resp_reply proxy_pg_frame)
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cd fuzz
