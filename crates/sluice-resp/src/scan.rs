@@ -103,13 +103,12 @@ impl ReplyScanner {
         loop {
             if self.skip > 0 {
                 let n = self.skip.min((buf.len() - pos) as u64) as usize;
-                // The last two bytes passed are the bulk's CRLF, checked as
+                // The last two bytes to pass are the bulk's CRLF, checked as
                 // they pass, whichever read they come in.
-                let crlf = self.skip.saturating_sub(2) as usize;
-                for (i, &b) in buf[pos..pos + n].iter().enumerate().skip(crlf) {
-                    if b != b"\r\n"[2 - (self.skip as usize - i)] {
-                        return Err(ProtocolError::MissingCrlf);
-                    }
+                let payload = (self.skip.saturating_sub(2) as usize).min(n);
+                let crlf = &b"\r\n"[2 - self.skip.min(2) as usize..];
+                if !crlf.starts_with(&buf[pos + payload..pos + n]) {
+                    return Err(ProtocolError::MissingCrlf);
                 }
                 pos += n;
                 self.skip -= n as u64;

@@ -23,6 +23,7 @@ pub(crate) enum Ending {
 /// naming it, judged the same whether its ending has arrived or not, so
 /// that how the bytes were split never decides between a message and an
 /// error; no more than `max + 2` bytes are looked at.
+#[inline]
 pub(crate) fn line<'a>(
     buf: &'a [u8],
     max: usize,
@@ -54,6 +55,7 @@ pub(crate) fn line<'a>(
 
 /// A number in decimal with an optional minus sign, as Redis reads a
 /// length (no plus sign, no blanks).
+#[inline]
 pub(crate) fn number(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text {
         [b'-', rest @ ..] => (true, rest),
