@@ -1,7 +1,9 @@
-//! Redis behind the proxy: what each command means for admission, the shared upstream connections that carry
-//! the commands of clients still in the default session state, and the
-//! session that relays a client's commands to its own upstream connection
-//! from its first stateful command on.
+//! Redis behind the proxy: what each command means for admission, the
+//! shared upstream connections that carry the commands of clients still in
+//! the default session state, and the session that relays a client's
+//! commands to its own upstream connection from its first stateful command
+//! on. Commands and replies are framed by the shared RESP codec,
+//! `sluice-resp`.
 
 pub mod command;
 pub(crate) mod context;
