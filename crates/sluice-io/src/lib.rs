@@ -11,7 +11,7 @@
 //! | caching layer: dirty ratios per class (§4.3) | `writeback.rs`: [`SluiceFile::write_buffered`]; `dirty.rs`: `dirty_budget_mb`, `*_dirty_ratio` |
 //! | admission slots per class (§4.3) | [`sched`]: `critical_slots`, `noncritical_slots` |
 //! | two-queue dispatch, 10 ms starvation guard (§4.3) | [`sched`]: any sluice-core policy per queue |
-//! | device bound on non-critical I/O (§4.3) | [`sched`]: `noncritical_device_bound`, and in bytes: `noncritical_piece_kb` (not in RCP, below) |
+//! | device bound on non-critical I/O (§4.3) | [`sched`]: `noncritical_device_bound`, and in bytes: `noncritical_piece_kb` (not in RCP, below); lifted to `noncritical_lifted_bound` while no critical I/O is expected, `critical_idle_ms` (not in RCP: see [`sched`]) |
 //! | task dependency: locks, condition variables (§4.2.1) | [`sync`]: [`sync::Mutex`], [`sync::RwLock`], [`sync::Condvar`] |
 //! | I/O dependency, `ncio` promotion (§4.2.2) | [`SluiceFile::sync`], [`SluiceFile::read_at`] promote outstanding writes |
 //! | transitive dependency (§4.4) | [`task`]: blocking status, raise along the chain |
