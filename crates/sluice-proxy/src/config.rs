@@ -2,7 +2,7 @@
 //! which protocol it speaks and what names a tenant. The gate's own
 //! settings (P, ζ, queue bounds) live in
 //! [`crate::gate::GateConfig`]; the caller builds the [`crate::gate::Gate`]
-//! and hands it to [`crate::server::Proxy::bind`].
+//! and hands it to [`crate::listener::Proxy::bind`].
 
 use std::path::PathBuf;
 

@@ -6,10 +6,10 @@
 //! |---|---|---|
 //! | [`gate`] | admission: per-tenant queues, weighted round robin with quota ζ, P slots (a request waiting on its client parks its slot), refusals, per-tenant wait and latency | AppleS §3.3 |
 //! | [`optimizer`] | drives sluice-core's optimizer (P by the three-sample model or gradient, ζ by U_f/V_l feedback, SLO weights) on the gate, with live SLO targets and the decision log | AppleS §4.3, §5.3 |
-//! | [`server`] | the listener: one session per client, graceful drain | – |
+//! | [`listener`] | the listener: one session per client, graceful drain | – |
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
 //! | [`pg`], [`redis`] | each protocol's framing (PostgreSQL's in `pg::frame`; RESP's is the shared codec, `sluice-resp`), what one request is and its context (`pg::context`, `redis::context`); TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |
-//! | `session`, `buffer` | what sessions of both protocols share: the neutral context, asking the gate, the drive loop, the `Backlog`; read buffers | – |
+//! | `relay`, `buffer` | what sessions of both protocols share, knowing no protocol: the neutral context, asking the gate, the two-direction drive loop, the `Backlog`; read buffers | – |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
 //! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | – |
@@ -38,10 +38,10 @@
 //! Before login a PostgreSQL client is bounded: a startup packet of 10,000
 //! bytes, other messages of 64 KiB, `login_timeout_ms` to complete the
 //! login; `max_client_conn` bounds the clients of a listener in either
-//! protocol, refused in their protocol beyond it (`server`). A Redis
+//! protocol, refused in their protocol beyond it (`listener`). A Redis
 //! session reads its server's replies as they come, whatever its client
 //! does, and holds them for the client in a bounded backlog
-//! (`session::Backlog`): a client that stops reading holds no slot, and
+//! (`relay::Backlog`): a client that stops reading holds no slot, and
 //! past the bound only its own new commands wait; a transaction takes its
 //! slot at EXEC, not MULTI; where the server asks for AUTH, a client is
 //! held to Redis's own bounds until it has authenticated
@@ -54,17 +54,17 @@ mod buffer;
 mod client;
 pub mod config;
 pub mod gate;
+pub mod listener;
 pub mod optimizer;
 pub mod pg;
 pub mod redis;
-pub mod server;
+mod relay;
 pub mod service;
-mod session;
 pub mod settings;
 mod socket;
 pub mod stats;
 mod workers;
 
 pub use config::{PoolMode, Protocol, ProxyConfig, TenantKey};
-pub use server::{run, Proxy, ProxyError};
+pub use listener::{run, Proxy, ProxyError};
 pub use stats::{Stats, TenantSnapshot};

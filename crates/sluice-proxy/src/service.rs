@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use crate::admin::{self, Admin};
 use crate::gate::Gate;
+use crate::listener::Proxy;
 use crate::optimizer::{self, DecisionLog, ParallelismMode, SloTargets, ZetaMode};
-use crate::server::Proxy;
 use crate::settings::Settings;
 
 /// Where a running service listens.

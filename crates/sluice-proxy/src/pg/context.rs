@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::cancel::CancelRegistry;
 use super::pool::Pool;
 use super::upstream_tls::UpstreamTls;
-use crate::session::Context;
+use crate::relay::Context;
 
 /// The listener's limits on PostgreSQL sessions (see the module's doc).
 #[derive(Clone, Copy, Debug)]

@@ -65,7 +65,7 @@
 //!
 //! A session is in one of these states; the messages that move it are
 //! named as PostgreSQL's protocol names them. Two tasks run a session
-//! after startup, [`ToServer`] (client → server) and [`ToClient`]
+//! after startup, [`ToUpstream`] (client → server) and [`ToClient`]
 //! (server → client); the state they share is in [`State`], and the table
 //! says which fields hold each state.
 //!
@@ -110,7 +110,7 @@ use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::Slot;
-use crate::session::{admit, drive, send, ClientEnd, Flags, Outcome, Tenancy};
+use crate::relay::{admit, drive, send, ClientEnd, Flags, Outcome, Tenancy};
 use crate::socket::{self, Stream};
 
 /// Longest message other than a startup packet accepted before the login
@@ -293,7 +293,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         link,
         pooling,
     };
-    let to_server = ToServer {
+    let to_upstream = ToUpstream {
         client: client_rd,
         upstream: shared.link.writer(),
         buf,
@@ -319,7 +319,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         idle: None,
         parked: false,
     };
-    drive(to_server.run(), to_client.run(), &shared.flags, shutdown).await
+    drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
 
 /// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
@@ -395,7 +395,7 @@ async fn fatal<W: AsyncWrite + Unpin>(client: &mut W, sqlstate: &str, message: &
 
 /// Client → upstream: frames messages, asks the gate at each request's
 /// first message, forwards.
-struct ToServer<'a, R> {
+struct ToUpstream<'a, R> {
     client: R,
     upstream: LinkWriter<'a>,
     /// Starts with the StartupMessage, relayed first.
@@ -425,7 +425,7 @@ enum Action {
     Stop(ClientEnd),
 }
 
-impl<R: AsyncRead + Unpin> ToServer<'_, R> {
+impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
         if let Err(e) = send(&mut self.upstream, &self.buf[..self.startup_len]).await {
             return Ok(self.upstream_failed(&e));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::mux::Mux;
 use super::UpstreamAuth;
-use crate::session::Context;
+use crate::relay::Context;
 
 pub(crate) struct RedisContext {
     pub common: Context,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::session::Backlog;
+use crate::relay::Backlog;
 
 /// Unread reply bytes past which a session takes no new command from its
 /// client: Redis's socket buffers hold about this much for a client that

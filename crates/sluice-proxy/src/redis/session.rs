@@ -55,7 +55,7 @@ use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Refusal, Rider, Slot};
-use crate::session::{admit, drive, Backlog, ClientEnd, Flags, Outcome, Tenancy};
+use crate::relay::{admit, drive, Backlog, ClientEnd, Flags, Outcome, Tenancy};
 use crate::socket::{self, ReadHalf, Stream, WriteHalf};
 
 /// Most commands that share one slot (see the module's doc): a client that
@@ -175,7 +175,7 @@ pub(crate) async fn serve(
     };
     let (client_rd, client_wr) = socket::split(&mut client);
     let (upstream_rd, upstream_wr) = socket::split(&mut upstream);
-    let to_server = ToServer {
+    let to_upstream = ToUpstream {
         client: client_rd,
         upstream: upstream_wr,
         buf,
@@ -202,11 +202,11 @@ pub(crate) async fn serve(
         shared: &shared,
         auth: &ctx.upstream_auth,
     };
-    drive(to_server.run(), to_client.run(), &shared.flags, shutdown).await
+    drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
 
 /// Client → upstream: frames commands, asks the gate, forwards.
-struct ToServer<'a> {
+struct ToUpstream<'a> {
     client: ReadHalf<'a>,
     upstream: WriteHalf<'a>,
     buf: BytesMut,
@@ -244,7 +244,7 @@ enum Exit {
     Stop(ClientEnd),
 }
 
-impl ToServer<'_> {
+impl ToUpstream<'_> {
     /// Starts with what the shared phase left in the buffer, if anything.
     async fn run(mut self) -> io::Result<ClientEnd> {
         loop {

@@ -31,7 +31,7 @@ use super::command::{shareable, Args};
 use super::context::RedisContext;
 use super::mux::{Answer, Mux};
 use crate::buffer::room_to_read;
-use crate::session::{admitted, Backlog, Outcome, Tenancy};
+use crate::relay::{admitted, Backlog, Outcome, Tenancy};
 
 /// How the shared phase ended.
 pub(crate) enum Phase {
@@ -66,7 +66,7 @@ pub(crate) async fn serve(
     let (rd, wr) = socket::split(client);
     let (entries, heard) = mpsc::unbounded_channel();
     let backlog = super::backlog();
-    let to_server = ToServer {
+    let to_upstream = ToUpstream {
         client: rd,
         buf,
         parser: CommandParser::new(Limits {
@@ -82,12 +82,12 @@ pub(crate) async fn serve(
         held: false,
         eof: false,
     };
-    let (phase, answered) = tokio::join!(to_server.run(shutdown), answer(wr, heard, &backlog));
+    let (phase, answered) = tokio::join!(to_upstream.run(shutdown), answer(wr, heard, &backlog));
     answered?;
     phase
 }
 
-struct ToServer<'a> {
+struct ToUpstream<'a> {
     client: ReadHalf<'a>,
     buf: &'a mut BytesMut,
     parser: CommandParser,
@@ -104,7 +104,7 @@ struct ToServer<'a> {
     eof: bool,
 }
 
-impl ToServer<'_> {
+impl ToUpstream<'_> {
     /// Sends every complete command, then reads more, until the phase ends.
     /// Returning drops `entries`, which lets the answering side finish.
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> io::Result<Phase> {

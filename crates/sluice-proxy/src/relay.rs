@@ -1,8 +1,8 @@
-//! What the PostgreSQL and Redis sessions share: the per-connection
-//! context, admission that never holds back bytes a waiting request depends
-//! on, request outcome (the slot comes back however the request ends:
-//! completed, failed or its client gone), and the two-direction
-//! drive loop with graceful shutdown.
+//! The relay under the PostgreSQL and Redis sessions, which knows no
+//! protocol: the listener's neutral context, admission that never holds
+//! back bytes a waiting request depends on, request outcome (the slot comes
+//! back however the request ends: completed, failed or its client gone),
+//! and the two-direction drive loop with graceful shutdown.
 //!
 //! A session runs two futures in one task: client → upstream (framing
 //! requests, asking the gate) and upstream → client (framing answers,

@@ -34,7 +34,7 @@ use crate::pg::upstream_tls::UpstreamTls;
 use crate::redis::context::RedisContext;
 use crate::redis::mux::Mux;
 use crate::redis::UpstreamAuth;
-use crate::session::Context;
+use crate::relay::Context;
 use crate::stats::Stats;
 use crate::workers::Workers;
 use crate::{pg, redis};
