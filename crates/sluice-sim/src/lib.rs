@@ -7,7 +7,8 @@
 //! requests that fan out over shards, each shard a device and a queue
 //! ([`fanout`]: the setting of cooperative request-order scheduling); and
 //! AppleS's gate and optimizer in front of a simulated database
-//! ([`apples`]).
+//! ([`apples`]), run side by side from scenario files
+//! ([`apples_scenario`]).
 //!
 //! Every random draw comes from a seeded generator, and each transaction
 //! draws from a stream of its own, so a seed fixes the workload exactly:
@@ -43,6 +44,7 @@
 //! ```
 
 pub mod apples;
+pub mod apples_scenario;
 pub mod engine;
 pub mod experiment;
 pub mod fanout;

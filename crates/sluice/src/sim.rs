@@ -1,5 +1,7 @@
 //! `sluice sim FILE`: runs an experiment file on all cores with a progress
-//! bar, prints its tables and writes CSV, JSON and SVG charts.
+//! bar, prints its tables and writes CSV, JSON and SVG charts; or, for an
+//! AppleS scenario (`kind = "apples"`), runs its runs over their seeds and
+//! prints their table.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -7,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use sluice_sim::apples_scenario::{is_apples, ApplesScenario};
 use sluice_sim::report;
 use sluice_sim::sweep::run_experiment;
 use sluice_sim::Experiment;
@@ -18,7 +21,12 @@ use sluice_sim::Experiment;
     policies and seeds, running on all cores. It prints tables of average \
     tardiness normalized to each baseline, absolute tardiness and miss ratio, \
     and writes runs.csv, summary.csv, result.json and SVG charts to the output \
-    directory. The same file and seeds give byte-identical files.")]
+    directory. The same file and seeds give byte-identical files.\n\n\
+    A file with kind = \"apples\" (scenarios/apples-*.toml) is an AppleS scenario: \
+    closed-loop users, the gate and the optimizer in front of a simulated \
+    database, a run per [[run]] table over its seeds. It prints, per run, the \
+    throughput after the warm-up and its ratio to the baseline run, U_f, V_l \
+    and the P held at the end.")]
 pub struct SimArgs {
     /// Experiment file (TOML), e.g. scenarios/fig4.toml
     pub file: PathBuf,
@@ -40,6 +48,10 @@ pub struct SimArgs {
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    if is_apples(&text) {
+        return run_apples(&args, &text);
+    }
     let mut exp = Experiment::load(&args.file).with_context(|| format!("{}", args.file.display()))?;
     if let Some(seeds) = args.seeds {
         anyhow::ensure!(seeds >= 1, "--seeds must be at least 1");
@@ -78,6 +90,33 @@ pub fn run(args: SimArgs) -> Result<()> {
         elapsed.as_secs_f64(),
         files.len(),
         out.display()
+    );
+    Ok(())
+}
+
+fn run_apples(args: &SimArgs, text: &str) -> Result<()> {
+    anyhow::ensure!(
+        args.out.is_none() && args.jobs.is_none() && args.transactions.is_none(),
+        "an AppleS scenario takes --seeds and --quiet only"
+    );
+    let stem = args.file.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let mut scenario = ApplesScenario::parse(text, stem.as_deref().unwrap_or("apples"))
+        .with_context(|| format!("{}", args.file.display()))?;
+    if let Some(seeds) = args.seeds {
+        anyhow::ensure!(seeds >= 1, "--seeds must be at least 1");
+        scenario.seeds = u64::from(seeds);
+    }
+    let started = Instant::now();
+    let results = scenario.run();
+    if !args.quiet {
+        println!("{}\n", scenario.title);
+        print!("{}", scenario.table(&results));
+    }
+    eprintln!(
+        "{} runs of {} seeds in {:.1} s",
+        scenario.runs.len(),
+        scenario.seeds,
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -162,3 +162,26 @@ fn a_small_demo_runs_every_mode_and_writes_its_report() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--records must be at least 1000"));
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn an_apples_scenario_prints_its_runs_and_refuses_what_it_cannot_use() {
+    let file = scratch("apples").join("tiny.toml");
+    std::fs::write(
+        &file,
+        "kind = \"apples\"\nseeds = 2\nbaseline = \"open\"\n[defaults]\nseconds = 3.0\nwarmup = 1.0\n\
+         [[run]]\nname = \"P 16\"\nparallelism = 16\noptimizer = { parallelism = \"fixed\" }\n\
+         [[run]]\nname = \"open\"\noptimizer = { parallelism = \"fixed\" }\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let out = sluice(&["sim", path]);
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{table}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("| P 16 |") && table.contains("against open"), "{table}");
+    let out = sluice(&["sim", path, "--out", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("takes --seeds and --quiet only"));
+    std::fs::write(&file, "kind = \"apples\"\n[[run]]\nname = \"a\"\nusers = 5\n").unwrap();
+    let out = sluice(&["sim", path]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run `a`"), "{out:?}");
+}
