@@ -3,7 +3,10 @@
 //! overlaps; otherwise the level furthest over its target (by ratio)
 //! pushes its first table into the tables it overlaps one level down.
 //! Output is split into tables of about `table_bytes`. Deletions are
-//! dropped when no deeper level could hold an older value. Runs on the
+//! dropped when no deeper level could hold an older value. With
+//! `drop_expired`, an expired string or hash is dropped as a deletion is
+//! (a deletion in its place where a deeper level could hold an older
+//! value), as Kvrocks's compaction filter reclaims expired keys. Runs on the
 //! compaction worker as the store's `compaction` background task (its
 //! rate knob throttles it through sluice-io), or inline.
 
@@ -11,6 +14,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::flush::{remove_table, table_options};
+use crate::keyspace::{expired_entry, now_ms};
 use crate::merge::{MergeIter, Source};
 use crate::options::Options;
 use crate::sstable::TableBuilder;
@@ -140,10 +144,14 @@ fn merge(inner: &Inner, p: &Pick, v: &Version, created: &mut Vec<u64>) -> Result
         .collect();
     sources.push(level_source(&p.next, &[], Some(READAHEAD)));
     let bottom = v.levels[p.level + 2..].iter().all(Vec::is_empty);
+    let now = now_ms();
     let mut outputs = Vec::new();
     let mut builder: Option<(u64, TableBuilder)> = None;
     for item in MergeIter::new(sources) {
-        let (k, v) = item?;
+        let (k, mut v) = item?;
+        if inner.options.drop_expired && v.as_deref().is_some_and(|v| expired_entry(&k, v, now)) {
+            v = None;
+        }
         if v.is_none() && bottom {
             continue;
         }

@@ -99,6 +99,15 @@ pub fn is_live(deadline: Deadline, now: u64) -> bool {
     deadline.is_none_or(|at| now <= at)
 }
 
+/// Whether compaction may drop the entry `key` → `value` at `now`: a
+/// string or a hash whose deadline has passed. A sorted set is never
+/// dropped here: its members are entries of their own, which a later
+/// write to the key deletes only if it finds the set.
+pub fn expired_entry(key: &[u8], value: &[u8], now: u64) -> bool {
+    key.first() != Some(&RESERVED)
+        && matches!(decode_value(value), Some((Tag::String | Tag::Hash, _, deadline)) if !is_live(deadline, now))
+}
+
 /// The time deadlines are measured in: unix milliseconds.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

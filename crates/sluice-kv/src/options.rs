@@ -32,6 +32,11 @@ pub struct Options {
     /// Run flush and compaction on background threads. Off, they run only
     /// when the caller asks ([`crate::Db::flush`], [`crate::Db::compact`]).
     pub background: bool,
+    /// The values are `sluice serve`'s, typed and with their deadlines
+    /// (`keyspace.rs`): compaction drops strings and hashes whose deadline
+    /// has passed, so expired keys give their space back without being
+    /// read. Off for a store of raw values, which could look typed.
+    pub drop_expired: bool,
 }
 
 impl Default for Options {
@@ -54,6 +59,7 @@ impl Default for Options {
             max_value_bytes: 16 << 20,
             sync: true,
             background: true,
+            drop_expired: false,
         }
     }
 }

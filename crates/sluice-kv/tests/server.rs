@@ -486,9 +486,13 @@ fn zadd_flags_and_zrange_answer_as_redis_does() {
 
 /// A server, and its store for a test to look into.
 fn start_with_db() -> (SocketAddr, Arc<Db>, tempfile::TempDir) {
+    start_with_db_options(Options::default())
+}
+
+fn start_with_db_options(options: Options) -> (SocketAddr, Arc<Db>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
+    let db = Arc::new(Db::open(rt, dir.path(), options).unwrap());
     let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();
     let addr = server.local_addr().unwrap();
     std::thread::spawn(move || server.run());
@@ -702,6 +706,55 @@ fn expired_keys_are_invisible_on_every_read_path() {
     c.call(&["SET", "gone", "v", "PX", "1"]);
     std::thread::sleep(std::time::Duration::from_millis(10));
     assert_eq!(c.call(&["DEL", "gone"]), ":0\r\n");
+}
+
+/// Compaction gives back the space of expired strings and hashes, and an
+/// expired value that shadowed an older one in a deeper level never lets
+/// the older one through. Sorted sets are left to the next write.
+#[test]
+fn compaction_drops_expired_keys_without_bringing_older_values_back() {
+    // Levels of one byte: every compaction into L1 is pushed on to L2, so
+    // the expired value meets the old one only after a compaction where a
+    // deeper level still holds it.
+    let options = Options {
+        drop_expired: true,
+        background: false,
+        level_base_bytes: 1,
+        ..Options::default()
+    };
+    let (addr, db, _dir) = start_with_db_options(options);
+    let mut c = Client::connect(addr);
+    // An old value of "s", pushed down the levels: four tables in L0
+    // start a compaction.
+    let tables = |c: &mut Client, tag: &str| {
+        for i in 0..4 {
+            c.call(&["SET", &format!("{tag}{i}"), "x"]);
+            db.flush().unwrap();
+        }
+    };
+    c.call(&["SET", "s", "old"]);
+    tables(&mut c, "a");
+    db.compact().unwrap();
+    assert_eq!(db.stats().levels[0].0, 0, "L0 compacted");
+    c.call(&["SET", "keep", "v"]);
+    c.call(&["SET", "s", "new", "PX", "1"]);
+    c.call(&["HSET", "h", "f", "v"]);
+    c.call(&["PEXPIRE", "h", "1"]);
+    c.call(&["ZADD", "z", "1", "a"]);
+    c.call(&["PEXPIRE", "z", "1"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    tables(&mut c, "b");
+    db.compact().unwrap();
+    let raw: Vec<Vec<u8>> = db.scan(b"", None, 100).unwrap().into_iter().map(|(k, _)| k).collect();
+    assert!(raw.contains(&b"keep".to_vec()), "a live key stays");
+    assert!(
+        !raw.contains(&b"s".to_vec()) && !raw.contains(&b"h".to_vec()),
+        "expired entries gone"
+    );
+    assert!(raw.contains(&b"z".to_vec()), "a sorted set waits for its next write");
+    assert_eq!(c.call(&["GET", "s"]), "$-1\r\n", "the older value stays shadowed");
+    assert_eq!(c.call(&["ZADD", "z", "2", "b"]), ":1\r\n");
+    assert_eq!(c.call(&["ZRANGE", "z", "0", "-1"]), "*1\r\n$1\r\nb\r\n");
 }
 
 /// Deleting a sorted set takes its own entries only: a set created after

@@ -76,6 +76,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         memtable_bytes: args.memtable_mb << 20,
         block_cache_bytes: args.block_cache_mb << 20,
         sync: !args.no_sync,
+        drop_expired: true,
         ..Options::default()
     };
     let db = Db::open(Runtime::new(config)?, &args.dir, options)
