@@ -34,6 +34,7 @@
 use std::fmt::Write;
 
 use serde::Deserialize;
+use sluice_core::metrics::{median, Spread};
 use toml::Value;
 
 use crate::apples::{simulate, ApplesConfig, ApplesRun};
@@ -198,15 +199,12 @@ impl ApplesScenario {
                 Some((&self.runs[i].config, &results[i].1))
             });
             let ratio = base.map_or("–".into(), |(bc, br)| {
-                let ratios: Vec<f64> = seeds
-                    .iter()
-                    .zip(br)
-                    .map(|(r, b)| after(r, config) / after(b, bc))
-                    .collect();
-                let (lo, hi) = min_max(&ratios);
+                let ratios = Spread::of(seeds.iter().zip(br).map(|(r, b)| after(r, config) / after(b, bc)));
                 format!(
-                    "{:.3} ({lo:.3}–{hi:.3}) against {}",
-                    median(&ratios),
+                    "{:.3} ({:.3}–{:.3}) against {}",
+                    ratios.median,
+                    ratios.min,
+                    ratios.max,
                     run.against.as_deref().unwrap_or("")
                 )
             });
@@ -215,7 +213,7 @@ impl ApplesScenario {
                     .iter()
                     .map(|r| r.groups.first().map_or(0.0, |g| g.quantile(0.99) as f64 / 1e6))
                     .collect();
-                format!(" {:.1} ms |", median(&ms))
+                format!(" {:.1} ms |", median(ms))
             } else {
                 String::new()
             };
@@ -224,25 +222,14 @@ impl ApplesScenario {
                 out,
                 "| {} | {:.0} | {ratio} | {:.3} | {:.3} |{p99} {} |",
                 run.name,
-                median(&throughput),
-                median(&seeds.iter().map(|r| r.unfairness).collect::<Vec<_>>()),
-                median(&seeds.iter().map(|r| r.latency_cv).collect::<Vec<_>>()),
+                median(throughput),
+                median(seeds.iter().map(|r| r.unfairness)),
+                median(seeds.iter().map(|r| r.latency_cv)),
                 ps.join(", ")
             );
         }
         out
     }
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn min_max(xs: &[f64]) -> (f64, f64) {
-    xs.iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)))
 }
 
 #[cfg(test)]
