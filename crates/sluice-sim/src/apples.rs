@@ -38,6 +38,7 @@
 //! println!("P = {}, {:.0} requests/s in the last second", run.final_p, run.seconds.last().unwrap().throughput);
 //! ```
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
@@ -288,6 +289,8 @@ struct Tenant {
     latencies: Option<Box<LatencyHistogram>>,
     passed_over: u64,
     busy: bool,
+    /// Its requests queued or inside.
+    outstanding: usize,
     all: TenantStats,
 }
 
@@ -298,7 +301,9 @@ struct Sim<'a> {
     speed: f64,
     events: EventQueue<Event>,
     stage: Stage<Wrr>,
-    requests: Vec<Option<Request>>,
+    /// Requests queued or inside, by sequence number.
+    requests: HashMap<u64, Request>,
+    next_seq: u64,
     tenants: Vec<Tenant>,
     tracked: Vec<TenantId>,
     users: usize,
@@ -385,7 +390,8 @@ impl<'a> Sim<'a> {
             speed: 1.0,
             events: EventQueue::default(),
             stage: Stage::new(Box::new(Wrr::new(config.zeta)), config.parallelism).expect("P checked"),
-            requests: Vec::new(),
+            requests: HashMap::new(),
+            next_seq: 0,
             tenants,
             tracked: Vec::new(),
             users: 0,
@@ -439,13 +445,18 @@ impl<'a> Sim<'a> {
         let tenant = self.tenant_of(user);
         let t = &mut self.tenants[tenant.0 as usize];
         t.busy = true;
-        let seq = self.requests.len() as u64;
-        self.requests.push(Some(Request {
-            user,
-            tenant,
-            arrived: now,
-            admitted: 0,
-        }));
+        t.outstanding += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.requests.insert(
+            seq,
+            Request {
+                user,
+                tenant,
+                arrived: now,
+                admitted: 0,
+            },
+        );
         let ctx = Ctx::new(seq, now).with_tenant(tenant.0, t.weight);
         self.stage.push(Job::new(seq, ctx, 0, now).with_tag(seq), now);
         self.peak_demand = self.peak_demand.max(self.stage.queued() + self.stage.in_service());
@@ -465,7 +476,7 @@ impl<'a> Sim<'a> {
                     self.tenants[id.0 as usize].passed_over += 1;
                 }
             }
-            let r = self.requests[job.seq as usize].as_mut().expect("a queued request");
+            let r = self.requests.get_mut(&job.seq).expect("a queued request");
             r.admitted = now;
             let base = inside as f64 / self.config.database.throughput(inside);
             let service = base * self.noise.sample(&mut self.rng) / self.speed;
@@ -474,7 +485,7 @@ impl<'a> Sim<'a> {
     }
 
     fn done(&mut self, seq: u64, now: Nanos) {
-        let r = self.requests[seq as usize].take().expect("a request inside");
+        let r = self.requests.remove(&seq).expect("a request inside");
         self.stage.complete().expect("a request inside");
         self.longest_stall = self.longest_stall.max(now - self.progress_at);
         self.progress_at = now;
@@ -482,6 +493,7 @@ impl<'a> Sim<'a> {
         let latency = now - r.arrived;
         let measured = now >= from_ms(self.config.warmup * 1e3);
         let t = &mut self.tenants[r.tenant.0 as usize];
+        t.outstanding -= 1;
         t.period.record(latency as f64);
         if measured {
             t.all.record(latency as f64);
@@ -501,7 +513,7 @@ impl<'a> Sim<'a> {
 
     fn take_period(&mut self, now: Nanos) -> Period {
         let mut tenants = Vec::new();
-        for (i, t) in self.tenants.iter_mut().enumerate() {
+        for t in &mut self.tenants {
             if t.busy {
                 tenants.push(PeriodTenant {
                     name: Arc::clone(&t.name),
@@ -510,8 +522,7 @@ impl<'a> Sim<'a> {
                     passed_over: std::mem::take(&mut t.passed_over),
                 });
             }
-            t.busy = self.stage.policy().queued(TenantId(i as u32)) > 0
-                || self.requests.iter().flatten().any(|r| r.tenant.0 as usize == i);
+            t.busy = t.outstanding > 0;
         }
         let ongoing = if self.stage.in_service() > 0 {
             now - self.progress_at
@@ -577,6 +588,7 @@ impl Tenant {
             latencies: None,
             passed_over: 0,
             busy: false,
+            outstanding: 0,
             all: TenantStats::new(weight),
         }
     }
