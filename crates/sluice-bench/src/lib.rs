@@ -28,6 +28,7 @@
 //! progress, a line per run, on standard error; its errors say which flag
 //! or target they concern.
 
+pub mod deadline;
 pub mod demo;
 pub mod driver;
 pub mod error;

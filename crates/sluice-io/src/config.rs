@@ -20,6 +20,8 @@
 //! noncritical_slots = 128
 //! two_queues = true          # critical first at dispatch (§4.3)
 //! policy = "fifo"            # order within each queue: any sluice-core policy
+//! think_ms = 0.0             # deadline policies: K̄, a request's processing time between its I/Os
+//! # avg_access_ms = 9.5      # deadline policies: C̄; default: the seek disk's, else 0
 //! starvation_ms = 10.0       # at least one non-critical I/O per this interval
 //! noncritical_device_bound = 1   # non-critical I/Os at the device; 0 = unbounded
 //! critical_idle_ms = 2.0     # the bound lifts after this long with no critical I/O; 0 = it never lifts
@@ -31,6 +33,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use sluice_core::budget::SlackModel;
 use sluice_core::device::DeviceProfile;
 use sluice_core::time::from_ms;
 use sluice_core::{Nanos, PolicyOptions, PolicySpec};
@@ -96,6 +99,12 @@ pub struct RcpConfig {
     /// waits behind at most one piece (0 = whole I/Os).
     pub noncritical_piece_kb: u64,
     pub inheritance: bool,
+    /// K̄ of TraQIOS's slack (§3.2.2): the mean processing time a request
+    /// spends between two of its I/Os, ms.
+    pub think_ms: f64,
+    /// C̄ of TraQIOS's slack, ms; `None`: the emulated seek disk's average
+    /// access time, and 0 on other devices (set it there for `traqios`).
+    pub avg_access_ms: Option<f64>,
     /// Tunables of `policy`; each defaults to its paper's value.
     pub options: PolicyOptions,
 }
@@ -119,6 +128,8 @@ impl Default for RcpConfig {
             noncritical_lifted_bound: 8,
             noncritical_piece_kb: 64,
             inheritance: true,
+            think_ms: 0.0,
+            avg_access_ms: None,
             options: PolicyOptions::default(),
         }
     }
@@ -158,6 +169,25 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The estimates deadline policies compute slack with (`think_ms`,
+    /// `avg_access_ms` or the device's C̄).
+    pub fn slack_model(&self) -> Result<SlackModel, IoError> {
+        let device = match &self.device.profile {
+            Some(p) => p
+                .avg_access()
+                .map_err(|e| IoError::Config(format!("device.profile: {e}")))?,
+            None => None,
+        };
+        let avg_cost = match self.rcp.avg_access_ms {
+            Some(ms) => from_ms(ms),
+            None => device.unwrap_or(0),
+        };
+        Ok(SlackModel {
+            avg_cost,
+            think: from_ms(self.rcp.think_ms),
+        })
+    }
+
     pub fn from_toml(text: &str) -> Result<Self, IoError> {
         let config: RuntimeConfig = toml::from_str(text).map_err(|e| IoError::Config(e.to_string()))?;
         config.validate()?;
@@ -197,6 +227,12 @@ impl RuntimeConfig {
         if !(r.critical_idle_ms.is_finite() && r.critical_idle_ms >= 0.0) {
             return bad("rcp.critical_idle_ms must be a finite number >= 0");
         }
+        if !(r.think_ms.is_finite() && r.think_ms >= 0.0) {
+            return bad("rcp.think_ms must be a finite number >= 0");
+        }
+        if r.avg_access_ms.is_some_and(|ms| !(ms.is_finite() && ms > 0.0)) {
+            return bad("rcp.avg_access_ms must be a finite number > 0");
+        }
         r.options
             .validate()
             .map_err(|e| IoError::Config(format!("rcp.options: {e}")))?;
@@ -234,6 +270,24 @@ mod tests {
     }
 
     #[test]
+    fn slack_estimates_come_from_the_seek_disk_unless_given() {
+        let disk = "[device]\nkind = \"emulated\"\n[device.profile]\nmodel = \"seek-disk\"\n";
+        let c = RuntimeConfig::from_toml(disk).unwrap();
+        let m = c.slack_model().unwrap();
+        assert!((m.avg_cost as f64 / 1e6 - 9.477).abs() < 0.01, "{m:?}");
+        let c = RuntimeConfig::from_toml(&format!("[rcp]\nthink_ms = 0.5\navg_access_ms = 2.0\n{disk}")).unwrap();
+        assert_eq!(
+            c.slack_model().unwrap(),
+            SlackModel {
+                avg_cost: 2_000_000,
+                think: 500_000
+            }
+        );
+        let m = RuntimeConfig::default().slack_model().unwrap();
+        assert_eq!(m.avg_cost, 0, "no seek disk: 0 unless set");
+    }
+
+    #[test]
     fn bad_configurations_name_the_field() {
         for (text, field) in [
             ("[device]\ndepth = 0", "device.depth"),
@@ -242,6 +296,8 @@ mod tests {
             ("[rcp]\nstarvation_ms = -1.0", "rcp.starvation_ms"),
             ("[rcp]\nslots = 3", "slots"),
             ("[rcp]\nnoncritical_dirty_ratio = 2.0", "rcp.noncritical_dirty_ratio"),
+            ("[rcp]\nthink_ms = -1.0", "rcp.think_ms"),
+            ("[rcp]\navg_access_ms = 0.0", "rcp.avg_access_ms"),
         ] {
             let err = RuntimeConfig::from_toml(text).unwrap_err().to_string();
             assert!(err.contains(field), "{text}: {err}");

@@ -99,5 +99,5 @@ pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};
 pub use control::ControlLoop;
 pub use device::AlignedBuf;
 pub use error::IoError;
-pub use runtime::{Runtime, SluiceFile};
+pub use runtime::{RequestGuard, Runtime, SluiceFile};
 pub use task::{current_ctx, enter, CtxGuard, Task};

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
 
 use rustc_hash::FxHashMap;
-use sluice_core::device::{Op, OpKind};
+use sluice_core::device::{FlatDevice, Op, OpKind};
 use sluice_core::{Class, Ctx, Job};
 
 use crate::background::{current_background, Background, TaskKind};
@@ -20,10 +20,7 @@ use crate::dirty::DirtyBudget;
 use crate::error::IoError;
 use crate::file::FileInner;
 use crate::sched::{Criticality, Location, Occupancy, Sched};
-use crate::task::{Blocker, Promote, Task};
-
-/// Block size by which device addresses become job positions.
-const BLOCK: u64 = 4096;
+use crate::task::{enter, Blocker, CtxGuard, Promote, Task};
 
 /// A handle to the runtime; cheap to clone.
 #[derive(Clone)]
@@ -37,6 +34,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     next_seq: AtomicU64,
     next_file: AtomicU32,
+    /// Nanoseconds I/Os held the device, from entering it to leaving.
+    held: AtomicU64,
     background: Mutex<Vec<Arc<Background>>>,
     pub(crate) dirty: DirtyBudget,
 }
@@ -55,11 +54,18 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, IoError> {
         config.validate()?;
         let spec = config.rcp.policy_spec()?;
+        let slack = config.slack_model()?;
         let build = || {
-            spec.build(&config.rcp.options, Default::default())
+            spec.build(&config.rcp.options, slack)
                 .map_err(|e| IoError::Config(format!("rcp.policy: {e}")))
         };
-        let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]);
+        let view = match &config.device.profile {
+            Some(p) => p
+                .dispatch_view()
+                .map_err(|e| IoError::Config(format!("device.profile: {e}")))?,
+            None => Box::new(FlatDevice::default()),
+        };
+        let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]).with_view(view);
         Ok(Runtime {
             shared: Arc::new(Shared {
                 device: Device::new(&config.device)?,
@@ -71,6 +77,7 @@ impl Runtime {
                 }),
                 next_seq: AtomicU64::new(1),
                 next_file: AtomicU32::new(0),
+                held: AtomicU64::new(0),
                 background: Mutex::new(Vec::new()),
             }),
         })
@@ -124,6 +131,42 @@ impl Runtime {
     pub fn now(&self) -> u64 {
         self.shared.device.now()
     }
+
+    /// Nanoseconds I/Os have held the device, each from entering it to
+    /// leaving it (a non-critical I/O done in pieces: its last piece),
+    /// summed: at depth 1, the time the device was busy.
+    pub fn device_held(&self) -> u64 {
+        self.shared.held.load(Ordering::Relaxed)
+    }
+
+    /// Begins a request on the current thread, as [`enter`](crate::enter)
+    /// does, and tells the runtime's policies that it arrived now and,
+    /// when the guard drops, that it finished: deadline policies need
+    /// both (TraQIOS's m counts the expected I/Os of the requests in the
+    /// system, and its success rate U counts the deadlines met).
+    pub fn enter(&self, ctx: Ctx) -> RequestGuard {
+        lock(&self.shared.state).sched.request_arrived(&ctx, self.now());
+        RequestGuard {
+            _ctx: enter(ctx),
+            shared: self.shared.clone(),
+            ctx,
+        }
+    }
+}
+
+/// A request in progress on the current thread ([`Runtime::enter`]).
+#[must_use = "the request ends when the guard is dropped"]
+pub struct RequestGuard {
+    _ctx: CtxGuard,
+    shared: Arc<Shared>,
+    ctx: Ctx,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let now = self.shared.device.now();
+        lock(&self.shared.state).sched.request_finished(&self.ctx, now);
+    }
 }
 
 impl Promote for Shared {
@@ -174,11 +217,16 @@ impl Shared {
         }
         let class = self.classify(&task);
         let now = self.device.now();
-        let ctx = task.ctx().unwrap_or_else(|| Ctx {
-            class: Class::Background,
-            ..Ctx::new(seq, now)
+        let (ctx, index) = task.next_access().unwrap_or_else(|| {
+            let ctx = Ctx {
+                class: Class::Background,
+                ..Ctx::new(seq, now)
+            };
+            (ctx, 1)
         });
-        let job = Job::new(seq, ctx, op.offset / BLOCK, now).with_tag(file.id as u64);
+        let job = Job::new(seq, ctx, op.offset, now)
+            .at_index(index)
+            .with_tag(file.id as u64);
         let mut entered = self.enter(&task, job, class, now);
         let mut result = Ok(());
         for (i, (start, len)) in self.pieces(op.len, class).enumerate() {
@@ -196,6 +244,7 @@ impl Shared {
             }
         }
         let done = self.device.now();
+        self.held.fetch_add(done.saturating_sub(entered), Ordering::Relaxed);
         let mut st = lock(&self.state);
         let ready = st.sched.complete(seq, done);
         wake(&mut st, &ready);
@@ -219,11 +268,12 @@ impl Shared {
             .map(move |start| (start, step.min(len - start)))
     }
 
-    /// Submits the job at `now` and waits until it is in the device;
-    /// returns when it entered.
-    fn enter(self: &Arc<Self>, task: &Arc<Task>, job: Job, class: Criticality, now: u64) -> u64 {
+    /// Submits the job (its `pos` still the device address) at `now` and
+    /// waits until it is in the device; returns when it entered.
+    fn enter(self: &Arc<Self>, task: &Arc<Task>, mut job: Job, class: Criticality, now: u64) -> u64 {
         let seq = job.seq;
         let mut st = lock(&self.state);
+        job.pos = st.sched.position(job.pos);
         let ready = st.sched.submit(job, class, now);
         self.await_device(st, task, seq, &ready, now)
     }

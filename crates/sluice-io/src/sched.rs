@@ -16,6 +16,13 @@
 //! (`noncritical_piece_kb`), and no more enters before it.
 //! `critical_idle_ms = 0` keeps RCP's bound.
 //!
+//! Seek-aware policies (`sstf`, `edf`'s neighbours, `traqios`) decide with
+//! the device as the dispatcher sees it ([`DispatchView`], set with
+//! [`Sched::with_view`]): the head where the last I/O it let in leaves it,
+//! exact for the emulated seek disk at depth 1, which serves in dispatch
+//! order. Deadline policies also hear when requests arrive and finish
+//! ([`Sched::request_arrived`]), as the simulator tells them.
+//!
 //! Pure: time comes in as an argument and the machine only says which I/Os
 //! may enter the device, so the runtime drives it in wall time and the
 //! property tests drive it directly. The order within each queue is any
@@ -29,8 +36,8 @@
 use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use sluice_core::device::FlatDevice;
-use sluice_core::{Job, Nanos, Policy};
+use sluice_core::device::{DispatchView, FlatDevice};
+use sluice_core::{Ctx, Job, Nanos, Policy};
 
 use crate::config::RcpConfig;
 
@@ -100,6 +107,8 @@ pub struct Sched {
     /// When critical I/O last arrived or finished.
     last_critical: Option<Nanos>,
     promotions: u64,
+    /// The device as the policies see it at each decision.
+    view: Box<dyn DispatchView>,
 }
 
 impl Sched {
@@ -124,6 +133,35 @@ impl Sched {
             noncritical_clock: 0,
             last_critical: None,
             promotions: 0,
+            view: Box::new(FlatDevice::default()),
+        }
+    }
+
+    /// Decides with `view` of the device instead of a flat one.
+    pub fn with_view(mut self, view: Box<dyn DispatchView>) -> Self {
+        self.view = view;
+        self
+    }
+
+    /// The position policies see for the device address `offset` (a
+    /// job's `pos`).
+    pub fn position(&self, offset: u64) -> u64 {
+        self.view.position(offset)
+    }
+
+    /// A request began; its I/Os follow (TraQIOS counts its expected
+    /// accesses from now, §3.2.2).
+    pub fn request_arrived(&mut self, ctx: &Ctx, now: Nanos) {
+        for q in &mut self.queues {
+            q.request_arrived(ctx, now);
+        }
+    }
+
+    /// A request ended: it left the system at `now` (met or missed its
+    /// deadline, which the success rate U of Eq. 2 counts).
+    pub fn request_finished(&mut self, ctx: &Ctx, now: Nanos) {
+        for q in &mut self.queues {
+            q.request_finished(ctx, now);
         }
     }
 
@@ -202,6 +240,7 @@ impl Sched {
         while self.in_device < self.depth {
             let Some(q) = self.next_queue(now) else { break };
             let Some(job) = self.pop_live(q, now) else { break };
+            self.view.dispatched(job.pos);
             let e = self.ios.get_mut(&job.seq).expect("queued I/O is outstanding");
             e.location = Location::Device;
             self.in_device += 1;
@@ -251,7 +290,7 @@ impl Sched {
 
     fn pop_live(&mut self, q: usize, now: Nanos) -> Option<Job> {
         loop {
-            let job = self.queues[q].pop(now, &FlatDevice::default())?;
+            let job = self.queues[q].pop(now, &*self.view)?;
             if q == CRIT || !self.ghosts.remove(&job.seq) {
                 return Some(job);
             }
@@ -512,5 +551,29 @@ mod tests {
         s.submit(job(3), C, 0);
         assert_eq!(s.complete(1, MS), vec![2]);
         assert_eq!(s.complete(2, MS), vec![3]);
+    }
+
+    #[test]
+    fn seek_aware_policies_decide_from_where_the_last_dispatch_left_the_head() {
+        use sluice_core::device::{DeviceProfile, SeekDiskProfile};
+        use sluice_core::policy::sstf::Sstf;
+        let view = DeviceProfile::SeekDisk(SeekDiskProfile::default())
+            .dispatch_view()
+            .unwrap();
+        let mut s = Sched::new(
+            RcpConfig::default(),
+            1,
+            [Box::new(Sstf::default()), Box::new(Sstf::default())],
+        )
+        .with_view(view);
+        let at = |seq: u64, cylinder: u64, s: &Sched| Job::new(seq, Ctx::new(seq, 0), s.position(cylinder << 20), 0);
+        assert_eq!(s.submit(at(1, 500, &s), C, 0), vec![1], "the head moves to 500");
+        for (seq, cylinder) in [(2, 0), (3, 900), (4, 520)] {
+            let job = at(seq, cylinder, &s);
+            s.submit(job, C, 0);
+        }
+        assert_eq!(s.complete(1, MS), vec![4], "nearest to 500");
+        assert_eq!(s.complete(4, 2 * MS), vec![3], "nearest to 520: 900, not 0");
+        assert_eq!(s.complete(3, 3 * MS), vec![2]);
     }
 }

@@ -57,8 +57,15 @@ pub struct Task {
     foreground: AtomicU32,
     /// Critical waiters currently raising this task.
     inherited: AtomicU32,
-    ctx: Mutex<Option<Ctx>>,
+    ctx: Mutex<Option<Current>>,
     wait: Mutex<WaitRecord>,
+}
+
+/// The request a task serves, and the I/Os it has issued for it.
+#[derive(Clone, Copy)]
+struct Current {
+    ctx: Ctx,
+    ios: u32,
 }
 
 static NEXT_TASK: AtomicU64 = AtomicU64::new(1);
@@ -110,7 +117,17 @@ impl Task {
 
     /// The request context the task works for, if any.
     pub fn ctx(&self) -> Option<Ctx> {
-        *lock(&self.ctx)
+        lock(&self.ctx).map(|c| c.ctx)
+    }
+
+    /// For an I/O the task issues now: its request's context and the
+    /// access's 1-based index x among the request's I/Os on this thread
+    /// (TraQIOS §2, from which M = N - x + 1 follows).
+    pub(crate) fn next_access(&self) -> Option<(Ctx, u32)> {
+        lock(&self.ctx).as_mut().map(|c| {
+            c.ios = c.ios.saturating_add(1);
+            (c.ctx, c.ios)
+        })
     }
 
     /// Records that the task is about to block on `on`; raises it if the
@@ -186,7 +203,7 @@ impl Task {
 #[must_use = "the request ends when the guard is dropped"]
 pub struct CtxGuard {
     task: Arc<Task>,
-    outer: Option<Ctx>,
+    outer: Option<Current>,
 }
 
 /// Begins a request on the current thread (`ctx_begin`): every I/O issued
@@ -195,7 +212,7 @@ pub struct CtxGuard {
 /// with the same context.
 pub fn enter(ctx: Ctx) -> CtxGuard {
     let task = Task::current();
-    let outer = lock(&task.ctx).replace(ctx);
+    let outer = lock(&task.ctx).replace(Current { ctx, ios: 0 });
     if ctx.class == Class::Foreground {
         task.foreground.fetch_add(1, Ordering::AcqRel);
     }
@@ -205,7 +222,7 @@ pub fn enter(ctx: Ctx) -> CtxGuard {
 impl Drop for CtxGuard {
     fn drop(&mut self) {
         let ctx = std::mem::replace(&mut *lock(&self.task.ctx), self.outer);
-        if ctx.is_some_and(|c| c.class == Class::Foreground) {
+        if ctx.is_some_and(|c| c.ctx.class == Class::Foreground) {
             self.task.foreground.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -234,6 +251,19 @@ mod tests {
         assert!(task.is_foreground());
         drop(outer);
         assert!(!task.is_foreground() && current_ctx().is_none());
+    }
+
+    #[test]
+    fn accesses_are_counted_per_request_and_the_outer_count_survives_a_nested_one() {
+        let task = Task::current();
+        assert_eq!(task.next_access(), None, "no request: no index");
+        let _outer = enter(Ctx::new(1, 0));
+        assert_eq!(task.next_access().map(|(c, x)| (c.id.0, x)), Some((1, 1)));
+        {
+            let _inner = enter(Ctx::new(2, 0));
+            assert_eq!(task.next_access().map(|(c, x)| (c.id.0, x)), Some((2, 1)));
+        }
+        assert_eq!(task.next_access().map(|(c, x)| (c.id.0, x)), Some((1, 2)));
     }
 
     struct CountPromotions(AtomicUsize);

@@ -159,13 +159,12 @@ impl Sim {
     fn access(&mut self, slot: usize, now: Nanos) {
         let gen = &self.gen;
         let a = self.active[slot].as_mut().expect("live slot");
-        if gen.hit(&mut a.rng) {
+        let Some(pos) = gen.access(a.last_cylinder, &mut a.rng) else {
             a.done += 1;
             self.stats.cache_hits += 1;
             self.after_access(slot, now);
             return;
-        }
-        let pos = gen.cylinder(a.last_cylinder, &mut a.rng);
+        };
         a.last_cylinder = Some(pos);
         let job = Job::new(self.seq, a.ctx, pos, now)
             .at_index(a.done + 1)

@@ -286,13 +286,25 @@ impl Generator {
         from_ms(lo + rng.gen::<f64>() * (hi - lo))
     }
 
+    /// The next access of a transaction whose previous one fell on
+    /// `previous`: `None` for a buffer-pool hit, else its cylinder. Every
+    /// driver of the workload draws through here, so that one seed gives
+    /// the same accesses in virtual and in wall time.
+    pub fn access(&self, previous: Option<u64>, rng: &mut Pcg64Mcg) -> Option<u64> {
+        if self.hit(rng) {
+            None
+        } else {
+            Some(self.cylinder(previous, rng))
+        }
+    }
+
     /// Whether the next access is a buffer-pool hit.
-    pub fn hit(&self, rng: &mut Pcg64Mcg) -> bool {
+    fn hit(&self, rng: &mut Pcg64Mcg) -> bool {
         self.params.cache_hit > 0.0 && rng.gen::<f64>() < self.params.cache_hit
     }
 
     /// The cylinder of the next access, given the previous one (if any).
-    pub fn cylinder(&self, previous: Option<u64>, rng: &mut Pcg64Mcg) -> u64 {
+    fn cylinder(&self, previous: Option<u64>, rng: &mut Pcg64Mcg) -> u64 {
         if let Some(prev) = previous {
             if self.params.sequential > 0.0 && rng.gen::<f64>() < self.params.sequential {
                 return prev;

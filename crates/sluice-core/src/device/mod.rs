@@ -15,7 +15,7 @@ mod ssd;
 mod timing;
 
 pub use cloud_volume::{CloudVolume, CloudVolumeConfig};
-pub use profile::{DeviceProfile, SeekDiskProfile, SeekDiskTiming};
+pub use profile::{DeviceProfile, SeekDiskProfile, SeekDiskTiming, SeekDiskView};
 pub use seek_disk::{AvgAccess, SeekDisk, SeekDiskConfig, SeekDiskError};
 pub use ssd::{Ssd, SsdConfig};
 pub use timing::{Op, OpKind, ProfileError, TimingModel};
@@ -29,6 +29,23 @@ pub trait DeviceView {
     /// Access time of a job at `pos` if it were served next.
     fn cost(&self, pos: u64) -> Nanos;
 }
+
+/// The device view a dispatcher keeps between decisions (sluice-io's
+/// dispatch; the simulator moves its [`SeekDisk`] itself): where a byte
+/// address lies for the policies, and where the head is once what was
+/// dispatched has been served. That is exact for a device that serves one
+/// I/O at a time in dispatch order, the seek disk at depth 1, and a
+/// lower bound on the head's travel at greater depths.
+pub trait DispatchView: DeviceView + Send {
+    /// The position policies see for the byte address `offset`: a
+    /// cylinder on the seek disk, a 4 KiB block elsewhere.
+    fn position(&self, offset: u64) -> u64;
+    /// An I/O at `pos` entered the device.
+    fn dispatched(&mut self, pos: u64);
+}
+
+/// Bytes per position on devices without a head.
+pub const BLOCK: u64 = 4096;
 
 /// A device where every access costs the same and position is meaningless;
 /// for drivers and tests whose policy does not look at the device.
@@ -44,4 +61,11 @@ impl DeviceView for FlatDevice {
     fn cost(&self, _pos: u64) -> Nanos {
         self.cost
     }
+}
+
+impl DispatchView for FlatDevice {
+    fn position(&self, offset: u64) -> u64 {
+        offset / BLOCK
+    }
+    fn dispatched(&mut self, _pos: u64) {}
 }

@@ -7,6 +7,7 @@ use super::cloud_volume::{CloudVolume, CloudVolumeConfig};
 use super::seek_disk::{SeekDisk, SeekDiskConfig};
 use super::ssd::{Ssd, SsdConfig};
 use super::timing::{Op, OpKind, ProfileError, TimingModel};
+use super::{DeviceView, DispatchView, FlatDevice};
 use crate::time::Nanos;
 
 /// A device profile as TOML describes it: `model = "ssd"` and the model's
@@ -51,6 +52,75 @@ impl DeviceProfile {
             DeviceProfile::CloudVolume(c) => Box::new(CloudVolume::new(*c)?),
         })
     }
+
+    /// The view a dispatcher keeps of this device ([`DispatchView`]): the
+    /// seek disk's head and access times, a flat device otherwise (the SSD
+    /// and the cloud volume cost the same wherever an I/O lies).
+    pub fn dispatch_view(&self) -> Result<Box<dyn DispatchView>, ProfileError> {
+        Ok(match self {
+            DeviceProfile::SeekDisk(p) => Box::new(SeekDiskView::new(*p)?),
+            _ => Box::new(FlatDevice::default()),
+        })
+    }
+
+    /// C̄, the average access time deadline policies estimate slack with
+    /// (TraQIOS §3.2.1): the seek disk's between two uniform cylinders;
+    /// `None` for devices whose access time is not a matter of position.
+    pub fn avg_access(&self) -> Result<Option<Nanos>, ProfileError> {
+        Ok(match self {
+            DeviceProfile::SeekDisk(p) => Some(SeekDiskView::new(*p)?.disk.avg_access()),
+            _ => None,
+        })
+    }
+}
+
+impl SeekDiskProfile {
+    fn disk(&self) -> Result<SeekDisk, ProfileError> {
+        if self.bytes_per_cylinder == 0 {
+            return Err(ProfileError::invalid("bytes_per_cylinder", "at least 1", 0));
+        }
+        Ok(SeekDisk::new(SeekDiskConfig {
+            cylinders: self.cylinders,
+            a_ms: self.a_ms,
+            b: self.b,
+            ..SeekDiskConfig::default()
+        })?)
+    }
+}
+
+/// The seek disk as a dispatcher sees it: the head where the last
+/// dispatched I/O leaves it, and byte addresses as cylinders.
+#[derive(Debug)]
+pub struct SeekDiskView {
+    disk: SeekDisk,
+    bytes_per_cylinder: u64,
+}
+
+impl SeekDiskView {
+    pub fn new(p: SeekDiskProfile) -> Result<Self, ProfileError> {
+        Ok(SeekDiskView {
+            disk: p.disk()?,
+            bytes_per_cylinder: p.bytes_per_cylinder,
+        })
+    }
+}
+
+impl DeviceView for SeekDiskView {
+    fn head(&self) -> u64 {
+        self.disk.head()
+    }
+    fn cost(&self, pos: u64) -> Nanos {
+        self.disk.cost(pos)
+    }
+}
+
+impl DispatchView for SeekDiskView {
+    fn position(&self, offset: u64) -> u64 {
+        (offset / self.bytes_per_cylinder).min(self.disk.cylinders() - 1)
+    }
+    fn dispatched(&mut self, pos: u64) {
+        self.disk.set_head(pos);
+    }
 }
 
 /// The seek disk serving one access at a time.
@@ -63,16 +133,8 @@ pub struct SeekDiskTiming {
 
 impl SeekDiskTiming {
     pub fn new(p: SeekDiskProfile) -> Result<Self, ProfileError> {
-        if p.bytes_per_cylinder == 0 {
-            return Err(ProfileError::invalid("bytes_per_cylinder", "at least 1", 0));
-        }
         Ok(SeekDiskTiming {
-            disk: SeekDisk::new(SeekDiskConfig {
-                cylinders: p.cylinders,
-                a_ms: p.a_ms,
-                b: p.b,
-                ..SeekDiskConfig::default()
-            })?,
+            disk: p.disk()?,
             bytes_per_cylinder: p.bytes_per_cylinder,
             busy_until: 0,
         })
@@ -117,5 +179,20 @@ mod tests {
         assert_eq!(d.complete_at(0, op(100)), 7_000_000);
         // Queued behind the first: starts at 7 ms, same cylinder costs 4 ms.
         assert_eq!(d.complete_at(1_000_000, op(100)), 11_000_000);
+    }
+
+    #[test]
+    fn the_dispatch_view_moves_the_head_where_the_device_will_be() {
+        let p = DeviceProfile::SeekDisk(SeekDiskProfile::default());
+        let mut v = p.dispatch_view().unwrap();
+        assert_eq!(v.position(100 << 20), 100);
+        assert_eq!(v.position(u64::MAX), 999, "beyond the disk: its last cylinder");
+        assert_eq!(v.cost(100), 7_000_000, "head at 0: 4 + 0.3 * sqrt(100)");
+        v.dispatched(100);
+        assert_eq!((v.head(), v.cost(100)), (100, 4_000_000));
+        let ssd = DeviceProfile::Ssd(SsdConfig::default()).dispatch_view().unwrap();
+        assert_eq!((ssd.position(8192), ssd.cost(5)), (2, 0));
+        let c_bar = p.avg_access().unwrap().unwrap() as f64 / 1e6;
+        assert!((c_bar - 9.477).abs() < 0.01, "{c_bar}");
     }
 }

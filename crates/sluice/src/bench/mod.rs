@@ -2,6 +2,7 @@
 //! `sluice_bench` driven by a subcommand here; and the harness's commands
 //! for the benchmark scripts ([`script`]).
 
+mod deadline;
 mod io;
 mod pg;
 mod redis;
@@ -19,6 +20,7 @@ pub enum BenchCommand {
     Pg(pg::PgArgs),
     Redis(redis::RedisArgs),
     Route(route::RouteArgs),
+    Deadline(deadline::DeadlineArgs),
     Summarize(script::SummarizeArgs),
     Steal(script::StealArgs),
     Cpu(script::CpuArgs),
@@ -31,6 +33,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Pg(a) => pg::run(a),
         BenchCommand::Redis(a) => redis::run(a),
         BenchCommand::Route(a) => route::run(a),
+        BenchCommand::Deadline(a) => deadline::run(a),
         BenchCommand::Summarize(a) => script::summarize(a),
         BenchCommand::Steal(a) => script::steal(a),
         BenchCommand::Cpu(a) => script::cpu(a),
