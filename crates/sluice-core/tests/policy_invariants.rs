@@ -31,11 +31,15 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Request `req`'s context; every fifth has no deadline.
 fn ctx(req: u8) -> Ctx {
     let r = u64::from(req);
-    Ctx::new(r, r * 1_000_000)
-        .with_deadline((r * 7 % 50 + 1) * 10_000_000)
-        .with_est_ios(u32::from(req % 9) + 1)
+    let c = Ctx::new(r, r * 1_000_000).with_est_ios(u32::from(req % 9) + 1);
+    if req.is_multiple_of(5) {
+        c
+    } else {
+        c.with_deadline((r * 7 % 50 + 1) * 10_000_000)
+    }
 }
 
 proptest! {

@@ -147,7 +147,7 @@ impl Runtime {
     pub fn enter(&self, ctx: Ctx) -> RequestGuard {
         lock(&self.shared.state).sched.request_arrived(&ctx, self.now());
         RequestGuard {
-            _ctx: enter(ctx),
+            guard: enter(ctx),
             shared: self.shared.clone(),
             ctx,
         }
@@ -157,9 +157,16 @@ impl Runtime {
 /// A request in progress on the current thread ([`Runtime::enter`]).
 #[must_use = "the request ends when the guard is dropped"]
 pub struct RequestGuard {
-    _ctx: CtxGuard,
+    guard: CtxGuard,
     shared: Arc<Shared>,
     ctx: Ctx,
+}
+
+impl RequestGuard {
+    /// I/Os the request has issued on this thread so far.
+    pub fn ios(&self) -> u32 {
+        self.guard.ios()
+    }
 }
 
 impl Drop for RequestGuard {

@@ -219,6 +219,14 @@ pub fn enter(ctx: Ctx) -> CtxGuard {
     CtxGuard { task, outer }
 }
 
+impl CtxGuard {
+    /// I/Os issued so far in the request now current on the thread (this
+    /// guard's, unless a nested guard is live).
+    pub fn ios(&self) -> u32 {
+        lock(&self.task.ctx).map_or(0, |c| c.ios)
+    }
+}
+
 impl Drop for CtxGuard {
     fn drop(&mut self) {
         let ctx = std::mem::replace(&mut *lock(&self.task.ctx), self.outer);

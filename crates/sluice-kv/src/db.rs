@@ -308,6 +308,11 @@ impl Db {
         }
     }
 
+    /// The I/O runtime the store's files are on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.rt
+    }
+
     pub fn options(&self) -> &Options {
         &self.inner.options
     }

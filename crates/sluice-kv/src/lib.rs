@@ -35,6 +35,7 @@ mod cursors;
 mod db;
 pub mod error;
 mod flush;
+pub mod io_estimate;
 mod keyspace;
 mod manifest;
 mod memtable;

@@ -300,15 +300,25 @@ fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_hel
 /// Runs one request as foreground work, in its [`request_ctx`].
 fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let started = Instant::now();
-    let arrival = shared.clock.elapsed().as_nanos() as u64;
-    let (ctx, command) = match request_ctx(shared, session, args, arrival) {
+    // Deadlines are compared with the I/O runtime's clock in its queues.
+    let rt = shared.db.runtime();
+    let arrival = rt.now();
+    let (mut ctx, command) = match request_ctx(shared, session, args, arrival) {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
+    let estimated = ctx.deadline.is_some();
+    if estimated {
+        ctx = ctx.with_est_ios(shared.io_estimates.estimate(command));
+    }
     let own = session.tenant;
     let reply = {
-        let _ctx = sluice_io::enter(ctx);
-        execute(shared, session, command)
+        let request = rt.enter(ctx);
+        let reply = execute(shared, session, command);
+        if estimated {
+            shared.io_estimates.learn(command, request.ios());
+        }
+        reply
     };
     // The connection's work counts for the tenant it is now (AUTH counts
     // for the user it names); work of a tenant the client named, for that.
@@ -505,6 +515,36 @@ mod tests {
             matches!(&refused, Reply::Error(e) if e.starts_with("ERR SLUICE.WITH: the budget")),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn requests_with_a_deadline_are_estimated_from_their_predecessors_and_an_expired_one_is_served() {
+        let (shared, _dir) = shared();
+        let mut session = Session {
+            tenant: shared.tenant("client-1"),
+            authenticated: true,
+            quit: false,
+            resp3: false,
+        };
+        for k in ["a", "b"] {
+            run_request(&shared, &mut session, &words(&["SET", k, "v"]));
+        }
+        shared.db.flush().unwrap();
+        let scan = words(&["RANGE", "a", "z", "1000"]);
+        assert_eq!(
+            shared.io_estimates.estimate(&scan),
+            1000,
+            "nothing learned: an I/O a record"
+        );
+        let with_deadline = words(&["SLUICE.WITH", "7", "50", "-", "RANGE", "a", "z", "1000"]);
+        let reply = run_request(&shared, &mut session, &with_deadline);
+        assert!(matches!(reply, Reply::Array(ref keys) if keys.len() == 4), "{reply:?}");
+        let learned = shared.io_estimates.estimate(&scan);
+        assert!((1..20).contains(&learned), "two records read from one table: {learned}");
+
+        let expired = words(&["SLUICE.WITH", "8", "0", "-", "GET", "a"]);
+        let reply = run_request(&shared, &mut session, &expired);
+        assert!(matches!(reply, Reply::Bulk(Some(ref v)) if v == b"v"), "{reply:?}");
     }
 
     #[test]

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 
 use crate::cursors::Cursors;
+use crate::io_estimate::IoEstimates;
 use crate::keyspace::KeyLocks;
 use crate::resp::Limits;
 use crate::Db;
@@ -46,8 +46,8 @@ pub(crate) struct Shared {
     tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
     pub next_request: AtomicU64,
     pub next_client: AtomicU64,
-    /// Arrival times are read from this clock.
-    pub clock: Instant,
+    /// N of the requests with a deadline, learned from their predecessors.
+    pub io_estimates: IoEstimates,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,7 +64,7 @@ impl Shared {
             tenants: Mutex::new((HashMap::new(), Slab::new())),
             next_request: AtomicU64::new(0),
             next_client: AtomicU64::new(1),
-            clock: Instant::now(),
+            io_estimates: IoEstimates::default(),
         }
     }
 

@@ -17,6 +17,7 @@
 //! | `traqios`, `traqios-all`, `traqios-uniform` | [`traqios`] | TraQIOS Eq. 1–3, §5.3 |
 //! | `edf+budget`, `ssedv+budget` | [`edf`], [`ssedv`] | TraQIOS §5.3, Fig. 9 |
 //! | `coop` | [`coop`] | request order: Jo et al. §4.2 (cooperative scheduling across shards) |
+//! | (every deadline policy) | [`unstamped`] | jobs without a deadline: a bounded wait |
 //! | `wrr` | [`wrr`] | AppleS §3.3: weighted round robin with round quota ζ (the proxy's gate; not in experiment files) |
 
 pub mod coop;
@@ -28,6 +29,7 @@ mod spec;
 pub mod ssedv;
 pub mod sstf;
 pub mod traqios;
+pub mod unstamped;
 pub mod wrr;
 
 pub use spec::{PolicyError, PolicyOptions, PolicySpec};

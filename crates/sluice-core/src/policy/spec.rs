@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::unstamped::Unstamped;
 use super::{coop, edf, fd_scan, fifo, scan, ssedv, sstf, traqios, wrr, Policy};
 use crate::budget::{Budgeting, SlackModel};
 use crate::deadline::IntermediateDeadline;
@@ -21,6 +22,8 @@ pub enum PolicyError {
     Window,
     #[error("coop.starvation_ms must be a positive number of milliseconds, got {0}")]
     Starvation(f64),
+    #[error("unstamped_wait_ms must be a positive number of milliseconds, got {0}")]
+    UnstampedWait(f64),
 }
 
 /// Which policy, by the name an experiment file gives.
@@ -83,23 +86,33 @@ impl PolicySpec {
     pub fn build(self, options: &PolicyOptions, model: SlackModel) -> Result<Box<dyn Policy>, PolicyError> {
         options.validate()?;
         let exp = IntermediateDeadline::Budget(Budgeting::Exp);
+        let bounded = |p: Box<dyn Policy>| -> Box<dyn Policy> {
+            Box::new(Unstamped::new(p, crate::time::from_ms(options.unstamped_wait_ms)))
+        };
         Ok(match self {
             PolicySpec::Fifo => Box::new(fifo::Fifo::default()),
-            PolicySpec::Edf => Box::new(edf::Edf::new(IntermediateDeadline::Transaction, options.window, model)),
-            PolicySpec::EdfBudget => Box::new(edf::Edf::new(exp, options.window, model)),
+            PolicySpec::Edf => bounded(Box::new(edf::Edf::new(
+                IntermediateDeadline::Transaction,
+                options.window,
+                model,
+            ))),
+            PolicySpec::EdfBudget => bounded(Box::new(edf::Edf::new(exp, options.window, model))),
             PolicySpec::Sstf => Box::new(sstf::Sstf::default()),
             PolicySpec::Scan => Box::new(scan::Scan::default()),
-            PolicySpec::FdScan => Box::new(fd_scan::FdScan::new(options.fd_scan.feasible, model)),
-            PolicySpec::Ssedv => Box::new(ssedv::Ssedv::new(
+            PolicySpec::FdScan => bounded(Box::new(fd_scan::FdScan::new(options.fd_scan.feasible, model))),
+            PolicySpec::Ssedv => bounded(Box::new(ssedv::Ssedv::new(
                 options.ssedv,
                 IntermediateDeadline::Step,
                 options.window,
                 model,
-            )),
-            PolicySpec::SsedvBudget => Box::new(ssedv::Ssedv::new(options.ssedv, exp, options.window, model)),
-            PolicySpec::Traqios(budget) => {
-                Box::new(traqios::Traqios::new(budget, &options.traqios, options.window, model))
-            }
+            ))),
+            PolicySpec::SsedvBudget => bounded(Box::new(ssedv::Ssedv::new(options.ssedv, exp, options.window, model))),
+            PolicySpec::Traqios(budget) => bounded(Box::new(traqios::Traqios::new(
+                budget,
+                &options.traqios,
+                options.window,
+                model,
+            ))),
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
             PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
         })
@@ -134,6 +147,9 @@ pub struct PolicyOptions {
     pub ssedv: ssedv::SsedvOptions,
     pub fd_scan: fd_scan::FdScanOptions,
     pub coop: coop::CoopOptions,
+    /// The longest a job without a deadline waits under a deadline policy
+    /// while jobs with one keep coming, ms ([`super::unstamped`]).
+    pub unstamped_wait_ms: f64,
 }
 
 impl Default for PolicyOptions {
@@ -144,6 +160,7 @@ impl Default for PolicyOptions {
             ssedv: ssedv::SsedvOptions::default(),
             fd_scan: fd_scan::FdScanOptions::default(),
             coop: coop::CoopOptions::default(),
+            unstamped_wait_ms: 100.0,
         }
     }
 }
@@ -159,6 +176,10 @@ impl PolicyOptions {
         let starvation = self.coop.starvation_ms;
         if !(starvation.is_finite() && starvation > 0.0) {
             return Err(PolicyError::Starvation(starvation));
+        }
+        let wait = self.unstamped_wait_ms;
+        if !(wait.is_finite() && wait > 0.0) {
+            return Err(PolicyError::UnstampedWait(wait));
         }
         Ok(())
     }
