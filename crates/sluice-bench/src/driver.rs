@@ -168,7 +168,7 @@ pub fn run(
             for th in 0..spec.threads {
                 let seed = seed ^ ((ti as u64) << 32) ^ th as u64;
                 let g = Generator::new(spec.workload.clone(), seed, records.clone())?;
-                let client = target.client()?;
+                let client = target.client_of(&spec.name)?;
                 let (acc, window, stop, next_id) = (&accs[ti], &window, &stop, &next_id);
                 let tenant = (ti as u32, spec.weight);
                 let pace = spec

@@ -19,7 +19,8 @@
 //! | [`runtime`] | `sluice bench io` | the I/O runtime against its baselines (RCP §7.6) |
 //! | [`pg`] | `sluice bench pg` | PostgreSQL users directly and through proxies |
 //! | [`redis`] | `sluice bench redis` | Redis users directly and through proxies |
-//! | [`route`] | `sluice bench route` | range scans through the router over `sluice serve` shards, per shard policy |
+//! | [`route`] | `sluice bench route` | range scans through the router over `sluice serve` shards, per shard policy; with tenants, each tenant's deadline misses |
+//! | [`deadline`] | `sluice bench deadline` | TraQIOS's workload on real I/O (an emulated seek disk), each run beside the simulator's prediction |
 //! | [`demo`] | `sluice demo` | sluice-kv under YCSB with compaction active, FIFO against Sluice |
 //! | [`fanout`] | `sluice fanout` | the simulator's fan-out model under each shard policy |
 //! | [`model`] | `sluice model` | AppleS's throughput model fitted to measured samples |

@@ -28,6 +28,11 @@ pub trait Client: Send {
 /// Makes clients.
 pub trait Target: Sync {
     fn client(&self) -> Result<Box<dyn Client>>;
+    /// A client of the tenant `tenant`: over the network, named after it
+    /// where the target names clients ([`Resp::naming_clients`]).
+    fn client_of(&self, _tenant: &str) -> Result<Box<dyn Client>> {
+        self.client()
+    }
 }
 
 /// sluice-kv in this process.
@@ -76,6 +81,8 @@ impl Client for EmbeddedClient {
 /// A RESP2 server at an address.
 pub struct Resp {
     pub addr: std::net::SocketAddr,
+    /// Clients name themselves after their tenant (`CLIENT SETNAME`).
+    named: bool,
 }
 
 impl Resp {
@@ -84,7 +91,13 @@ impl Resp {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| BenchError::Protocol("the address resolved to nothing".into()))?;
-        Ok(Resp { addr })
+        Ok(Resp { addr, named: false })
+    }
+
+    /// Each client names itself after its tenant with `CLIENT SETNAME`,
+    /// as `sluice route` tells tenants apart.
+    pub fn naming_clients(self) -> Resp {
+        Resp { named: true, ..self }
     }
 }
 
@@ -96,12 +109,27 @@ struct RespClient {
 
 impl Target for Resp {
     fn client(&self) -> Result<Box<dyn Client>> {
+        Ok(Box::new(self.connect()?))
+    }
+
+    fn client_of(&self, tenant: &str) -> Result<Box<dyn Client>> {
+        let mut client = self.connect()?;
+        if self.named {
+            client.call(&[b"CLIENT", b"SETNAME", tenant.as_bytes()])?;
+            client.reply()?;
+        }
+        Ok(Box::new(client))
+    }
+}
+
+impl Resp {
+    fn connect(&self) -> Result<RespClient> {
         let stream = TcpStream::connect(self.addr)?;
         stream.set_nodelay(true)?;
-        Ok(Box::new(RespClient {
+        Ok(RespClient {
             stream,
             buf: Vec::with_capacity(16 << 10),
-        }))
+        })
     }
 }
 

@@ -16,6 +16,7 @@
 //! | I/O dependency, `ncio` promotion (§4.2.2) | [`SluiceFile::sync`], [`SluiceFile::read_at`] promote outstanding writes |
 //! | transitive dependency (§4.4) | [`task`]: blocking status, raise along the chain |
 //! | background tasks with knobs, a controller (programmable background tasks §VI) | [`background`], [`control`] with controllers from `sluice-core` |
+//! | TraQIOS's inputs (§2, §3.2.2): deadline D and N in the context, M as I/Os are issued, arrivals and finishes, the head | [`Runtime::enter`], `Job::at_index` from the task's count, [`sched`]'s `DispatchView` |
 //!
 //! # Embedding it
 //!
@@ -71,15 +72,20 @@
 //!
 //! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
 //! ones: a real file plus a sluice-core timing model, so that contention is
-//! real in wall time and the data is really stored.
+//! real in wall time and the data is really stored. The emulated seek disk
+//! at depth 1 serves in dispatch order, so a seek-aware policy (`sstf`,
+//! `traqios`) that the dispatch runs with the head where the last I/O left
+//! it shortens real waits, and EDF's seeks cost real time: TraQIOS measured
+//! in wall time against the simulator's prediction is `sluice bench
+//! deadline` (`docs/reproductions/traqios.md`, "On real I/O").
 //!
 //! I/O is a positional `pread`/`pwrite` on the calling thread. An io_uring
 //! path was measured first (`sluice bench io --part uring`, numbers in
 //! `docs/BENCHMARKS.md`): one ring halves the CPU per I/O at depth 32 on a
 //! real disk but delivers fewer IOPS than blocking threads, and is slower
 //! on the page cache, so it is not used. Not built: a ring per core fed by
-//! dispatch, and seek-aware ordering inside the emulated device (every
-//! model serves in arrival order per channel).
+//! dispatch, and seek-aware ordering inside the emulated device itself at
+//! depths above 1 (every model serves in arrival order per channel).
 
 pub mod background;
 pub mod config;

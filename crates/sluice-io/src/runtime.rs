@@ -295,8 +295,12 @@ impl Shared {
     }
 
     /// After a scheduler step that let `ready` in: wakes them and waits
-    /// until `seq` is in the device. (One clock read per I/O on the fast
-    /// path: on the page cache the clock is a visible share of the cost.)
+    /// until `seq` is in the device; returns when the dispatch let it in,
+    /// which is when the device starts on it: the issuing thread's wake-up
+    /// is not the device's time, as a real device starts on a dispatched
+    /// I/O without waiting for the thread. (One clock read per I/O on the
+    /// fast path: on the page cache the clock is a visible share of the
+    /// cost.)
     fn await_device(
         self: &Arc<Self>,
         mut st: MutexGuard<'_, State>,
@@ -313,14 +317,14 @@ impl Shared {
         wake(&mut st, ready);
         drop(st);
         task.begin_wait(Blocker::Io(self.clone(), seq));
-        loop {
+        let entered = loop {
             std::thread::park();
-            if lock(&self.state).sched.location(seq) == Some(Location::Device) {
-                break;
+            if let Some(at) = lock(&self.state).sched.entered(seq) {
+                break at;
             }
-        }
+        };
         task.end_wait();
-        self.device.now()
+        entered
     }
 
     fn next_seq(&self) -> u64 {

@@ -77,6 +77,8 @@ struct Entry {
     pool: usize,
     /// Counted against the non-critical device bound.
     bounded: bool,
+    /// When it last entered the device.
+    entered: Nanos,
 }
 
 /// Counters for reports and for the leak checks of the tests.
@@ -202,6 +204,7 @@ impl Sched {
                 location: Location::Admission,
                 pool,
                 bounded: false,
+                entered: 0,
             },
         );
         if self.admitted[pool] < self.capacity[pool] {
@@ -243,6 +246,7 @@ impl Sched {
             self.view.dispatched(job.pos);
             let e = self.ios.get_mut(&job.seq).expect("queued I/O is outstanding");
             e.location = Location::Device;
+            e.entered = now;
             self.in_device += 1;
             if q == NONCRIT {
                 e.bounded = true;
@@ -374,6 +378,15 @@ impl Sched {
 
     pub fn location(&self, seq: u64) -> Option<Location> {
         self.ios.get(&seq).map(|e| e.location)
+    }
+
+    /// When the I/O entered the device, if it is there: when the device
+    /// starts on it, whenever the thread that issued it wakes to do it.
+    pub fn entered(&self, seq: u64) -> Option<Nanos> {
+        self.ios
+            .get(&seq)
+            .filter(|e| e.location == Location::Device)
+            .map(|e| e.entered)
     }
 
     pub fn class(&self, seq: u64) -> Option<Criticality> {

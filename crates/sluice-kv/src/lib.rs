@@ -20,7 +20,7 @@
 //! | opening: manifest, WAL replay | `recovery.rs` |
 //! | merging sorted sources | `merge.rs` |
 //! | the RESP protocol (its own crate, `sluice-resp`, shared with the proxy, the router and the bench drivers) | `resp` |
-//! | the request context a command may carry (`SLUICE.WITH`) | `request_context.rs` |
+//! | the request context a command may carry (`SLUICE.WITH`) | `sluice_resp::request_context` |
 //! | the server of `sluice serve` and its bounds against hostile clients; what its connections share; its commands (dispatch in `commands.rs`, typed reads and writes in `commands/value.rs`); SCAN's cursors | `server.rs`, `shared.rs`, `commands.rs`, `commands/`, `cursors.rs` |
 //! | strings, hashes, sorted sets and their deadlines over flat keys | `keyspace.rs` |
 //!
@@ -42,7 +42,6 @@ mod memtable;
 pub mod merge;
 mod options;
 mod recovery;
-pub mod request_context;
 pub mod server;
 mod shared;
 pub mod sstable;

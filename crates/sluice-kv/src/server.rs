@@ -48,11 +48,11 @@ use std::time::{Duration, Instant};
 use sluice_core::Ctx;
 
 use crate::commands::{execute, noauth, Session};
-use crate::request_context;
 use crate::resp::{parse, Reply};
 pub use crate::shared::ServerOptions;
 use crate::shared::Shared;
 use crate::Db;
+use sluice_resp::request_context;
 
 /// Bytes a connection may hold for its client, beyond the request it is
 /// still receiving.
@@ -333,7 +333,7 @@ fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Repl
 }
 
 /// The context a request arriving at `arrival` runs in, and its command:
-/// the one the client sent with it ([`crate::request_context`]), or the
+/// the one the client sent with it ([`sluice_resp::request_context`]), or the
 /// session's tenant with an id of the server's own sequence.
 fn request_ctx<'a>(
     shared: &Shared,
@@ -355,7 +355,10 @@ fn request_ctx<'a>(
         Some(name) => shared.tenant(&String::from_utf8_lossy(name)),
         None => session.tenant,
     };
-    let mut ctx = Ctx::new(sent.id, arrival).with_tenant(tenant, 1.0);
+    let id = sent
+        .id
+        .unwrap_or_else(|| shared.next_request.fetch_add(1, Ordering::Relaxed));
+    let mut ctx = Ctx::new(id, arrival).with_tenant(tenant, 1.0);
     if let Some(budget) = sent.budget {
         ctx = ctx.with_deadline(arrival.saturating_add(budget));
     }

@@ -19,6 +19,7 @@
 //! | `request` | requests: [`CommandParser`] (resumable ranges, for a relay), [`parse`] (owned arguments, for a server), [`encode_command`] |
 //! | `scan` | replies framed: [`ReplyScanner`] (resumable, every RESP2 and RESP3 type), [`reply_len`], [`array_items`] |
 //! | `reply` | replies as values: [`Reply`], its encoding in RESP2 and RESP3, [`parse_reply`] |
+//! | [`request_context`] | Sluice's one extension: `SLUICE.WITH`, the request context (id, budget, tenant) a command may carry |
 //!
 //! Written by hand because the message boundaries are the point, and no
 //! RESP crate offers what a relay needs: framing that resumes over a
@@ -50,6 +51,7 @@ mod inline;
 mod limits;
 mod reply;
 mod request;
+pub mod request_context;
 mod scan;
 mod wire;
 

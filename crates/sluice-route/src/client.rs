@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sluice_resp::{parse, parse_reply, Limits, Reply};
+use sluice_resp::{parse, parse_reply, request_context, Limits, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -147,10 +147,24 @@ fn pairs(items: Vec<Reply>) -> Vec<(Reply, Reply)> {
 }
 
 async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Answer {
+    // A context the client sent: its budget counts (tightening its
+    // tenant's), its tenant names whose work it is; the id is the
+    // router's to give, in its own arrival order.
+    let (args, sent) = match request_context::unwrap(args) {
+        Ok(None) => (args, None),
+        Ok(Some(sent)) => (sent.command, Some((sent.budget, sent.tenant))),
+        Err(e) => return Reply::error(e).into(),
+    };
     let name = String::from_utf8_lossy(&args[0]).to_lowercase();
+    let (budget, tenant) = sent.unwrap_or((None, None));
+    let origin = router.origin(tenant.or(session.name.as_deref()), budget);
     match route(&name) {
+        Route::Local if sent.is_some() => Reply::error(format!(
+            "SLUICE.WITH: '{name}' concerns the connection alone and takes no request context"
+        ))
+        .into(),
         Route::Local => local(router, session, &name, args).into(),
-        other => router.execute(&name, other, args).await,
+        other => router.execute(&name, other, args, origin).await,
     }
 }
 

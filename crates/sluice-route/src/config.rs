@@ -21,6 +21,10 @@
 //! [pool]
 //! size = 64                       # connections per shard, at most
 //! order = "coop"                  # who goes first when more wait: "coop" (request order) or "fifo"
+//!
+//! [[tenant]]                      # a client that names itself "gold" (CLIENT SETNAME, HELLO ... SETNAME)
+//! name = "gold"
+//! budget_ms = 20.0                # each of its requests has this long: the shards' deadline policies see it
 //! ```
 //!
 //! or, in front of a Redis Cluster, `[cluster] seeds = ["127.0.0.1:7000"]`
@@ -137,6 +141,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     #[serde(default)]
     pub pool: PoolConfig,
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
     /// Largest request a client may send, in MiB (Redis's
     /// `proto-max-bulk-len` is 512).
     #[serde(default = "default_max_request_mb")]
@@ -145,6 +151,18 @@ pub struct Config {
 
 fn default_max_request_mb() -> usize {
     512
+}
+
+/// A tenant: the clients that give themselves its name, and the time
+/// budget of each of their requests (TraQIOS's SLA deadline: the shards
+/// order their I/O by it under `edf` or `traqios`). Its name is sent with
+/// its sub-requests to `sluice serve` shards, which count its work apart.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    /// Time budget of each request; `pool.budget_ms` if unset.
+    pub budget_ms: Option<f64>,
 }
 
 /// The largest `max_request_mb` accepted: 4 GiB, far above any request a
@@ -178,11 +196,27 @@ impl Config {
             ));
         }
         self.order()?;
-        if let Some(b) = self.pool.budget_ms {
-            if !(b > 0.0 && b.is_finite()) {
+        let budgets = std::iter::once(("pool.budget_ms".to_string(), self.pool.budget_ms)).chain(
+            self.tenants
+                .iter()
+                .map(|t| (format!("tenant {:?}: budget_ms", t.name), t.budget_ms)),
+        );
+        for (field, budget) in budgets {
+            if let Some(b) = budget {
+                if !(b > 0.0 && b.is_finite()) {
+                    return invalid(format!("{field} must be a positive number of milliseconds, not {b}"));
+                }
+            }
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.name.is_empty() || t.name.len() > 64 || !t.name.bytes().all(|b| b.is_ascii_graphic()) {
                 return invalid(format!(
-                    "pool.budget_ms must be a positive number of milliseconds, not {b}"
+                    "tenant {:?}: a name is 1 to 64 printable ASCII characters without spaces",
+                    t.name
                 ));
+            }
+            if self.tenants[..i].iter().any(|u| u.name == t.name) {
+                return invalid(format!("tenant {:?} is given twice", t.name));
             }
         }
         self.slot_owners().map(drop)
@@ -310,6 +344,12 @@ mod tests {
             ("[pool]\nsize = 0\n", "pool.size"),
             ("[pool]\norder = \"edf\"\n", "pool.order"),
             ("[pool]\nbudget_ms = -1.0\n", "pool.budget_ms"),
+            (
+                "[[tenant]]\nname = \"gold\"\nbudget_ms = 0.0\n",
+                "tenant \"gold\": budget_ms",
+            ),
+            ("[[tenant]]\nname = \"a b\"\n", "tenant \"a b\""),
+            ("[[tenant]]\nname = \"x\"\n[[tenant]]\nname = \"x\"\n", "given twice"),
             ("[cluster]\nseeds = [\"x:1\"]\n", "not both"),
             ("[pool]\nsise = 3\n", "unknown field `sise`"),
             ("[pool]\nreply_timeout_ms = 0\n", "pool.reply_timeout_ms"),

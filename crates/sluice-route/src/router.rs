@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 use sluice_core::policy::PolicySpec;
-use sluice_core::Ctx;
+use sluice_core::time::from_ms;
+use sluice_core::{Ctx, Nanos, TenantId};
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
 use crate::command::{script_keys, Merge, Route};
-use crate::config::{Config, ConfigError, ShardKind};
+use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
 use crate::shard::{Asking, Shard, ShardError, ShardOptions};
 use crate::slot::{slot, SLOTS};
@@ -57,6 +58,7 @@ pub struct Router {
     shard_options: ShardOptions,
     order: PolicySpec,
     budget_ms: Option<f64>,
+    tenants: Vec<TenantConfig>,
     next_id: AtomicU64,
     epoch: Instant,
     /// When the slot map was last read (cluster mode), so that failures
@@ -71,6 +73,16 @@ struct Part<'a> {
     slot: u16,
     args: Vec<&'a [u8]>,
     positions: Vec<usize>,
+}
+
+/// Whose a request is and how long it may take: the configured tenant the
+/// client named itself after (`CLIENT SETNAME`), and the budget the tenant
+/// has, tightened by one the client sent with the request.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Origin {
+    /// Index of the tenant in the configuration.
+    pub tenant: Option<usize>,
+    pub budget: Option<Nanos>,
 }
 
 /// What the router answers: a reply it made, or a shard's reply passed on
@@ -131,6 +143,7 @@ impl Router {
             shard_options: options,
             order,
             budget_ms: config.pool.budget_ms,
+            tenants: config.tenants.clone(),
             next_id: AtomicU64::new(0),
             epoch: Instant::now(),
             refreshed: std::sync::Mutex::new(None),
@@ -234,24 +247,50 @@ impl Router {
 
     /// A new request's context: the next id of the arrival order.
     fn context(&self) -> Ctx {
-        self.context_at(Instant::now())
+        self.context_at(Instant::now(), Origin::default())
     }
 
-    fn context_at(&self, arrival: Instant) -> Ctx {
+    /// A request's context: the next id, and the tenant and deadline of
+    /// its origin (the tenant as its index + 1; 0: none).
+    fn context_at(&self, arrival: Instant, origin: Origin) -> Ctx {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ctx::new(id, arrival.duration_since(self.epoch).as_nanos() as u64)
+        let at = arrival.duration_since(self.epoch).as_nanos() as u64;
+        let mut ctx = Ctx::new(id, at);
+        ctx.tenant = TenantId(origin.tenant.map_or(0, |i| i as u32 + 1));
+        ctx.deadline = origin.budget.map(|b| at.saturating_add(b));
+        ctx
     }
 
+    /// The origin of a request from a client named `name` (if it named
+    /// itself) that sent `budget` with the request (if it did).
+    pub fn origin(&self, name: Option<&[u8]>, budget: Option<Nanos>) -> Origin {
+        let tenant = name.and_then(|n| self.tenants.iter().position(|t| t.name.as_bytes() == n));
+        let configured = tenant
+            .and_then(|i| self.tenants[i].budget_ms)
+            .or(self.budget_ms)
+            .map(from_ms);
+        let budget = match (configured, budget) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Origin { tenant, budget }
+    }
+
+    /// Milliseconds left until the request's deadline (0 once it passed).
     fn budget_left(&self, ctx: &Ctx) -> Option<f64> {
-        self.budget_ms.map(|b| {
-            let spent = (self.epoch.elapsed().as_nanos() as u64).saturating_sub(ctx.arrival) as f64 / 1e6;
-            (b - spent).max(0.001)
-        })
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        ctx.deadline.map(|d| d.saturating_sub(now) as f64 / 1e6)
+    }
+
+    /// The tenant's name as sent to the shards.
+    fn tenant_name(&self, ctx: &Ctx) -> Option<&[u8]> {
+        let i = (ctx.tenant.0 as usize).checked_sub(1)?;
+        self.tenants.get(i).map(|t| t.name.as_bytes())
     }
 
     /// Runs the command `args` (its name `name`, in lower case, routed by
     /// `route`), which is not answered by the router itself.
-    pub async fn execute(&self, name: &str, route: Route, args: &[Vec<u8>]) -> Answer {
+    pub async fn execute(&self, name: &str, route: Route, args: &[Vec<u8>], origin: Origin) -> Answer {
         let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command")).into();
         let whole = || args.iter().map(Vec::as_slice).collect::<Vec<_>>();
         // RANGE's count: as sent to every shard, and where the merge cuts.
@@ -305,7 +344,7 @@ impl Router {
             Route::Local => return Reply::error(format!("'{name}' is answered by the client's session")).into(),
         };
         let started = Instant::now();
-        let ctx = self.context_at(started);
+        let ctx = self.context_at(started, origin);
         let fanout = parts.len() as u64;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(fanout, Ordering::Relaxed);
@@ -448,7 +487,9 @@ impl Router {
         })?;
         let mut asking = Asking::No;
         for _ in 0..=MAX_REDIRECTS {
-            let raw = shard.call(ctx, self.budget_left(&ctx), args, asking).await?;
+            let raw = shard
+                .call(ctx, self.budget_left(&ctx), self.tenant_name(&ctx), args, asking)
+                .await?;
             if self.cluster.is_none() || raw.first() != Some(&b'-') {
                 return Ok(raw);
             }

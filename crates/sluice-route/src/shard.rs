@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::Ctx;
-use sluice_resp::{encode_command, parse_reply, Limits, Reply, ReplyScanner};
+use sluice_resp::{encode_command, parse_reply, request_context, Limits, Reply, ReplyScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -109,13 +109,14 @@ impl Shard {
     }
 
     /// Sends `args` for the request `ctx` (with `budget_ms` left, if it has
-    /// a budget) and reads the reply, returned as the bytes that came (the
+    /// a budget, and its `tenant`'s name, if it has one) and reads the reply, returned as the bytes that came (the
     /// router passes most replies on untouched). An error reply from the
     /// shard is a reply, not a [`ShardError`].
     pub async fn call(
         &self,
         ctx: Ctx,
         budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
         args: &[&[u8]],
         asking: Asking,
     ) -> Result<Vec<u8>, ShardError> {
@@ -125,7 +126,7 @@ impl Shard {
         self.stats.gate_wait.record(started - waited);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
         let flying = InFlight::new(&self.stats.in_flight);
-        let result = self.exchange(ctx, budget_ms, args, asking, &pass).await;
+        let result = self.exchange(ctx, budget_ms, tenant, args, asking, &pass).await;
         self.stats.latency.record(started.elapsed());
         drop(flying);
         if result.is_err() {
@@ -136,7 +137,7 @@ impl Shard {
 
     /// [`Shard::call`] parsed, for the router's own commands.
     pub async fn call_parsed(&self, ctx: Ctx, args: &[&[u8]]) -> Result<Reply, ShardError> {
-        let raw = self.call(ctx, None, args, Asking::No).await?;
+        let raw = self.call(ctx, None, None, args, Asking::No).await?;
         parse_reply(&raw, &Limits::relay())
             .ok()
             .flatten()
@@ -148,6 +149,7 @@ impl Shard {
         &self,
         ctx: Ctx,
         budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
         args: &[&[u8]],
         asking: Asking,
         _pass: &Pass,
@@ -159,13 +161,11 @@ impl Shard {
         match self.options.kind {
             ShardKind::Sluice => {
                 let id = ctx.id.0.to_string();
-                let budget = budget_ms.map_or_else(|| "-".to_string(), |b| format!("{b:.3}"));
-                // No tenant: the shard's own per-connection tenant stands,
-                // so its fair policies share the shard among the router's
-                // connections (the paper's cfq analogue).
-                let mut wrapped: Vec<&[u8]> = vec![b"SLUICE.WITH", id.as_bytes(), budget.as_bytes(), b"-"];
-                wrapped.extend_from_slice(args);
-                encode_command(&wrapped, &mut out);
+                let budget = budget_ms.map(|b| format!("{b:.3}"));
+                // Without a configured tenant the shard's own per-connection
+                // tenant stands, so its fair policies share the shard among
+                // the router's connections (the paper's cfq analogue).
+                encode_command(&request_context::wrap(&id, budget.as_deref(), tenant, args), &mut out);
             }
             ShardKind::Redis => encode_command(args, &mut out),
         }

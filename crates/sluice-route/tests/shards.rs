@@ -346,6 +346,57 @@ fn every_part_carries_its_request_s_id_and_budget() {
     assert!(id > last_id.unwrap());
 }
 
+/// A client that names itself after a configured tenant has the tenant's
+/// budget and name sent with its parts; one that sends its own budget
+/// (`SLUICE.WITH - <ms> - ...`) tightens it but cannot loosen it; others
+/// get the pool's budget, and malformed contexts an error naming the field.
+#[test]
+fn a_tenant_s_budget_and_a_client_s_own_reach_the_shards() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let shards = [recording_shard(tx)];
+    let (router, _) = start_router(
+        &shards,
+        "[pool]\nbudget_ms = 500.0\n[[tenant]]\nname = \"gold\"\nbudget_ms = 20.0\n",
+    );
+    let recv = || rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let budget_and_tenant = |args: &[Vec<u8>]| {
+        let budget: f64 = String::from_utf8_lossy(&args[2]).parse().unwrap();
+        (budget, String::from_utf8_lossy(&args[3]).into_owned())
+    };
+
+    let mut anonymous = Client::connect(router);
+    assert_eq!(anonymous.call(&["SET", "k", "1"]), Reply::ok());
+    let (budget, tenant) = budget_and_tenant(&recv());
+    assert!(budget > 400.0 && budget <= 500.0 && tenant == "-", "{budget} {tenant}");
+
+    let mut gold = Client::connect(router);
+    assert_eq!(gold.call(&["CLIENT", "SETNAME", "gold"]), Reply::ok());
+    assert_eq!(gold.call(&["SET", "k", "1"]), Reply::ok());
+    let (budget, tenant) = budget_and_tenant(&recv());
+    assert!(budget > 10.0 && budget <= 20.0 && tenant == "gold", "{budget} {tenant}");
+
+    assert_eq!(gold.call(&["SLUICE.WITH", "-", "5", "-", "SET", "k", "1"]), Reply::ok());
+    let sent = recv();
+    let (budget, tenant) = budget_and_tenant(&sent);
+    assert!(budget <= 5.0 && tenant == "gold", "tightened: {budget} {tenant}");
+    assert_eq!(sent[4..], [b"SET".to_vec(), b"k".to_vec(), b"1".to_vec()]);
+    assert_eq!(gold.call(&["SLUICE.WITH", "99", "900", "-", "GET", "k"]), Reply::ok());
+    let sent = recv();
+    let (budget, _) = budget_and_tenant(&sent);
+    assert!(budget <= 20.0, "not loosened: {budget}");
+    assert_ne!(sent[1], b"99", "the router gives ids in its own arrival order");
+
+    let e = error_text(gold.call(&["SLUICE.WITH", "-", "-5", "-", "GET", "k"]));
+    assert!(e.starts_with("ERR SLUICE.WITH: the budget"), "{e}");
+    let e = error_text(gold.call(&["SLUICE.WITH", "-", "5", "-", "PING"]));
+    assert!(e.contains("'ping' concerns the connection alone"), "{e}");
+    assert_eq!(
+        gold.call(&["PING"]),
+        Reply::Simple("PONG".into()),
+        "the connection is fine"
+    );
+}
+
 /// A request whose arguments are each within `max_request_mb` but whose
 /// whole is not is refused with an error and its connection closed,
 /// before the router buffers more of it; other clients are served.

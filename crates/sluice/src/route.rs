@@ -81,6 +81,7 @@ fn config(args: &RouteArgs) -> Result<Config> {
                 shards: Vec::new(),
                 cluster: None,
                 pool: PoolConfig::default(),
+                tenants: Vec::new(),
                 max_request_mb: 512,
             }
         }

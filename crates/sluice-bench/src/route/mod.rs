@@ -9,6 +9,13 @@
 //! interleaved, with a client writing to the first shard meanwhile if asked
 //! ([`writer`]); the table gives each policy's ratios to the first, paired
 //! by round.
+//!
+//! With tenants (`--tenants gold:20:32,bronze:200:32`), the users are the
+//! tenants', each client named after its tenant, and the router gives each
+//! tenant's requests its budget (TraQIOS's SLA deadline, sent with every
+//! sub-request, which the shards' `edf` and `traqios` order their I/O by);
+//! a second table gives each tenant's miss ratio (scans slower than its
+//! budget, measured at the client) under each policy.
 
 mod shards;
 mod writer;
@@ -54,6 +61,38 @@ pub struct RouteBench {
     pub dir: Option<PathBuf>,
     /// The `sluice` binary whose `serve` runs the shards.
     pub serve: PathBuf,
+    /// Tenants with a budget each; when given, their users replace `users`.
+    pub tenants: Vec<TenantBudget>,
+}
+
+/// A tenant of `--tenants`: its name, the budget of each of its requests
+/// and its closed-loop users.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantBudget {
+    pub name: String,
+    pub budget_ms: f64,
+    pub users: usize,
+}
+
+impl std::str::FromStr for TenantBudget {
+    type Err = String;
+    /// `NAME:BUDGET_MS:USERS`.
+    fn from_str(spec: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("--tenants: '{spec}' is not NAME:BUDGET_MS:USERS (for example gold:20:32)");
+        let [name, budget, users] = spec.split(':').collect::<Vec<_>>()[..] else {
+            return Err(bad());
+        };
+        let budget_ms: f64 = budget.parse().map_err(|_| bad())?;
+        let users: usize = users.parse().map_err(|_| bad())?;
+        if name.is_empty() || !(budget_ms > 0.0 && budget_ms.is_finite()) || users == 0 {
+            return Err(bad());
+        }
+        Ok(TenantBudget {
+            name: name.into(),
+            budget_ms,
+            users,
+        })
+    }
 }
 
 struct Run {
@@ -65,6 +104,9 @@ struct Run {
     gap_p99_ms: f64,
     gap_p50_ms: f64,
     steal: f64,
+    /// Per tenant of `--tenants`, in order: the fraction of its scans
+    /// slower than its budget.
+    missed: Vec<f64>,
 }
 
 impl crate::harness::Run for Run {
@@ -109,7 +151,13 @@ pub fn run(args: &RouteBench) -> Result<String> {
     };
     let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device)?;
     shards.start(&args.policies[0])?;
-    let (addr, router) = shards.router(args.users)?;
+    let users_total = if args.tenants.is_empty() {
+        args.users
+    } else {
+        args.tenants.iter().map(|t| t.users).sum()
+    };
+    let budgets: Vec<(&str, f64)> = args.tenants.iter().map(|t| (t.name.as_str(), t.budget_ms)).collect();
+    let (addr, router) = shards.router(users_total, &budgets)?;
     let workload = Workload {
         name: "scan".into(),
         read: 0.0,
@@ -123,13 +171,26 @@ pub fn run(args: &RouteBench) -> Result<String> {
         field_count: 1,
         field_length: 1024,
     };
-    let target = Resp::new(addr)?;
+    let target = Resp::new(addr)?.naming_clients();
     eprintln!(
         "loading {} records of 1 KiB over {} shards through the router",
         args.records, args.shards
     );
     load(&target, &workload, 4, 1)?;
-    let users = TenantSpec::users(args.users, &workload);
+    let users = if args.tenants.is_empty() {
+        TenantSpec::users(args.users, &workload)
+    } else {
+        args.tenants
+            .iter()
+            .map(|t| TenantSpec {
+                name: t.name.clone(),
+                workload: workload.clone(),
+                threads: t.users,
+                weight: 1.0,
+                target_ops: None,
+            })
+            .collect()
+    };
     shards.settle()?;
     let mut runs = Vec::new();
     for round in 1..=args.rounds {
@@ -157,6 +218,12 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 all.merge(&u.all);
             }
             let gap = router.stats.gap.summary();
+            let missed = args
+                .tenants
+                .iter()
+                .zip(&results)
+                .map(|(t, u)| u.all.count_above((t.budget_ms * 1e6) as u64) as f64 / u.all.count().max(1) as f64)
+                .collect();
             let r = Run {
                 round,
                 policy: policy.clone(),
@@ -166,6 +233,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 gap_p99_ms: gap.p99_ms,
                 gap_p50_ms: gap.p50_ms,
                 steal,
+                missed,
             };
             // Each shard's sub-request latency at the router: where the
             // gap comes from (a shard that is slower than the others).
@@ -174,8 +242,14 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 .iter()
                 .map(|s| format!("{:.0}", s.stats.latency.summary().p50_ms))
                 .collect();
+            let missed: Vec<String> = args
+                .tenants
+                .iter()
+                .zip(&r.missed)
+                .map(|(t, m)| format!("  {} missed {:.1}%", t.name, m * 100.0))
+                .collect();
             eprintln!(
-                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%",
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%{}",
                 r.policy,
                 r.ops_per_sec,
                 r.p50_ms,
@@ -183,12 +257,45 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 r.gap_p50_ms,
                 r.gap_p99_ms,
                 shard_p50.join("/"),
-                r.steal * 100.0
+                r.steal * 100.0,
+                missed.concat()
             );
             runs.push(r);
         }
     }
-    Ok(table(&runs, &args.policies, args.max_steal))
+    let mut out = table(&runs, &args.policies, args.max_steal);
+    if !args.tenants.is_empty() {
+        out += &tenant_table(&runs, &args.policies, &args.tenants, args.max_steal);
+    }
+    Ok(out)
+}
+
+/// Each tenant's miss ratio under each policy: the median over the kept
+/// runs, with their range.
+fn tenant_table(runs: &[Run], policies: &[String], tenants: &[TenantBudget], max_steal: f64) -> String {
+    let (kept, _) = split_by_steal(runs, max_steal);
+    let mut header = vec!["policy".to_string()];
+    header.extend(
+        tenants
+            .iter()
+            .map(|t| format!("{} ({} ms) missed", t.name, t.budget_ms)),
+    );
+    let rows: Vec<Vec<String>> = policies
+        .iter()
+        .map(|p| {
+            let mine: Vec<&Run> = kept.iter().copied().filter(|r| &r.policy == p).collect();
+            let mut row = vec![p.clone()];
+            for i in 0..tenants.len() {
+                let s = Spread::of(mine.iter().map(|r| 100.0 * r.missed[i]));
+                row.push(format!("{:.1}% ({:.1}–{:.1}%)", s.median, s.min, s.max));
+            }
+            row
+        })
+        .collect();
+    format!(
+        "\nScans slower than their tenant's budget (at the client), median over rounds:\n\n{}",
+        markdown_table(&header, &rows)
+    )
 }
 
 /// The summary: per policy, medians over the kept runs and ratios to the
@@ -255,6 +362,7 @@ mod tests {
             gap_p99_ms: 1.0,
             gap_p50_ms: 1.0,
             steal,
+            missed: vec![0.1],
         };
         let runs = vec![
             run(1, "fifo", 10.0, 0.0),
@@ -276,5 +384,30 @@ mod tests {
             "round 2's fifo is set aside: {text}"
         );
         assert!(text.contains("1 set aside"), "{text}");
+        let tenants = [TenantBudget {
+            name: "gold".into(),
+            budget_ms: 20.0,
+            users: 4,
+        }];
+        let text = tenant_table(&runs, &["fifo".into(), "coop".into()], &tenants, 0.1);
+        assert!(text.contains("| coop | 10.0% (10.0–10.0%) |"), "{text}");
+    }
+
+    #[test]
+    fn tenants_parse_and_bad_ones_name_the_flag() {
+        let t: TenantBudget = "gold:20:32".parse().unwrap();
+        assert_eq!((t.name.as_str(), t.budget_ms, t.users), ("gold", 20.0, 32));
+        for bad in [
+            "gold",
+            "gold:20",
+            "gold:x:3",
+            "gold:0:3",
+            "gold:20:0",
+            ":20:3",
+            "a:1:2:3",
+        ] {
+            let e = bad.parse::<TenantBudget>().unwrap_err();
+            assert!(e.contains("--tenants") && e.contains(bad), "{e}");
+        }
     }
 }

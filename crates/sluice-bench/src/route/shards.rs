@@ -49,9 +49,11 @@ impl Shards {
         std::fs::write(
             &runtime,
             format!(
-                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{policy}\"\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
+                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{policy}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
                 ch = self.device.channels,
                 r = self.device.read_us,
+                // C̄ for slack (traqios): a read, as the device serves it.
+                c = self.device.read_us / 1e3,
                 s = self.device.coop_starvation_ms
             ),
         )?;
@@ -92,7 +94,8 @@ impl Shards {
 
     /// The router, serving from a thread of its own, with the slots split
     /// evenly over the shards and a connection a user to each.
-    pub fn router(&self, users: usize) -> Result<(SocketAddr, Arc<Router>)> {
+    /// `tenants` are names with the budget of each request, ms.
+    pub fn router(&self, users: usize, tenants: &[(&str, f64)]) -> Result<(SocketAddr, Arc<Router>)> {
         let per = 16384 / self.ports.len();
         let mut toml = format!("listen = \"127.0.0.1:0\"\n[pool]\nsize = {}\n", users.max(1) + 8);
         for (i, port) in self.ports.iter().enumerate() {
@@ -105,6 +108,9 @@ impl Shards {
                 "[[shard]]\nname = \"s{i}\"\naddr = \"127.0.0.1:{port}\"\nslots = \"{}-{hi}\"\n",
                 i * per
             ));
+        }
+        for (name, budget_ms) in tenants {
+            toml.push_str(&format!("[[tenant]]\nname = \"{name}\"\nbudget_ms = {budget_ms}\n"));
         }
         Ok(sluice_route::spawn(Config::from_toml(&toml)?)?)
     }

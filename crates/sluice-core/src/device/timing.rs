@@ -33,7 +33,10 @@ pub struct Op {
 }
 
 /// A device's timing: completion time of an operation that reaches the
-/// device at `now`. Calls come in non-decreasing `now`.
+/// device at `now`. Calls come in about the order of `now` (a driver that
+/// reports when an operation was dispatched may report one a little
+/// earlier than the last); an operation never starts before the device is
+/// free of those it already has.
 pub trait TimingModel: Send {
     fn complete_at(&mut self, now: Nanos, op: Op) -> Nanos;
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sluice_bench::route::RouteBench;
+use sluice_bench::route::{RouteBench, TenantBudget};
 
 /// Range scans through sluice route over sluice serve shards, per shard policy
 #[derive(Args)]
@@ -20,7 +20,12 @@ use sluice_bench::route::RouteBench;
     (p50, p99), the sub-request gap measured at the router, throughput, and paired ratios to the \
     first policy. --writer adds a client writing to the first shard throughout, so that it \
     flushes and compacts while the scans run.\n\n\
-    Example: sluice bench route --policies fifo,fair,coop --rounds 5"
+    --tenants replaces --users with tenants, each with a budget per request and its own users \
+    (named after it): the router sends each scan's deadline to the shards, and a second table gives \
+    each tenant's miss ratio (scans slower than its budget) under each policy; compare fifo with a \
+    deadline policy (edf, traqios).\n\n\
+    Example: sluice bench route --policies fifo,fair,coop --rounds 5\n\
+    Example: sluice bench route --policies fifo,edf,traqios --tenants gold:100:32,bronze:1000:32"
 )]
 pub struct RouteArgs {
     /// Shard I/O policies, comma-separated; the first is the baseline
@@ -62,6 +67,9 @@ pub struct RouteArgs {
     /// Where the shards keep their data (default: a temporary directory)
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Tenants as NAME:BUDGET_MS:USERS, comma-separated; replaces --users
+    #[arg(long, value_delimiter = ',')]
+    pub tenants: Vec<TenantBudget>,
 }
 
 pub fn run(a: RouteArgs) -> Result<()> {
@@ -71,6 +79,7 @@ pub fn run(a: RouteArgs) -> Result<()> {
             policies: a.policies,
             shards: a.shards,
             users: a.users,
+            tenants: a.tenants,
             records: a.records,
             read_us: a.read_us,
             channels: a.channels,

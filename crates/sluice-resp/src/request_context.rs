@@ -2,7 +2,7 @@
 //! protocol extension.
 //!
 //! ```text
-//! SLUICE.WITH <request id> <budget ms | -> <tenant | -> <command> [args...]
+//! SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> <command> [args...]
 //! ```
 //!
 //! A front end that splits one request over several shards (the cooperative
@@ -14,7 +14,9 @@
 //! budget is the time left for the request, in milliseconds (a decimal);
 //! the shard sets its deadline to its own arrival time plus the budget, so
 //! shards need no clock agreement. The tenant names whose work it is. `-`
-//! leaves a field out: no deadline, or the connection's own tenant.
+//! leaves a field out: the receiver's own id (a client that sends its
+//! budget to `sluice route`, which stamps ids itself), no deadline, or the
+//! connection's own tenant.
 //!
 //! Each wrapped command gets exactly its own reply, and the wrapper leaves
 //! no state on the connection, so pipelined and pooled connections stay
@@ -22,19 +24,17 @@
 //! own sequence, as before.
 //!
 //! ```
-//! use sluice_kv::request_context::unwrap;
+//! use sluice_resp::request_context::unwrap;
 //!
 //! let args: Vec<Vec<u8>> = ["SLUICE.WITH", "42", "2.5", "alice", "GET", "k"]
 //!     .iter()
 //!     .map(|a| a.as_bytes().to_vec())
 //!     .collect();
 //! let sent = unwrap(&args).unwrap().expect("a wrapped command");
-//! assert_eq!((sent.id, sent.budget), (42, Some(2_500_000)));
+//! assert_eq!((sent.id, sent.budget), (Some(42), Some(2_500_000)));
 //! assert_eq!(sent.tenant, Some(&b"alice"[..]));
 //! assert_eq!(sent.command, &args[4..]);
 //! ```
-
-use sluice_core::Nanos;
 
 /// The wrapper's command name (matched without regard to case, as Redis
 /// matches command names).
@@ -50,10 +50,11 @@ const MAX_BUDGET_MS: f64 = 86_400_000.0;
 /// A command with the context sent before it.
 #[derive(Debug, PartialEq)]
 pub struct Sent<'a> {
-    /// The request id, in the sender's global arrival order.
-    pub id: u64,
+    /// The request id, in the sender's global arrival order; `None`: the
+    /// receiver's own.
+    pub id: Option<u64>,
     /// Time left for the request, in nanoseconds; `None`: no deadline.
-    pub budget: Option<Nanos>,
+    pub budget: Option<u64>,
     /// Whose work it is; `None`: the connection's tenant.
     pub tenant: Option<&'a [u8]>,
     /// The command to run, its name first.
@@ -72,7 +73,7 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
     }
     let [_, id, budget, tenant, command @ ..] = args else {
         return Err(format!(
-            "wrong number of arguments for '{}' command (SLUICE.WITH <request id> <budget ms | -> <tenant | -> <command> [args...])",
+            "wrong number of arguments for '{}' command (SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> <command> [args...])",
             WRAPPER.to_ascii_lowercase()
         ));
     };
@@ -93,20 +94,24 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
     }))
 }
 
-fn parse_id(field: &[u8]) -> Result<u64, String> {
+fn parse_id(field: &[u8]) -> Result<Option<u64>, String> {
+    if field == b"-" {
+        return Ok(None);
+    }
     std::str::from_utf8(field)
         .ok()
         .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|s| s.parse().ok())
+        .map(Some)
         .ok_or_else(|| {
             format!(
-                "SLUICE.WITH: the request id must be an unsigned 64-bit integer, got '{}'",
+                "SLUICE.WITH: the request id must be '-' or an unsigned 64-bit integer, got '{}'",
                 shown(field)
             )
         })
 }
 
-fn parse_budget(field: &[u8]) -> Result<Option<Nanos>, String> {
+fn parse_budget(field: &[u8]) -> Result<Option<u64>, String> {
     if field == b"-" {
         return Ok(None);
     }
@@ -116,7 +121,7 @@ fn parse_budget(field: &[u8]) -> Result<Option<Nanos>, String> {
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|ms| (0.0..=MAX_BUDGET_MS).contains(ms));
     match ms {
-        Some(ms) => Ok(Some((ms * 1e6).round() as Nanos)),
+        Some(ms) => Ok(Some((ms * 1e6).round() as u64)),
         None => Err(format!(
             "SLUICE.WITH: the budget must be '-' or milliseconds from 0 to {MAX_BUDGET_MS} (a decimal), got '{}'",
             shown(field)
@@ -135,6 +140,35 @@ fn parse_tenant(field: &[u8]) -> Result<Option<&[u8]>, String> {
         ));
     }
     Ok(Some(field))
+}
+
+/// `command` wrapped in a request context: request `id`, `budget_ms` left
+/// (`None`: no deadline) and `tenant` (`None`: the receiver's own), ready
+/// for [`encode_command`](crate::encode_command).
+///
+/// ```
+/// use sluice_resp::request_context::{unwrap, wrap};
+///
+/// let command: Vec<&[u8]> = vec![b"GET", b"k"];
+/// let (id, budget) = (42.to_string(), "2.500".to_string());
+/// let wire: Vec<Vec<u8>> = wrap(&id, Some(&budget), Some(b"alice"), &command).iter().map(|a| a.to_vec()).collect();
+/// let sent = unwrap(&wire).unwrap().unwrap();
+/// assert_eq!((sent.id, sent.budget, sent.tenant), (Some(42), Some(2_500_000), Some(&b"alice"[..])));
+/// ```
+pub fn wrap<'a>(
+    id: &'a str,
+    budget_ms: Option<&'a str>,
+    tenant: Option<&'a [u8]>,
+    command: &[&'a [u8]],
+) -> Vec<&'a [u8]> {
+    let mut wrapped: Vec<&[u8]> = vec![
+        WRAPPER.as_bytes(),
+        id.as_bytes(),
+        budget_ms.map_or(b"-", str::as_bytes),
+        tenant.unwrap_or(b"-"),
+    ];
+    wrapped.extend_from_slice(command);
+    wrapped
 }
 
 /// A field as an error may quote it: printable, and not too long.
@@ -168,8 +202,10 @@ mod tests {
     fn dashes_leave_the_budget_and_the_tenant_out() {
         let a = args(&["sluice.with", "7", "-", "-", "SET", "k", "v"]);
         let sent = unwrap(&a).unwrap().unwrap();
-        assert_eq!((sent.id, sent.budget, sent.tenant), (7, None, None));
+        assert_eq!((sent.id, sent.budget, sent.tenant), (Some(7), None, None));
         assert_eq!(sent.command, &a[4..]);
+        let own_id = args(&["SLUICE.WITH", "-", "5", "-", "GET", "k"]);
+        assert_eq!(unwrap(&own_id).unwrap().unwrap().id, None, "the receiver's own id");
     }
 
     #[test]
