@@ -129,17 +129,27 @@ impl Device {
 
     /// Performs `io` (the real system call), then holds its completion
     /// until the timing model's finish time for an operation that entered
-    /// the device at `entered`.
-    pub fn perform<T>(&self, entered: Nanos, op: Op, io: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    /// the device at `entered`. Returns the result and when the device
+    /// finished: the model's time on an emulated device, which the thread
+    /// wakes a little after (the host's wake-up is not the device's time,
+    /// so the next I/O is dispatched as from then), else now.
+    pub fn perform<T>(
+        &self,
+        entered: Nanos,
+        op: Op,
+        io: impl FnOnce() -> std::io::Result<T>,
+    ) -> (std::io::Result<T>, Nanos) {
         let result = io();
-        if let Some(model) = &self.model {
-            let done = model.lock().unwrap_or_else(|e| e.into_inner()).complete_at(entered, op);
-            let now = self.now();
-            if done > now {
-                std::thread::sleep(Duration::from_nanos(done - now));
-            }
+        let Some(model) = &self.model else {
+            return (result, self.now());
+        };
+        let done = model.lock().unwrap_or_else(|e| e.into_inner()).complete_at(entered, op);
+        let now = self.now();
+        if done > now {
+            std::thread::sleep(Duration::from_nanos(done - now));
         }
-        result
+        // The sleep never ends early, so `done` is not in the future.
+        (result, done)
     }
 }
 
@@ -156,7 +166,7 @@ pub fn plain_read(device: &Device, file: &File, buf: &mut [u8], offset: u64) -> 
         offset,
         len: buf.len() as u64,
     };
-    device.perform(device.now(), op, || file.read_at(buf, offset))
+    device.perform(device.now(), op, || file.read_at(buf, offset)).0
 }
 
 /// A heap buffer aligned for `O_DIRECT`.

@@ -236,21 +236,21 @@ impl Shared {
             .with_tag(file.id as u64);
         let mut entered = self.enter(&task, job, class, now);
         let mut result = Ok(());
+        let mut done = entered;
         for (i, (start, len)) in self.pieces(op.len, class).enumerate() {
             if i > 0 {
-                entered = self.next_piece(&task, seq);
+                entered = self.next_piece(&task, seq, done);
             }
             let piece = Op {
                 offset: op.offset + start,
                 len,
                 ..op
             };
-            result = self.device.perform(entered, piece, || io(start, len));
+            (result, done) = self.device.perform(entered, piece, || io(start, len));
             if result.is_err() {
                 break;
             }
         }
-        let done = self.device.now();
         self.held.fetch_add(done.saturating_sub(entered), Ordering::Relaxed);
         let mut st = lock(&self.state);
         let ready = st.sched.complete(seq, done);
@@ -286,10 +286,10 @@ impl Shared {
     }
 
     /// Between two pieces: gives the device back and waits to re-enter it
-    /// (at once if nothing else waits or the I/O became critical).
-    fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64) -> u64 {
+    /// (at once if nothing else waits or the I/O became critical); `now`
+    /// is when the device finished the last piece.
+    fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64, now: u64) -> u64 {
         let mut st = lock(&self.state);
-        let now = self.device.now();
         let ready = st.sched.yield_device(seq, now);
         self.await_device(st, task, seq, &ready, now)
     }
