@@ -131,8 +131,7 @@ impl Device {
     /// until the timing model's finish time for an operation that entered
     /// the device at `entered`. Returns the result and when the device
     /// finished: the model's time on an emulated device, which the thread
-    /// wakes a little after (the host's wake-up is not the device's time,
-    /// so the next I/O is dispatched as from then), else now.
+    /// wakes a little after, else now.
     pub fn perform<T>(
         &self,
         entered: Nanos,

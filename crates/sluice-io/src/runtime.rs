@@ -14,7 +14,7 @@ use sluice_core::device::{FlatDevice, Op, OpKind};
 use sluice_core::{Class, Ctx, Job};
 
 use crate::background::{current_background, Background, TaskKind};
-use crate::config::RuntimeConfig;
+use crate::config::{DeviceKind, RuntimeConfig};
 use crate::device::{address, Device};
 use crate::dirty::DirtyBudget;
 use crate::error::IoError;
@@ -36,6 +36,16 @@ pub(crate) struct Shared {
     next_file: AtomicU32,
     /// Nanoseconds I/Os held the device, from entering it to leaving.
     held: AtomicU64,
+    /// Whether the device is told the dispatch's times rather than the
+    /// threads'. An emulated device of depth 1 serves strictly in dispatch
+    /// order, so it starts an I/O when the dispatch lets it in and
+    /// finishes it at its model's time, and the thread that issued the
+    /// I/O, or learns of its end, waking up later leaves the device no
+    /// idler: a host's wake-ups are not a device's time. A deeper device's
+    /// model hears of I/Os in the order their threads reach it, so it
+    /// takes the times they see: dispatch times there could start an I/O
+    /// before one that reached the model first and let it pass.
+    exact_times: bool,
     background: Mutex<Vec<Arc<Background>>>,
     pub(crate) dirty: DirtyBudget,
 }
@@ -66,6 +76,7 @@ impl Runtime {
             None => Box::new(FlatDevice::default()),
         };
         let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]).with_view(view);
+        let exact_times = config.device.kind == DeviceKind::Emulated && config.device.depth == 1;
         Ok(Runtime {
             shared: Arc::new(Shared {
                 device: Device::new(&config.device)?,
@@ -78,6 +89,7 @@ impl Runtime {
                 next_seq: AtomicU64::new(1),
                 next_file: AtomicU32::new(0),
                 held: AtomicU64::new(0),
+                exact_times,
                 background: Mutex::new(Vec::new()),
             }),
         })
@@ -250,6 +262,9 @@ impl Shared {
             if result.is_err() {
                 break;
             }
+            if !self.exact_times {
+                done = self.device.now();
+            }
         }
         self.held.fetch_add(done.saturating_sub(entered), Ordering::Relaxed);
         let mut st = lock(&self.state);
@@ -295,12 +310,9 @@ impl Shared {
     }
 
     /// After a scheduler step that let `ready` in: wakes them and waits
-    /// until `seq` is in the device; returns when the dispatch let it in,
-    /// which is when the device starts on it: the issuing thread's wake-up
-    /// is not the device's time, as a real device starts on a dispatched
-    /// I/O without waiting for the thread. (One clock read per I/O on the
-    /// fast path: on the page cache the clock is a visible share of the
-    /// cost.)
+    /// until `seq` is in the device; returns when the device starts on it
+    /// (see [`Shared::exact_times`]). (One clock read per I/O on the fast
+    /// path: on the page cache the clock is a visible share of the cost.)
     fn await_device(
         self: &Arc<Self>,
         mut st: MutexGuard<'_, State>,
@@ -324,7 +336,11 @@ impl Shared {
             }
         };
         task.end_wait();
-        entered
+        if self.exact_times {
+            entered
+        } else {
+            self.device.now()
+        }
     }
 
     fn next_seq(&self) -> u64 {

@@ -293,12 +293,14 @@ fn info(shared: &Shared) -> String {
         for t in tenants.filter(|t| t.ops > 0) {
             let _ = write!(
                 s,
-                "tenant_{}:ops={},errors={},mean_us={:.1},p99_us={:.1}\r\n",
+                "tenant_{}:ops={},errors={},mean_us={:.1},p99_us={:.1},deadlines={},missed={}\r\n",
                 t.name,
                 t.ops,
                 t.errors,
                 t.latency.mean() / 1e3,
-                t.latency.quantile(0.99) as f64 / 1e3
+                t.latency.quantile(0.99) as f64 / 1e3,
+                t.deadlines,
+                t.missed
             );
         }
     });

@@ -328,7 +328,8 @@ fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Repl
         ctx.tenant.0
     };
     let failed = matches!(reply, Reply::Error(_));
-    shared.record(tenant, started.elapsed().as_nanos() as u64, failed);
+    let missed = ctx.deadline.map(|d| rt.now() > d);
+    shared.record(tenant, started.elapsed().as_nanos() as u64, failed, missed);
     reply
 }
 
@@ -548,6 +549,13 @@ mod tests {
         let expired = words(&["SLUICE.WITH", "8", "0", "-", "GET", "a"]);
         let reply = run_request(&shared, &mut session, &expired);
         assert!(matches!(reply, Reply::Bulk(Some(ref v)) if v == b"v"), "{reply:?}");
+        let counted = shared
+            .with_tenants(|mut t| Iterator::find(&mut t, |s| s.name == "client-1").map(|s| (s.deadlines, s.missed)));
+        assert_eq!(
+            counted,
+            Some((2, 1)),
+            "the scan met its 50 ms, the expired GET is a miss"
+        );
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub(crate) struct TenantStats {
     pub ops: u64,
     pub errors: u64,
     pub latency: LatencyHistogram,
+    /// Requests with a deadline, and those that finished after it.
+    pub deadlines: u64,
+    pub missed: u64,
 }
 
 pub(crate) struct Shared {
@@ -79,6 +82,8 @@ impl Shared {
             ops: 0,
             errors: 0,
             latency: LatencyHistogram::coarse(),
+            deadlines: 0,
+            missed: 0,
         }) as u32;
         t.0.insert(name.to_string(), id);
         id
@@ -92,12 +97,18 @@ impl Shared {
         }
     }
 
-    pub fn record(&self, tenant: u32, nanos: u64, failed: bool) {
+    /// A request of `tenant` took `nanos`; `missed` says, for a request
+    /// with a deadline, whether it finished after it.
+    pub fn record(&self, tenant: u32, nanos: u64, failed: bool, missed: Option<bool>) {
         let mut t = lock(&self.tenants);
         if let Some(s) = t.1.get_mut(tenant as usize) {
             s.ops += 1;
             s.errors += u64::from(failed);
             s.latency.record(nanos);
+            if let Some(missed) = missed {
+                s.deadlines += 1;
+                s.missed += u64::from(missed);
+            }
         }
     }
 
