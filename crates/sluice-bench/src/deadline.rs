@@ -383,24 +383,7 @@ fn report(b: &DeadlineBench, runs: &[DeadlineRun]) -> String {
     out += &harness::markdown_table(&header, &rows);
 
     out += &format!("\n## Tardiness ÷ {base}'s, paired by round: measured median [range] · predicted median\n\n");
-    let others: Vec<&String> = b.policies.iter().skip(1).collect();
-    let mut header = vec!["ρ".to_string()];
-    header.extend(others.iter().map(|p| format!("{p} ÷ {base}")));
-    let rows: Vec<Vec<String>> = b
-        .utilizations
-        .iter()
-        .map(|&u| {
-            let runs = at(u);
-            let mut row = vec![format!("{u}")];
-            for p in &others {
-                let m = ratios(&runs, p, base, |r| r.tardiness_ms);
-                let pr = ratios(&runs, p, base, |r| r.predicted_tardiness_ms);
-                row.push(format!("{} · {}", shown(&m, true), shown(&pr, false)));
-            }
-            row
-        })
-        .collect();
-    out += &harness::markdown_table(&header, &rows);
+    out += &ratio_table(b, &kept, true);
 
     if let Some(candidate) = b.policies.iter().find(|p| p.starts_with("traqios")) {
         out += &format!(
@@ -437,24 +420,32 @@ fn report(b: &DeadlineBench, runs: &[DeadlineRun]) -> String {
 
     out += &format!("\n## The first round alone (what one run shows): tardiness ÷ {base}'s, measured · predicted\n\n");
     let first: Vec<&DeadlineRun> = runs.iter().filter(|r| r.round == 0).collect();
+    out += &ratio_table(b, &first, false);
+    out
+}
+
+/// Each policy's tardiness over the baseline's at each utilization, paired
+/// by round: measured (with its range, if `range`) and predicted.
+fn ratio_table(b: &DeadlineBench, runs: &[&DeadlineRun], range: bool) -> String {
+    let base = &b.policies[0];
+    let others = &b.policies[1..];
     let mut header = vec!["ρ".to_string()];
     header.extend(others.iter().map(|p| format!("{p} ÷ {base}")));
     let rows: Vec<Vec<String>> = b
         .utilizations
         .iter()
         .map(|&u| {
-            let runs: Vec<&DeadlineRun> = first.iter().copied().filter(|r| r.utilization == u).collect();
+            let at: Vec<&DeadlineRun> = runs.iter().copied().filter(|r| r.utilization == u).collect();
             let mut row = vec![format!("{u}")];
-            for p in &others {
-                let m = ratios(&runs, p, base, |r| r.tardiness_ms);
-                let pr = ratios(&runs, p, base, |r| r.predicted_tardiness_ms);
-                row.push(format!("{} · {}", shown(&m, false), shown(&pr, false)));
+            for p in others {
+                let m = ratios(&at, p, base, |r| r.tardiness_ms);
+                let pr = ratios(&at, p, base, |r| r.predicted_tardiness_ms);
+                row.push(format!("{} · {}", shown(&m, range), shown(&pr, false)));
             }
             row
         })
         .collect();
-    out += &harness::markdown_table(&header, &rows);
-    out
+    harness::markdown_table(&header, &rows)
 }
 
 /// `target`'s value over `baseline`'s in the same round, where the

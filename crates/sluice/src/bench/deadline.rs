@@ -23,7 +23,7 @@ use sluice_sim::TraqiosWorkload;
     and predicted, ratios to the first policy paired by round, TraQIOS against the best of the \
     others, and the EDF/SSTF crossover.\n\n\
     The default disk is TraQIOS's scaled by 1/4 and its transactions shorter (1-40 reads), so that \
-    the default sweep takes about 9 minutes a round.\n\n\
+    the default sweep takes about 8 minutes a round.\n\n\
     Example: sluice bench deadline --rounds 3"
 )]
 pub struct DeadlineArgs {
