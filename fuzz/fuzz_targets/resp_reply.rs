@@ -17,14 +17,8 @@
 mod pieces;
 
 use libfuzzer_sys::fuzz_target;
+use pieces::LIMITS;
 use sluice_resp::{parse_reply, reply_len, Limits, Reply, ReplyScanner};
-
-const LIMITS: Limits = Limits {
-    max_args: 8,
-    max_bulk: 64,
-    max_inline: 128,
-    unauthenticated: false,
-};
 
 /// Replies (their end offset and type byte) scanned from `buf` as it
 /// arrives `step` bytes at a time, then the error, if any.

@@ -20,15 +20,9 @@
 mod pieces;
 
 use libfuzzer_sys::fuzz_target;
-use sluice_kv::request_context::{unwrap, MAX_TENANT_LEN};
-use sluice_resp::{parse, CommandParser, Limits, ProtocolError};
-
-const LIMITS: Limits = Limits {
-    max_args: 8,
-    max_bulk: 64,
-    max_inline: 128,
-    unauthenticated: false,
-};
+use pieces::LIMITS;
+use sluice_resp::request_context::{unwrap, MAX_TENANT_LEN};
+use sluice_resp::{parse, CommandParser, ProtocolError};
 
 /// Each command's length and, for an array, its arguments; then the error
 /// the bytes end with, if any.
