@@ -38,6 +38,8 @@ pub struct Device {
     kind: DeviceKind,
     model: Option<Mutex<Box<dyn TimingModel>>>,
     origin: Instant,
+    /// See [`Device::exact_times`].
+    exact_times: bool,
 }
 
 impl Device {
@@ -52,7 +54,21 @@ impl Device {
             kind: config.kind,
             model,
             origin: Instant::now(),
+            exact_times: config.kind == DeviceKind::Emulated && config.depth == 1,
         })
+    }
+
+    /// Whether the device runs on the dispatch's times rather than the
+    /// threads'. An emulated device of depth 1 serves strictly in dispatch
+    /// order, so it starts an I/O when the dispatch lets it in and finishes
+    /// it at its model's time, and the thread that issued the I/O, or
+    /// learns of its end, waking up later leaves the device no idler: a
+    /// host's wake-ups are not a device's time. A deeper device's model
+    /// hears of I/Os in the order their threads reach it, so it takes the
+    /// times they see: dispatch times there could start an I/O before one
+    /// that reached the model first and let it pass.
+    pub fn exact_times(&self) -> bool {
+        self.exact_times
     }
 
     pub fn kind(&self) -> DeviceKind {
@@ -130,8 +146,8 @@ impl Device {
     /// Performs `io` (the real system call), then holds its completion
     /// until the timing model's finish time for an operation that entered
     /// the device at `entered`. Returns the result and when the device
-    /// finished: the model's time on an emulated device, which the thread
-    /// wakes a little after, else now.
+    /// finished: the model's time with [`Device::exact_times`] (the thread
+    /// wakes a little after it), else now.
     pub fn perform<T>(
         &self,
         entered: Nanos,
@@ -147,8 +163,12 @@ impl Device {
         if done > now {
             std::thread::sleep(Duration::from_nanos(done - now));
         }
-        // The sleep never ends early, so `done` is not in the future.
-        (result, done)
+        if self.exact_times {
+            // The sleep never ends early, so `done` is not in the future.
+            (result, done)
+        } else {
+            (result, self.now())
+        }
     }
 }
 

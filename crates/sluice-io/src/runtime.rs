@@ -14,7 +14,7 @@ use sluice_core::device::{FlatDevice, Op, OpKind};
 use sluice_core::{Class, Ctx, Job};
 
 use crate::background::{current_background, Background, TaskKind};
-use crate::config::{DeviceKind, RuntimeConfig};
+use crate::config::RuntimeConfig;
 use crate::device::{address, Device};
 use crate::dirty::DirtyBudget;
 use crate::error::IoError;
@@ -34,18 +34,6 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     next_seq: AtomicU64,
     next_file: AtomicU32,
-    /// Nanoseconds I/Os held the device, from entering it to leaving.
-    held: AtomicU64,
-    /// Whether the device is told the dispatch's times rather than the
-    /// threads'. An emulated device of depth 1 serves strictly in dispatch
-    /// order, so it starts an I/O when the dispatch lets it in and
-    /// finishes it at its model's time, and the thread that issued the
-    /// I/O, or learns of its end, waking up later leaves the device no
-    /// idler: a host's wake-ups are not a device's time. A deeper device's
-    /// model hears of I/Os in the order their threads reach it, so it
-    /// takes the times they see: dispatch times there could start an I/O
-    /// before one that reached the model first and let it pass.
-    exact_times: bool,
     background: Mutex<Vec<Arc<Background>>>,
     pub(crate) dirty: DirtyBudget,
 }
@@ -76,7 +64,6 @@ impl Runtime {
             None => Box::new(FlatDevice::default()),
         };
         let sched = Sched::new(config.rcp.clone(), config.device.depth, [build()?, build()?]).with_view(view);
-        let exact_times = config.device.kind == DeviceKind::Emulated && config.device.depth == 1;
         Ok(Runtime {
             shared: Arc::new(Shared {
                 device: Device::new(&config.device)?,
@@ -88,8 +75,6 @@ impl Runtime {
                 }),
                 next_seq: AtomicU64::new(1),
                 next_file: AtomicU32::new(0),
-                held: AtomicU64::new(0),
-                exact_times,
                 background: Mutex::new(Vec::new()),
             }),
         })
@@ -144,11 +129,10 @@ impl Runtime {
         self.shared.device.now()
     }
 
-    /// Nanoseconds I/Os have held the device, each from entering it to
-    /// leaving it (a non-critical I/O done in pieces: its last piece),
-    /// summed: at depth 1, the time the device was busy.
+    /// Nanoseconds I/Os have held the device, each from its dispatch to
+    /// its completion, summed: at depth 1, the time the device was busy.
     pub fn device_held(&self) -> u64 {
-        self.shared.held.load(Ordering::Relaxed)
+        lock(&self.shared.state).sched.held()
     }
 
     /// Begins a request on the current thread, as [`enter`](crate::enter)
@@ -262,11 +246,7 @@ impl Shared {
             if result.is_err() {
                 break;
             }
-            if !self.exact_times {
-                done = self.device.now();
-            }
         }
-        self.held.fetch_add(done.saturating_sub(entered), Ordering::Relaxed);
         let mut st = lock(&self.state);
         let ready = st.sched.complete(seq, done);
         wake(&mut st, &ready);
@@ -311,7 +291,7 @@ impl Shared {
 
     /// After a scheduler step that let `ready` in: wakes them and waits
     /// until `seq` is in the device; returns when the device starts on it
-    /// (see [`Shared::exact_times`]). (One clock read per I/O on the fast
+    /// (see [`Device::exact_times`]). (One clock read per I/O on the fast
     /// path: on the page cache the clock is a visible share of the cost.)
     fn await_device(
         self: &Arc<Self>,
@@ -336,7 +316,7 @@ impl Shared {
             }
         };
         task.end_wait();
-        if self.exact_times {
+        if self.device.exact_times() {
             entered
         } else {
             self.device.now()

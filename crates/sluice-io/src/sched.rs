@@ -109,6 +109,8 @@ pub struct Sched {
     /// When critical I/O last arrived or finished.
     last_critical: Option<Nanos>,
     promotions: u64,
+    /// Nanoseconds I/Os spent in the device, dispatch to completion.
+    held: Nanos,
     /// The device as the policies see it at each decision.
     view: Box<dyn DispatchView>,
 }
@@ -135,6 +137,7 @@ impl Sched {
             noncritical_clock: 0,
             last_critical: None,
             promotions: 0,
+            held: 0,
             view: Box::new(FlatDevice::default()),
         }
     }
@@ -308,6 +311,7 @@ impl Sched {
             return Vec::new();
         };
         debug_assert_eq!(e.location, Location::Device);
+        self.held += now.saturating_sub(e.entered);
         self.in_device -= 1;
         if e.bounded {
             self.noncritical_in_device -= 1;
@@ -335,6 +339,7 @@ impl Sched {
         if e.class == Criticality::Critical || e.location != Location::Device {
             return Vec::new();
         }
+        self.held += now.saturating_sub(e.entered);
         self.in_device -= 1;
         if std::mem::take(&mut e.bounded) {
             self.noncritical_in_device -= 1;
@@ -391,6 +396,12 @@ impl Sched {
 
     pub fn class(&self, seq: u64) -> Option<Criticality> {
         self.ios.get(&seq).map(|e| e.class)
+    }
+
+    /// Nanoseconds I/Os have spent in the device, each from its dispatch
+    /// to its completion (or, in pieces, each piece's), summed.
+    pub fn held(&self) -> Nanos {
+        self.held
     }
 
     pub fn outstanding(&self) -> usize {
@@ -588,5 +599,16 @@ mod tests {
         assert_eq!(s.complete(1, MS), vec![4], "nearest to 500");
         assert_eq!(s.complete(4, 2 * MS), vec![3], "nearest to 520: 900, not 0");
         assert_eq!(s.complete(3, 3 * MS), vec![2]);
+    }
+
+    #[test]
+    fn held_sums_each_io_s_time_in_the_device_piece_by_piece() {
+        let mut s = sched(RcpConfig::default(), 1);
+        assert_eq!(s.submit(job(1), C, MS), vec![1]);
+        s.submit(job(2), N, MS);
+        assert_eq!(s.complete(1, 3 * MS), vec![2], "1 held the device 2 ms");
+        assert_eq!(s.yield_device(2, 4 * MS), vec![2], "a piece of 1 ms, then back in");
+        s.complete(2, 6 * MS);
+        assert_eq!(s.held(), 5 * MS);
     }
 }
