@@ -150,10 +150,19 @@ impl DeadlineBench {
             bail!("--rounds must be at least 1");
         }
         let disk = seek_disk(&self.disk)?;
-        self.workload
+        self.workload_on(&disk)
             .validate(disk.cylinders())
             .map_err(|e| anyhow::anyhow!("workload {}: {}", e.field, e.problem))?;
         Ok(disk)
+    }
+
+    /// The workload with its data over the whole of `disk`, as the backing
+    /// file lies.
+    fn workload_on(&self, disk: &SeekDisk) -> TraqiosWorkload {
+        TraqiosWorkload {
+            layout_cylinders: disk.cylinders(),
+            ..self.workload.clone()
+        }
     }
 
     /// The workload of one run: enough transactions for `seconds` of
@@ -162,8 +171,7 @@ impl DeadlineBench {
         let mut w = TraqiosWorkload {
             utilization,
             transactions: 1,
-            layout_cylinders: disk.cylinders(),
-            ..self.workload.clone()
+            ..self.workload_on(disk)
         };
         let per_ns = w.arrival_rate(w.avg_access(disk));
         w.transactions = ((per_ns * self.seconds * 1e9).round() as u64).max(1);
@@ -339,7 +347,10 @@ fn report(b: &DeadlineBench, runs: &[DeadlineRun]) -> String {
         b.disk.a_ms,
         b.disk.b,
         b.disk.cylinders,
-        to_ms(b.workload.avg_access(&seek_disk(&b.disk).expect("checked")) as f64),
+        to_ms({
+            let disk = seek_disk(&b.disk).expect("checked");
+            b.workload_on(&disk).avg_access(&disk) as f64
+        }),
         b.workload.ios[0],
         b.workload.ios[1],
         b.seconds,
@@ -540,6 +551,21 @@ mod tests {
         .unwrap();
         assert!(report.contains("traqios ÷ edf"), "{report}");
         assert!(report.contains("traqios ÷ the best other"), "{report}");
+    }
+
+    #[test]
+    fn the_workload_lies_over_the_whole_disk_whatever_its_size() {
+        for cylinders in [500, 2000] {
+            let b = DeadlineBench {
+                disk: SeekDiskProfile {
+                    cylinders,
+                    ..DeadlineBench::default().disk
+                },
+                ..DeadlineBench::default()
+            };
+            let disk = b.check().unwrap();
+            assert_eq!(b.workload_at(0.5, &disk).layout_cylinders, cylinders);
+        }
     }
 
     #[test]

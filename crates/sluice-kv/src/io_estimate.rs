@@ -44,26 +44,30 @@ pub struct IoEstimates {
 impl IoEstimates {
     /// N for the request `args` (its name first): at least 1.
     pub fn estimate(&self, args: &[Vec<u8>]) -> u32 {
+        let name = name(args);
         let rate = self
             .rates
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&name(args))
+            .get(&name)
             .copied()
             .unwrap_or(1.0);
-        (rate * units(args) as f64).ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+        (rate * units(&name, args) as f64)
+            .ceil()
+            .clamp(1.0, f64::from(u32::MAX)) as u32
     }
 
     /// The request `args` made `ios` I/Os.
     pub fn learn(&self, args: &[Vec<u8>], ios: u32) {
-        let per_unit = f64::from(ios) / units(args) as f64;
+        let name = name(args);
+        let per_unit = f64::from(ios) / units(&name, args) as f64;
         let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
         // Command names come from clients: only known kinds are kept, so
         // that a flood of made-up names cannot grow the map.
-        if rates.len() >= 256 && !rates.contains_key(&name(args)) {
+        if rates.len() >= 256 && !rates.contains_key(&name) {
             return;
         }
-        let rate = rates.entry(name(args)).or_insert(per_unit);
+        let rate = rates.entry(name).or_insert(per_unit);
         *rate += ALPHA * (per_unit - *rate);
     }
 }
@@ -72,11 +76,11 @@ fn name(args: &[Vec<u8>]) -> Vec<u8> {
     args.first().map(|n| n.to_ascii_lowercase()).unwrap_or_default()
 }
 
-/// The units of a request: records a `RANGE` may return, keys of a
-/// multi-key command, else one.
-fn units(args: &[Vec<u8>]) -> usize {
+/// The units of a request `args` named `name` (lower case): records a
+/// `RANGE` may return, keys of a multi-key command, else one.
+fn units(name: &[u8], args: &[Vec<u8>]) -> usize {
     let rest = args.len().saturating_sub(1);
-    let n = match name(args).as_slice() {
+    let n = match name {
         b"range" => args
             .get(3)
             .and_then(|c| std::str::from_utf8(c).ok()?.parse().ok())
