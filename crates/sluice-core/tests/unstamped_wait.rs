@@ -48,7 +48,7 @@ proptest! {
         let options = PolicyOptions::default();
         let bound = (options.unstamped_wait_ms * 1e6) as u64;
         let model = SlackModel { avg_cost: 9_400_000, think: 500_000 };
-        let deadline_policies = ["edf", "edf+budget", "fd-scan", "ssedv", "ssedv+budget", "traqios", "traqios-all", "traqios-uniform"];
+        let deadline_policies = ["edf", "edf+budget", "fd-scan", "ssedv", "ssedv+budget", "traqios", "traqios-all", "traqios-uniform", "atc"];
         for name in deadline_policies {
             let mut policy = name.parse::<PolicySpec>().unwrap().build(&options, model).unwrap();
             let mut disk = SeekDisk::new(SeekDiskConfig::default()).unwrap();

@@ -16,10 +16,12 @@
 //! | `ssedv` | [`ssedv`] | TraQIOS Eq. 4–5, Chen et al. |
 //! | `traqios`, `traqios-all`, `traqios-uniform` | [`traqios`] | TraQIOS Eq. 1–3, §5.3 |
 //! | `edf+budget`, `ssedv+budget` | [`edf`], [`ssedv`] | TraQIOS §5.3, Fig. 9 |
+//! | `atc` | [`atc`] | Vepsäläinen & Morton's apparent tardiness cost, weighted by 1 / budget (the tighter SLO first once late) |
 //! | `coop` | [`coop`] | request order: Jo et al. §4.2 (cooperative scheduling across shards) |
 //! | (every deadline policy) | [`unstamped`] | jobs without a deadline: a bounded wait |
 //! | `wrr` | [`wrr`] | AppleS §3.3: weighted round robin with round quota ζ (the proxy's gate; not in experiment files) |
 
+pub mod atc;
 pub mod coop;
 pub mod edf;
 pub mod fd_scan;

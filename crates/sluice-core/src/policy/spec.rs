@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::unstamped::Unstamped;
-use super::{coop, edf, fd_scan, fifo, scan, ssedv, sstf, traqios, wrr, Policy};
+use super::{atc, coop, edf, fd_scan, fifo, scan, ssedv, sstf, traqios, wrr, Policy};
 use crate::budget::{Budgeting, SlackModel};
 use crate::deadline::IntermediateDeadline;
 
@@ -38,6 +38,9 @@ pub enum PolicySpec {
     Traqios(Budgeting),
     EdfBudget,
     SsedvBudget,
+    /// Apparent tardiness cost weighted by 1 / budget: the tighter SLO
+    /// goes first once late.
+    Atc,
     Coop,
     /// Round robin over tenants, one job a turn (`wrr` with ζ = 1 and equal
     /// weights): fair among whoever issues the I/O, as Linux's cfq is
@@ -46,7 +49,7 @@ pub enum PolicySpec {
 }
 
 impl PolicySpec {
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "fifo",
         "edf",
         "sstf",
@@ -58,11 +61,12 @@ impl PolicySpec {
         "traqios-uniform",
         "edf+budget",
         "ssedv+budget",
+        "atc",
         "coop",
         "fair",
     ];
 
-    const ALL: [PolicySpec; 13] = [
+    const ALL: [PolicySpec; 14] = [
         PolicySpec::Fifo,
         PolicySpec::Edf,
         PolicySpec::Sstf,
@@ -74,6 +78,7 @@ impl PolicySpec {
         PolicySpec::Traqios(Budgeting::Uniform),
         PolicySpec::EdfBudget,
         PolicySpec::SsedvBudget,
+        PolicySpec::Atc,
         PolicySpec::Coop,
         PolicySpec::Fair,
     ];
@@ -113,6 +118,7 @@ impl PolicySpec {
                 options.window,
                 model,
             ))),
+            PolicySpec::Atc => bounded(Box::new(atc::Atc::new(model))),
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
             PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
         })

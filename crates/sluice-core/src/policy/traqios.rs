@@ -81,15 +81,39 @@ pub fn priority(cost: f64, slack: f64, span: f64) -> f64 {
     }
 }
 
+/// m of Eq. 3: the expected remaining accesses of all transactions in the
+/// system, each counted by its latest known M (updated when it arrives and
+/// when it issues an access, dropped when it finishes).
+#[derive(Default)]
+pub(crate) struct Remaining {
+    per_request: HashMap<RequestId, u32>,
+    total: u64,
+}
+
+impl Remaining {
+    pub(crate) fn note(&mut self, id: RequestId, m: u32) {
+        let old = self.per_request.insert(id, m).unwrap_or(0);
+        self.total = self.total + u64::from(m) - u64::from(old);
+    }
+
+    pub(crate) fn finish(&mut self, id: RequestId) {
+        if let Some(m) = self.per_request.remove(&id) {
+            self.total -= u64::from(m);
+        }
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+}
+
 pub struct Traqios {
     budget: Budgeting,
     options: TraqiosOptions,
     model: SlackModel,
     jobs: Vec<Job>,
     success: SuccessRate,
-    /// Latest known M of each transaction in the system, and their sum m.
-    remaining: HashMap<RequestId, u32>,
-    remaining_total: u64,
+    remaining: Remaining,
 }
 
 impl Traqios {
@@ -100,20 +124,14 @@ impl Traqios {
             model,
             jobs: Vec::new(),
             success: SuccessRate::new(window),
-            remaining: HashMap::new(),
-            remaining_total: 0,
+            remaining: Remaining::default(),
         }
-    }
-
-    fn note_remaining(&mut self, id: RequestId, m: u32) {
-        let old = self.remaining.insert(id, m).unwrap_or(0);
-        self.remaining_total = self.remaining_total + u64::from(m) - u64::from(old);
     }
 
     /// k in k·C̄: m or n by the configured scale (at least 1).
     fn scale(&self) -> f64 {
         let k = match self.options.scale {
-            Scale::Remaining => self.remaining_total,
+            Scale::Remaining => self.remaining.total(),
             Scale::Pending => self.jobs.len() as u64,
         };
         k.max(1) as f64
@@ -130,7 +148,7 @@ impl Policy for Traqios {
     }
 
     fn push(&mut self, job: Job, _now: Nanos) {
-        self.note_remaining(job.ctx.id, job.remaining);
+        self.remaining.note(job.ctx.id, job.remaining);
         self.jobs.push(job);
     }
 
@@ -155,13 +173,11 @@ impl Policy for Traqios {
     }
 
     fn request_arrived(&mut self, ctx: &Ctx, _now: Nanos) {
-        self.note_remaining(ctx.id, ctx.est_ios.max(1));
+        self.remaining.note(ctx.id, ctx.est_ios.max(1));
     }
 
     fn request_finished(&mut self, ctx: &Ctx, now: Nanos) {
-        if let Some(m) = self.remaining.remove(&ctx.id) {
-            self.remaining_total -= u64::from(m);
-        }
+        self.remaining.finish(ctx.id);
         self.success.record(ctx, now);
     }
 }
@@ -254,11 +270,11 @@ mod tests {
         let b = Ctx::new(2, 0).with_est_ios(5);
         p.request_arrived(&a, 0);
         p.request_arrived(&b, 0);
-        assert_eq!(p.remaining_total, 35);
+        assert_eq!(p.remaining.total(), 35);
         p.push(Job::new(7, a, 0, 0).at_index(11), 0); // M = 20
-        assert_eq!(p.remaining_total, 25);
+        assert_eq!(p.remaining.total(), 25);
         p.request_finished(&b, 0);
-        assert_eq!(p.remaining_total, 20);
+        assert_eq!(p.remaining.total(), 20);
         assert_eq!(p.scale(), 20.0);
     }
 }
