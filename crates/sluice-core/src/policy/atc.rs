@@ -6,26 +6,27 @@
 //! At each scheduling point every pending access gets the index
 //!
 //! ```text
-//! I = (w / C) · exp(−max(S, 0) / (m·C̄))        w = 1 / (D − A)
+//! I = (w / C) · g(S / L)      g(x) = e^(−x) for x > 0, 1 − x for x ≤ 0
+//! w = 1 / (D − A)             L = m·C̄
 //! ```
 //!
 //! C is the access time from the current head, S the expected slack of its
-//! request (TraQIOS §3.2.2, [`SlackModel::slack`]), m·C̄ the work the
+//! request (TraQIOS §3.2.2, [`SlackModel::slack`]), L = m·C̄ the work the
 //! transactions in the system still expect (TraQIOS Eq. 3's scale), and
 //! D − A the request's budget: its deadline less its arrival. The highest
 //! index goes first. Accesses whose slack lies far beyond the work ahead
 //! all have an index of 0; they go earliest deadline first, then in the
 //! order they were pushed. So under light load the rule is EDF, near the
 //! deadline it weighs urgency against cost as TraQIOS does, and once late
-//! it is weighted shortest-access-first.
+//! it prefers the heavier request, the cheaper access, and the later one.
 //!
 //! # Why a weight, and why 1 / budget
 //!
 //! A rule that reads only the deadline (EDF, TraQIOS and their budgeting
-//! variants) treats a request the same when its arrival and deadline move
-//! together: a tenant's budget changes when its requests are served, not
-//! how late they end up. In steady state the lateness R − B then comes out
-//! alike for every tenant, and with it the share of requests that miss: a
+//! variants) cannot tell a request with a tight budget from one that
+//! arrived earlier with a loose one and is due at the same time: the
+//! budget decides when a request is served, not how late it ends up. In
+//! steady state the lateness R − B then comes out alike for every tenant, and with it the share of requests that miss: a
 //! tenant with a 250 ms budget misses as often as one with 500 ms (run RT6
 //! in `docs/BENCHMARKS.md`). For the tighter tenant to miss less, the rule
 //! must read the budget as importance. Weighing tardiness by 1 / B counts
@@ -41,11 +42,15 @@
 //!   the request already carries, so no configuration is added. A budget at
 //!   or below 1 µs (a request already due when it arrives) weighs as 1 µs:
 //!   the heaviest there is.
-//! - Under overload the tighter tenant's late accesses always precede the
-//!   looser tenant's: the looser tenant gets what the tighter one leaves.
-//!   With clients that wait for their replies that share is bounded by the
-//!   tighter tenant's clients; an open flood from it takes the device, as
-//!   any priority does. Requests without a deadline keep their bounded wait
+//! - Past the deadline the job-shop rule's index stays at w / C, so under
+//!   overload every late access of the tighter tenant would precede every
+//!   one of the looser: the looser tenant starves while the tighter one
+//!   alone can fill the device (measured: run RT8 in `docs/BENCHMARKS.md`,
+//!   where the looser tenant missed every deadline). Here the index goes on
+//!   rising with lateness T = −S at the rate it rose as the slack ran out
+//!   (g is smooth at 0), so a late access of weight w passes a late one of
+//!   weight 2w once T ≥ L + 2·T': the looser tenant is served, later.
+//!   Requests without a deadline keep their bounded wait
 //!   ([`super::unstamped`]).
 
 use super::traqios::Remaining;
@@ -68,9 +73,11 @@ pub fn weight(ctx: &Ctx) -> f64 {
 }
 
 /// The index I for an access of cost `cost` and expected slack `slack`
-/// with `lookahead` = m·C̄, all in ns.
+/// with `lookahead` = L = m·C̄, all in ns.
 pub fn index(weight: f64, cost: f64, slack: f64, lookahead: f64) -> f64 {
-    weight / cost.max(1.0) * (-slack.max(0.0) / lookahead.max(1.0)).exp()
+    let x = slack / lookahead.max(1.0);
+    let urgency = if x > 0.0 { (-x).exp() } else { 1.0 - x };
+    weight / cost.max(1.0) * urgency
 }
 
 pub struct Atc {
@@ -159,6 +166,22 @@ mod tests {
         p.push(budgeted(1, 900, 0, 100), 0);
         p.push(budgeted(2, 520, 0, 100), 0);
         assert_eq!(drain(&mut p, 500 * MS, &mut disk_at(500)), vec![2, 1]);
+    }
+
+    #[test]
+    fn a_looser_request_late_by_more_than_the_work_ahead_passes_a_tighter_one_just_due() {
+        // At 1000 ms, m·C̄ = 20 ms, both at the head's cylinder (C = 4 ms).
+        // The tighter request (budget 250 ms) is just due: g = 1. The looser
+        // one (500 ms) is 38 ms late: g = 1 + 38/20 = 2.9 > 2.
+        let mut p = atc();
+        p.push(budgeted(1, 500, 754, 250), 0);
+        p.push(budgeted(2, 500, 466, 500), 0);
+        assert_eq!(drain(&mut p, 1000 * MS, &mut disk_at(500)), vec![2, 1]);
+        // Only 10 ms late: g = 1.5 < 2, and the tighter one goes first.
+        let mut p = atc();
+        p.push(budgeted(1, 500, 754, 250), 0);
+        p.push(budgeted(2, 500, 494, 500), 0);
+        assert_eq!(drain(&mut p, 1000 * MS, &mut disk_at(500)), vec![1, 2]);
     }
 
     #[test]
