@@ -3,19 +3,29 @@
 //! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, STRLEN,
 //! APPEND, GETDEL and the counters in `commands/string.rs`), hashes
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
-//! (`commands/keys.rs`), expiry (`commands/expire.rs`), PING, ECHO, INFO,
-//! AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and what redis-benchmark
+//! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
+//! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
+//! PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and
+//! what redis-benchmark
 //! and redis-cli ask on connecting (CONFIG GET, COMMAND: answered with
 //! empty lists). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
-//! flat key, value list. How the types sit in the store: `keyspace.rs`.
+//! flat key, value list. How the types sit in the store: `keyspace.rs`;
+//! how commands reach it, inside a transaction or not: `commands/store.rs`.
+//!
+//! Every command is a row of one table ([`COMMANDS`]): its name, the
+//! argument counts it takes, and how it runs. A command is refused by
+//! name before it runs (unknown, or the wrong number of arguments), which
+//! is also what `MULTI` checks before it queues one.
 
 mod delete;
 mod expire;
 mod hash;
 mod keys;
 mod long_double;
+mod store;
 mod string;
+mod transaction;
 mod value;
 mod zset;
 
@@ -24,7 +34,8 @@ use std::fmt::Write;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
-use value::{read, run, string, write_strings, Typed};
+use transaction::{Exec, Transaction};
+use value::{read, read_many, run, string, write_strings, Typed};
 
 /// Keys `RANGE` returns when no count is given.
 const DEFAULT_RANGE_COUNT: usize = 100;
@@ -36,6 +47,7 @@ pub(crate) struct Session {
     pub quit: bool,
     /// The client asked for RESP3 (`HELLO 3`).
     pub resp3: bool,
+    pub transaction: Transaction,
 }
 
 /// Redis's refusal of a command before `AUTH`, where a password is set.
@@ -43,91 +55,199 @@ pub(crate) fn noauth() -> Reply {
     Reply::Error("NOAUTH Authentication required.".into())
 }
 
+/// A command the server answers.
+struct Command {
+    /// Lower case, as the table is searched.
+    name: &'static str,
+    /// Whether it takes this many arguments after its name.
+    arity: fn(usize) -> bool,
+    run: fn(&Shared, &mut Session, &str, &[Vec<u8>]) -> Reply,
+}
+
+const fn command(
+    name: &'static str,
+    arity: fn(usize) -> bool,
+    run: fn(&Shared, &mut Session, &str, &[Vec<u8>]) -> Reply,
+) -> Command {
+    Command { name, arity, run }
+}
+
+/// Every command, by name (sorted, for the search).
+const COMMANDS: &[Command] = &[
+    command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
+    command("auth", |_| true, |s, c, _, r| auth(s, c, r)),
+    command("command", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
+    command("config", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
+    command("decr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(-1))),
+    command(
+        "decrby",
+        |n| n == 2,
+        |s, _, _, r| string::incr_by(s, &r[0], string::decrement(&r[1])),
+    ),
+    command("del", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
+    command("discard", |n| n == 0, |_, c, _, _| c.transaction.discard()),
+    command("echo", |n| n == 1, |_, _, _, r| Reply::Bulk(Some(r[0].clone()))),
+    command("exec", |n| n == 0, |s, c, _, _| exec(s, c)),
+    command("exists", |n| n >= 1, |s, _, _, r| exists(s, r)),
+    command("expire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
+    command("expireat", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
+    command("expiretime", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command("get", |n| n == 1, |s, _, _, r| get(s, &r[0])),
+    command("getdel", |n| n == 1, |s, _, _, r| string::getdel(s, &r[0])),
+    command("getset", |n| n == 2, |s, _, _, r| string::getset(s, r)),
+    command("hdel", |n| n >= 2, |s, _, _, r| hash::hdel(s, r)),
+    command("hello", |_| true, |s, c, _, r| hello(s, c, r)),
+    command("hexists", |n| n == 2, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hget", |n| n == 2, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hgetall", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hlen", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hmget", |n| n >= 2, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hmset", |n| n >= 3 && n % 2 == 1, |s, _, _, r| hash::hset(s, r, true)),
+    command("hset", |n| n >= 3 && n % 2 == 1, |s, _, _, r| hash::hset(s, r, false)),
+    command("incr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(1))),
+    command(
+        "incrby",
+        |n| n == 2,
+        |s, _, _, r| string::incr_by(s, &r[0], string::increment(&r[1])),
+    ),
+    command("incrbyfloat", |n| n == 2, |s, _, _, r| string::incrbyfloat(s, r)),
+    command("info", |_| true, |s, _, _, _| Reply::Bulk(Some(info(s).into_bytes()))),
+    command("keys", |n| n == 1, |s, _, _, r| keys::keys(s, &r[0])),
+    command("mget", |n| n >= 1, |s, _, _, r| mget(s, r)),
+    command("mset", |n| n >= 2 && n % 2 == 0, |s, _, _, r| mset(s, r)),
+    command("multi", |n| n == 0, |_, c, _, _| c.transaction.multi()),
+    command("persist", |n| n == 1, |s, _, _, r| expire::persist(s, &r[0])),
+    command("pexpire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
+    command("pexpireat", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
+    command("pexpiretime", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command(
+        "ping",
+        |n| n <= 1,
+        |_, _, _, r| match r {
+            [msg] => Reply::Bulk(Some(msg.clone())),
+            _ => Reply::Simple("PONG".into()),
+        },
+    ),
+    command("psetex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
+    command("pttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command(
+        "quit",
+        |_| true,
+        |_, c, _, _| {
+            c.quit = true;
+            Reply::ok()
+        },
+    ),
+    command("range", |n| (2..=3).contains(&n), |s, _, _, r| range(s, r)),
+    command("scan", |n| n >= 1, |s, _, _, r| keys::scan(s, r)),
+    command(
+        "select",
+        |n| n == 1,
+        |_, _, _, r| match r[0].as_slice() {
+            b"0" => Reply::ok(),
+            _ => Reply::error("DB index is out of range"),
+        },
+    ),
+    command("set", |n| n >= 2, |s, _, _, r| string::set(s, r)),
+    command("setex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
+    command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
+    command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
+    command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
+    command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
+    command("watch", |n| n >= 1, |s, c, _, r| c.transaction.watch(&s.locks, r)),
+    command("zadd", |n| n >= 3, |s, _, _, r| zset::zadd(s, r)),
+    command("zcard", |n| n == 1, |s, _, name, r| zset::read_zset(s, name, r)),
+    command(
+        "zincrby",
+        |n| n == 3,
+        |s, _, _, r| zset::zadd(s, &[r[0].clone(), b"INCR".to_vec(), r[1].clone(), r[2].clone()]),
+    ),
+    command("zrange", |n| n >= 3, |s, c, name, r| zset::zrange(s, name, r, c.resp3)),
+    command(
+        "zrangebylex",
+        |n| n >= 3,
+        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
+    ),
+    command(
+        "zrangebyscore",
+        |n| n >= 3,
+        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
+    ),
+    command("zrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
+    command("zrem", |n| n >= 2, |s, _, _, r| zset::zrem(s, r)),
+    command(
+        "zrevrange",
+        |n| n >= 3,
+        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
+    ),
+    command(
+        "zrevrangebylex",
+        |n| n >= 3,
+        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
+    ),
+    command(
+        "zrevrangebyscore",
+        |n| n >= 3,
+        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
+    ),
+    command("zrevrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
+    command("zscore", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
+];
+
+fn lookup(name: &str) -> Option<&'static Command> {
+    COMMANDS
+        .binary_search_by(|c| c.name.cmp(name))
+        .ok()
+        .map(|i| &COMMANDS[i])
+}
+
+/// Runs a client's command, or queues it inside `MULTI`.
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     if !session.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "ping") {
         return noauth();
     }
     let rest = &args[1..];
-    let arity = |ok: bool, f: &dyn Fn() -> Reply| {
-        if ok {
-            f()
-        } else {
-            Reply::error(format!("wrong number of arguments for '{name}' command"))
+    let refusal = match lookup(&name) {
+        None => Reply::error(format!("unknown command '{name}'")),
+        Some(c) if !(c.arity)(rest.len()) => Reply::error(format!("wrong number of arguments for '{name}' command")),
+        Some(_) if session.transaction.queueing() && !transaction::runs_at_once(&name) => {
+            return session.transaction.queue(args, transaction::MAX_QUEUED_BYTES)
         }
+        Some(c) => return (c.run)(shared, session, &name, rest),
     };
-    match name.as_str() {
-        "get" => arity(rest.len() == 1, &|| get(shared, &rest[0])),
-        "set" => arity(rest.len() >= 2, &|| string::set(shared, rest)),
-        "setex" | "psetex" => arity(rest.len() == 3, &|| string::setex(shared, &name, rest)),
-        "getset" => arity(rest.len() == 2, &|| string::getset(shared, rest)),
-        "setnx" => arity(rest.len() == 2, &|| string::setnx(shared, rest)),
-        "strlen" => arity(rest.len() == 1, &|| string::strlen(shared, &rest[0])),
-        "append" => arity(rest.len() == 2, &|| string::append(shared, rest)),
-        "getdel" => arity(rest.len() == 1, &|| string::getdel(shared, &rest[0])),
-        "incr" => arity(rest.len() == 1, &|| string::incr_by(shared, &rest[0], Ok(1))),
-        "decr" => arity(rest.len() == 1, &|| string::incr_by(shared, &rest[0], Ok(-1))),
-        "incrby" => arity(rest.len() == 2, &|| {
-            string::incr_by(shared, &rest[0], string::increment(&rest[1]))
-        }),
-        "decrby" => arity(rest.len() == 2, &|| {
-            string::incr_by(shared, &rest[0], string::decrement(&rest[1]))
-        }),
-        "incrbyfloat" => arity(rest.len() == 2, &|| string::incrbyfloat(shared, rest)),
-        "del" => arity(!rest.is_empty(), &|| delete::del(shared, rest)),
-        "exists" => arity(!rest.is_empty(), &|| exists(shared, rest)),
-        "mget" => arity(!rest.is_empty(), &|| mget(shared, rest)),
-        "mset" => arity(!rest.is_empty() && rest.len().is_multiple_of(2), &|| mset(shared, rest)),
-        "type" => arity(rest.len() == 1, &|| type_of(shared, &rest[0])),
-        "range" => arity((2..=3).contains(&rest.len()), &|| range(shared, rest)),
-        "expire" | "pexpire" | "expireat" | "pexpireat" => {
-            arity(rest.len() >= 2, &|| expire::expire(shared, &name, rest))
+    session.transaction.refused();
+    refusal
+}
+
+/// `EXEC`: runs the queued commands holding every key stripe, their writes
+/// in one batch; nil if a watched key may have been written.
+fn exec(shared: &Shared, session: &mut Session) -> Reply {
+    let (queued, watched) = match session.transaction.exec() {
+        Exec::Answer(reply) => return reply,
+        Exec::Run(queued, watched) => (queued, watched),
+    };
+    let mut all = shared.locks.lock_all();
+    if watched.iter().any(|&(stripe, count)| all.count(stripe) != count) {
+        return Reply::Bulk(None);
+    }
+    let run = || {
+        queued
+            .iter()
+            .map(|args| {
+                let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+                let c = lookup(&name).expect("queued commands were looked up");
+                (c.run)(shared, session, &name, &args[1..])
+            })
+            .collect()
+    };
+    match store::atomically(shared, run) {
+        Ok((replies, stripes)) => {
+            all.wrote(&stripes);
+            Reply::Array(replies)
         }
-        "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-            arity(rest.len() == 1, &|| expire::ttl(shared, &name, &rest[0]))
-        }
-        "persist" => arity(rest.len() == 1, &|| expire::persist(shared, &rest[0])),
-        "keys" => arity(rest.len() == 1, &|| keys::keys(shared, &rest[0])),
-        "scan" => arity(!rest.is_empty(), &|| keys::scan(shared, rest)),
-        "hset" | "hmset" => arity(rest.len() >= 3 && rest.len() % 2 == 1, &|| {
-            hash::hset(shared, rest, name == "hmset")
-        }),
-        "hdel" => arity(rest.len() >= 2, &|| hash::hdel(shared, rest)),
-        "hget" | "hexists" => arity(rest.len() == 2, &|| hash::read_hash(shared, &name, rest)),
-        "hmget" => arity(rest.len() >= 2, &|| hash::read_hash(shared, &name, rest)),
-        "hgetall" | "hlen" => arity(rest.len() == 1, &|| hash::read_hash(shared, &name, rest)),
-        "zadd" => arity(rest.len() >= 3, &|| zset::zadd(shared, rest)),
-        "zincrby" => arity(rest.len() == 3, &|| {
-            zset::zadd(
-                shared,
-                &[rest[0].clone(), b"INCR".to_vec(), rest[1].clone(), rest[2].clone()],
-            )
-        }),
-        "zrem" => arity(rest.len() >= 2, &|| zset::zrem(shared, rest)),
-        "zcard" => arity(rest.len() == 1, &|| zset::read_zset(shared, &name, rest)),
-        "zscore" | "zrank" | "zrevrank" => arity(rest.len() == 2, &|| zset::read_zset(shared, &name, rest)),
-        "zrange" | "zrevrange" | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
-            arity(rest.len() >= 3, &|| zset::zrange(shared, &name, rest, session.resp3))
-        }
-        "ping" => match rest {
-            [] => Reply::Simple("PONG".into()),
-            [msg] => Reply::Bulk(Some(msg.clone())),
-            _ => arity(false, &|| Reply::ok()),
-        },
-        "echo" => arity(rest.len() == 1, &|| Reply::Bulk(Some(rest[0].clone()))),
-        "info" => Reply::Bulk(Some(info(shared).into_bytes())),
-        "auth" => auth(shared, session, rest),
-        "hello" => hello(shared, session, rest),
-        "select" => arity(rest.len() == 1, &|| match rest[0].as_slice() {
-            b"0" => Reply::ok(),
-            _ => Reply::error("DB index is out of range"),
-        }),
-        "config" | "command" => Reply::Array(Vec::new()),
-        "quit" => {
-            session.quit = true;
-            Reply::ok()
-        }
-        _ => Reply::error(format!("unknown command '{name}'")),
+        Err(refused) => refused,
     }
 }
 
@@ -136,32 +256,27 @@ fn get(shared: &Shared, key: &[u8]) -> Reply {
 }
 
 fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
-    let _locks = shared.locks.lock(pairs.iter().step_by(2).map(Vec::as_slice));
+    let _locks = store::lock(shared, pairs.iter().step_by(2).map(Vec::as_slice));
     run(|| write_strings(shared, pairs, None).map(|()| Reply::ok()))
 }
 
 fn exists(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
     run(|| {
-        let mut n = 0;
-        for k in keys {
-            n += i64::from(!matches!(read(shared, k)?, Typed::Absent));
-        }
-        Ok(Reply::Integer(n))
+        let found = read_many(shared, keys)?;
+        Ok(Reply::Integer(
+            found.iter().filter(|t| !matches!(t, Typed::Absent)).count() as i64,
+        ))
     })
 }
 
 /// MGET: a key that holds no string is nil, as in Redis.
 fn mget(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
     run(|| {
-        let mut values = Vec::with_capacity(keys.len());
-        for k in keys {
-            let v = match read(shared, k)? {
-                Typed::Found(Tag::String, body, _) => Some(body),
-                _ => None,
-            };
-            values.push(Reply::Bulk(v));
-        }
-        Ok(Reply::Array(values))
+        let values = read_many(shared, keys)?.into_iter().map(|t| match t {
+            Typed::Found(Tag::String, body, _) => Reply::Bulk(Some(body)),
+            _ => Reply::Bulk(None),
+        });
+        Ok(Reply::Array(values.collect()))
     })
 }
 
@@ -192,7 +307,7 @@ fn range(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         e => e.min(&[RESERVED][..]),
     };
     let now = now_ms();
-    match shared.db.scan(&args[0], Some(end), count) {
+    match store::scan(shared, &args[0], Some(end), count) {
         Ok(entries) => Reply::Array(
             entries
                 .into_iter()
@@ -205,7 +320,7 @@ fn range(shared: &Shared, args: &[Vec<u8>]) -> Reply {
                 .flatten()
                 .collect(),
         ),
-        Err(e) => Reply::error(e),
+        Err(refused) => refused,
     }
 }
 

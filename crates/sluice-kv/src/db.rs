@@ -159,7 +159,9 @@ impl Db {
         Ok(())
     }
 
-    fn validate(&self, batch: &WriteBatch) -> Result<()> {
+    /// Refuses a batch the store would not take (empty or oversized keys
+    /// and values), naming what is wrong.
+    pub(crate) fn validate(&self, batch: &WriteBatch) -> Result<()> {
         let o = &self.inner.options;
         for (k, v) in &batch.ops {
             if k.is_empty() {
@@ -216,15 +218,30 @@ impl Db {
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let st = self.inner.state.lock();
-        let found = std::iter::once(&st.mem)
-            .chain(st.imm.iter().rev().map(|m| &**m))
-            .find_map(|m| m.get(key));
-        if let Some(v) = found {
+        if let Some(v) = in_memtables(&st, key) {
             return Ok(v);
         }
         let version = st.version.clone();
         drop(st);
         Ok(version.get(key)?.flatten())
+    }
+
+    /// The values at `keys`, all as of one moment: a batch written
+    /// meanwhile is seen whole or not at all. The memtables are read under
+    /// the state lock, and what they do not hold from the tables of that
+    /// moment's version.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let st = self.inner.state.lock();
+        let found: Vec<Option<Value>> = keys.iter().map(|k| in_memtables(&st, k)).collect();
+        let version = st.version.clone();
+        drop(st);
+        keys.iter()
+            .zip(found)
+            .map(|(k, f)| match f {
+                Some(v) => Ok(v),
+                None => Ok(version.get(k)?.flatten()),
+            })
+            .collect()
     }
 
     /// Up to `limit` live entries with `start <= key < end` (no `end`: to
@@ -473,4 +490,12 @@ impl Drop for Db {
             let _ = w.join();
         }
     }
+}
+
+/// The newest entry for `key` in the memtables, newest first: a value, a
+/// delete (`Some(None)`), or nothing (`None`: look in the tables).
+fn in_memtables(st: &State, key: &[u8]) -> Option<Value> {
+    std::iter::once(&st.mem)
+        .chain(st.imm.iter().rev().map(|m| &**m))
+        .find_map(|m| m.get(key))
 }

@@ -260,14 +260,50 @@ fn unsortable(key: u64) -> f64 {
 /// set, and any write that could race with one, holds its key's stripe.
 /// sluice-io's mutex, so that a request waiting for a stripe raises its
 /// holder (RCP §4.2.1).
+///
+/// Each stripe counts the writes that held it, so that `WATCH` can tell
+/// whether a key may have changed: a count that moved means a write to
+/// one of the stripe's keys (1 in the number of stripes: another key),
+/// or an attempt that failed. Either aborts a watching transaction, as
+/// an optimistic lock may; none is missed, since every write holds its
+/// key's stripe.
 pub struct KeyLocks {
-    stripes: Vec<Mutex<()>>,
+    stripes: Vec<Mutex<u64>>,
+}
+
+/// Stripes held for a write; each one's count moves when they are let go.
+pub struct Held<'a>(Vec<MutexGuard<'a, u64>>);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for count in &mut self.0 {
+            **count += 1;
+        }
+    }
+}
+
+/// Every stripe, held by a transaction while it runs: no other write can
+/// start until it is let go.
+pub struct AllHeld<'a>(Vec<MutexGuard<'a, u64>>);
+
+impl AllHeld<'_> {
+    /// The count of `stripe`.
+    pub fn count(&self, stripe: usize) -> u64 {
+        *self.0[stripe]
+    }
+
+    /// Moves the counts of `stripes`: the transaction wrote to their keys.
+    pub fn wrote(&mut self, stripes: &[usize]) {
+        for &s in stripes {
+            *self.0[s] += 1;
+        }
+    }
 }
 
 impl KeyLocks {
     pub fn new(stripes: usize) -> Self {
         KeyLocks {
-            stripes: (0..stripes.max(1)).map(|_| Mutex::new(())).collect(),
+            stripes: (0..stripes.max(1)).map(|_| Mutex::new(0)).collect(),
         }
     }
 
@@ -277,13 +313,29 @@ impl KeyLocks {
         (h.finish() % self.stripes.len() as u64) as usize
     }
 
-    /// Locks the stripes of `keys`, in stripe order so that two writers of
-    /// overlapping keys cannot deadlock.
-    pub fn lock<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Vec<MutexGuard<'_, ()>> {
+    /// The stripes of `keys`, in stripe order, each once.
+    pub fn stripes_of<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Vec<usize> {
         let mut ids: Vec<usize> = keys.into_iter().map(|k| self.stripe(k)).collect();
         ids.sort_unstable();
         ids.dedup();
-        ids.into_iter().map(|i| self.stripes[i].lock()).collect()
+        ids
+    }
+
+    /// Locks `stripes`, given in stripe order ([`KeyLocks::stripes_of`])
+    /// so that two writers of overlapping keys cannot deadlock.
+    pub fn lock(&self, stripes: Vec<usize>) -> Held<'_> {
+        Held(stripes.into_iter().map(|i| self.stripes[i].lock()).collect())
+    }
+
+    /// Locks every stripe, in order.
+    pub fn lock_all(&self) -> AllHeld<'_> {
+        AllHeld(self.stripes.iter().map(|s| s.lock()).collect())
+    }
+
+    /// The stripe of `key` and its count now.
+    pub fn watch(&self, key: &[u8]) -> (usize, u64) {
+        let stripe = self.stripe(key);
+        (stripe, *self.stripes[stripe].lock())
     }
 }
 

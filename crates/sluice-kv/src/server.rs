@@ -211,6 +211,7 @@ fn connection(shared: &Shared, stream: TcpStream) {
         authenticated: shared.options.password.is_none(),
         quit: false,
         resp3: false,
+        transaction: Default::default(),
     };
     if stream.set_nonblocking(true).is_ok() {
         let _ = stream.set_nodelay(true);
@@ -472,6 +473,7 @@ mod tests {
             authenticated: true,
             quit: false,
             resp3: false,
+            transaction: Default::default(),
         };
         let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
         let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
@@ -501,6 +503,7 @@ mod tests {
             authenticated: false,
             quit: false,
             resp3: false,
+            transaction: Default::default(),
         };
         let wrapped = words(&["SLUICE.WITH", "1", "-", "mallory", "PING"]);
         let refused = request_ctx(&shared, &session, &wrapped, 0).unwrap_err();
@@ -529,6 +532,7 @@ mod tests {
             authenticated: true,
             quit: false,
             resp3: false,
+            transaction: Default::default(),
         };
         for k in ["a", "b"] {
             run_request(&shared, &mut session, &words(&["SET", k, "v"]));

@@ -1,8 +1,10 @@
-//! Crash safety: a child process writes synced keys and acknowledges each
-//! on stdout; the parent kills it with SIGKILL at a random moment (mid
-//! write, mid flush, mid compaction), reopens the store, and finds every
-//! acknowledged write. Many runs on one directory, so recovery also runs
-//! on stores that earlier crashes left behind.
+//! Crash safety: a child process writes synced batches of two keys (as a
+//! server's MULTI/EXEC does) and acknowledges each on stdout; the parent
+//! kills it with SIGKILL at a random moment (mid write, mid flush, mid
+//! compaction), reopens the store, and finds every acknowledged batch, and
+//! of the batch the kill cut short, both keys or neither. Many runs on one
+//! directory, so recovery also runs on stores that earlier crashes left
+//! behind.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -10,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sluice_io::{Runtime, RuntimeConfig};
-use sluice_kv::{Db, Options};
+use sluice_kv::{Db, Options, WriteBatch};
 
 const RUNS: usize = 100;
 const DIR_VAR: &str = "SLUICE_KV_CRASH_DIR";
@@ -35,6 +37,11 @@ fn key(i: u64) -> Vec<u8> {
     format!("key-{i:08}").into_bytes()
 }
 
+/// The other key of batch `i`.
+fn twin(i: u64) -> Vec<u8> {
+    format!("twin-{i:08}").into_bytes()
+}
+
 fn value(i: u64) -> Vec<u8> {
     format!("value-{i}-{}", "x".repeat((i % 97) as usize)).into_bytes()
 }
@@ -50,7 +57,9 @@ fn child_writer() {
     let db = Db::open(rt, dir, options(true)).unwrap();
     let mut out = std::io::stdout().lock();
     for i in start.parse::<u64>().unwrap().. {
-        db.put(&key(i), &value(i)).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.put(key(i), value(i)).put(twin(i), value(i));
+        db.write(batch).unwrap();
         writeln!(out, "ack {i}").unwrap();
         out.flush().unwrap();
     }
@@ -102,9 +111,20 @@ fn kill_at_random_moments_loses_no_acknowledged_write() {
         let db = Db::open(rt.clone(), dir.path(), options(false)).unwrap();
         for &i in &acked {
             assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "run {run}: key {i} lost");
+            assert_eq!(db.get(&twin(i)).unwrap(), Some(value(i)), "run {run}: twin {i} lost");
         }
         total += acked.len();
         next = acked.last().map_or(next, |&i| i + 1);
+        // The batch in flight when the child died (and the next, should the
+        // acknowledgement itself have been cut): whole or absent.
+        let in_flight = next;
+        for i in in_flight..in_flight + 2 {
+            let (k, t) = (db.get(&key(i)).unwrap(), db.get(&twin(i)).unwrap());
+            assert_eq!(k, t, "run {run}: batch {i} torn by the crash");
+            if k.is_some() {
+                next = i + 1;
+            }
+        }
     }
     assert!(total > RUNS, "the children acknowledged only {total} writes");
 }

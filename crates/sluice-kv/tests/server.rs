@@ -982,6 +982,27 @@ for kwargs in ({}, {"protocol": 2}):
     p.mget([f"k{i}" for i in range(100)])
     replies = p.execute()
     assert replies[-1] == [str(i).encode() for i in range(100)]
+    r.delete("cnt", "w")
+    p = r.pipeline()  # MULTI/EXEC, redis-py's default
+    p.set("t1", "a").incr("cnt").get("t1")
+    assert p.execute() == [True, 1, b"a"]
+    def bump(pipe):
+        n = int(pipe.get("cnt"))
+        pipe.multi()
+        pipe.set("cnt", n + 10)
+    r.transaction(bump, "cnt")
+    assert r.get("cnt") == b"11"
+    with r.pipeline() as pipe:
+        pipe.watch("w")
+        r.set("w", "theirs")
+        pipe.multi()
+        pipe.set("w", "mine")
+        try:
+            pipe.execute()
+            raise AssertionError("EXEC ran after a write to a watched key")
+        except redis.WatchError:
+            pass
+    assert r.get("w") == b"theirs"
     r.close()
 print("ok")
 "#;
@@ -995,4 +1016,180 @@ print("ok")
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// MULTI, EXEC, DISCARD and their errors, with Redis 7's replies: queued
+/// commands read the transaction's own writes; a command refused while
+/// queueing discards the transaction, one that fails when run fails alone.
+#[test]
+fn transactions_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(c.call(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["MULTI"]), "-ERR MULTI calls can not be nested\r\n");
+    for cmd in [
+        &["SET", "a", "1"][..],
+        &["INCR", "a"],
+        &["GET", "a"],
+        &["SET", "r:1", "x"],
+        &["RANGE", "r:", "r;"],
+    ] {
+        assert_eq!(c.call(cmd), "+QUEUED\r\n", "{cmd:?}");
+    }
+    assert_eq!(
+        c.call(&["EXEC"]),
+        "*5\r\n+OK\r\n:2\r\n$1\r\n2\r\n+OK\r\n*2\r\n$3\r\nr:1\r\n$1\r\nx\r\n",
+        "reads inside see the transaction's writes"
+    );
+    c.call(&["SET", "r:0", "old"]);
+    c.call(&["MULTI"]);
+    c.call(&["DEL", "r:0"]);
+    c.call(&["SET", "r:2", "y"]);
+    c.call(&["RANGE", "r:", "r;", "2"]);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        "*3\r\n:1\r\n+OK\r\n*4\r\n$3\r\nr:1\r\n$1\r\nx\r\n$3\r\nr:2\r\n$1\r\ny\r\n",
+        "a scan inside merges the transaction's deletes and writes"
+    );
+
+    c.call(&["MULTI"]);
+    c.call(&["SET", "a", "5"]);
+    assert_eq!(c.call(&["DISCARD"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["GET", "a"]),
+        "$1\r\n2\r\n",
+        "discarded, and no longer queueing"
+    );
+
+    c.call(&["MULTI"]);
+    assert_eq!(c.call(&["SET", "a", "6"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["NOSUCH", "x"]), "-ERR unknown command 'nosuch'\r\n");
+    assert_eq!(
+        c.call(&["SET", "a"]),
+        "-ERR wrong number of arguments for 'set' command\r\n"
+    );
+    assert_eq!(
+        c.call(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(c.call(&["GET", "a"]), "$1\r\n2\r\n", "nothing of it ran");
+
+    c.call(&["MULTI"]);
+    c.call(&["SET", "s", "text"]);
+    c.call(&["INCR", "s"]);
+    c.call(&["SET", "t", "y"]);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        "*3\r\n+OK\r\n-ERR value is not an integer or out of range\r\n+OK\r\n",
+        "a command failing when run fails alone"
+    );
+    assert_eq!(c.call(&["GET", "t"]), "$1\r\ny\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*0\r\n", "an empty transaction");
+}
+
+/// WATCH: a write by another client between WATCH and EXEC makes EXEC run
+/// nothing; without one, or after UNWATCH, it runs.
+#[test]
+fn watch_aborts_exec_after_another_clients_write() {
+    let (addr, _dir) = start(Options::default());
+    let (mut c, mut other) = (Client::connect(addr), Client::connect(addr));
+    assert_eq!(c.call(&["WATCH", "k", "j"]), "+OK\r\n");
+    other.call(&["SET", "k", "theirs"]);
+    c.call(&["MULTI"]);
+    assert_eq!(c.call(&["WATCH", "k"]), "-ERR WATCH inside MULTI is not allowed\r\n");
+    c.call(&["SET", "k", "mine"]);
+    assert_eq!(c.call(&["EXEC"]), "$-1\r\n", "aborted: nil");
+    assert_eq!(c.call(&["GET", "k"]), "$6\r\ntheirs\r\n");
+
+    c.call(&["WATCH", "k"]);
+    c.call(&["MULTI"]);
+    c.call(&["SET", "k", "mine"]);
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n+OK\r\n", "no write between");
+
+    c.call(&["WATCH", "k"]);
+    other.call(&["SET", "k", "again"]);
+    assert_eq!(c.call(&["UNWATCH"]), "+OK\r\n");
+    c.call(&["MULTI"]);
+    c.call(&["SET", "k", "mine"]);
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n+OK\r\n", "unwatched");
+
+    c.call(&["WATCH", "k"]);
+    c.call(&["MULTI"]);
+    c.call(&["SET", "k", "first"]);
+    c.call(&["EXEC"]);
+    c.call(&["MULTI"]);
+    c.call(&["SET", "k", "second"]);
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n+OK\r\n", "EXEC forgets what was watched");
+}
+
+/// Concurrent transactions are isolated and all-or-nothing to readers:
+/// every MULTI/EXEC moves two counters together, and no reader ever sees
+/// them apart; optimistic increments under WATCH lose no update.
+#[test]
+fn transactions_are_atomic_to_other_clients() {
+    let (addr, _dir) = start(Options::default());
+    let (writers, per_writer) = (4, 100);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut c = Client::connect(addr);
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let reply = c.call(&["MGET", "x", "y"]);
+                let mut lines = reply.split("\r\n").skip(1);
+                let mut values = Vec::new();
+                while let Some(header) = lines.next() {
+                    match header {
+                        "$-1" => values.push("nil"),
+                        h if h.starts_with('$') => values.push(lines.next().unwrap()),
+                        _ => {}
+                    }
+                }
+                assert!(values.len() == 2 && values[0] == values[1], "torn: {reply:?}");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let workers: Vec<_> = (0..writers)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for _ in 0..per_writer {
+                    c.call(&["MULTI"]);
+                    c.call(&["INCR", "x"]);
+                    c.call(&["INCR", "y"]);
+                    assert!(c.call(&["EXEC"]).starts_with("*2\r\n"));
+                    // An optimistic increment: retried until no one wrote between.
+                    loop {
+                        c.call(&["WATCH", "z"]);
+                        let n: i64 = c.call(&["GET", "z"]).lines().nth(1).map_or(0, |v| v.parse().unwrap());
+                        c.call(&["MULTI"]);
+                        c.call(&["SET", "z", &(n + 1).to_string()]);
+                        if c.call(&["EXEC"]) != "$-1\r\n" {
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    let total = (writers * per_writer).to_string();
+    let mut c = Client::connect(addr);
+    for key in ["x", "y", "z"] {
+        assert_eq!(
+            c.call(&["GET", key]),
+            format!("${}\r\n{total}\r\n", total.len()),
+            "{key}"
+        );
+    }
 }

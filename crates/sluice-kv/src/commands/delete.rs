@@ -1,5 +1,6 @@
 //! Deleting a value of any type: a sorted set's members go with it.
 
+use super::store;
 use super::value::{read_stored, run};
 use super::zset;
 use crate::keyspace::{is_live, now_ms, Tag};
@@ -28,7 +29,7 @@ pub(crate) fn delete_value(
 /// but not counted, as in Redis.
 pub(crate) fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
     run(|| {
-        let _locks = shared.locks.lock(keys.iter().map(Vec::as_slice));
+        let _locks = store::lock(shared, keys.iter().map(Vec::as_slice));
         let mut batch = WriteBatch::new();
         let (mut existing, now) = (0, now_ms());
         let mut keys: Vec<&Vec<u8>> = keys.iter().collect();
@@ -41,7 +42,7 @@ pub(crate) fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
             existing += i64::from(is_live(deadline, now));
             delete_value(shared, k, tag, &body, &mut batch)?;
         }
-        shared.db.write(batch).map_err(Reply::error)?;
+        store::write(shared, batch)?;
         Ok(Reply::Integer(existing))
     })
 }

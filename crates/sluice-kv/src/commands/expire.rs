@@ -4,6 +4,7 @@
 //! value, under the key's stripe lock like every other read-modify-write.
 
 use super::delete::delete_value;
+use super::store;
 use super::string::{not_integer, parse_i64};
 use super::value::{read, run, Typed};
 use crate::keyspace::{now_ms, tagged, with_deadline};
@@ -49,7 +50,7 @@ pub(super) fn expire(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
             when = when.checked_add(now).ok_or_else(invalid)?;
         }
         let key = &args[0];
-        let _lock = shared.locks.lock([key.as_slice()]);
+        let _lock = store::lock(shared, [key.as_slice()]);
         let Typed::Found(tag, body, current) = read(shared, key)? else {
             return Ok(Reply::Integer(0));
         };
@@ -64,10 +65,10 @@ pub(super) fn expire(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
         if when <= now {
             let mut batch = WriteBatch::new();
             delete_value(shared, key, tag, &body, &mut batch)?;
-            shared.db.write(batch).map_err(Reply::error)?;
+            store::write(shared, batch)?;
         } else {
             let value = with_deadline(tagged(tag, &body), Some(when as u64));
-            shared.db.put(key, &value).map_err(Reply::error)?;
+            store::put(shared, key, &value)?;
         }
         Ok(Reply::Integer(1))
     })
@@ -99,10 +100,10 @@ pub(super) fn ttl(shared: &Shared, name: &str, key: &[u8]) -> Reply {
 /// `PERSIST key`: 1 if the key had a deadline and now has none.
 pub(super) fn persist(shared: &Shared, key: &[u8]) -> Reply {
     run(|| {
-        let _lock = shared.locks.lock([key]);
+        let _lock = store::lock(shared, [key]);
         match read(shared, key)? {
             Typed::Found(tag, body, Some(_)) => {
-                shared.db.put(key, &tagged(tag, &body)).map_err(Reply::error)?;
+                store::put(shared, key, &tagged(tag, &body))?;
                 Ok(Reply::Integer(1))
             }
             _ => Ok(Reply::Integer(0)),

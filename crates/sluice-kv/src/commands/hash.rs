@@ -3,6 +3,7 @@
 //! value (see `keyspace`); writers hold the key's stripe lock across the
 //! read-modify-write.
 
+use super::store;
 use super::value::{read, run, Typed};
 use crate::keyspace::{decode_hash, encode_hash, with_deadline, Deadline, Fields, Tag};
 use crate::resp::Reply;
@@ -22,20 +23,19 @@ fn fields(shared: &Shared, key: &[u8]) -> Result<(Fields, Deadline), Reply> {
 
 /// Stores `fields` at `key` with the hash's `deadline`, or deletes the
 /// key when none are left.
-fn store(shared: &Shared, key: &[u8], fields: &Fields, deadline: Deadline) -> Result<(), Reply> {
-    let result = if fields.is_empty() {
-        shared.db.delete(key)
+fn save(shared: &Shared, key: &[u8], fields: &Fields, deadline: Deadline) -> Result<(), Reply> {
+    if fields.is_empty() {
+        store::delete(shared, key)
     } else {
-        shared.db.put(key, &with_deadline(encode_hash(fields), deadline))
-    };
-    result.map_err(Reply::error)
+        store::put(shared, key, &with_deadline(encode_hash(fields), deadline))
+    }
 }
 
 /// `HSET key field value [field value ...]` (HMSET replies OK instead of
 /// the number of new fields).
 pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
     let key = &args[0];
-    let _lock = shared.locks.lock([key.as_slice()]);
+    let _lock = store::lock(shared, [key.as_slice()]);
     run(|| {
         let (mut fields, deadline) = fields(shared, key)?;
         let mut added = 0;
@@ -48,7 +48,7 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
                 }
             }
         }
-        store(shared, key, &fields, deadline)?;
+        save(shared, key, &fields, deadline)?;
         Ok(if reply_ok { Reply::ok() } else { Reply::Integer(added) })
     })
 }
@@ -56,14 +56,14 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
 /// `HDEL key field [field ...]`: the number of fields removed.
 pub(super) fn hdel(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     let key = &args[0];
-    let _lock = shared.locks.lock([key.as_slice()]);
+    let _lock = store::lock(shared, [key.as_slice()]);
     run(|| {
         let (mut fields, deadline) = fields(shared, key)?;
         let before = fields.len();
         fields.retain(|(f, _)| !args[1..].contains(f));
         let removed = (before - fields.len()) as i64;
         if removed > 0 {
-            store(shared, key, &fields, deadline)?;
+            save(shared, key, &fields, deadline)?;
         }
         Ok(Reply::Integer(removed))
     })

@@ -21,6 +21,7 @@
 //! the clock) is refused with Redis's "ERR invalid cursor" rather than
 //! silently restarting the iteration.
 
+use super::store;
 use super::string::{not_integer, parse_i64};
 use super::value::run;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
@@ -145,7 +146,7 @@ struct Page {
 
 /// Up to `count` user keys from `from` on.
 fn user_keys(shared: &Shared, from: &[u8], count: usize) -> Result<Page, Reply> {
-    let entries = shared.db.scan(from, Some(&[RESERVED]), count).map_err(Reply::error)?;
+    let entries = store::scan(shared, from, Some(&[RESERVED]), count)?;
     let last = (entries.len() == count)
         .then(|| entries.last().map(|(k, _)| k.clone()))
         .flatten();

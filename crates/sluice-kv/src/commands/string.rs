@@ -11,6 +11,7 @@
 //! read the same old value.
 
 use super::long_double::{self, LongDouble};
+use super::store;
 use super::value::{read, run, string, string_with_deadline, write_strings, Typed};
 use crate::keyspace::{now_ms, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
@@ -114,7 +115,7 @@ fn parse_set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
 pub(super) fn set(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let o = parse_set_options(&args[2..])?;
-        store(shared, &args[0], &args[1], &o)
+        save(shared, &args[0], &args[1], &o)
     })
 }
 
@@ -130,7 +131,7 @@ pub(super) fn setex(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
             deadline: Some(expiry_deadline(name, unit, &args[1])?),
             ..SetOptions::default()
         };
-        store(shared, &args[0], &args[2], &o)
+        save(shared, &args[0], &args[2], &o)
     })
 }
 
@@ -139,8 +140,8 @@ pub(super) fn setex(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
 /// key held, of any type, as Redis does. A SET without NX, XX, GET or
 /// KEEPTTL does not read the key: the plain SET that redis-benchmark and
 /// YCSB send stays one write.
-fn store(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Reply, Reply> {
-    let _lock = shared.locks.lock([key]);
+fn save(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Reply, Reply> {
+    let _lock = store::lock(shared, [key]);
     let current = if o.nx || o.xx || o.get || o.keep_ttl {
         read(shared, key)?
     } else {
@@ -191,7 +192,7 @@ pub(super) fn strlen(shared: &Shared, key: &[u8]) -> Reply {
 pub(super) fn append(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
-        let _lock = shared.locks.lock([key.as_slice()]);
+        let _lock = store::lock(shared, [key.as_slice()]);
         let (mut value, deadline) = string_with_deadline(shared, key)?.unwrap_or_default();
         value.extend_from_slice(&args[1]);
         let len = value.len() as i64;
@@ -203,10 +204,10 @@ pub(super) fn append(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 /// `GETDEL key`: the value, and the key is gone; nil if there was none.
 pub(super) fn getdel(shared: &Shared, key: &[u8]) -> Reply {
     run(|| {
-        let _lock = shared.locks.lock([key]);
+        let _lock = store::lock(shared, [key]);
         let value = string(shared, key)?;
         if value.is_some() {
-            shared.db.delete(key).map_err(Reply::error)?;
+            store::delete(shared, key)?;
         }
         Ok(Reply::Bulk(value))
     })
@@ -232,7 +233,7 @@ pub(super) fn decrement(arg: &[u8]) -> Result<i64, Reply> {
 pub(super) fn incr_by(shared: &Shared, key: &[u8], by: Result<i64, Reply>) -> Reply {
     run(|| {
         let by = by?;
-        let _lock = shared.locks.lock([key]);
+        let _lock = store::lock(shared, [key]);
         let (current, deadline) = match string_with_deadline(shared, key)? {
             None => (0, None),
             Some((v, deadline)) => (parse_i64(&v).ok_or_else(not_integer)?, deadline),
@@ -250,7 +251,7 @@ pub(super) fn incr_by(shared: &Shared, key: &[u8], by: Result<i64, Reply>) -> Re
 pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
-        let _lock = shared.locks.lock([key.as_slice()]);
+        let _lock = store::lock(shared, [key.as_slice()]);
         let not_float = || Reply::error("value is not a valid float");
         let (current, deadline) = match string_with_deadline(shared, key)? {
             None => (long_double::parse(b"0"), None),

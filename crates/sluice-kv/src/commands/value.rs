@@ -2,6 +2,7 @@
 //! value read as absent, a reserved key or a value this server did not
 //! write refused by name.
 
+use super::store;
 use crate::keyspace::{check_user_key, decode_value, is_live, now_ms, tagged, with_deadline, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -17,7 +18,11 @@ pub(crate) enum Typed {
 /// and values this server did not write.
 pub(crate) fn read_stored(shared: &Shared, key: &[u8]) -> Result<Option<(Tag, Vec<u8>, Deadline)>, Reply> {
     check_user_key(key).map_err(Reply::error)?;
-    match shared.db.get(key).map_err(Reply::error)? {
+    decode_stored(store::get(shared, key)?)
+}
+
+fn decode_stored(stored: Option<Vec<u8>>) -> Result<Option<(Tag, Vec<u8>, Deadline)>, Reply> {
+    match stored {
         None => Ok(None),
         Some(v) => match decode_value(&v) {
             Some((tag, body, deadline)) => Ok(Some((tag, body.to_vec(), deadline))),
@@ -26,13 +31,31 @@ pub(crate) fn read_stored(shared: &Shared, key: &[u8]) -> Result<Option<(Tag, Ve
     }
 }
 
+fn live(stored: Option<(Tag, Vec<u8>, Deadline)>, now: u64) -> Typed {
+    match stored {
+        Some((tag, body, deadline)) if is_live(deadline, now) => Typed::Found(tag, body, deadline),
+        _ => Typed::Absent,
+    }
+}
+
 /// Reads `key` for a command: every command sees an expired key as
 /// absent.
 pub(crate) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
-    Ok(match read_stored(shared, key)? {
-        Some((tag, body, deadline)) if is_live(deadline, now_ms()) => Typed::Found(tag, body, deadline),
-        _ => Typed::Absent,
-    })
+    Ok(live(read_stored(shared, key)?, now_ms()))
+}
+
+/// Reads `keys` as [`read`] does, all as of one moment, as Redis's
+/// multi-key reads are.
+pub(crate) fn read_many(shared: &Shared, keys: &[Vec<u8>]) -> Result<Vec<Typed>, Reply> {
+    for k in keys {
+        check_user_key(k).map_err(Reply::error)?;
+    }
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let now = now_ms();
+    store::get_many(shared, &keys)?
+        .into_iter()
+        .map(|stored| Ok(live(decode_stored(stored)?, now)))
+        .collect()
 }
 
 /// A command's outcome, whichever way it ended.
@@ -72,5 +95,5 @@ pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadli
         }
         batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
     }
-    shared.db.write(batch).map_err(Reply::error)
+    store::write(shared, batch)
 }

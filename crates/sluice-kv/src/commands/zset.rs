@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, HashMap};
 
+use super::store;
 use super::string::{not_integer, parse_i64};
 use super::value::{read, run, Typed};
 use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta, WRONGTYPE};
@@ -34,7 +35,7 @@ fn meta(shared: &Shared, key: &[u8]) -> Result<Option<ZsetMeta>, Reply> {
 }
 
 fn score_of(shared: &Shared, meta: &ZsetMeta, member: &[u8]) -> Result<Option<f64>, Reply> {
-    let stored = shared.db.get(&meta.member_key(member)).map_err(Reply::error)?;
+    let stored = store::get(shared, &meta.member_key(member))?;
     Ok(stored.and_then(|b| Some(f64::from_be_bytes(b.as_slice().try_into().ok()?))))
 }
 
@@ -152,7 +153,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
         let (f, pairs) = parse_zadd(&args[1..])?;
-        let _lock = shared.locks.lock([key.as_slice()]);
+        let _lock = store::lock(shared, [key.as_slice()]);
         let existing = meta_with_deadline(shared, key)?;
         let Some((mut meta, deadline)) = existing.or_else(|| (!f.xx).then(|| (ZsetMeta::fresh(), None))) else {
             return Ok(if f.incr { Reply::Bulk(None) } else { Reply::Integer(0) });
@@ -207,7 +208,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         }
         if !batch.is_empty() {
             batch.put(key.clone(), with_deadline(meta.encode(), deadline));
-            shared.db.write(batch).map_err(Reply::error)?;
+            store::write(shared, batch)?;
         }
         Ok(match (f.incr, f.ch) {
             (true, _) => last.map_or(Reply::Bulk(None), |s| Reply::Double(format_score(s))),
@@ -222,7 +223,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
-        let _lock = shared.locks.lock([key.as_slice()]);
+        let _lock = store::lock(shared, [key.as_slice()]);
         let Some((mut meta, deadline)) = meta_with_deadline(shared, key)? else {
             return Ok(Reply::Integer(0));
         };
@@ -244,7 +245,7 @@ pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         } else {
             batch.put(key.clone(), with_deadline(meta.encode(), deadline));
         }
-        shared.db.write(batch).map_err(Reply::error)?;
+        store::write(shared, batch)?;
         Ok(Reply::Integer(removed as i64))
     })
 }
@@ -494,7 +495,7 @@ type Entries = Vec<(f64, Vec<u8>)>;
 /// The set's index entries from `from` (a key bound) to `to`, at most
 /// `limit` of them, in order.
 fn index(shared: &Shared, meta: &ZsetMeta, from: &[u8], to: &[u8], limit: usize) -> Result<Entries, Reply> {
-    let entries = shared.db.scan(from, Some(to), limit).map_err(Reply::error)?;
+    let entries = store::scan(shared, from, Some(to), limit)?;
     Ok(entries.iter().filter_map(|(k, _)| meta.parse_score_key(k)).collect())
 }
 

@@ -1,0 +1,161 @@
+//! The store as commands see it: the server's store, or, while `EXEC` runs
+//! a transaction on this thread, the store with the transaction's writes
+//! laid over it, written as one batch when the transaction ends.
+//!
+//! A transaction's commands run one after another on the thread that runs
+//! `EXEC`, as every command runs on one thread inside its request context,
+//! so the overlay belongs to the thread, and commands keep taking only
+//! what the connections share.
+//!
+//! `EXEC` holds every key stripe while it runs (see
+//! [`crate::keyspace::KeyLocks`]), so a command inside it locks nothing;
+//! the stripes it would have locked are remembered, so that `WATCH`ers of
+//! its keys see them written.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use crate::keyspace::Held;
+use crate::resp::Reply;
+use crate::shared::Shared;
+use crate::WriteBatch;
+
+/// Key-value pairs in key order.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+thread_local! {
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// What a running transaction has written so far.
+#[derive(Default)]
+struct Pending {
+    /// The latest write of each key: a value, or `None` for a delete.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Stripes of the keys its commands write.
+    stripes: Vec<usize>,
+}
+
+/// The value at `key`.
+pub(crate) fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    let pending = PENDING.with_borrow(|p| p.as_ref().and_then(|p| p.writes.get(key).cloned()));
+    match pending {
+        Some(written) => Ok(written),
+        None => shared.db.get(key).map_err(Reply::error),
+    }
+}
+
+/// The values at `keys`, all as of one moment (see [`crate::Db::get_many`]).
+pub(crate) fn get_many(shared: &Shared, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Reply> {
+    let written: Vec<Option<Option<Vec<u8>>>> = PENDING.with_borrow(|p| {
+        keys.iter()
+            .map(|k| p.as_ref().and_then(|p| p.writes.get(*k).cloned()))
+            .collect()
+    });
+    let stored = shared.db.get_many(keys).map_err(Reply::error)?;
+    Ok(written.into_iter().zip(stored).map(|(w, s)| w.unwrap_or(s)).collect())
+}
+
+/// Writes `batch` at once, or into the running transaction.
+pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
+    let batch = PENDING.with_borrow_mut(|p| match p {
+        Some(p) => {
+            // Refused now, by the command that wrote it, not at the end.
+            shared.db.validate(&batch).map_err(Reply::error)?;
+            p.writes.extend(batch.ops);
+            Ok(None)
+        }
+        None => Ok(Some(batch)),
+    })?;
+    match batch {
+        Some(batch) => shared.db.write(batch).map_err(Reply::error),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn put(shared: &Shared, key: &[u8], value: &[u8]) -> Result<(), Reply> {
+    let mut batch = WriteBatch::new();
+    batch.put(key, value);
+    write(shared, batch)
+}
+
+pub(crate) fn delete(shared: &Shared, key: &[u8]) -> Result<(), Reply> {
+    let mut batch = WriteBatch::new();
+    batch.delete(key);
+    write(shared, batch)
+}
+
+/// Up to `limit` live entries with `start <= key < end` (no `end`: to the
+/// last key), in key order.
+pub(crate) fn scan(shared: &Shared, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Entries, Reply> {
+    let in_range = |k: &[u8]| end.is_none_or(|e| k < e);
+    let written: Vec<(Vec<u8>, Option<Vec<u8>>)> = PENDING.with_borrow(|p| {
+        p.as_ref().map_or_else(Vec::new, |p| {
+            p.writes
+                .range(start.to_vec()..)
+                .take_while(|(k, _)| in_range(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+    });
+    // Each written key removes at most one stored entry from the first
+    // `limit`, so `limit` more stored entries than writes are enough: any
+    // entry past them sorts after the first `limit` of the merge.
+    let stored = shared
+        .db
+        .scan(start, end, limit.saturating_add(written.len()))
+        .map_err(Reply::error)?;
+    if written.is_empty() {
+        return Ok(stored.into_iter().take(limit).collect());
+    }
+    let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = stored.into_iter().collect();
+    for (k, v) in written {
+        match v {
+            Some(v) => merged.insert(k, v),
+            None => merged.remove(&k),
+        };
+    }
+    Ok(merged.into_iter().take(limit).collect())
+}
+
+/// Locks the stripes of `keys` for a write; inside a transaction, which
+/// holds them all, notes them instead.
+pub(crate) fn lock<'s, 'k>(shared: &'s Shared, keys: impl IntoIterator<Item = &'k [u8]>) -> Option<Held<'s>> {
+    let stripes = shared.locks.stripes_of(keys);
+    PENDING.with_borrow_mut(|p| match p {
+        Some(p) => {
+            p.stripes.extend(stripes);
+            None
+        }
+        None => Some(shared.locks.lock(stripes)),
+    })
+}
+
+/// Runs `f` as one transaction: its writes are read back by its own reads
+/// and reach the store in one batch at the end. The caller holds every
+/// stripe. Returns what `f` returned and the stripes it wrote, or the
+/// store's refusal of the batch (then nothing of it was written).
+pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R, Vec<usize>), Reply> {
+    /// Ends the transaction even if `f` unwinds, so the thread's next
+    /// command does not run inside it.
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            PENDING.with_borrow_mut(|p| *p = None);
+        }
+    }
+    PENDING.with_borrow_mut(|p| *p = Some(Pending::default()));
+    let end = End;
+    let out = f();
+    let pending = PENDING.with_borrow_mut(Option::take).unwrap_or_default();
+    drop(end);
+    let mut batch = WriteBatch::new();
+    for (k, v) in pending.writes {
+        match v {
+            Some(v) => batch.put(k, v),
+            None => batch.delete(k),
+        };
+    }
+    shared.db.write(batch).map_err(Reply::error)?;
+    Ok((out, pending.stripes))
+}
