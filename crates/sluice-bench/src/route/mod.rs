@@ -107,6 +107,8 @@ struct Run {
     /// Per tenant of `--tenants`, in order: the fraction of its scans
     /// slower than its budget.
     missed: Vec<f64>,
+    /// Per tenant, in order: its scans per second.
+    served: Vec<f64>,
 }
 
 impl crate::harness::Run for Run {
@@ -224,6 +226,11 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 .zip(&results)
                 .map(|(t, u)| u.all.count_above((t.budget_ms * 1e6) as u64) as f64 / u.all.count().max(1) as f64)
                 .collect();
+            let served = results
+                .iter()
+                .take(args.tenants.len())
+                .map(|u| u.all.count() as f64 / args.seconds)
+                .collect();
             let r = Run {
                 round,
                 policy: policy.clone(),
@@ -234,6 +241,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 gap_p50_ms: gap.p50_ms,
                 steal,
                 missed,
+                served,
             };
             // Each shard's sub-request latency at the router: where the
             // gap comes from (a shard that is slower than the others).
@@ -245,8 +253,8 @@ pub fn run(args: &RouteBench) -> Result<String> {
             let missed: Vec<String> = args
                 .tenants
                 .iter()
-                .zip(&r.missed)
-                .map(|(t, m)| format!("  {} missed {:.1}%", t.name, m * 100.0))
+                .zip(r.missed.iter().zip(&r.served))
+                .map(|(t, (m, n))| format!("  {} missed {:.1}% of {n:.1}/s", t.name, m * 100.0))
                 .collect();
             eprintln!(
                 "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%{}",
@@ -270,8 +278,8 @@ pub fn run(args: &RouteBench) -> Result<String> {
     Ok(out)
 }
 
-/// Each tenant's miss ratio under each policy: the median over the kept
-/// runs, with their range.
+/// Each tenant's miss ratio and scans per second under each policy: the
+/// median over the kept runs, with their range.
 fn tenant_table(runs: &[Run], policies: &[String], tenants: &[TenantBudget], max_steal: f64) -> String {
     let (kept, _) = split_by_steal(runs, max_steal);
     let mut header = vec!["policy".to_string()];
@@ -280,6 +288,7 @@ fn tenant_table(runs: &[Run], policies: &[String], tenants: &[TenantBudget], max
             .iter()
             .map(|t| format!("{} ({} ms) missed", t.name, t.budget_ms)),
     );
+    header.extend(tenants.iter().map(|t| format!("{} scans/s", t.name)));
     let rows: Vec<Vec<String>> = policies
         .iter()
         .map(|p| {
@@ -289,11 +298,15 @@ fn tenant_table(runs: &[Run], policies: &[String], tenants: &[TenantBudget], max
                 let s = Spread::of(mine.iter().map(|r| 100.0 * r.missed[i]));
                 row.push(format!("{:.1}% ({:.1}–{:.1}%)", s.median, s.min, s.max));
             }
+            for i in 0..tenants.len() {
+                let s = Spread::of(mine.iter().map(|r| r.served[i]));
+                row.push(format!("{:.1} ({:.1}–{:.1})", s.median, s.min, s.max));
+            }
             row
         })
         .collect();
     format!(
-        "\nScans slower than their tenant's budget (at the client), median over rounds:\n\n{}",
+        "\nScans slower than their tenant's budget (at the client), and each tenant's scans, median over rounds:\n\n{}",
         markdown_table(&header, &rows)
     )
 }
@@ -363,6 +376,7 @@ mod tests {
             gap_p50_ms: 1.0,
             steal,
             missed: vec![0.1],
+            served: vec![40.0],
         };
         let runs = vec![
             run(1, "fifo", 10.0, 0.0),
@@ -390,7 +404,10 @@ mod tests {
             users: 4,
         }];
         let text = tenant_table(&runs, &["fifo".into(), "coop".into()], &tenants, 0.1);
-        assert!(text.contains("| coop | 10.0% (10.0–10.0%) |"), "{text}");
+        assert!(
+            text.contains("| coop | 10.0% (10.0–10.0%) | 40.0 (40.0–40.0) |"),
+            "{text}"
+        );
     }
 
     #[test]
