@@ -22,6 +22,8 @@ pub enum PolicyError {
     Window,
     #[error("coop.starvation_ms must be a positive number of milliseconds, got {0}")]
     Starvation(f64),
+    #[error("atc.lookahead must be a positive number of average accesses, got {0}")]
+    Lookahead(f64),
     #[error("unstamped_wait_ms must be a positive number of milliseconds, got {0}")]
     UnstampedWait(f64),
 }
@@ -118,7 +120,7 @@ impl PolicySpec {
                 options.window,
                 model,
             ))),
-            PolicySpec::Atc => bounded(Box::new(atc::Atc::new(model))),
+            PolicySpec::Atc => bounded(Box::new(atc::Atc::new(options.atc, model))),
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
             PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
         })
@@ -153,6 +155,7 @@ pub struct PolicyOptions {
     pub ssedv: ssedv::SsedvOptions,
     pub fd_scan: fd_scan::FdScanOptions,
     pub coop: coop::CoopOptions,
+    pub atc: atc::AtcOptions,
     /// The longest a job without a deadline waits under a deadline policy
     /// while jobs with one keep coming, ms ([`super::unstamped`]).
     pub unstamped_wait_ms: f64,
@@ -166,6 +169,7 @@ impl Default for PolicyOptions {
             ssedv: ssedv::SsedvOptions::default(),
             fd_scan: fd_scan::FdScanOptions::default(),
             coop: coop::CoopOptions::default(),
+            atc: atc::AtcOptions::default(),
             unstamped_wait_ms: 100.0,
         }
     }
@@ -182,6 +186,10 @@ impl PolicyOptions {
         let starvation = self.coop.starvation_ms;
         if !(starvation.is_finite() && starvation > 0.0) {
             return Err(PolicyError::Starvation(starvation));
+        }
+        let k = self.atc.lookahead;
+        if !(k.is_finite() && k > 0.0) {
+            return Err(PolicyError::Lookahead(k));
         }
         let wait = self.unstamped_wait_ms;
         if !(wait.is_finite() && wait > 0.0) {
