@@ -120,7 +120,7 @@ impl PolicySpec {
                 options.window,
                 model,
             ))),
-            PolicySpec::Atc => bounded(Box::new(atc::Atc::new(options.atc, model))),
+            PolicySpec::Atc => bounded(Box::new(atc::Atc::new(options.atc, options.window, model))),
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
             PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
         })

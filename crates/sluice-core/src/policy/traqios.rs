@@ -85,24 +85,24 @@ pub fn priority(cost: f64, slack: f64, span: f64) -> f64 {
 /// system, each counted by its latest known M (updated when it arrives and
 /// when it issues an access, dropped when it finishes).
 #[derive(Default)]
-struct Remaining {
+pub(crate) struct Remaining {
     per_request: HashMap<RequestId, u32>,
     total: u64,
 }
 
 impl Remaining {
-    fn note(&mut self, id: RequestId, m: u32) {
+    pub(crate) fn note(&mut self, id: RequestId, m: u32) {
         let old = self.per_request.insert(id, m).unwrap_or(0);
         self.total = self.total + u64::from(m) - u64::from(old);
     }
 
-    fn finish(&mut self, id: RequestId) {
+    pub(crate) fn finish(&mut self, id: RequestId) {
         if let Some(m) = self.per_request.remove(&id) {
             self.total -= u64::from(m);
         }
     }
 
-    fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.total
     }
 }
