@@ -72,6 +72,11 @@ const fn command(
     Command { name, arity, run }
 }
 
+/// ZRANGE and its older forms, in the connection's protocol.
+fn zrange(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
+    zset::zrange(shared, name, args, session.resp3)
+}
+
 /// Every command, by name (sorted, for the search).
 const COMMANDS: &[Command] = &[
     command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
@@ -163,34 +168,14 @@ const COMMANDS: &[Command] = &[
         |n| n == 3,
         |s, _, _, r| zset::zadd(s, &[r[0].clone(), b"INCR".to_vec(), r[1].clone(), r[2].clone()]),
     ),
-    command("zrange", |n| n >= 3, |s, c, name, r| zset::zrange(s, name, r, c.resp3)),
-    command(
-        "zrangebylex",
-        |n| n >= 3,
-        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
-    ),
-    command(
-        "zrangebyscore",
-        |n| n >= 3,
-        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
-    ),
+    command("zrange", |n| n >= 3, zrange),
+    command("zrangebylex", |n| n >= 3, zrange),
+    command("zrangebyscore", |n| n >= 3, zrange),
     command("zrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
     command("zrem", |n| n >= 2, |s, _, _, r| zset::zrem(s, r)),
-    command(
-        "zrevrange",
-        |n| n >= 3,
-        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
-    ),
-    command(
-        "zrevrangebylex",
-        |n| n >= 3,
-        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
-    ),
-    command(
-        "zrevrangebyscore",
-        |n| n >= 3,
-        |s, c, name, r| zset::zrange(s, name, r, c.resp3),
-    ),
+    command("zrevrange", |n| n >= 3, zrange),
+    command("zrevrangebylex", |n| n >= 3, zrange),
+    command("zrevrangebyscore", |n| n >= 3, zrange),
     command("zrevrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
     command("zscore", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
 ];

@@ -73,13 +73,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::traqios::Remaining;
+use super::traqios::InSystem;
 use super::{take_min_by, Policy};
 use crate::budget::SlackModel;
 use crate::ctx::Ctx;
 use crate::device::DeviceView;
 use crate::job::Job;
-use crate::success::SuccessRate;
 use crate::time::Nanos;
 
 /// The smallest budget a weight is computed from, ns.
@@ -120,8 +119,7 @@ pub struct Atc {
     model: SlackModel,
     options: AtcOptions,
     jobs: Vec<Job>,
-    success: SuccessRate,
-    remaining: Remaining,
+    system: InSystem,
 }
 
 impl Atc {
@@ -130,15 +128,14 @@ impl Atc {
             model,
             options,
             jobs: Vec::new(),
-            success: SuccessRate::new(window),
-            remaining: Remaining::default(),
+            system: InSystem::new(window),
         }
     }
 
     /// L = k·C̄ + (1 − U)·m·C̄.
     fn lookahead(&self) -> f64 {
-        let m = self.remaining.total() as f64;
-        (self.options.lookahead + (1.0 - self.success.rate()) * m) * self.model.avg_cost as f64
+        let m = self.system.remaining() as f64;
+        (self.options.lookahead + (1.0 - self.system.success_rate()) * m) * self.model.avg_cost as f64
     }
 }
 
@@ -148,7 +145,7 @@ impl Policy for Atc {
     }
 
     fn push(&mut self, job: Job, _now: Nanos) {
-        self.remaining.note(job.ctx.id, job.remaining);
+        self.system.issued(&job);
         self.jobs.push(job);
     }
 
@@ -167,12 +164,11 @@ impl Policy for Atc {
     }
 
     fn request_arrived(&mut self, ctx: &Ctx, _now: Nanos) {
-        self.remaining.note(ctx.id, ctx.est_ios.max(1));
+        self.system.arrived(ctx);
     }
 
     fn request_finished(&mut self, ctx: &Ctx, now: Nanos) {
-        self.remaining.finish(ctx.id);
-        self.success.record(ctx, now);
+        self.system.finished(ctx, now);
     }
 }
 

@@ -81,29 +81,55 @@ pub fn priority(cost: f64, slack: f64, span: f64) -> f64 {
     }
 }
 
-/// m of Eq. 3: the expected remaining accesses of all transactions in the
-/// system, each counted by its latest known M (updated when it arrives and
-/// when it issues an access, dropped when it finishes).
-#[derive(Default)]
-pub(crate) struct Remaining {
+/// What TraQIOS reads of the transactions in the system: m of Eq. 3, the
+/// expected remaining accesses of all of them, each counted by its latest
+/// known M (updated when it arrives and when it issues an access, dropped
+/// when it finishes); and the success rate U of those that finished.
+pub(crate) struct InSystem {
     per_request: HashMap<RequestId, u32>,
-    total: u64,
+    remaining: u64,
+    success: SuccessRate,
 }
 
-impl Remaining {
-    pub(crate) fn note(&mut self, id: RequestId, m: u32) {
-        let old = self.per_request.insert(id, m).unwrap_or(0);
-        self.total = self.total + u64::from(m) - u64::from(old);
-    }
-
-    pub(crate) fn finish(&mut self, id: RequestId) {
-        if let Some(m) = self.per_request.remove(&id) {
-            self.total -= u64::from(m);
+impl InSystem {
+    /// U measured over the last `window` finished transactions.
+    pub(crate) fn new(window: usize) -> Self {
+        InSystem {
+            per_request: HashMap::new(),
+            remaining: 0,
+            success: SuccessRate::new(window),
         }
     }
 
-    pub(crate) fn total(&self) -> u64 {
-        self.total
+    /// The transaction of `job` issued it: its M is now the job's.
+    pub(crate) fn issued(&mut self, job: &Job) {
+        self.note(job.ctx.id, job.remaining);
+    }
+
+    pub(crate) fn arrived(&mut self, ctx: &Ctx) {
+        self.note(ctx.id, ctx.est_ios.max(1));
+    }
+
+    pub(crate) fn finished(&mut self, ctx: &Ctx, now: Nanos) {
+        if let Some(m) = self.per_request.remove(&ctx.id) {
+            self.remaining -= u64::from(m);
+        }
+        self.success.record(ctx, now);
+    }
+
+    fn note(&mut self, id: RequestId, m: u32) {
+        let old = self.per_request.insert(id, m).unwrap_or(0);
+        self.remaining = self.remaining + u64::from(m) - u64::from(old);
+    }
+
+    /// m.
+    pub(crate) fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// U, 1 before any transaction has finished.
+    pub(crate) fn success_rate(&self) -> f64 {
+        self.success.rate()
     }
 }
 
@@ -112,8 +138,7 @@ pub struct Traqios {
     options: TraqiosOptions,
     model: SlackModel,
     jobs: Vec<Job>,
-    success: SuccessRate,
-    remaining: Remaining,
+    system: InSystem,
 }
 
 impl Traqios {
@@ -123,15 +148,14 @@ impl Traqios {
             options: *options,
             model,
             jobs: Vec::new(),
-            success: SuccessRate::new(window),
-            remaining: Remaining::default(),
+            system: InSystem::new(window),
         }
     }
 
     /// k in k·C̄: m or n by the configured scale (at least 1).
     fn scale(&self) -> f64 {
         let k = match self.options.scale {
-            Scale::Remaining => self.remaining.total(),
+            Scale::Remaining => self.system.remaining(),
             Scale::Pending => self.jobs.len() as u64,
         };
         k.max(1) as f64
@@ -148,12 +172,12 @@ impl Policy for Traqios {
     }
 
     fn push(&mut self, job: Job, _now: Nanos) {
-        self.remaining.note(job.ctx.id, job.remaining);
+        self.system.issued(&job);
         self.jobs.push(job);
     }
 
     fn pop(&mut self, now: Nanos, device: &dyn DeviceView) -> Option<Job> {
-        let u = self.success.rate();
+        let u = self.system.success_rate();
         let k_cbar = self.scale() * self.model.avg_cost as f64;
         let (model, budget, tie) = (self.model, self.budget, self.options.tie_break);
         take_min_by(&mut self.jobs, |j| {
@@ -173,12 +197,11 @@ impl Policy for Traqios {
     }
 
     fn request_arrived(&mut self, ctx: &Ctx, _now: Nanos) {
-        self.remaining.note(ctx.id, ctx.est_ios.max(1));
+        self.system.arrived(ctx);
     }
 
     fn request_finished(&mut self, ctx: &Ctx, now: Nanos) {
-        self.remaining.finish(ctx.id);
-        self.success.record(ctx, now);
+        self.system.finished(ctx, now);
     }
 }
 
@@ -270,11 +293,11 @@ mod tests {
         let b = Ctx::new(2, 0).with_est_ios(5);
         p.request_arrived(&a, 0);
         p.request_arrived(&b, 0);
-        assert_eq!(p.remaining.total(), 35);
+        assert_eq!(p.system.remaining(), 35);
         p.push(Job::new(7, a, 0, 0).at_index(11), 0); // M = 20
-        assert_eq!(p.remaining.total(), 25);
+        assert_eq!(p.system.remaining(), 25);
         p.request_finished(&b, 0);
-        assert_eq!(p.remaining.total(), 20);
+        assert_eq!(p.system.remaining(), 20);
         assert_eq!(p.scale(), 20.0);
     }
 }
