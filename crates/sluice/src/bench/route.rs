@@ -22,10 +22,11 @@ use sluice_bench::route::{RouteBench, TenantBudget};
     flushes and compacts while the scans run.\n\n\
     --tenants replaces --users with tenants, each with a budget per request and its own users \
     (named after it): the router sends each scan's deadline to the shards, and a second table gives \
-    each tenant's miss ratio (scans slower than its budget) under each policy; compare fifo with a \
-    deadline policy (edf, traqios).\n\n\
+    each tenant's miss ratio (scans slower than its budget) and scans/s under each policy; compare \
+    fifo with a deadline policy (edf, traqios, atc: atc lets the tighter budget go first when \
+    many miss).\n\n\
     Example: sluice bench route --policies fifo,fair,coop --rounds 5\n\
-    Example: sluice bench route --policies fifo,edf,traqios --tenants gold:100:32,bronze:1000:32"
+    Example: sluice bench route --policies fifo,edf,atc --tenants gold:250:32,bronze:500:32"
 )]
 pub struct RouteArgs {
     /// Shard I/O policies, comma-separated; the first is the baseline
