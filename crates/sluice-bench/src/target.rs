@@ -141,7 +141,7 @@ impl RespClient {
     }
 
     /// Reads one reply; returns the number of elements (bulk: 1 or 0 for
-    /// nil; array: its length; status and integer: 1).
+    /// nil; array: its length, 0 for nil; status and integer: 1).
     fn reply(&mut self) -> Result<usize> {
         loop {
             let parsed = parse_reply(&self.buf, &Limits::default()).map_err(|e| BenchError::Protocol(e.to_string()))?;
@@ -149,7 +149,7 @@ impl RespClient {
                 self.buf.drain(..used);
                 return match reply {
                     Reply::Error(e) => Err(BenchError::Server(e)),
-                    Reply::Bulk(None) => Ok(0),
+                    Reply::Bulk(None) | Reply::NullArray => Ok(0),
                     Reply::Array(items) => Ok(items.len()),
                     Reply::Map(pairs) => Ok(2 * pairs.len()),
                     Reply::Simple(_) | Reply::Integer(_) | Reply::Bulk(Some(_)) | Reply::Double(_) => Ok(1),

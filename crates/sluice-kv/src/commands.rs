@@ -215,7 +215,7 @@ fn exec(shared: &Shared, session: &mut Session) -> Reply {
     };
     let mut all = shared.locks.lock_all();
     if watched.iter().any(|&(stripe, count)| all.count(stripe) != count) {
-        return Reply::Bulk(None);
+        return Reply::NullArray;
     }
     let run = || {
         queued

@@ -1101,7 +1101,7 @@ fn watch_aborts_exec_after_another_clients_write() {
     c.call(&["MULTI"]);
     assert_eq!(c.call(&["WATCH", "k"]), "-ERR WATCH inside MULTI is not allowed\r\n");
     c.call(&["SET", "k", "mine"]);
-    assert_eq!(c.call(&["EXEC"]), "$-1\r\n", "aborted: nil");
+    assert_eq!(c.call(&["EXEC"]), "*-1\r\n", "aborted: the null array");
     assert_eq!(c.call(&["GET", "k"]), "$6\r\ntheirs\r\n");
 
     c.call(&["WATCH", "k"]);
@@ -1170,7 +1170,7 @@ fn transactions_are_atomic_to_other_clients() {
                         let n: i64 = c.call(&["GET", "z"]).lines().nth(1).map_or(0, |v| v.parse().unwrap());
                         c.call(&["MULTI"]);
                         c.call(&["SET", "z", &(n + 1).to_string()]);
-                        if c.call(&["EXEC"]) != "$-1\r\n" {
+                        if c.call(&["EXEC"]) != "*-1\r\n" {
                             break;
                         }
                     }

@@ -17,6 +17,10 @@ pub enum Reply {
     Integer(i64),
     Bulk(Option<Vec<u8>>),
     Array(Vec<Reply>),
+    /// The null array (`*-1` in RESP2; RESP3 has one null, `_`): EXEC's
+    /// reply when a watched key was written, kept apart from the null bulk
+    /// string because RESP2 clients may tell them apart.
+    NullArray,
     /// Field-value pairs: a map in RESP3, a flat array in RESP2.
     Map(Vec<(Reply, Reply)>),
     /// A floating-point number as the server writes it out (Redis: `%.17g`,
@@ -44,7 +48,8 @@ impl Reply {
             Reply::Simple(s) => line_reply(out, b'+', s),
             Reply::Error(e) => line_reply(out, b'-', e),
             Reply::Integer(n) => wire::header(out, b':', *n),
-            Reply::Bulk(None) if resp3 => out.extend_from_slice(b"_\r\n"),
+            Reply::Bulk(None) | Reply::NullArray if resp3 => out.extend_from_slice(b"_\r\n"),
+            Reply::NullArray => out.extend_from_slice(b"*-1\r\n"),
             Reply::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
             Reply::Bulk(Some(b)) => wire::bulk(out, b),
             Reply::Double(text) if resp3 => {
@@ -99,7 +104,8 @@ const MAX_REPLY_DEPTH: usize = 64;
 /// One reply from the front of `buf`: the reply and the bytes it took, or
 /// `None` if `buf` does not yet hold all of it. `limits` bounds its bulk
 /// strings (`max_bulk`), the elements of each array (`max_args`) and its
-/// lines (`max_inline`). RESP3's null (`_`) reads as a null bulk, its map
+/// lines (`max_inline`). RESP2's null array (`*-1`) reads as
+/// [`Reply::NullArray`], RESP3's null (`_`) as a null bulk, its map
 /// (`%`) as [`Reply::Map`] and its double (`,`) as [`Reply::Double`]; other
 /// RESP3 types are refused, as Sluice never asks a server for them.
 pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
@@ -144,7 +150,7 @@ fn read(buf: &[u8], limits: &Limits, depth: usize) -> Result<Option<(Reply, usiz
         b'*' | b'%' => {
             let what = if tag == b'%' { "map" } else { "array" };
             let Some(count) = length(text, what, limits.max_args)? else {
-                return Ok(Some((Reply::Bulk(None), next)));
+                return Ok(Some((Reply::NullArray, next)));
             };
             let per = if tag == b'%' { 2 } else { 1 };
             // Not more at once: a count costs nothing to send.

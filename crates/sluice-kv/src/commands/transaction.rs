@@ -23,8 +23,7 @@
 //! held its stripe (see [`crate::keyspace::KeyLocks`]): another key of
 //! the same stripe, or a write that failed, also aborts the transaction,
 //! which the client retries as after any conflict; a key that expires
-//! while watched does not. `EXEC`'s nil reply is a null bulk string in
-//! RESP2, where Redis sends a null array; clients read both as nil.
+//! while watched does not.
 
 use crate::keyspace::KeyLocks;
 use crate::resp::Reply;

@@ -51,7 +51,15 @@ fn replies_parse_back_and_malformed_ones_are_named() {
     map.encode_as(&mut out, true);
     assert_eq!(out, b"%1\r\n+proto\r\n:3\r\n");
     assert_eq!(parse_reply(&out, &l).unwrap(), Some((map, out.len())));
-    assert_eq!(parse_reply(b"*-1\r\n", &l).unwrap(), Some((Reply::Bulk(None), 5)));
+    assert_eq!(parse_reply(b"*-1\r\n", &l).unwrap(), Some((Reply::NullArray, 5)));
+    let (mut two, mut three) = (Vec::new(), Vec::new());
+    Reply::NullArray.encode_as(&mut two, false);
+    Reply::NullArray.encode_as(&mut three, true);
+    assert_eq!(
+        (&two[..], &three[..]),
+        (&b"*-1\r\n"[..], &b"_\r\n"[..]),
+        "the null array round-trips"
+    );
     for (bad, what) in [
         (&b":x\r\n"[..], "invalid integer reply 'x'"),
         (b"$2\r\nabc\r\n", "not followed by CRLF"),
