@@ -5,7 +5,8 @@
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
 //! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
-//! PING, ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and
+//! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
+//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and
 //! what redis-benchmark
 //! and redis-cli ask on connecting (CONFIG GET, COMMAND: answered with
 //! empty lists). `RANGE start end [count]` scans string keys
@@ -18,6 +19,7 @@
 //! name before it runs (unknown, or the wrong number of arguments), which
 //! is also what `MULTI` checks before it queues one.
 
+mod client;
 mod delete;
 mod expire;
 mod hash;
@@ -42,12 +44,29 @@ const DEFAULT_RANGE_COUNT: usize = 100;
 
 /// One connection's state.
 pub(crate) struct Session {
+    /// The connection's number, as `CLIENT ID` gives it.
+    pub id: u64,
     pub tenant: u32,
     pub authenticated: bool,
     pub quit: bool,
     /// The client asked for RESP3 (`HELLO 3`).
     pub resp3: bool,
     pub transaction: Transaction,
+    pub client: client::Names,
+}
+
+impl Session {
+    pub fn new(id: u64, tenant: u32, authenticated: bool) -> Self {
+        Session {
+            id,
+            tenant,
+            authenticated,
+            quit: false,
+            resp3: false,
+            transaction: Transaction::default(),
+            client: client::Names::default(),
+        }
+    }
 }
 
 /// Redis's refusal of a command before `AUTH`, where a password is set.
@@ -81,6 +100,7 @@ fn zrange(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) 
 const COMMANDS: &[Command] = &[
     command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
     command("auth", |_| true, |s, c, _, r| auth(s, c, r)),
+    command("client", |n| n >= 1, |_, c, _, r| client::client(c, r)),
     command("command", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
     command("config", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
     command("decr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(-1))),
@@ -334,8 +354,8 @@ fn auth(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
 
 /// `HELLO [protover [AUTH user password] [SETNAME name]]`: picks RESP2 or
 /// RESP3 for the replies that follow, authenticates as `AUTH` does, and
-/// answers with the server's properties, as Redis does. The name is
-/// accepted and not kept (`CLIENT` is not served).
+/// answers with the server's properties, as Redis does; `SETNAME` names
+/// the connection as `CLIENT SETNAME` does.
 fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let mut resp3 = session.resp3;
     let mut rest = args;
@@ -347,14 +367,17 @@ fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         };
         rest = tail;
     }
-    let mut credentials = None;
+    let (mut credentials, mut setname) = (None, None);
     while let [option, tail @ ..] = rest {
         rest = match (option.to_ascii_lowercase().as_slice(), tail) {
             (b"auth", [user, password, tail @ ..]) => {
                 credentials = Some([user.clone(), password.clone()]);
                 tail
             }
-            (b"setname", [_, tail @ ..]) => tail,
+            (b"setname", [name, tail @ ..]) => {
+                setname = Some(name);
+                tail
+            }
             _ => {
                 let option = String::from_utf8_lossy(option);
                 return Reply::error(format!("Syntax error in HELLO option '{option}'"));
@@ -370,6 +393,11 @@ fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         return Reply::Error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into(),
         );
+    }
+    if let Some(name) = setname {
+        if let Err(refused) = session.client.set_name(name) {
+            return refused;
+        }
     }
     session.resp3 = resp3;
     let text = |s: &str| Reply::Bulk(Some(s.as_bytes().to_vec()));

@@ -206,13 +206,7 @@ impl Throttle {
 fn connection(shared: &Shared, stream: TcpStream) {
     let client = shared.next_client.fetch_add(1, Ordering::Relaxed);
     let own = shared.tenant(&format!("client-{client}"));
-    let mut session = Session {
-        tenant: own,
-        authenticated: shared.options.password.is_none(),
-        quit: false,
-        resp3: false,
-        transaction: Default::default(),
-    };
+    let mut session = Session::new(client, own, shared.options.password.is_none());
     if stream.set_nonblocking(true).is_ok() {
         let _ = stream.set_nodelay(true);
         let _ = serve(shared, &mut session, &mut Conn::new(stream));
@@ -468,13 +462,7 @@ mod tests {
     #[test]
     fn a_sent_context_is_the_requests_and_a_bare_command_gets_the_servers_own() {
         let (shared, _dir) = shared();
-        let session = Session {
-            tenant: shared.tenant("client-1"),
-            authenticated: true,
-            quit: false,
-            resp3: false,
-            transaction: Default::default(),
-        };
+        let session = Session::new(1, shared.tenant("client-1"), true);
         let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
         let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
         assert_eq!(
@@ -498,13 +486,7 @@ mod tests {
     #[test]
     fn a_sent_context_is_refused_before_authentication_and_when_malformed() {
         let (shared, _dir) = shared();
-        let mut session = Session {
-            tenant: 0,
-            authenticated: false,
-            quit: false,
-            resp3: false,
-            transaction: Default::default(),
-        };
+        let mut session = Session::new(1, 0, false);
         let wrapped = words(&["SLUICE.WITH", "1", "-", "mallory", "PING"]);
         let refused = request_ctx(&shared, &session, &wrapped, 0).unwrap_err();
         assert!(
@@ -527,13 +509,7 @@ mod tests {
     #[test]
     fn requests_with_a_deadline_are_estimated_from_their_predecessors_and_an_expired_one_is_served() {
         let (shared, _dir) = shared();
-        let mut session = Session {
-            tenant: shared.tenant("client-1"),
-            authenticated: true,
-            quit: false,
-            resp3: false,
-            transaction: Default::default(),
-        };
+        let mut session = Session::new(1, shared.tenant("client-1"), true);
         for k in ["a", "b"] {
             run_request(&shared, &mut session, &words(&["SET", k, "v"]));
         }

@@ -1003,6 +1003,10 @@ for kwargs in ({}, {"protocol": 2}):
         except redis.WatchError:
             pass
     assert r.get("w") == b"theirs"
+    named = redis.Redis(port=port, client_name="gold", **kwargs)
+    assert named.client_getname() in ("gold", b"gold"), named.client_getname()
+    assert isinstance(named.client_id(), int)
+    named.close()
     r.close()
 print("ok")
 "#;
@@ -1192,4 +1196,56 @@ fn transactions_are_atomic_to_other_clients() {
             "{key}"
         );
     }
+}
+
+/// CLIENT's subcommands for a connection's own names, with Redis 7's
+/// replies; HELLO's SETNAME names it too.
+#[test]
+fn client_names_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let (mut c, mut other) = (Client::connect(addr), Client::connect(addr));
+    let (id, other_id) = (c.call(&["CLIENT", "ID"]), other.call(&["CLIENT", "ID"]));
+    assert!(
+        id.starts_with(':') && other_id.starts_with(':') && id != other_id,
+        "{id} {other_id}"
+    );
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$-1\r\n");
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "gold"]), "+OK\r\n");
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$4\r\ngold\r\n");
+    assert_eq!(
+        other.call(&["CLIENT", "GETNAME"]),
+        "$-1\r\n",
+        "the name is the connection's"
+    );
+    assert_eq!(
+        c.call(&["CLIENT", "SETNAME", "two words"]),
+        "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    );
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$4\r\ngold\r\n", "kept after a refusal");
+    assert_eq!(c.call(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]), "+OK\r\n");
+    assert_eq!(c.call(&["CLIENT", "SETINFO", "lib-ver", "5.0.1"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["CLIENT", "SETINFO", "color", "red"]),
+        "-ERR Unrecognized option 'color'\r\n"
+    );
+    let info = c.call(&["CLIENT", "INFO"]);
+    let n = id.trim_start_matches(':').trim_end();
+    assert!(
+        info.contains(&format!(
+            "id={n} name=gold db=0 multi=-1 resp=2 lib-name=redis-py lib-ver=5.0.1"
+        )),
+        "{info}"
+    );
+    assert_eq!(c.call(&["CLIENT", "SETNAME", ""]), "+OK\r\n");
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$-1\r\n", "an empty name clears it");
+    assert_eq!(
+        c.call(&["CLIENT", "SETNAME"]),
+        "-ERR wrong number of arguments for 'client|setname' command\r\n"
+    );
+    assert_eq!(
+        c.call(&["CLIENT", "LIST"]),
+        "-ERR unknown subcommand 'LIST'. Try CLIENT HELP.\r\n"
+    );
+    assert!(c.call(&["HELLO", "2", "SETNAME", "silver"]).starts_with('*'));
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$6\r\nsilver\r\n");
 }

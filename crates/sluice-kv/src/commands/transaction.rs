@@ -56,6 +56,11 @@ impl Transaction {
         self.queued.is_some()
     }
 
+    /// How many commands are queued, inside `MULTI`.
+    pub fn queued(&self) -> Option<usize> {
+        self.queued.as_ref().map(Vec::len)
+    }
+
     /// A command was refused; inside `MULTI`, that dooms the transaction.
     pub fn refused(&mut self) {
         self.refused |= self.queueing();
