@@ -6,10 +6,9 @@
 //! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
-//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and
-//! what redis-benchmark
-//! and redis-cli ask on connecting (CONFIG GET, COMMAND: answered with
-//! empty lists). `RANGE start end [count]` scans string keys
+//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and what
+//! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
+//! answered with empty lists). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
 //! flat key, value list. How the types sit in the store: `keyspace.rs`;
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
