@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use sluice_core::Ctx;
 
 use crate::commands::{execute, noauth, Session};
-use crate::resp::{parse, Reply};
+use crate::resp::{Reply, RequestParser};
 pub use crate::shared::ServerOptions;
 use crate::shared::Shared;
 use crate::Db;
@@ -225,6 +225,8 @@ struct Conn {
     /// The client has closed its side: what it sent is still executed and
     /// answered.
     eof: bool,
+    /// Finds the request at `input[start..]`, resuming across reads.
+    parser: RequestParser,
 }
 
 /// Serves the connection until the client leaves or the session ends
@@ -272,7 +274,7 @@ fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_hel
         } else {
             shared.options.limits.before_auth()
         };
-        let args = match parse(&c.input[c.start..], &limits) {
+        let args = match c.parser.parse(&c.input[c.start..], &limits) {
             Ok(Some((args, n))) => {
                 c.start += n;
                 args
@@ -370,6 +372,7 @@ impl Conn {
             output: Vec::new(),
             sent: 0,
             eof: false,
+            parser: RequestParser::default(),
         }
     }
 

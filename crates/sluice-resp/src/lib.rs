@@ -16,7 +16,7 @@
 //! | `error` | [`ProtocolError`]: what is wrong, in Redis's words |
 //! | `wire` | lines and lengths, read and written: what the others build on |
 //! | `inline` | inline commands split as Redis splits them (quotes, escapes) |
-//! | `request` | requests: [`CommandParser`] (resumable ranges, for a relay), [`parse`] (owned arguments, for a server), [`encode_command`] |
+//! | `request` | requests: [`CommandParser`] (resumable ranges, for a relay), [`RequestParser`] (owned arguments, resumable, for a server) and [`parse`] (the same, one call), [`encode_command`] |
 //! | `scan` | replies framed: [`ReplyScanner`] (resumable, every RESP2 and RESP3 type), [`reply_len`], [`array_items`] |
 //! | `reply` | replies as values: [`Reply`], its encoding in RESP2 and RESP3, [`parse_reply`] |
 //! | [`request_context`] | Sluice's one extension: `SLUICE.WITH`, the request context (id, budget, tenant) a command may carry |
@@ -60,5 +60,5 @@ pub use limits::{
     Limits, MAX_ARGS, MAX_ARGS_BEFORE_AUTH, MAX_BULK_BEFORE_AUTH, MAX_BULK_LEN, MAX_INLINE_LEN, MAX_REPLY_LINE,
 };
 pub use reply::{error_reply, parse_reply, Reply};
-pub use request::{encode_command, parse, CommandParser, Request};
+pub use request::{encode_command, parse, CommandParser, Request, RequestParser};
 pub use scan::{array_items, reply_len, ReplyScanner, ScannedReply};

@@ -35,20 +35,59 @@ const ONE_PASS: usize = 64 << 10;
 /// took, or `None` if `buf` does not yet hold all of it. A blank inline
 /// line or an empty array is a request with no arguments, which Redis
 /// ignores without a reply; an inline command's arguments have their
-/// quotes dropped and their escapes resolved.
+/// quotes dropped and their escapes resolved. Each call starts afresh; a
+/// server reading a connection uses a [`RequestParser`], which resumes.
 pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
-    match buf.first() {
-        None => Ok(None),
-        Some(b'*') => {
-            if buf.len() > ONE_PASS && frame_array(buf, &mut Progress::default(), limits, &mut Skip)?.is_none() {
-                return Ok(None);
+    RequestParser::default().parse(buf, limits)
+}
+
+/// [`parse`] for a server reading one connection. A request larger than
+/// one pass is found whole across calls, each resuming where the previous
+/// one stopped, and then copied once: a request of a million arguments
+/// arriving in a thousand reads is walked twice, not a thousand times.
+///
+/// ```
+/// use sluice_resp::{encode_command, Limits, RequestParser};
+///
+/// let keys: Vec<String> = (0..20_000).map(|i| format!("key{i}")).collect();
+/// let mut wire = Vec::new();
+/// encode_command(&[&["DEL".to_string()][..], &keys].concat(), &mut wire);
+/// let mut parser = RequestParser::default();
+/// for end in (4096..wire.len()).step_by(4096) {
+///     assert_eq!(parser.parse(&wire[..end], &Limits::default()).unwrap(), None);
+/// }
+/// let (args, used) = parser.parse(&wire, &Limits::default()).unwrap().unwrap();
+/// assert_eq!((args.len(), used), (20_001, wire.len()));
+/// ```
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    /// How far the request at the front has been found.
+    progress: Progress,
+}
+
+impl RequestParser {
+    /// As [`parse`]; after `Ok(None)` the next call must pass the same
+    /// bytes and more.
+    pub fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+        match buf.first() {
+            None => Ok(None),
+            Some(b'*') => {
+                if buf.len() > ONE_PASS || self.progress.expected.is_some() {
+                    let framed = frame_array(buf, &mut self.progress, limits, &mut Skip);
+                    if !matches!(framed, Ok(None)) {
+                        self.progress = Progress::default();
+                    }
+                    if framed?.is_none() {
+                        return Ok(None);
+                    }
+                }
+                let mut args = Vec::new();
+                Ok(frame_array(buf, &mut Progress::default(), limits, &mut args)?.map(|used| (args, used)))
             }
-            let mut args = Vec::new();
-            Ok(frame_array(buf, &mut Progress::default(), limits, &mut args)?.map(|used| (args, used)))
-        }
-        Some(_) => {
-            let mut words = Resolved::default();
-            Ok(frame_inline(buf, limits, &mut words)?.map(|used| (words.args, used)))
+            Some(_) => {
+                let mut words = Resolved::default();
+                Ok(frame_inline(buf, limits, &mut words)?.map(|used| (words.args, used)))
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sluice_resp::{parse, parse_reply, request_context, Limits, Reply};
+use sluice_resp::{parse_reply, request_context, Limits, Reply, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,10 +43,11 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
+    let mut parser = RequestParser::default();
     loop {
         let mut used = 0;
         loop {
-            match parse(&input[used..], &limits) {
+            match parser.parse(&input[used..], &limits) {
                 Ok(Some((args, n))) => {
                     used += n;
                     if args.is_empty() {
