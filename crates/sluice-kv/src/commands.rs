@@ -30,6 +30,8 @@ mod transaction;
 mod value;
 mod zset;
 
+pub(crate) use store::deferring;
+
 use std::fmt::Write;
 
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};

@@ -59,6 +59,26 @@ pub struct Stats {
     pub pending_compaction_bytes: u64,
 }
 
+/// A write applied to the store but not yet durable: its place in its
+/// WAL ([`Db::apply`], [`Db::sync_to`]).
+#[derive(Clone)]
+pub struct Unsynced {
+    number: u64,
+    end: u64,
+    file: SluiceFile,
+    appended: Arc<AtomicU64>,
+}
+
+impl Unsynced {
+    /// Adds `self` to `pending`, keeping the furthest write of each WAL.
+    pub fn merge_into(self, pending: &mut Vec<Unsynced>) {
+        match pending.iter_mut().find(|p| p.number == self.number) {
+            Some(p) => p.end = p.end.max(self.end),
+            None => pending.push(self),
+        }
+    }
+}
+
 pub struct Db {
     inner: Arc<Inner>,
     workers: Vec<JoinHandle<()>>,
@@ -122,9 +142,21 @@ impl Db {
 
     /// Applies `batch` atomically; durable when it returns if `sync` is on.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        match self.apply(batch)? {
+            Some(unsynced) => self.sync_to(&[unsynced]),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies `batch` atomically, visible to reads at once; with `sync`
+    /// on, it is durable only once [`Db::sync_to`] has returned for what
+    /// this returns. A server answering a pipeline applies each of its
+    /// writes and syncs once before it answers any, as Redis does with
+    /// `appendfsync always`.
+    pub fn apply(&self, batch: WriteBatch) -> Result<Option<Unsynced>> {
         self.validate(&batch)?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let inner = &self.inner;
         let mut st = inner.state.lock();
@@ -147,13 +179,24 @@ impl Db {
         for (k, v) in batch.ops {
             st.mem.insert(k, v);
         }
-        let (number, file, appended) = (st.wal.number, st.wal.file.clone(), st.wal.end.clone());
-        drop(st);
-        if inner.options.sync {
+        Ok(inner.options.sync.then(|| Unsynced {
+            number: st.wal.number,
+            end,
+            file: st.wal.file.clone(),
+            appended: st.wal.end.clone(),
+        }))
+    }
+
+    /// Makes the writes `unsynced` names durable, one sync per WAL they
+    /// went to (a WAL may have been replaced between them), shared with
+    /// every other writer waiting for the same WAL.
+    pub fn sync_to(&self, unsynced: &[Unsynced]) -> Result<()> {
+        let inner = &self.inner;
+        for u in unsynced {
             // After a failed fsync the kernel may have dropped the dirty
             // pages; nothing written since can be trusted to be durable.
             inner
-                .commit(number, end, &file, &appended)
+                .commit(u.number, u.end, &u.file, &u.appended)
                 .inspect_err(|e| inner.fail(Failed::Wal, e))?;
         }
         Ok(())

@@ -50,7 +50,7 @@ mod version;
 mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{Db, Stats};
+pub use db::{Db, Stats, Unsynced};
 pub use error::{KvError, Result};
 pub use options::Options;
 pub use server::{Server, ServerOptions};

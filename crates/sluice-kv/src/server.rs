@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use sluice_core::Ctx;
 
-use crate::commands::{execute, noauth, Session};
+use crate::commands::{deferring, execute, noauth, Session};
 use crate::resp::{Reply, RequestParser};
 pub use crate::shared::ServerOptions;
 use crate::shared::Shared;
@@ -262,32 +262,50 @@ fn serve(shared: &Shared, session: &mut Session, c: &mut Conn) -> io::Result<()>
 /// Runs whole requests from the connection's input while its unsent
 /// replies stay under `output_held`; true if it stopped for them (input
 /// may hold whole requests still), false if it ran out of whole requests.
+///
+/// Their writes are made durable together at the end, with one sync of
+/// the WAL, before any of their replies is sent: a pipeline of writes
+/// costs one sync, not one each. If the sync fails, none of the batch's
+/// replies is sent and the connection closes, as it would in a crash: no
+/// write is acknowledged that may not survive one.
 fn run_requests(shared: &Shared, session: &mut Session, c: &mut Conn, output_held: usize) -> bool {
-    let mut stalled = false;
-    while !session.quit {
-        if c.output.len() - c.sent >= output_held {
-            stalled = true;
-            break;
+    let answered = c.output.len();
+    let (stalled, unsynced) = deferring(|| {
+        while !session.quit {
+            if c.output.len() - c.sent >= output_held {
+                return true;
+            }
+            let limits = if session.authenticated {
+                shared.options.limits
+            } else {
+                shared.options.limits.before_auth()
+            };
+            let args = match c.parser.parse(&c.input[c.start..], &limits) {
+                Ok(Some((args, n))) => {
+                    c.start += n;
+                    args
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::error(e).encode(&mut c.output);
+                    session.quit = true;
+                    break;
+                }
+            };
+            if !args.is_empty() {
+                run_request(shared, session, &args).encode_as(&mut c.output, session.resp3);
+            }
         }
-        let limits = if session.authenticated {
-            shared.options.limits
-        } else {
-            shared.options.limits.before_auth()
-        };
-        let args = match c.parser.parse(&c.input[c.start..], &limits) {
-            Ok(Some((args, n))) => {
-                c.start += n;
-                args
-            }
-            Ok(None) => break,
-            Err(e) => {
-                Reply::error(e).encode(&mut c.output);
-                session.quit = true;
-                break;
-            }
-        };
-        if !args.is_empty() {
-            run_request(shared, session, &args).encode_as(&mut c.output, session.resp3);
+        false
+    });
+    if !unsynced.is_empty() {
+        let rt = shared.db.runtime();
+        let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
+        let _request = rt.enter(Ctx::new(id, rt.now()).with_tenant(session.tenant, 1.0));
+        if let Err(e) = shared.db.sync_to(&unsynced) {
+            tracing::warn!("a connection's writes could not be made durable: {e}; closing it unanswered");
+            c.output.truncate(answered);
+            session.quit = true;
         }
     }
     c.consumed();

@@ -4,15 +4,21 @@
 //! compaction), reopens the store, and finds every acknowledged batch, and
 //! of the batch the kill cut short, both keys or neither. Many runs on one
 //! directory, so recovery also runs on stores that earlier crashes left
-//! behind.
+//! behind. The same through the server: a client pipelines SETs, which
+//! the server syncs once per batch of requests before it answers any, and
+//! every SET answered survives the kill. A kill leaves the kernel's page
+//! cache to be written out, so these tests check that nothing is
+//! answered before it is in the WAL, not the syncs themselves.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sluice_io::{Runtime, RuntimeConfig};
-use sluice_kv::{Db, Options, WriteBatch};
+use sluice_kv::{Db, Options, Server, ServerOptions, WriteBatch};
 
 const RUNS: usize = 100;
 const DIR_VAR: &str = "SLUICE_KV_CRASH_DIR";
@@ -75,22 +81,19 @@ fn acknowledged(output: &str) -> Vec<u64> {
         .collect()
 }
 
-fn run_child(dir: &Path, start: u64, run_for: Duration) -> Vec<u64> {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_writer",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+fn spawn_child(test: &str, dir: &Path, start: u64) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture", "--test-threads", "1"])
         .env(DIR_VAR, dir)
         .env(START_VAR, start.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+fn run_child(dir: &Path, start: u64, run_for: Duration) -> Vec<u64> {
+    let mut child = spawn_child("child_writer", dir, start);
     std::thread::sleep(run_for);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -127,4 +130,83 @@ fn kill_at_random_moments_loses_no_acknowledged_write() {
         }
     }
     assert!(total > RUNS, "the children acknowledged only {total} writes");
+}
+
+/// The child of the server test: serves the store in DIR on a port it
+/// prints, until it is killed.
+#[test]
+#[ignore = "the child process of a_pipeline_of_sets_answered_survives_a_kill"]
+fn child_server() {
+    let Ok(dir) = std::env::var(DIR_VAR) else {
+        return;
+    };
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = Arc::new(Db::open(rt, dir, options(true)).unwrap());
+    let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
+    println!("port {}", server.local_addr().unwrap().port());
+    std::io::stdout().flush().unwrap();
+    server.run();
+}
+
+#[test]
+fn a_pipeline_of_sets_answered_survives_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let (mut next, mut rng, mut total) = (0u64, 0x2545f4914f6cdd1du64, 0u64);
+    for run in 0..20 {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let run_for = Duration::from_millis(30 + (rng >> 33) % 150);
+        let mut child = spawn_child("child_server", dir.path(), 0);
+        // The test harness prints its own words first, on the same line.
+        let port: u16 = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .find_map(|l| Some(l.unwrap().split("port ").nth(1)?.trim().parse().unwrap()))
+            .expect("the child server printed its port");
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut replies = BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        // Pipelines of 64 SETs, each pipeline's replies read before the
+        // next is sent, until the kill; a reply counts once read whole.
+        let (started, mut acked) = (Instant::now(), next);
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(run_for);
+            child.kill().unwrap();
+            child.wait().unwrap();
+        });
+        'client: while started.elapsed() < run_for + Duration::from_secs(5) {
+            let mut batch = Vec::new();
+            for i in acked..acked + 64 {
+                let (k, v) = (key(i), value(i));
+                batch.extend_from_slice(format!("*3\r\n$3\r\nSET\r\n${}\r\n", k.len()).as_bytes());
+                batch.extend_from_slice(&k);
+                batch.extend_from_slice(format!("\r\n${}\r\n", v.len()).as_bytes());
+                batch.extend_from_slice(&v);
+                batch.extend_from_slice(b"\r\n");
+            }
+            if writer.write_all(&batch).is_err() {
+                break;
+            }
+            for _ in 0..64 {
+                let mut reply = String::new();
+                match replies.read_line(&mut reply) {
+                    Ok(_) if reply == "+OK\r\n" => acked += 1,
+                    _ => break 'client,
+                }
+            }
+        }
+        killer.join().unwrap();
+        let db = Db::open(rt.clone(), dir.path(), options(false)).unwrap();
+        for i in next..acked {
+            // A string as the server stores it: its type tag, then its bytes.
+            let stored = [&b"s"[..], &value(i)].concat();
+            assert_eq!(
+                db.get(&key(i)).unwrap(),
+                Some(stored),
+                "run {run}: SET {i} was answered and lost"
+            );
+        }
+        total += acked - next;
+        next = acked;
+    }
+    assert!(total > 1000, "the server answered only {total} SETs");
 }

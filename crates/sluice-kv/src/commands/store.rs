@@ -1,6 +1,9 @@
 //! The store as commands see it: the server's store, or, while `EXEC` runs
 //! a transaction on this thread, the store with the transaction's writes
-//! laid over it, written as one batch when the transaction ends.
+//! laid over it, written as one batch when the transaction ends. While the
+//! server answers a batch of a connection's requests ([`deferring`]),
+//! writes are applied at once and made durable together at its end, before
+//! any of its replies is sent.
 //!
 //! A transaction's commands run one after another on the thread that runs
 //! `EXEC`, as every command runs on one thread inside its request context,
@@ -18,13 +21,15 @@ use std::collections::BTreeMap;
 use crate::keyspace::Held;
 use crate::resp::Reply;
 use crate::shared::Shared;
-use crate::WriteBatch;
+use crate::{Unsynced, WriteBatch};
 
 /// Key-value pairs in key order.
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 thread_local! {
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    /// Writes applied while [`deferring`] runs, not yet durable.
+    static UNSYNCED: RefCell<Option<Vec<Unsynced>>> = const { RefCell::new(None) };
 }
 
 /// What a running transaction has written so far.
@@ -68,9 +73,41 @@ pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
         None => Ok(Some(batch)),
     })?;
     match batch {
-        Some(batch) => shared.db.write(batch).map_err(Reply::error),
+        Some(batch) => commit(shared, batch),
         None => Ok(()),
     }
+}
+
+/// Writes `batch` to the store: durable now, or by the end of
+/// [`deferring`].
+fn commit(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
+    let deferred = UNSYNCED.with_borrow(Option::is_some);
+    if !deferred {
+        return shared.db.write(batch).map_err(Reply::error);
+    }
+    if let Some(unsynced) = shared.db.apply(batch).map_err(Reply::error)? {
+        UNSYNCED.with_borrow_mut(|u| unsynced.merge_into(u.get_or_insert_with(Vec::new)));
+    }
+    Ok(())
+}
+
+/// Runs `f` with the writes of its commands applied but not yet made
+/// durable; returns what `f` returned and what the caller must sync
+/// ([`crate::Db::sync_to`]) before it answers any of them.
+pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> (R, Vec<Unsynced>) {
+    /// Ends the deferral even if `f` unwinds.
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            UNSYNCED.with_borrow_mut(|u| *u = None);
+        }
+    }
+    UNSYNCED.with_borrow_mut(|u| *u = Some(Vec::new()));
+    let end = End;
+    let out = f();
+    let unsynced = UNSYNCED.with_borrow_mut(Option::take).unwrap_or_default();
+    drop(end);
+    (out, unsynced)
 }
 
 pub(crate) fn put(shared: &Shared, key: &[u8], value: &[u8]) -> Result<(), Reply> {
@@ -156,6 +193,6 @@ pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R
             None => batch.delete(k),
         };
     }
-    shared.db.write(batch).map_err(Reply::error)?;
+    commit(shared, batch)?;
     Ok((out, pending.stripes))
 }
