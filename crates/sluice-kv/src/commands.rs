@@ -24,12 +24,14 @@ mod expire;
 mod hash;
 mod keys;
 mod long_double;
+mod session;
 mod store;
 mod string;
 mod transaction;
 mod value;
 mod zset;
 
+pub(crate) use session::Session;
 pub(crate) use store::deferring;
 
 use std::fmt::Write;
@@ -37,38 +39,11 @@ use std::fmt::Write;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
-use transaction::{Exec, Transaction};
+use transaction::Exec;
 use value::{read, read_many, run, string, write_strings, Typed};
 
 /// Keys `RANGE` returns when no count is given.
 const DEFAULT_RANGE_COUNT: usize = 100;
-
-/// One connection's state.
-pub(crate) struct Session {
-    /// The connection's number, as `CLIENT ID` gives it.
-    pub id: u64,
-    pub tenant: u32,
-    pub authenticated: bool,
-    pub quit: bool,
-    /// The client asked for RESP3 (`HELLO 3`).
-    pub resp3: bool,
-    pub transaction: Transaction,
-    pub client: client::Names,
-}
-
-impl Session {
-    pub fn new(id: u64, tenant: u32, authenticated: bool) -> Self {
-        Session {
-            id,
-            tenant,
-            authenticated,
-            quit: false,
-            resp3: false,
-            transaction: Transaction::default(),
-            client: client::Names::default(),
-        }
-    }
-}
 
 /// Redis's refusal of a command before `AUTH`, where a password is set.
 pub(crate) fn noauth() -> Reply {

@@ -6,33 +6,8 @@
 //! server's tenant table. `CLIENT LIST`, `KILL`, `PAUSE` and the other
 //! subcommands that act across connections are refused by name.
 
-use super::Session;
+use super::session::{valid, Session};
 use crate::resp::Reply;
-
-/// What the client called itself.
-#[derive(Default)]
-pub(crate) struct Names {
-    name: Option<String>,
-    lib_name: Option<String>,
-    lib_ver: Option<String>,
-}
-
-/// Redis's rule for names: printable ASCII without spaces.
-fn valid(text: &[u8]) -> Option<String> {
-    text.iter()
-        .all(|b| (b'!'..=b'~').contains(b))
-        .then(|| String::from_utf8_lossy(text).into_owned())
-}
-
-impl Names {
-    /// Names the connection; an empty name clears it.
-    pub fn set_name(&mut self, name: &[u8]) -> Result<(), Reply> {
-        let name = valid(name)
-            .ok_or_else(|| Reply::error("Client names cannot contain spaces, newlines or special characters."))?;
-        self.name = (!name.is_empty()).then_some(name);
-        Ok(())
-    }
-}
 
 pub(crate) fn client(session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let sub = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();

@@ -1,0 +1,57 @@
+//! One connection's state: who it is, what it named itself, the protocol
+//! it speaks, and its transaction.
+
+use super::transaction::Transaction;
+use crate::resp::Reply;
+
+/// One connection's state.
+pub(crate) struct Session {
+    /// The connection's number, as `CLIENT ID` gives it.
+    pub id: u64,
+    pub tenant: u32,
+    pub authenticated: bool,
+    pub quit: bool,
+    /// The client asked for RESP3 (`HELLO 3`).
+    pub resp3: bool,
+    pub transaction: Transaction,
+    pub client: Names,
+}
+
+impl Session {
+    pub fn new(id: u64, tenant: u32, authenticated: bool) -> Self {
+        Session {
+            id,
+            tenant,
+            authenticated,
+            quit: false,
+            resp3: false,
+            transaction: Transaction::default(),
+            client: Names::default(),
+        }
+    }
+}
+
+/// What the client called itself.
+#[derive(Default)]
+pub(crate) struct Names {
+    pub name: Option<String>,
+    pub lib_name: Option<String>,
+    pub lib_ver: Option<String>,
+}
+
+/// Redis's rule for names: printable ASCII without spaces.
+pub(crate) fn valid(text: &[u8]) -> Option<String> {
+    text.iter()
+        .all(|b| (b'!'..=b'~').contains(b))
+        .then(|| String::from_utf8_lossy(text).into_owned())
+}
+
+impl Names {
+    /// Names the connection; an empty name clears it.
+    pub fn set_name(&mut self, name: &[u8]) -> Result<(), Reply> {
+        let name = valid(name)
+            .ok_or_else(|| Reply::error("Client names cannot contain spaces, newlines or special characters."))?;
+        self.name = (!name.is_empty()).then_some(name);
+        Ok(())
+    }
+}
