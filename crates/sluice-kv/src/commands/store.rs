@@ -17,6 +17,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::thread::LocalKey;
 
 use crate::keyspace::Held;
 use crate::resp::Reply;
@@ -95,19 +96,7 @@ fn commit(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
 /// durable; returns what `f` returned and what the caller must sync
 /// ([`crate::Db::sync_to`]) before it answers any of them.
 pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> (R, Vec<Unsynced>) {
-    /// Ends the deferral even if `f` unwinds.
-    struct End;
-    impl Drop for End {
-        fn drop(&mut self) {
-            UNSYNCED.with_borrow_mut(|u| *u = None);
-        }
-    }
-    UNSYNCED.with_borrow_mut(|u| *u = Some(Vec::new()));
-    let end = End;
-    let out = f();
-    let unsynced = UNSYNCED.with_borrow_mut(Option::take).unwrap_or_default();
-    drop(end);
-    (out, unsynced)
+    scoped(&UNSYNCED, f)
 }
 
 pub(crate) fn put(shared: &Shared, key: &[u8], value: &[u8]) -> Result<(), Reply> {
@@ -173,19 +162,7 @@ pub(crate) fn lock<'s, 'k>(shared: &'s Shared, keys: impl IntoIterator<Item = &'
 /// stripe. Returns what `f` returned and the stripes it wrote, or the
 /// store's refusal of the batch (then nothing of it was written).
 pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R, Vec<usize>), Reply> {
-    /// Ends the transaction even if `f` unwinds, so the thread's next
-    /// command does not run inside it.
-    struct End;
-    impl Drop for End {
-        fn drop(&mut self) {
-            PENDING.with_borrow_mut(|p| *p = None);
-        }
-    }
-    PENDING.with_borrow_mut(|p| *p = Some(Pending::default()));
-    let end = End;
-    let out = f();
-    let pending = PENDING.with_borrow_mut(Option::take).unwrap_or_default();
-    drop(end);
+    let (out, pending) = scoped(&PENDING, f);
     let mut batch = WriteBatch::new();
     for (k, v) in pending.writes {
         match v {
@@ -195,4 +172,22 @@ pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R
     }
     commit(shared, batch)?;
     Ok((out, pending.stripes))
+}
+
+/// Runs `f` with `state` set afresh on this thread; returns what `f`
+/// returned and what the state held at its end. The state is cleared even
+/// if `f` unwinds, so the thread's next command does not run inside it.
+fn scoped<T: Default + 'static, R>(state: &'static LocalKey<RefCell<Option<T>>>, f: impl FnOnce() -> R) -> (R, T) {
+    struct Clear<T: 'static>(&'static LocalKey<RefCell<Option<T>>>);
+    impl<T> Drop for Clear<T> {
+        fn drop(&mut self) {
+            self.0.with_borrow_mut(|s| *s = None);
+        }
+    }
+    state.with_borrow_mut(|s| *s = Some(T::default()));
+    let clear = Clear(state);
+    let out = f();
+    let held = state.with_borrow_mut(Option::take).unwrap_or_default();
+    drop(clear);
+    (out, held)
 }
