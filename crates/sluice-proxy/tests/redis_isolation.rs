@@ -149,10 +149,12 @@ fn a_client_that_stops_reading_holds_no_slot() {
         );
         // Noise from the rest of the machine only lengthens a measurement,
         // so the best of three stands for it; a held gate would lengthen
-        // all three by the admission timeout.
+        // all three by the admission timeout (5 s). The bound allows a
+        // millisecond of noise above the p99 alone: on 2 busy vCPUs a p99
+        // of 170 µs alone was once 460 µs here with the gate empty.
         let meanwhile = (0..3).map(|_| get_p99(&mut other, 400)).fold(f64::INFINITY, f64::min);
         assert!(
-            meanwhile <= 2.0 * alone,
+            meanwhile <= (2.0 * alone).max(alone + 1000.0),
             "{path}: another tenant's p99 {meanwhile:.0} µs while a client does not read, {alone:.0} µs alone"
         );
         let expected = format!("$1024\r\n{value}\r\n");
