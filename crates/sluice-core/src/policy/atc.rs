@@ -214,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn a_looser_request_late_by_more_than_the_work_ahead_passes_a_tighter_one_just_due() {
+    fn a_looser_request_late_by_more_than_the_look_ahead_passes_a_tighter_one_just_due() {
         // At 1000 ms, k·C̄ = 20 ms, both at the head's cylinder (C = 4 ms).
         // The tighter request (budget 250 ms) is just due: g = 1. The looser
         // one (500 ms) is 38 ms late: g = 1 + 38/20 = 2.9 > 2.
@@ -253,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn with_slack_far_beyond_the_work_ahead_it_is_edf() {
+    fn with_slack_far_beyond_the_look_ahead_it_is_edf() {
         let mut p = atc();
         // Deadlines minutes away: every index underflows to 0, and the
         // earliest deadline goes first wherever the head is.

@@ -53,13 +53,15 @@ pub(crate) fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply>
 
 /// The values at `keys`, all as of one moment (see [`crate::Db::get_many`]).
 pub(crate) fn get_many(shared: &Shared, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Reply> {
-    let written: Vec<Option<Option<Vec<u8>>>> = PENDING.with_borrow(|p| {
-        keys.iter()
-            .map(|k| p.as_ref().and_then(|p| p.writes.get(*k).cloned()))
-            .collect()
-    });
     let stored = shared.db.get_many(keys).map_err(Reply::error)?;
-    Ok(written.into_iter().zip(stored).map(|(w, s)| w.unwrap_or(s)).collect())
+    Ok(PENDING.with_borrow(|p| match p {
+        None => stored,
+        Some(p) => keys
+            .iter()
+            .zip(stored)
+            .map(|(k, s)| p.writes.get(*k).cloned().unwrap_or(s))
+            .collect(),
+    }))
 }
 
 /// Writes `batch` at once, or into the running transaction.
