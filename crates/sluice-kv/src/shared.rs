@@ -19,11 +19,30 @@ use crate::Db;
 /// share one among a few hundred connections.
 const KEY_LOCK_STRIPES: usize = 1024;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServerOptions {
     pub limits: Limits,
     /// If set, clients must `AUTH` with it before any other command.
     pub password: Option<String>,
+    /// Commands running at once, each on a worker thread of its own; a
+    /// connection with whole requests waits for a free worker.
+    pub workers: usize,
+}
+
+/// Workers by default: as many requests in flight as the I/O scheduler
+/// needs to have something to order (the router's experiments run 64
+/// users per shard), while a worker costs a thread only while it is busy
+/// or recently was.
+pub const DEFAULT_WORKERS: usize = 64;
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            limits: Limits::default(),
+            password: None,
+            workers: DEFAULT_WORKERS,
+        }
+    }
 }
 
 /// What a tenant has done, for `INFO`.

@@ -145,7 +145,7 @@ fn child_server() {
     let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
     println!("port {}", server.local_addr().unwrap().port());
     std::io::stdout().flush().unwrap();
-    server.run();
+    server.run().unwrap();
 }
 
 #[test]

@@ -62,7 +62,7 @@ fn child_server() {
     }
     let (server, _dir) = server(setting("password"));
     println!("listening on {}", server.local_addr().unwrap());
-    server.run();
+    server.run().unwrap();
 }
 
 /// The server in a child process, killed when dropped; its log collected.

@@ -1,0 +1,303 @@
+//! A connection's requests as a worker runs them: parsed from what the
+//! connection has read, each run inside its request context (the one the
+//! client sent with `SLUICE.WITH`, or the connection's tenant with an id of
+//! the server's own sequence), their replies encoded for the connection to
+//! send.
+//!
+//! sluice-io keeps a request's context on the thread that runs it (RCP's
+//! enlightenment API, `ctx_begin/ctx_end`), and the store blocks in its
+//! I/O: so requests run here, on a worker thread, from parse to reply,
+//! while the connection's socket stays with the server's poller.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use sluice_core::Ctx;
+use sluice_resp::request_context;
+
+use crate::commands::{deferring, execute, noauth, Session};
+use crate::resp::{Reply, RequestParser};
+use crate::shared::Shared;
+use crate::Unsynced;
+
+/// A connection's bytes: `input[start..]` is read and not run,
+/// `output[sent..]` is not yet written.
+#[derive(Default)]
+pub(crate) struct Buffers {
+    pub input: Vec<u8>,
+    pub start: usize,
+    pub output: Vec<u8>,
+    pub sent: usize,
+    /// Finds the request at `input[start..]`, resuming across reads.
+    parser: RequestParser,
+}
+
+/// Bytes a buffer keeps once empty. An idle connection then holds almost
+/// nothing; a busy one reallocates a little per batch, which costs far
+/// less than the system calls that fill and drain the buffer.
+const KEPT: usize = 4 << 10;
+
+impl Buffers {
+    /// Replies encoded and not yet written.
+    pub fn unsent(&self) -> usize {
+        self.output.len() - self.sent
+    }
+
+    /// Input read and not yet run.
+    pub fn unrun(&self) -> usize {
+        self.input.len() - self.start
+    }
+
+    /// Drops run input.
+    fn consumed(&mut self) {
+        if self.start == self.input.len() {
+            self.input.clear();
+            self.input.shrink_to(KEPT);
+            self.start = 0;
+        } else if self.start > self.input.len() / 2 {
+            // Moving the rest costs no more than the run part did.
+            self.input.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// Drops written output.
+    pub fn written(&mut self, n: usize) {
+        self.sent += n;
+        if self.sent == self.output.len() {
+            self.output.clear();
+            self.output.shrink_to(KEPT);
+            self.sent = 0;
+        } else if self.sent > self.output.len() / 2 {
+            self.output.drain(..self.sent);
+            self.sent = 0;
+        }
+    }
+}
+
+/// What [`run_requests`] did.
+pub(crate) struct Ran {
+    /// It stopped for the replies not yet sent: input may hold whole
+    /// requests still.
+    pub stalled: bool,
+    /// Writes applied and not yet durable: none of the replies from
+    /// `answered` on may be sent before they are synced.
+    pub unsynced: Vec<Unsynced>,
+    /// Length of the output before this run.
+    pub answered: usize,
+}
+
+/// Runs whole requests from the connection's input while its unsent
+/// replies stay under `output_held`.
+///
+/// Their writes are applied and made durable together afterwards
+/// ([`Ran::unsynced`]), with one sync of the WAL for this connection's batch
+/// and those of every other connection ready at the same time: a pipeline
+/// of writes costs one sync, not one each, and so do many clients' writes.
+pub(crate) fn run_requests(shared: &Shared, session: &mut Session, b: &mut Buffers, output_held: usize) -> Ran {
+    let answered = b.output.len();
+    let (stalled, unsynced) = deferring(|| {
+        while !session.quit {
+            if b.unsent() >= output_held {
+                return true;
+            }
+            let limits = if session.authenticated {
+                shared.options.limits
+            } else {
+                shared.options.limits.before_auth()
+            };
+            let args = match b.parser.parse(&b.input[b.start..], &limits) {
+                Ok(Some((args, n))) => {
+                    b.start += n;
+                    args
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::error(e).encode(&mut b.output);
+                    session.quit = true;
+                    break;
+                }
+            };
+            if !args.is_empty() {
+                run_request(shared, session, &args).encode_as(&mut b.output, session.resp3);
+            }
+        }
+        false
+    });
+    b.consumed();
+    Ran {
+        stalled,
+        unsynced,
+        answered,
+    }
+}
+
+/// Runs one request as foreground work, in its [`request_ctx`].
+fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+    let started = Instant::now();
+    // Deadlines are compared with the I/O runtime's clock in its queues.
+    let rt = shared.db.runtime();
+    let arrival = rt.now();
+    let (mut ctx, command) = match request_ctx(shared, session, args, arrival) {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    let estimated = ctx.deadline.is_some();
+    if estimated {
+        ctx = ctx.with_est_ios(shared.io_estimates.estimate(command));
+    }
+    let own = session.tenant;
+    let reply = {
+        let request = rt.enter(ctx);
+        let reply = execute(shared, session, command);
+        if estimated {
+            shared.io_estimates.learn(command, request.ios());
+        }
+        reply
+    };
+    // The connection's work counts for the tenant it is now (AUTH counts
+    // for the user it names); work of a tenant the client named, for that.
+    let tenant = if ctx.tenant.0 == own {
+        session.tenant
+    } else {
+        ctx.tenant.0
+    };
+    let failed = matches!(reply, Reply::Error(_));
+    let missed = ctx.deadline.map(|d| rt.now() > d);
+    shared.record(tenant, started.elapsed().as_nanos() as u64, failed, missed);
+    reply
+}
+
+/// The context a request arriving at `arrival` runs in, and its command:
+/// the one the client sent with it ([`sluice_resp::request_context`]), or the
+/// session's tenant with an id of the server's own sequence.
+fn request_ctx<'a>(
+    shared: &Shared,
+    session: &Session,
+    args: &'a [Vec<u8>],
+    arrival: u64,
+) -> Result<(Ctx, &'a [Vec<u8>]), Reply> {
+    let sent = match request_context::unwrap(args) {
+        Ok(None) => return Ok((own_ctx(shared, session.tenant, arrival), args)),
+        // Naming a tenant registers it: not before authentication.
+        Ok(Some(_)) if !session.authenticated => return Err(noauth()),
+        Ok(Some(sent)) => sent,
+        Err(e) => return Err(Reply::error(e)),
+    };
+    let tenant = match sent.tenant {
+        Some(name) => shared.tenant(&String::from_utf8_lossy(name)),
+        None => session.tenant,
+    };
+    let id = sent
+        .id
+        .unwrap_or_else(|| shared.next_request.fetch_add(1, Ordering::Relaxed));
+    let mut ctx = Ctx::new(id, arrival).with_tenant(tenant, 1.0);
+    if let Some(budget) = sent.budget {
+        ctx = ctx.with_deadline(arrival.saturating_add(budget));
+    }
+    Ok((ctx, sent.command))
+}
+
+/// A context of `tenant`'s, with an id of the server's own sequence.
+pub(crate) fn own_ctx(shared: &Shared, tenant: u32, arrival: u64) -> Ctx {
+    let id = shared.next_request.fetch_add(1, Ordering::Relaxed);
+    Ctx::new(id, arrival).with_tenant(tenant, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::Db;
+
+    fn shared() -> (Shared, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = sluice_io::Runtime::new(sluice_io::RuntimeConfig::default()).unwrap();
+        let db = Arc::new(Db::open(rt, dir.path(), crate::Options::default()).unwrap());
+        (Shared::new(db, crate::ServerOptions::default()), dir)
+    }
+
+    fn words(w: &[&str]) -> Vec<Vec<u8>> {
+        w.iter().map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_sent_context_is_the_requests_and_a_bare_command_gets_the_servers_own() {
+        let (shared, _dir) = shared();
+        let session = Session::new(1, shared.tenant("client-1"), true);
+        let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
+        let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
+        assert_eq!(
+            (ctx.id.0, ctx.arrival, ctx.deadline),
+            (900, 1_000, Some(1_000 + 2_500_000))
+        );
+        assert_eq!(ctx.tenant.0, shared.tenant("alice"));
+        assert_eq!(command, &wrapped[4..]);
+
+        let defaults = words(&["SLUICE.WITH", "901", "-", "-", "PING"]);
+        let (ctx, _) = request_ctx(&shared, &session, &defaults, 1_000).unwrap();
+        assert_eq!((ctx.id.0, ctx.deadline, ctx.tenant.0), (901, None, session.tenant));
+
+        let bare = words(&["GET", "k"]);
+        let (first, _) = request_ctx(&shared, &session, &bare, 5).unwrap();
+        let (second, command) = request_ctx(&shared, &session, &bare, 6).unwrap();
+        assert_eq!(second.id.0, first.id.0 + 1, "the server's own sequence");
+        assert_eq!((second.tenant.0, command), (session.tenant, &bare[..]));
+    }
+
+    #[test]
+    fn a_sent_context_is_refused_before_authentication_and_when_malformed() {
+        let (shared, _dir) = shared();
+        let mut session = Session::new(1, 0, false);
+        let wrapped = words(&["SLUICE.WITH", "1", "-", "mallory", "PING"]);
+        let refused = request_ctx(&shared, &session, &wrapped, 0).unwrap_err();
+        assert!(
+            matches!(&refused, Reply::Error(e) if e.starts_with("NOAUTH")),
+            "{refused:?}"
+        );
+        assert!(
+            shared.with_tenants(|mut t| !Iterator::any(&mut t, |s| s.name == "mallory")),
+            "no tenant registered"
+        );
+        session.authenticated = true;
+        let bad = words(&["SLUICE.WITH", "1", "-1", "-", "PING"]);
+        let refused = request_ctx(&shared, &session, &bad, 0).unwrap_err();
+        assert!(
+            matches!(&refused, Reply::Error(e) if e.starts_with("ERR SLUICE.WITH: the budget")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn requests_with_a_deadline_are_estimated_from_their_predecessors_and_an_expired_one_is_served() {
+        let (shared, _dir) = shared();
+        let mut session = Session::new(1, shared.tenant("client-1"), true);
+        for k in ["a", "b"] {
+            run_request(&shared, &mut session, &words(&["SET", k, "v"]));
+        }
+        shared.db.flush().unwrap();
+        let scan = words(&["RANGE", "a", "z", "1000"]);
+        assert_eq!(
+            shared.io_estimates.estimate(&scan),
+            1000,
+            "nothing learned: an I/O a record"
+        );
+        let with_deadline = words(&["SLUICE.WITH", "7", "50", "-", "RANGE", "a", "z", "1000"]);
+        let reply = run_request(&shared, &mut session, &with_deadline);
+        assert!(matches!(reply, Reply::Array(ref keys) if keys.len() == 4), "{reply:?}");
+        let learned = shared.io_estimates.estimate(&scan);
+        assert!((1..20).contains(&learned), "two records read from one table: {learned}");
+
+        let expired = words(&["SLUICE.WITH", "8", "0", "-", "GET", "a"]);
+        let reply = run_request(&shared, &mut session, &expired);
+        assert!(matches!(reply, Reply::Bulk(Some(ref v)) if v == b"v"), "{reply:?}");
+        let counted = shared
+            .with_tenants(|mut t| Iterator::find(&mut t, |s| s.name == "client-1").map(|s| (s.deadlines, s.missed)));
+        assert_eq!(
+            counted,
+            Some((2, 1)),
+            "the scan met its 50 ms, the expired GET is a miss"
+        );
+    }
+}
