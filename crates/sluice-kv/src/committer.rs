@@ -1,5 +1,5 @@
 //! Group commit across connections: one thread syncs the WAL for every
-//! connection whose writes are waiting, then releases all their replies.
+//! connection whose writes are waiting, then hands each its outcome.
 //!
 //! A worker applies a connection's writes and moves on to the next
 //! connection at once; the connection's replies wait here until a sync
@@ -15,15 +15,16 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-
 use crate::request::own_ctx;
 use crate::shared::Shared;
 use crate::Unsynced;
 
-/// Hands writes to the committing thread and waits for their sync. Cloned
-/// into every connection; the thread ends when the last clone is dropped.
-#[derive(Clone)]
+/// What a waiter is told once its writes are synced: `Err` names why they
+/// may not be durable.
+pub(crate) type Then = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// Hands writes to the committing thread. Shared by every worker; the
+/// thread ends when the committer is dropped.
 pub(crate) struct Committer {
     waiting: mpsc::Sender<Waiter>,
 }
@@ -31,8 +32,7 @@ pub(crate) struct Committer {
 struct Waiter {
     unsynced: Vec<Unsynced>,
     tenant: u32,
-    /// The sync's outcome: `Err` names why the writes may not be durable.
-    synced: oneshot::Sender<Result<(), String>>,
+    then: Then,
 }
 
 impl Committer {
@@ -45,21 +45,17 @@ impl Committer {
         Ok(Committer { waiting })
     }
 
-    /// Returns once `unsynced` is durable, or with why it may not be.
-    pub async fn sync(&self, unsynced: Vec<Unsynced>, tenant: u32) -> Result<(), String> {
-        let (synced, outcome) = oneshot::channel();
-        let waiter = Waiter {
-            unsynced,
-            tenant,
-            synced,
-        };
-        let stopped = || "the committing thread stopped".to_string();
-        self.waiting.send(waiter).map_err(|_| stopped())?;
-        outcome.await.map_err(|_| stopped())?
+    /// Calls `then`, on the committing thread, once `unsynced` (writes of
+    /// `tenant`'s request) is durable or cannot be made so.
+    pub fn sync(&self, unsynced: Vec<Unsynced>, tenant: u32, then: Then) {
+        let waiter = Waiter { unsynced, tenant, then };
+        if let Err(mpsc::SendError(w)) = self.waiting.send(waiter) {
+            (w.then)(Err("the committing thread stopped".into()));
+        }
     }
 }
 
-/// Syncs, for as long as there are committers, whatever the waiters
+/// Syncs, for as long as there is a committer, whatever the waiters
 /// queued since the previous sync.
 fn commit(shared: &Shared, queue: &mpsc::Receiver<Waiter>) {
     while let Ok(first) = queue.recv() {
@@ -77,8 +73,7 @@ fn commit(shared: &Shared, queue: &mpsc::Receiver<Waiter>) {
             shared.db.sync_to(&furthest).map_err(|e| e.to_string())
         };
         for w in group {
-            // A connection that closed meanwhile no longer waits.
-            let _ = w.synced.send(outcome.clone());
+            (w.then)(outcome.clone());
         }
     }
 }

@@ -1,15 +1,12 @@
-//! One client's connection, as the server's poller drives it: read what
-//! arrives, hand whole requests to a worker, write the replies, within the
-//! bounds that keep a hostile client from taking the server's memory or
-//! another client's turn.
+//! One client's connection: what a worker does with it each time its
+//! socket is ready (read what arrived, run whole requests, write replies),
+//! within the bounds that keep a hostile client from taking the server's
+//! memory or another client's turn. Each step ends in a [`Next`]: what the
+//! poller waits for before the next step.
 //!
-//! The connection is a task on the poller's thread; it holds no thread and,
-//! while idle, no buffer ([`crate::request::Buffers`] shrink once empty).
-//! Its requests run on a worker from the runtime's bounded pool of
-//! blocking threads ([`crate::ServerOptions::workers`]): the session and
-//! the buffers move to the worker and back, so a request runs on one
-//! thread inside its request context, as sluice-io needs, and the poller
-//! never waits for the store.
+//! A connection holds no thread and, while idle, no buffer
+//! ([`crate::request::Buffers`] are freed once empty): a few hundred bytes
+//! and its socket.
 //!
 //! # Bounds
 //!
@@ -22,23 +19,25 @@
 //!   deadlocked against a server blocked writing replies. While a client
 //!   does not read, its replies wait up to a bound ([`Held::output`]); past
 //!   it the connection runs none of that client's requests (the others go
-//!   on, and no worker waits for this one), reads on, and holds the
-//!   requests read but not run up to another bound ([`Held::input`]); past
-//!   that it stops reading, and TCP holds the client back. A request still
+//!   on: no worker waits for this one), reads on, and holds the requests
+//!   read but not run up to another bound ([`Held::input`]); past that it
+//!   stops reading, and TCP holds the client back. A request still
 //!   arriving is bounded by [`crate::resp::Limits`] instead: it is not run
 //!   before it is whole.
 
-use std::cell::RefCell;
-use std::io;
-use std::sync::Arc;
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
 
-use tokio::io::{AsyncWriteExt, Interest};
-use tokio::net::TcpStream;
+use rustix::buffer::spare_capacity;
+use rustix::io::Errno;
 
 use crate::commands::Session;
-use crate::committer::Committer;
 use crate::request::{run_requests, Buffers};
 use crate::shared::Shared;
+use crate::Unsynced;
 
 /// Bytes a connection may hold for its client, beyond the request it is
 /// still receiving.
@@ -70,115 +69,161 @@ pub const UNAUTHENTICATED_HELD: Held = Held {
     output: 64 << 10,
 };
 
-/// Bytes the poller reads at a time.
-const READ_CHUNK: usize = 64 << 10;
+/// Room a read has at least: more than most requests, so that one read
+/// takes them whole, and little enough that a connection with a request
+/// half-read holds little. Reads go straight into the connection's input,
+/// which is freed once run, so an idle connection holds no buffer and a
+/// worker none of its own.
+const READ_ROOM: usize = 16 << 10;
 
-thread_local! {
-    /// The poller's buffer for reads: one for every connection, since a
-    /// read's bytes are copied into its connection's input at once.
-    static CHUNK: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_CHUNK]);
+/// What the poller does with a connection after a step.
+pub(crate) enum Next {
+    /// Waits until the socket can be read (`read`) or written (`write`),
+    /// then steps again.
+    Wait { read: bool, write: bool },
+    /// Syncs the writes of the requests just run, then calls
+    /// [`Connection::synced`]: no reply from `answered` on is sent before.
+    Sync {
+        unsynced: Vec<Unsynced>,
+        tenant: u32,
+        answered: usize,
+    },
+    /// Forgets the connection: the client left, or the session ended and
+    /// its last replies are written.
+    Close,
 }
 
-/// What moves to a worker and back with each batch of requests.
-struct Client {
+pub(crate) struct Connection {
+    pub stream: TcpStream,
+    /// The tenant the connection is, forgotten when it closes.
+    pub own: u32,
+    /// Taken by one worker at a time: the poller hands a connection to one
+    /// worker per readiness, and not while its writes are being synced.
+    state: Mutex<State>,
+}
+
+struct State {
     session: Session,
     buffers: Buffers,
+    /// The client has closed its side: what it sent is still run and
+    /// answered.
+    eof: bool,
+    /// Input arrived since the last run, which may complete a request.
+    fresh: bool,
+    /// The last run stopped for unsent replies, with requests left.
+    stalled: bool,
 }
 
-/// Serves one client until it quits, disconnects or breaks the protocol
-/// (answered with the protocol error, then closed); then forgets the
-/// tenant named by the connection (a tenant named by AUTH stays).
-pub(crate) async fn connection(shared: Arc<Shared>, committer: Committer, mut stream: TcpStream) {
-    let id = shared.next_client.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let own = shared.tenant(&format!("client-{id}"));
-    let client = Client {
-        session: Session::new(id, own, shared.options.password.is_none()),
-        buffers: Buffers::default(),
-    };
-    let _ = stream.set_nodelay(true);
-    if let Err(e) = serve(&shared, &committer, &mut stream, client).await {
-        tracing::debug!("client {id}: {e}");
+impl Connection {
+    /// A new client's connection, as a tenant of its own.
+    pub fn new(shared: &Shared, stream: TcpStream) -> io::Result<Connection> {
+        stream.set_nonblocking(true)?;
+        let _ = stream.set_nodelay(true);
+        let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
+        let own = shared.tenant(&format!("client-{id}"));
+        Ok(Connection {
+            stream,
+            own,
+            state: Mutex::new(State {
+                session: Session::new(id, own, shared.options.password.is_none()),
+                buffers: Buffers::default(),
+                eof: false,
+                fresh: false,
+                stalled: false,
+            }),
+        })
     }
-    shared.forget(own);
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A step once the socket is ready: reads what arrived (up to a chunk),
+    /// runs whole requests, writes their replies.
+    pub fn step(&self, shared: &Shared) -> Next {
+        let mut st = self.state();
+        let held = st.held();
+        if st.reads(held) {
+            let input = &mut st.buffers.input;
+            input.reserve(READ_ROOM);
+            match rustix::io::read(&self.stream, spare_capacity(input)) {
+                Ok(0) => st.eof = true,
+                Ok(_) => st.fresh = true,
+                Err(Errno::WOULDBLOCK | Errno::INTR) => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        if (st.fresh || st.stalled) && !st.session.quit && st.buffers.unsent() < held.output {
+            let State { session, buffers, .. } = &mut *st;
+            let Ok(ran) = catch_unwind(AssertUnwindSafe(|| run_requests(shared, session, buffers, held.output))) else {
+                tracing::error!("a request of client {} panicked; closing the connection", session.id);
+                return Next::Close;
+            };
+            st.fresh = false;
+            st.stalled = ran.stalled;
+            if !ran.unsynced.is_empty() {
+                return Next::Sync {
+                    unsynced: ran.unsynced,
+                    tenant: st.session.tenant,
+                    answered: ran.answered,
+                };
+            }
+        }
+        self.settle(&mut st)
+    }
+
+    /// Goes on once the writes of [`Next::Sync`] are synced, or, if they
+    /// could not be (`Err`), drops the replies they would have acknowledged
+    /// and closes, as a crash would: no write acknowledged that may not
+    /// survive one.
+    pub fn synced(&self, outcome: Result<(), String>, answered: usize) -> Next {
+        let mut st = self.state();
+        if let Err(e) = outcome {
+            tracing::warn!("a connection's writes could not be made durable: {e}; closing it unanswered");
+            st.buffers.output.truncate(answered);
+            st.session.quit = true;
+        }
+        self.settle(&mut st)
+    }
+
+    /// Writes what the socket takes; then closes, or waits for the socket.
+    fn settle(&self, st: &mut State) -> Next {
+        let b = &mut st.buffers;
+        while b.unsent() > 0 {
+            match (&self.stream).write(&b.output[b.sent..]) {
+                Ok(0) => return Next::Close,
+                Ok(n) => b.written(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        let unsent = b.unsent() > 0;
+        if (st.session.quit || st.eof) && !unsent {
+            let _ = self.stream.shutdown(Shutdown::Write);
+            return Next::Close;
+        }
+        Next::Wait {
+            read: st.reads(st.held()),
+            // A stalled connection whose replies are all written runs on
+            // as soon as a worker takes it: its socket is writable now.
+            write: unsent || st.stalled,
+        }
+    }
 }
 
-/// Serves the connection until the client leaves or the session ends
-/// (QUIT, a protocol error), its last replies written.
-async fn serve(shared: &Arc<Shared>, committer: &Committer, stream: &mut TcpStream, mut c: Client) -> io::Result<()> {
-    let mut eof = false;
-    // Input arrived since the last run, which may complete a request.
-    let mut fresh = false;
-    // The last run stopped for unsent replies, with requests left.
-    let mut stalled = false;
-    loop {
-        let held = if c.session.authenticated {
+impl State {
+    fn held(&self) -> Held {
+        if self.session.authenticated {
             HELD
         } else {
             UNAUTHENTICATED_HELD
-        };
-        if (fresh || stalled) && !c.session.quit && c.buffers.unsent() < held.output {
-            let shared = shared.clone();
-            let (back, ran) = tokio::task::spawn_blocking(move || {
-                let ran = run_requests(&shared, &mut c.session, &mut c.buffers, held.output);
-                (c, ran)
-            })
-            .await
-            .map_err(|e| io::Error::other(format!("a request failed: {e}")))?;
-            c = back;
-            fresh = false;
-            stalled = ran.stalled;
-            if !ran.unsynced.is_empty() {
-                if let Err(e) = committer.sync(ran.unsynced, c.session.tenant).await {
-                    // As a crash would: no write acknowledged that may not
-                    // survive one.
-                    tracing::warn!("a connection's writes could not be made durable: {e}; closing it unanswered");
-                    c.buffers.output.truncate(ran.answered);
-                    c.session.quit = true;
-                }
-            }
-        }
-        write(stream, &mut c.buffers)?;
-        let unsent = c.buffers.unsent() > 0;
-        if stalled && !unsent {
-            // The socket took every reply: room to run more at once.
-            continue;
-        }
-        if (c.session.quit || eof) && !unsent {
-            let _ = stream.shutdown().await;
-            return Ok(());
-        }
-        // Stalled on its replies, the connection reads on up to its bound.
-        let read = !eof && !c.session.quit && (!stalled || c.buffers.unrun() < held.input);
-        let interest = match (read, unsent) {
-            (true, true) => Interest::READABLE | Interest::WRITABLE,
-            (true, false) => Interest::READABLE,
-            _ => Interest::WRITABLE,
-        };
-        let ready = stream.ready(interest).await?;
-        if read && (ready.is_readable() || ready.is_read_closed()) {
-            match CHUNK.with_borrow_mut(|chunk| {
-                let n = stream.try_read(chunk)?;
-                c.buffers.input.extend_from_slice(&chunk[..n]);
-                io::Result::Ok(n)
-            }) {
-                Ok(0) => eof = true,
-                Ok(_) => fresh = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
         }
     }
-}
 
-/// Writes replies until they are all written or the socket is full.
-fn write(stream: &TcpStream, b: &mut Buffers) -> io::Result<()> {
-    while b.unsent() > 0 {
-        match stream.try_write(&b.output[b.sent..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => b.written(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
+    /// Whether to read: stalled on its replies, the connection reads on up
+    /// to its bound.
+    fn reads(&self, held: Held) -> bool {
+        !self.eof && !self.session.quit && (!self.stalled || self.buffers.unrun() < held.input)
     }
-    Ok(())
 }

@@ -32,11 +32,6 @@ pub(crate) struct Buffers {
     parser: RequestParser,
 }
 
-/// Bytes a buffer keeps once empty. An idle connection then holds almost
-/// nothing; a busy one reallocates a little per batch, which costs far
-/// less than the system calls that fill and drain the buffer.
-const KEPT: usize = 4 << 10;
-
 impl Buffers {
     /// Replies encoded and not yet written.
     pub fn unsent(&self) -> usize {
@@ -48,11 +43,13 @@ impl Buffers {
         self.input.len() - self.start
     }
 
-    /// Drops run input.
+    /// Drops run input; an empty buffer is freed, so that an idle
+    /// connection holds none (a busy one allocates once per batch, far
+    /// less than the system calls that fill and drain it cost).
     fn consumed(&mut self) {
         if self.start == self.input.len() {
             self.input.clear();
-            self.input.shrink_to(KEPT);
+            self.input.shrink_to_fit();
             self.start = 0;
         } else if self.start > self.input.len() / 2 {
             // Moving the rest costs no more than the run part did.
@@ -61,12 +58,12 @@ impl Buffers {
         }
     }
 
-    /// Drops written output.
+    /// Drops written output, freeing an empty buffer.
     pub fn written(&mut self, n: usize) {
         self.sent += n;
         if self.sent == self.output.len() {
             self.output.clear();
-            self.output.shrink_to(KEPT);
+            self.output.shrink_to_fit();
             self.sent = 0;
         } else if self.sent > self.output.len() / 2 {
             self.output.drain(..self.sent);

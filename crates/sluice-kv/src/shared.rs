@@ -24,15 +24,14 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// If set, clients must `AUTH` with it before any other command.
     pub password: Option<String>,
-    /// Commands running at once, each on a worker thread of its own; a
-    /// connection with whole requests waits for a free worker.
+    /// Worker threads: commands running at once, each on a worker of its
+    /// own; a connection with whole requests waits for a free worker.
     pub workers: usize,
 }
 
 /// Workers by default: as many requests in flight as the I/O scheduler
 /// needs to have something to order (the router's experiments run 64
-/// users per shard), while a worker costs a thread only while it is busy
-/// or recently was.
+/// users per shard); an idle worker costs a sleeping thread.
 pub const DEFAULT_WORKERS: usize = 64;
 
 impl Default for ServerOptions {

@@ -1,0 +1,305 @@
+//! The poller every worker waits on: one epoll instance holding the
+//! listener and every connection, each registered one-shot, so that a
+//! ready socket wakes exactly one waiting worker, which then owns it until
+//! it re-arms it.
+//!
+//! The worker that sees a connection ready runs its requests itself, on
+//! its own thread, inside their request contexts: no hand-off between a
+//! network thread and a command thread, so a request costs one wake-up,
+//! as it did with a thread per connection. A worker blocked in the store's
+//! I/O holds only the connection it is serving; the others' sockets wake
+//! the other workers.
+//!
+//! Written on epoll directly (through `rustix`) because no crate offers a
+//! poller that many threads wait on at once and hand each readiness to one
+//! of them: `mio` polls from one thread, `polling` serializes its waiters,
+//! and tokio's tasks must not block, which the store's reads do.
+//!
+//! # Accepting
+//!
+//! Accept errors are never fatal: when the process runs out of file
+//! descriptors the listener's error is logged at most once per second,
+//! with how many were not, and accepting pauses 10 ms, doubling to 100 ms,
+//! so that the server does not spin while it waits for connections to
+//! close; errors that concern one connection only (aborted before it was
+//! accepted) are retried at once.
+
+use std::io;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::fd::OwnedFd;
+use slab::Slab;
+
+use crate::committer::Committer;
+use crate::connection::{Connection, Next};
+use crate::shared::Shared;
+
+/// The listener's token; connections' are their keys in the slab.
+const LISTENER: u64 = u64::MAX;
+
+/// Connections accepted per readiness of the listener, so that a flood of
+/// new clients does not hold one worker from the clients already in.
+const ACCEPT_BATCH: usize = 64;
+
+/// The pause after a failed accept, doubling up to the second.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
+
+/// Accept failures are logged at most once per this interval.
+const ACCEPT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(crate) struct Poller {
+    epoll: OwnedFd,
+    listener: TcpListener,
+    connections: Mutex<Slab<Arc<Connection>>>,
+    shared: Arc<Shared>,
+    committer: Committer,
+    /// Taken only by the worker the listener woke.
+    accepting: Mutex<Accepting>,
+}
+
+struct Accepting {
+    pause: Duration,
+    reports: Throttle,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Poller {
+    pub fn new(listener: TcpListener, shared: Arc<Shared>) -> io::Result<Poller> {
+        listener.set_nonblocking(true)?;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(&epoll, &listener, EventData::new_u64(LISTENER), one_shot(true, false))?;
+        Ok(Poller {
+            epoll,
+            listener,
+            connections: Mutex::new(Slab::new()),
+            committer: Committer::start(shared.clone())?,
+            shared,
+            accepting: Mutex::new(Accepting {
+                pause: ACCEPT_BACKOFF.0,
+                reports: Throttle::new(ACCEPT_REPORT_INTERVAL),
+            }),
+        })
+    }
+
+    /// A worker: serves whatever becomes ready, for as long as the process
+    /// runs.
+    pub fn work(self: &Arc<Self>) -> io::Result<()> {
+        let mut events = [epoll::Event {
+            flags: EventFlags::empty(),
+            data: EventData::new_u64(0),
+        }];
+        loop {
+            let n = match epoll::wait(&self.epoll, &mut events[..], None) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for event in &events[..n] {
+                match event.data.u64() {
+                    LISTENER => self.accept(),
+                    key => self.ready(key as usize),
+                }
+            }
+        }
+    }
+
+    fn ready(self: &Arc<Self>, key: usize) {
+        let Some(conn) = lock(&self.connections).get(key).cloned() else {
+            return;
+        };
+        let next = conn.step(&self.shared);
+        self.follow(key, &conn, next);
+    }
+
+    /// Does what a step of the connection at `key` decided.
+    fn follow(self: &Arc<Self>, key: usize, conn: &Arc<Connection>, next: Next) {
+        match next {
+            Next::Wait { read, write } => {
+                if epoll::modify(
+                    &self.epoll,
+                    &conn.stream,
+                    EventData::new_u64(key as u64),
+                    one_shot(read, write),
+                )
+                .is_err()
+                {
+                    self.close(key, conn);
+                }
+            }
+            Next::Sync {
+                unsynced,
+                tenant,
+                answered,
+            } => {
+                let (poller, conn) = (self.clone(), conn.clone());
+                let then = move |outcome| {
+                    let next = conn.synced(outcome, answered);
+                    poller.follow(key, &conn, next);
+                };
+                self.committer.sync(unsynced, tenant, Box::new(then));
+            }
+            Next::Close => self.close(key, conn),
+        }
+    }
+
+    fn close(&self, key: usize, conn: &Connection) {
+        let _ = epoll::delete(&self.epoll, &conn.stream);
+        lock(&self.connections).remove(key);
+        self.shared.forget(conn.own);
+    }
+
+    /// Accepts what is waiting, up to a batch; then waits for the listener
+    /// again.
+    fn accept(&self) {
+        let mut accepting = lock(&self.accepting);
+        for _ in 0..ACCEPT_BATCH {
+            let e = match self.listener.accept() {
+                Ok((stream, _)) => match self.register(stream) {
+                    Ok(()) => {
+                        accepting.pause = ACCEPT_BACKOFF.0;
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => e,
+            };
+            let once = one_connection(&e);
+            let pause = accepting.pause;
+            if let Some(unreported) = accepting.reports.report(Instant::now()) {
+                let retry = if once { Duration::ZERO } else { pause };
+                tracing::warn!(
+                    "accepting a connection failed: {e}; retrying in {retry:?} ({unreported} more failures since the last report)"
+                );
+            }
+            if !once {
+                std::thread::sleep(pause);
+                accepting.pause = (pause * 2).min(ACCEPT_BACKOFF.1);
+                break;
+            }
+        }
+        drop(accepting);
+        let rearmed = epoll::modify(
+            &self.epoll,
+            &self.listener,
+            EventData::new_u64(LISTENER),
+            one_shot(true, false),
+        );
+        if let Err(e) = rearmed {
+            tracing::error!("the server can no longer accept connections: {e}");
+        }
+    }
+
+    /// Makes an accepted stream a connection the workers serve.
+    fn register(&self, stream: std::net::TcpStream) -> io::Result<()> {
+        let conn = Arc::new(Connection::new(&self.shared, stream)?);
+        let key = lock(&self.connections).insert(conn.clone());
+        let added = epoll::add(
+            &self.epoll,
+            &conn.stream,
+            EventData::new_u64(key as u64),
+            one_shot(true, false),
+        );
+        if let Err(e) = added {
+            self.close(key, &conn);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
+
+/// Interest in one readiness of a socket, after which it is disarmed until
+/// re-armed: no two workers ever hold one connection.
+fn one_shot(read: bool, write: bool) -> EventFlags {
+    let mut flags = EventFlags::ONESHOT;
+    if read {
+        flags |= EventFlags::IN;
+    }
+    if write {
+        flags |= EventFlags::OUT;
+    }
+    flags
+}
+
+/// Whether an accept error concerns one connection only (it went away
+/// before it was accepted; Linux also passes on a pending network error
+/// of the new socket), so that accepting the next needs no pause.
+fn one_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    ) || matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPROTO
+                | libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+        )
+    )
+}
+
+/// Reports of a repeating failure, at most one per interval.
+struct Throttle {
+    interval: Duration,
+    last: Option<Instant>,
+    unreported: u64,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Throttle {
+        Throttle {
+            interval,
+            last: None,
+            unreported: 0,
+        }
+    }
+
+    /// Whether a failure at `now` is reported; if so, how many since the
+    /// last report were not.
+    fn report(&mut self, now: Instant) -> Option<u64> {
+        if self.last.is_some_and(|last| now.duration_since(last) < self.interval) {
+            self.unreported += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unreported))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_reported_once_per_interval_with_a_count() {
+        let mut t = Throttle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(t.report(at(0)), Some(0));
+        assert_eq!(t.report(at(10)), None);
+        assert_eq!(t.report(at(999)), None);
+        assert_eq!(t.report(at(1000)), Some(2), "the two in between are counted");
+        assert_eq!(t.report(at(2500)), Some(0));
+    }
+
+    #[test]
+    fn only_errors_of_one_connection_skip_the_pause() {
+        assert!(one_connection(&io::ErrorKind::ConnectionAborted.into()));
+        assert!(one_connection(&io::Error::from_raw_os_error(libc::EPROTO)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENOMEM)));
+    }
+}
