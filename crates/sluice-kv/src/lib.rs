@@ -58,7 +58,7 @@ pub use db::{Db, Stats, Unsynced};
 pub use error::{KvError, Result};
 pub use options::Options;
 pub use server::{Server, ServerOptions};
-pub use shared::DEFAULT_WORKERS;
+pub use shared::default_workers;
 /// The protocol `sluice serve` speaks, re-exported for its callers.
 pub use sluice_resp as resp;
 

@@ -55,9 +55,11 @@ pub struct ServeArgs {
     /// Acknowledge writes before the WAL is synced
     #[arg(long)]
     pub no_sync: bool,
-    /// Commands run at once, each on a worker thread (connections take no thread of their own)
-    #[arg(long, default_value_t = sluice_kv::DEFAULT_WORKERS as u16, value_parser = clap::value_parser!(u16).range(1..))]
-    pub workers: u16,
+    /// Commands run at once, each on a worker thread (connections take no thread of their own);
+    /// default: 4 per core. On a slow device, as many as the clients give the I/O scheduler
+    /// requests to order
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: Option<u16>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -86,7 +88,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("opening the store in {}", args.dir.display()))?;
     let server_options = ServerOptions {
         password: args.password,
-        workers: args.workers.into(),
+        workers: args.workers.map_or_else(sluice_kv::default_workers, usize::from),
         ..ServerOptions::default()
     };
     let addr = (args.bind.as_str(), args.port);
@@ -98,8 +100,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// glibc gives each thread that allocates concurrently an arena of its own,
 /// up to 8 per core, and returns little of a fragmented arena to the kernel.
-/// The server's commands run on up to 64 worker threads, so under YCSB-A (16 connections)
-/// its RSS kept rising with the operations run (46.8 to 60.5 MiB over 4.7M
+/// The server's commands run on many threads (its workers); with a thread
+/// per connection, under YCSB-A (16 connections) its RSS kept rising with the operations run (46.8 to 60.5 MiB over 4.7M
 /// operations) while the store's budget stayed fixed; with two arenas it stays
 /// flat (docs/BENCHMARKS.md, "sluice serve memory"). Allocation is not where
 /// the server's time goes (same benchmark). A MALLOC_ARENA_MAX set in the

@@ -151,13 +151,13 @@ pub fn run(args: &RouteBench) -> Result<String> {
         channels: args.channels,
         coop_starvation_ms: args.coop_starvation_ms,
     };
-    let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device)?;
-    shards.start(&args.policies[0])?;
     let users_total = if args.tenants.is_empty() {
         args.users
     } else {
         args.tenants.iter().map(|t| t.users).sum()
     };
+    let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device, users_total)?;
+    shards.start(&args.policies[0])?;
     let budgets: Vec<(&str, f64)> = args.tenants.iter().map(|t| (t.name.as_str(), t.budget_ms)).collect();
     let (addr, router) = shards.router(users_total, &budgets)?;
     let workload = Workload {

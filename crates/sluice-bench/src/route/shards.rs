@@ -28,16 +28,21 @@ pub(crate) struct Shards {
     pub dir: PathBuf,
     pub ports: Vec<u16>,
     pub device: Device,
+    /// Each shard's workers: as many as the users, so that every request
+    /// the router sends can be in the shard's I/O queues at once, for the
+    /// policy to order.
+    pub workers: usize,
     children: Vec<Child>,
 }
 
 impl Shards {
-    pub fn new(exe: PathBuf, dir: PathBuf, shards: usize, device: Device) -> Result<Shards> {
+    pub fn new(exe: PathBuf, dir: PathBuf, shards: usize, device: Device, workers: usize) -> Result<Shards> {
         Ok(Shards {
             exe,
             dir,
             ports: (0..shards).map(|_| free_port()).collect::<Result<_>>()?,
             device,
+            workers,
             children: Vec::new(),
         })
     }
@@ -67,6 +72,8 @@ impl Shards {
                     "--no-sync",
                     "--block-cache-mb",
                     "1",
+                    "--workers",
+                    &self.workers.clamp(1, u16::MAX.into()).to_string(),
                 ])
                 .arg("--dir")
                 .arg(self.dir.join(format!("shard-{i}")))
