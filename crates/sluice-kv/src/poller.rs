@@ -53,12 +53,21 @@ const ACCEPT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) struct Poller {
     epoll: OwnedFd,
     listener: TcpListener,
-    connections: Mutex<Slab<Arc<Connection>>>,
+    connections: Mutex<Connections>,
     shared: Arc<Shared>,
     committer: Committer,
     /// Taken only by the worker the listener woke.
     accepting: Mutex<Accepting>,
 }
+
+struct Connections {
+    live: Slab<Arc<Connection>>,
+    /// The most connections live since memory was last given back.
+    peak: usize,
+}
+
+/// Connections whose leaving is worth giving memory back for.
+const TRIM_AFTER: usize = 1024;
 
 struct Accepting {
     pause: Duration,
@@ -77,7 +86,10 @@ impl Poller {
         Ok(Poller {
             epoll,
             listener,
-            connections: Mutex::new(Slab::new()),
+            connections: Mutex::new(Connections {
+                live: Slab::new(),
+                peak: 0,
+            }),
             committer: Committer::start(shared.clone())?,
             shared,
             accepting: Mutex::new(Accepting {
@@ -110,7 +122,7 @@ impl Poller {
     }
 
     fn ready(self: &Arc<Self>, key: usize) {
-        let Some(conn) = lock(&self.connections).get(key).cloned() else {
+        let Some(conn) = lock(&self.connections).live.get(key).cloned() else {
             return;
         };
         let next = conn.step(&self.shared);
@@ -150,8 +162,19 @@ impl Poller {
 
     fn close(&self, key: usize, conn: &Connection) {
         let _ = epoll::delete(&self.epoll, &conn.stream);
-        lock(&self.connections).remove(key);
+        let trim = {
+            let mut c = lock(&self.connections);
+            c.live.remove(key);
+            let trim = c.peak >= c.live.len() * 2 + TRIM_AFTER;
+            if trim {
+                c.peak = c.live.len();
+            }
+            trim
+        };
         self.shared.forget(conn.own);
+        if trim {
+            give_back_memory();
+        }
     }
 
     /// Accepts what is waiting, up to a batch; then waits for the listener
@@ -200,7 +223,12 @@ impl Poller {
     /// Makes an accepted stream a connection the workers serve.
     fn register(&self, stream: std::net::TcpStream) -> io::Result<()> {
         let conn = Arc::new(Connection::new(&self.shared, stream)?);
-        let key = lock(&self.connections).insert(conn.clone());
+        let key = {
+            let mut c = lock(&self.connections);
+            let key = c.live.insert(conn.clone());
+            c.peak = c.peak.max(c.live.len());
+            key
+        };
         let added = epoll::add(
             &self.epoll,
             &conn.stream,
@@ -212,6 +240,20 @@ impl Poller {
             return Err(e.into());
         }
         Ok(())
+    }
+}
+
+/// Returns the allocator's free memory to the kernel. glibc keeps what
+/// many small frees leave between live blocks; after thousands of clients
+/// have left (each a few KiB of state), the server would keep their memory
+/// for good. Called once at least half of the peak's connections (and a
+/// thousand) are gone, so a steady churn of clients never pays for it.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it takes the
+    // allocator's own locks.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

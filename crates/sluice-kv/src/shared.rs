@@ -104,7 +104,7 @@ impl Shared {
             name: name.to_string(),
             ops: 0,
             errors: 0,
-            latency: LatencyHistogram::coarse(),
+            latency: LatencyHistogram::rough(),
             deadlines: 0,
             missed: 0,
         }) as u32;
