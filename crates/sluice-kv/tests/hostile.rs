@@ -114,15 +114,19 @@ impl ChildServer {
         assert_eq!(self.process.try_wait().unwrap(), None, "the server exited");
     }
 
+    /// A field of the server process's `/proc/PID/status`.
+    fn status(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+    }
+
     /// Resident memory of the server process, bytes.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id())).unwrap();
-        let kb = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-            .unwrap();
-        kb << 10
+        self.status("VmRSS") << 10
     }
 
     /// Stops the server; what it logged.
@@ -267,6 +271,28 @@ fn an_unauthenticated_client_cannot_make_the_server_hold_memory() {
     let mut authed = Client::connect(server.addr);
     assert_eq!(authed.call(&["AUTH", "secret"]), "+OK\r\n");
     assert_eq!(authed.call(&["SET", "k", "v"]), "+OK\r\n");
+}
+
+#[test]
+fn idle_clients_take_no_thread_and_little_memory() {
+    let mut server = ChildServer::start("");
+    let mut first = Client::connect(server.addr);
+    assert_eq!(first.call(&["PING"]), "+PONG\r\n");
+    let (threads, before) = (server.status("Threads"), server.rss());
+    let mut idle: Vec<Client> = (0..500).map(|_| Client::connect(server.addr)).collect();
+    for c in &mut idle {
+        assert_eq!(c.call(&["SET", "k", "v"]), "+OK\r\n");
+    }
+    // Every worker may have run a request by now; none is started per client.
+    let workers = 4 * std::thread::available_parallelism().unwrap().get() as u64;
+    assert!(
+        server.status("Threads") <= threads + workers,
+        "{} threads with 500 clients, {threads} with one",
+        server.status("Threads")
+    );
+    let each = server.rss().saturating_sub(before) / 500;
+    assert!(each <= 32 << 10, "{} KiB per idle client", each >> 10);
+    server.assert_alive();
 }
 
 /// Runs `f` on a thread and fails the test if it does not finish in time.

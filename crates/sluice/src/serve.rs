@@ -26,6 +26,9 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush and compaction run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
+    A connection costs a few KiB and no thread: a pool of workers (--workers) waits on one \
+    poller and runs the commands of whichever connection is ready. A write is acknowledged once \
+    the WAL is synced; one sync covers every connection waiting.\n\n\
     A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
     retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
     backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
