@@ -24,13 +24,7 @@ bench_scratch sluice-serve-idle
 
 for sluice in "$@"; do
     rm -rf "$work/kv"
-    "$sluice" serve --dir "$work/kv" --port $PORT >"$work/serve.log" 2>&1 &
-    server=$!
-    pids+=($server)
-    for _ in $(seq 50); do
-        grep -q "sluice serve:" "$work/serve.log" && break
-        sleep 0.1
-    done
+    start_serve "$sluice" --dir "$work/kv" --port $PORT
     echo "== $sluice"
     python3 - "$PORT" "$server" "$clients" <<'PY'
 import socket, sys, time

@@ -20,13 +20,7 @@ rounds=${1:-6} seconds=${2:-30}
 PORT=27391
 bench_scratch sluice-serve-memory
 
-./target/release/sluice serve --dir "$work/kv" --port $PORT --no-sync \
-    --memtable-mb 4 --block-cache-mb 8 >"$work/serve.log" 2>&1 &
-server=$!
-pids+=($server)
-for _ in $(seq 50); do
-    grep -q "sluice serve:" "$work/serve.log" && break
-    sleep 0.1
-done
+start_serve ./target/release/sluice --dir "$work/kv" --port $PORT --no-sync \
+    --memtable-mb 4 --block-cache-mb 8
 ./target/release/sluice bench redis --targets "kv=127.0.0.1:$PORT" --users 16 --workload A \
     --records 200000 --seconds "$seconds" --rounds "$rounds" --rss-pid "$server"

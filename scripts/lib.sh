@@ -63,3 +63,18 @@ bench_scratch() {
     trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
     ulimit -n "$(ulimit -Hn)"
 }
+
+# Starts `SLUICE serve ARGS...` in the background, logging to
+# $work/serve.log; sets $server to its pid (stopped on exit) and returns
+# once it listens (or after 5 s).
+start_serve() {
+    local bin=$1
+    shift
+    "$bin" serve "$@" >"$work/serve.log" 2>&1 &
+    server=$!
+    pids+=($server)
+    for _ in $(seq 50); do
+        grep -q "sluice serve:" "$work/serve.log" && return
+        sleep 0.1
+    done
+}
