@@ -95,6 +95,7 @@ const COMMANDS: &[Command] = &[
     command("expiretime", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("get", |n| n == 1, |s, _, _, r| get(s, &r[0])),
     command("getdel", |n| n == 1, |s, _, _, r| string::getdel(s, &r[0])),
+    command("getex", |n| n >= 1, |s, _, _, r| string::getex(s, r)),
     command("getset", |n| n == 2, |s, _, _, r| string::getset(s, r)),
     command("hdel", |n| n >= 2, |s, _, _, r| hash::hdel(s, r)),
     command("hello", |_| true, |s, c, _, r| hello(s, c, r)),
@@ -183,6 +184,25 @@ fn lookup(name: &str) -> Option<&'static Command> {
         .map(|i| &COMMANDS[i])
 }
 
+/// Redis's refusal of a command it does not know: the name as sent, then
+/// the first arguments, quoted, up to 128 bytes of them (each cut to fit),
+/// line breaks made spaces so that the error stays one line.
+fn unknown_command(args: &[Vec<u8>]) -> Reply {
+    let lossy = |b: &[u8], max: usize| String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned();
+    let mut shown = String::new();
+    for arg in &args[1..] {
+        if shown.len() >= 128 {
+            break;
+        }
+        shown.push_str(&format!("'{}' ", lossy(arg, 128 - shown.len())));
+    }
+    let message = format!(
+        "unknown command '{}', with args beginning with: {shown}",
+        lossy(&args[0], 128)
+    );
+    Reply::error(message.replace(['\r', '\n'], " "))
+}
+
 /// Runs a client's command, or queues it inside `MULTI`.
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
@@ -191,7 +211,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     }
     let rest = &args[1..];
     let refusal = match lookup(&name) {
-        None => Reply::error(format!("unknown command '{name}'")),
+        None => unknown_command(args),
         Some(c) if !(c.arity)(rest.len()) => Reply::error(format!("wrong number of arguments for '{name}' command")),
         Some(_) if session.transaction.queueing() && !transaction::runs_at_once(&name) => {
             return session.transaction.queue(args, transaction::MAX_QUEUED_BYTES)

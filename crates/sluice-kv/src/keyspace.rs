@@ -261,21 +261,23 @@ fn unsortable(key: u64) -> f64 {
 /// sluice-io's mutex, so that a request waiting for a stripe raises its
 /// holder (RCP §4.2.1).
 ///
-/// Each stripe counts the writes that held it, so that `WATCH` can tell
-/// whether a key may have changed: a count that moved means a write to
-/// one of the stripe's keys (1 in the number of stripes: another key),
-/// or an attempt that failed. Either aborts a watching transaction, as
-/// an optimistic lock may; none is missed, since every write holds its
-/// key's stripe.
+/// Each stripe counts the writes made while holding it, so that `WATCH`
+/// can tell whether a key may have changed: a count that moved means a
+/// write to one of the stripe's keys (1 in the number of stripes: another
+/// key). That aborts a watching transaction, as an optimistic lock may;
+/// none is missed, since every write holds its key's stripe. A command
+/// that writes nothing (GETDEL of a missing key, SET NX of a present one)
+/// moves no count, as it touches no watched key in Redis.
 pub struct KeyLocks {
     stripes: Vec<Mutex<u64>>,
 }
 
-/// Stripes held for a write; each one's count moves when they are let go.
+/// Stripes held for a write.
 pub struct Held<'a>(Vec<MutexGuard<'a, u64>>);
 
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
+impl Held<'_> {
+    /// Moves the stripes' counts: the holder wrote to their keys.
+    pub fn wrote(&mut self) {
         for count in &mut self.0 {
             **count += 1;
         }

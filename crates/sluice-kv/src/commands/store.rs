@@ -15,7 +15,7 @@
 //! the stripes it would have locked are remembered, so that `WATCH`ers of
 //! its keys see them written.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::thread::LocalKey;
 
@@ -31,6 +31,8 @@ thread_local! {
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
     /// Writes applied while [`deferring`] runs, not yet durable.
     static UNSYNCED: RefCell<Option<Vec<Unsynced>>> = const { RefCell::new(None) };
+    /// The command holding a [`Lock`] on this thread has written.
+    static WROTE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// What a running transaction has written so far.
@@ -38,8 +40,10 @@ thread_local! {
 struct Pending {
     /// The latest write of each key: a value, or `None` for a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Stripes of the keys its commands write.
+    /// Stripes of the keys its commands wrote.
     stripes: Vec<usize>,
+    /// Stripes the running command would have locked.
+    locked: Vec<usize>,
 }
 
 /// The value at `key`.
@@ -71,6 +75,8 @@ pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
             // Refused now, by the command that wrote it, not at the end.
             shared.db.validate(&batch).map_err(Reply::error)?;
             p.writes.extend(batch.ops);
+            let locked = p.locked.clone();
+            p.stripes.extend(locked);
             Ok(None)
         }
         None => Ok(Some(batch)),
@@ -84,6 +90,7 @@ pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
 /// Writes `batch` to the store: durable now, or by the end of
 /// [`deferring`].
 fn commit(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
+    WROTE.set(true);
     let deferred = UNSYNCED.with_borrow(Option::is_some);
     if !deferred {
         return shared.db.write(batch).map_err(Reply::error);
@@ -146,16 +153,35 @@ pub(crate) fn scan(shared: &Shared, start: &[u8], end: Option<&[u8]>, limit: usi
     Ok(merged.into_iter().take(limit).collect())
 }
 
+/// A command's hold on the stripes of the keys it may write. If it wrote
+/// (its batch reached the store, even if the store then refused it), their
+/// counts move when it lets go, so that `WATCH`ers of its keys see it.
+pub(crate) struct Lock<'s>(Option<Held<'s>>);
+
+impl Drop for Lock<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = &mut self.0 {
+            if WROTE.take() {
+                held.wrote();
+            }
+        }
+    }
+}
+
 /// Locks the stripes of `keys` for a write; inside a transaction, which
-/// holds them all, notes them instead.
-pub(crate) fn lock<'s, 'k>(shared: &'s Shared, keys: impl IntoIterator<Item = &'k [u8]>) -> Option<Held<'s>> {
+/// holds them all, notes them for its writes instead.
+pub(crate) fn lock<'s, 'k>(shared: &'s Shared, keys: impl IntoIterator<Item = &'k [u8]>) -> Lock<'s> {
     let stripes = shared.locks.stripes_of(keys);
     PENDING.with_borrow_mut(|p| match p {
         Some(p) => {
-            p.stripes.extend(stripes);
-            None
+            p.locked = stripes;
+            Lock(None)
         }
-        None => Some(shared.locks.lock(stripes)),
+        None => {
+            let held = shared.locks.lock(stripes);
+            WROTE.set(false);
+            Lock(Some(held))
+        }
     })
 }
 

@@ -1,6 +1,6 @@
 //! String commands that read before they write: SET with its options
 //! (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL), SETEX, PSETEX, GETSET,
-//! SETNX, APPEND, GETDEL, STRLEN, and the counters INCR, INCRBY, DECR,
+//! SETNX, APPEND, GETDEL, GETEX, STRLEN, and the counters INCR, INCRBY, DECR,
 //! DECRBY, INCRBYFLOAT. As in Redis, a SET drops the key's expiry unless
 //! KEEPTTL, and APPEND and the counters keep it.
 //!
@@ -210,6 +210,47 @@ pub(super) fn getdel(shared: &Shared, key: &[u8]) -> Reply {
             store::delete(shared, key)?;
         }
         Ok(Reply::Bulk(value))
+    })
+}
+
+/// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`: the string at `key`
+/// (nil if none), its expiry set or, with PERSIST, removed. As in Redis,
+/// the options' syntax is checked first, then the key, then the expiry's
+/// value; a deadline already past deletes the key.
+pub(super) fn getex(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let key = &args[0];
+        // None: no change; Some(None): PERSIST; Some(Some(..)): an expiry.
+        let change = match &args[1..] {
+            [] => None,
+            [opt] if opt.eq_ignore_ascii_case(b"persist") => Some(None),
+            [opt, value] => {
+                let unit = match opt.to_ascii_lowercase().as_slice() {
+                    b"ex" => ExpiryUnit::Seconds,
+                    b"px" => ExpiryUnit::Milliseconds,
+                    b"exat" => ExpiryUnit::UnixSeconds,
+                    b"pxat" => ExpiryUnit::UnixMilliseconds,
+                    _ => return Err(Reply::error("syntax error")),
+                };
+                Some(Some((unit, value)))
+            }
+            _ => return Err(Reply::error("syntax error")),
+        };
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let Some((value, deadline)) = string_with_deadline(shared, key)? else {
+            return Ok(Reply::Bulk(None));
+        };
+        let new = match change {
+            None => deadline,
+            Some(None) => None,
+            Some(Some((unit, time))) => Some(expiry_deadline("getex", unit, time)?),
+        };
+        match new {
+            Some(at) if at <= now_ms() => store::delete(shared, key)?,
+            _ if new != deadline => write_strings(shared, &[key.clone(), value.clone()], new)?,
+            _ => {}
+        }
+        Ok(Reply::Bulk(Some(value)))
     })
 }
 

@@ -1,0 +1,364 @@
+//! `sluice serve` against Redis 7, reply for reply: random sequences of
+//! string, counter, hash, sorted-set and expiry commands (errors included)
+//! go to both, over RESP2 and RESP3, and every reply must be the same.
+//! Where Redis's order is its hash table's (KEYS, HGETALL), both replies
+//! are sorted before they are compared. Time enters as relative expiries
+//! of 100 s or more, read back by TTL (whose seconds may round apart by
+//! one when the two reads straddle a boundary), and as absolute ones far
+//! in the future or long past (EXPIREAT 1), which GT and LT compare: two
+//! relative expiries given a moment apart would compare by that moment.
+//!
+//! Each case writes keys of its own (a fresh prefix), so the two stores
+//! start every case empty as far as the case can see.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use sluice_io::{Runtime, RuntimeConfig};
+use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
+use sluice_kv::{Db, Options, Server, ServerOptions};
+
+/// A private redis-server, stopped when dropped.
+struct Redis {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn redis_server() -> Option<PathBuf> {
+    let found = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("redis-server"))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("redis-server is missing under CI=true: scripts/test.sh installs redis-server");
+        }
+        eprintln!("skipping: redis-server is not installed (scripts/test.sh installs it)");
+    }
+    found
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        let program = redis_server()?;
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(program)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting redis-server");
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let started = Instant::now();
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Redis { child, addr, _dir: dir })
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sluice() -> (SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
+    let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    (addr, dir)
+}
+
+/// A connection that sends one command and reads its reply.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn connect(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn call(&mut self, args: &[String]) -> Reply {
+        let mut wire = Vec::new();
+        encode_command(args, &mut wire);
+        self.stream.write_all(&wire).unwrap();
+        loop {
+            if let Some((reply, n)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..n);
+                return reply;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "the server closed the connection after {args:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// The reply with Redis's hash-table orders taken out.
+fn normalized(command: &str, reply: Reply) -> Reply {
+    match (command, reply) {
+        ("KEYS", Reply::Array(mut keys)) => {
+            keys.sort_by_key(|k| format!("{k:?}"));
+            Reply::Array(keys)
+        }
+        ("HGETALL", Reply::Array(flat)) => {
+            let mut pairs: Vec<(Reply, Reply)> = flat
+                .chunks(2)
+                .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or(Reply::Bulk(None))))
+                .collect();
+            pairs.sort_by_key(|(f, _)| format!("{f:?}"));
+            Reply::Map(pairs)
+        }
+        ("HGETALL", Reply::Map(mut pairs)) => {
+            pairs.sort_by_key(|(f, _)| format!("{f:?}"));
+            Reply::Map(pairs)
+        }
+        (_, reply) => reply,
+    }
+}
+
+/// Two TTLs of one deadline, read a moment apart: each server rounds the
+/// seconds left, and the moment may cross a rounding boundary.
+fn within_a_second(a: &Reply, b: &Reply) -> bool {
+    matches!((a, b), (Reply::Integer(a), Reply::Integer(b)) if *a > 0 && *b > 0 && a.abs_diff(*b) <= 1)
+}
+
+fn words(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+/// Commands with `@` where a key goes (replaced by the case's key).
+fn command() -> impl Strategy<Value = Vec<String>> {
+    let key = prop::sample::select(vec!["@a", "@b", "@c"]);
+    let value = prop::sample::select(vec![
+        "",
+        "0",
+        "1",
+        "-1",
+        "10",
+        "abc",
+        "3.5",
+        "9223372036854775807",
+        " 1",
+        "1e3",
+    ]);
+    let int = prop::sample::select(vec![
+        "0",
+        "1",
+        "-3",
+        "100",
+        "x",
+        "9223372036854775807",
+        "-9223372036854775808",
+    ]);
+    let float = prop::sample::select(vec![
+        "0", "1.5", "-2", "1e2", "inf", "abc", "0.1", "-0", "5.0e3", "0x10", "1.1",
+    ]);
+    let field = prop::sample::select(vec!["f", "g", "h"]);
+    let member = prop::sample::select(vec!["m", "n", "o", "p"]);
+    let score = prop::sample::select(vec!["0", "1", "-1", "2.5", "+inf", "-inf", "1e3", "x"]);
+    let range = prop::sample::select(vec!["0", "1", "-1", "-2", "5", "x"]);
+    let bound = prop::sample::select(vec!["-inf", "+inf", "0", "(1", "2.5", "x", "1"]);
+    let lex = prop::sample::select(vec!["-", "+", "[m", "(n", "[o", "x"]);
+    let set_opt = prop::sample::select(vec![
+        "",
+        "NX",
+        "XX",
+        "GET",
+        "EX 100",
+        "PX 200000",
+        "KEEPTTL",
+        "NX GET",
+        "XX EX 300",
+        "EX 0",
+        "EX x",
+        "NX XX",
+    ]);
+    let zadd_opt = prop::sample::select(vec![
+        "", "NX", "XX", "GT", "LT", "CH", "INCR", "XX CH", "GT CH", "NX GT", "NX INCR",
+    ]);
+    let getex_opt = prop::sample::select(vec![
+        "",
+        "EX 100",
+        "PX 200000",
+        "PERSIST",
+        "EX 0",
+        "EX 100 PX 5",
+        "BOGUS",
+    ]);
+    // GT and LT compare deadlines: relative ones given a moment apart
+    // differ by that moment, so they compare absolute ones.
+    let expire_opt = prop::sample::select(vec!["", "NX", "XX", "NX XX", "BOGUS"]);
+    let expire_at_opt = prop::sample::select(vec!["", "NX", "XX", "GT", "LT", "GT LT", "NX GT"]);
+    let at = prop::sample::select(vec!["4000000000", "4100000000", "1"]);
+    let split = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    prop_oneof![
+        (key.clone(), value.clone(), set_opt).prop_map(move |(k, v, o)| [words(&["SET", k, v]), split(o)].concat()),
+        key.clone().prop_map(|k| words(&["GET", k])),
+        (key.clone(), value.clone()).prop_map(|(k, v)| words(&["GETSET", k, v])),
+        (key.clone(), value.clone()).prop_map(|(k, v)| words(&["SETNX", k, v])),
+        (key.clone(), value.clone()).prop_map(|(k, v)| words(&["SETEX", k, "100", v])),
+        key.clone().prop_map(|k| words(&["STRLEN", k])),
+        (key.clone(), value.clone()).prop_map(|(k, v)| words(&["APPEND", k, v])),
+        key.clone().prop_map(|k| words(&["GETDEL", k])),
+        (key.clone(), value.clone(), key.clone(), value.clone()).prop_map(|(k, v, l, w)| words(&["MSET", k, v, l, w])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["MGET", k, l, "@z"])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["DEL", k, l])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["EXISTS", k, l, k])),
+        key.clone().prop_map(|k| words(&["TYPE", k])),
+        key.clone().prop_map(|k| words(&["INCR", k])),
+        key.clone().prop_map(|k| words(&["DECR", k])),
+        (key.clone(), int.clone()).prop_map(|(k, n)| words(&["INCRBY", k, n])),
+        (key.clone(), int.clone()).prop_map(|(k, n)| words(&["DECRBY", k, n])),
+        (key.clone(), float.clone()).prop_map(|(k, f)| words(&["INCRBYFLOAT", k, f])),
+        (key.clone(), field.clone(), value.clone()).prop_map(|(k, f, v)| words(&["HSET", k, f, v])),
+        (key.clone(), field.clone(), value.clone(), field.clone())
+            .prop_map(|(k, f, v, g)| words(&["HSET", k, f, v, g, v])),
+        (key.clone(), field.clone(), value.clone()).prop_map(|(k, f, v)| words(&["HMSET", k, f, v])),
+        (key.clone(), field.clone()).prop_map(|(k, f)| words(&["HGET", k, f])),
+        (key.clone(), field.clone(), field.clone()).prop_map(|(k, f, g)| words(&["HMGET", k, f, g])),
+        key.clone().prop_map(|k| words(&["HGETALL", k])),
+        (key.clone(), field.clone(), field.clone()).prop_map(|(k, f, g)| words(&["HDEL", k, f, g])),
+        (key.clone(), field.clone()).prop_map(|(k, f)| words(&["HEXISTS", k, f])),
+        key.clone().prop_map(|k| words(&["HLEN", k])),
+        (key.clone(), zadd_opt, score.clone(), member.clone()).prop_map(move |(k, o, s, m)| [
+            words(&["ZADD", k]),
+            split(o),
+            words(&[s, m])
+        ]
+        .concat()),
+        (
+            key.clone(),
+            score.clone(),
+            member.clone(),
+            score.clone(),
+            member.clone()
+        )
+            .prop_map(|(k, s, m, t, n)| words(&["ZADD", k, s, m, t, n])),
+        (key.clone(), score.clone(), member.clone()).prop_map(|(k, s, m)| words(&["ZINCRBY", k, s, m])),
+        (key.clone(), member.clone(), member.clone()).prop_map(|(k, m, n)| words(&["ZREM", k, m, n])),
+        key.clone().prop_map(|k| words(&["ZCARD", k])),
+        (key.clone(), member.clone()).prop_map(|(k, m)| words(&["ZSCORE", k, m])),
+        (key.clone(), member.clone()).prop_map(|(k, m)| words(&["ZRANK", k, m])),
+        (key.clone(), member.clone()).prop_map(|(k, m)| words(&["ZREVRANK", k, m])),
+        (key.clone(), range.clone(), range.clone(), any::<bool>()).prop_map(|(k, a, b, w)| {
+            let mut c = words(&["ZRANGE", k, a, b]);
+            if w {
+                c.push("WITHSCORES".into());
+            }
+            c
+        }),
+        (key.clone(), bound.clone(), bound.clone(), any::<bool>(), any::<bool>()).prop_map(|(k, a, b, rev, limit)| {
+            let mut c = words(&["ZRANGE", k, a, b, "BYSCORE"]);
+            if rev {
+                c.push("REV".into());
+            }
+            if limit {
+                c.extend(words(&["LIMIT", "1", "2"]));
+            }
+            c.push("WITHSCORES".into());
+            c
+        }),
+        (key.clone(), bound.clone(), bound.clone()).prop_map(|(k, a, b)| words(&[
+            "ZRANGEBYSCORE",
+            k,
+            a,
+            b,
+            "WITHSCORES"
+        ])),
+        (key.clone(), bound.clone(), bound.clone()).prop_map(|(k, a, b)| words(&["ZREVRANGEBYSCORE", k, a, b])),
+        (key.clone(), lex.clone(), lex.clone()).prop_map(|(k, a, b)| words(&["ZRANGEBYLEX", k, a, b])),
+        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["ZREVRANGE", k, a, b])),
+        (key.clone(), expire_opt).prop_map(move |(k, o)| [words(&["EXPIRE", k, "100"]), split(o)].concat()),
+        (key.clone(), at, expire_at_opt).prop_map(move |(k, t, o)| [words(&["EXPIREAT", k, t]), split(o)].concat()),
+        key.clone().prop_map(|k| words(&["PEXPIRE", k, "300000"])),
+        key.clone().prop_map(|k| words(&["TTL", k])),
+        key.clone().prop_map(|k| words(&["PERSIST", k])),
+        key.clone().prop_map(|k| words(&["KEYS", &format!("{k}*")])),
+        (key.clone(), getex_opt).prop_map(move |(k, o)| [words(&["GETEX", k]), split(o)].concat()),
+        (key.clone(), lex.clone(), lex.clone(), any::<bool>()).prop_map(|(k, a, b, rev)| {
+            let mut c = words(&["ZRANGE", k, a, b, "BYLEX"]);
+            if rev {
+                c.push("REV".into());
+            }
+            c
+        }),
+        prop::sample::select(vec!["MULTI", "EXEC", "DISCARD", "UNWATCH", "PING"]).prop_map(|c| words(&[c])),
+        key.clone().prop_map(|k| words(&["WATCH", k])),
+        Just(words(&["NOSUCHCOMMAND", "x"])),
+        Just(words(&["GET"])),
+        Just(words(&["ECHO", "hi"])),
+    ]
+}
+
+#[test]
+fn replies_are_redis_7s() {
+    let Some(redis) = Redis::start() else { return };
+    let (sluice, _dir) = sluice();
+    let case = std::cell::Cell::new(0u64);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 300,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let sequences = (any::<bool>(), prop::collection::vec(command(), 1..40));
+    let outcome = runner.run(&sequences, |(resp3, commands)| {
+        case.set(case.get() + 1);
+        let prefix = format!("case{}:", case.get());
+        let mut conns = [Conn::connect(redis.addr), Conn::connect(sluice)];
+        let hello = words(&["HELLO", if resp3 { "3" } else { "2" }]);
+        for c in &mut conns {
+            c.call(&hello);
+        }
+        for command in &commands {
+            let args: Vec<String> = command.iter().map(|a| a.replacen('@', &prefix, 1)).collect();
+            let [expected, got] = [0, 1].map(|i| normalized(&args[0], conns[i].call(&args)));
+            if !(args[0] == "TTL" && within_a_second(&got, &expected)) {
+                prop_assert_eq!(got, expected, "{:?} (resp3: {})", args, resp3);
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
