@@ -6,9 +6,10 @@
 //! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
-//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, and what
-//! redis-benchmark and redis-cli ask on connecting (CONFIG GET, COMMAND:
-//! answered with empty lists). `RANGE start end [count]` scans string keys
+//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
+//! and SET (the background tasks' knobs: `commands/config.rs`), and
+//! COMMAND, which redis-benchmark and redis-cli ask on connecting
+//! (answered with an empty list). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
 //! flat key, value list. How the types sit in the store: `keyspace.rs`;
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
@@ -19,6 +20,7 @@
 //! is also what `MULTI` checks before it queues one.
 
 mod client;
+mod config;
 mod delete;
 mod expire;
 mod hash;
@@ -78,7 +80,7 @@ const COMMANDS: &[Command] = &[
     command("auth", |_| true, |s, c, _, r| auth(s, c, r)),
     command("client", |n| n >= 1, |_, c, _, r| client::client(c, r)),
     command("command", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
-    command("config", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
+    command("config", |n| n >= 1, |s, _, _, r| config::config(s, r)),
     command("decr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(-1))),
     command(
         "decrby",

@@ -1255,3 +1255,73 @@ fn client_names_answer_as_redis_does() {
     assert!(c.call(&["HELLO", "2", "SETNAME", "silver"]).starts_with('*'));
     assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$6\r\nsilver\r\n");
 }
+
+/// CONFIG turns the background tasks' knobs, as INFO then shows, with
+/// Redis's replies and errors (checked against redis-server 7.0).
+#[test]
+fn config_sets_the_background_tasks_knobs() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "compaction-*"]),
+        "*8\r\n$19\r\ncompaction-critical\r\n$2\r\nno\r\n$17\r\ncompaction-paused\r\n$2\r\nno\r\n\
+         $21\r\ncompaction-rate-bytes\r\n$1\r\n0\r\n$20\r\ncompaction-rate-iops\r\n$1\r\n0\r\n"
+    );
+    assert_eq!(
+        c.call(&[
+            "CONFIG",
+            "SET",
+            "compaction-paused",
+            "yes",
+            "FLUSH-RATE-BYTES",
+            "1048576"
+        ]),
+        "+OK\r\n"
+    );
+    let info = c.call(&["INFO"]);
+    assert!(info.contains("compaction:") && info.contains("paused=true"), "{info}");
+    assert!(info.contains("rate_bytes=1048576"), "{info}");
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "flush-rate-bytes", "appendonly"]),
+        "*4\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n$16\r\nflush-rate-bytes\r\n$7\r\n1048576\r\n"
+    );
+    assert_eq!(c.call(&["CONFIG", "GET", "nosuch*"]), "*0\r\n");
+
+    let refusals = [
+        (&["CONFIG", "SET", "foo", "1"][..], "-ERR Unknown option or number of arguments for CONFIG SET - 'foo'\r\n"),
+        (&["CONFIG", "SET", "save"], "-ERR wrong number of arguments for 'config|set' command\r\n"),
+        (&["CONFIG", "GET"], "-ERR wrong number of arguments for 'config|get' command\r\n"),
+        (&["CONFIG"], "-ERR wrong number of arguments for 'config' command\r\n"),
+        (&["CONFIG", "bogus"], "-ERR unknown subcommand 'bogus'. Try CONFIG HELP.\r\n"),
+        (
+            &["CONFIG", "SET", "save", ""],
+            "-ERR CONFIG SET failed (possibly related to argument 'save') - can't set immutable config\r\n",
+        ),
+        (
+            &["CONFIG", "SET", "flush-paused", "maybe"],
+            "-ERR CONFIG SET failed (possibly related to argument 'flush-paused') - argument must be 'yes' or 'no'\r\n",
+        ),
+        (
+            &["CONFIG", "SET", "compaction-paused", "no", "flush-rate-iops", "-1"],
+            "-ERR CONFIG SET failed (possibly related to argument 'flush-rate-iops') - argument couldn't be parsed into an integer\r\n",
+        ),
+        (
+            &["CONFIG", "SET", "flush-paused", "no", "flush-paused", "yes"],
+            "-ERR CONFIG SET failed (possibly related to argument 'flush-paused') - duplicate parameter\r\n",
+        ),
+    ];
+    for (args, refusal) in refusals {
+        assert_eq!(c.call(args), refusal, "{args:?}");
+    }
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "compaction-paused"]),
+        "*2\r\n$17\r\ncompaction-paused\r\n$3\r\nyes\r\n",
+        "a refused CONFIG SET sets none of its parameters"
+    );
+    c.call(&["HELLO", "3"]);
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "databases"]),
+        "%1\r\n$9\r\ndatabases\r\n$1\r\n1\r\n",
+        "a map in RESP3"
+    );
+}

@@ -21,6 +21,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     WITHSCORES), ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX; \
     KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; \
+    CONFIG GET/SET (flush-* and compaction-*: rate-bytes, rate-iops, paused, critical; the \
+    background tasks' knobs, changed while they run); \
     SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
     < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \
