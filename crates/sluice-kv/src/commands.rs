@@ -8,8 +8,7 @@
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
 //! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
 //! and SET (the background tasks' knobs: `commands/config.rs`), and
-//! COMMAND, which redis-benchmark and redis-cli ask on connecting
-//! (answered with an empty list). `RANGE start end [count]` scans string keys
+//! COMMAND (what clients read about each command: `commands/command.rs`). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
 //! flat key, value list. How the types sit in the store: `keyspace.rs`;
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
@@ -20,6 +19,7 @@
 //! is also what `MULTI` checks before it queues one.
 
 mod client;
+mod command;
 mod config;
 mod delete;
 mod expire;
@@ -77,9 +77,9 @@ fn zrange(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) 
 /// Every command, by name (sorted, for the search).
 const COMMANDS: &[Command] = &[
     command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
-    command("auth", |_| true, |s, c, _, r| auth(s, c, r)),
+    command("auth", |n| n >= 1, |s, c, _, r| auth(s, c, r)),
     command("client", |n| n >= 1, |_, c, _, r| client::client(c, r)),
-    command("command", |_| true, |_, _, _, _| Reply::Array(Vec::new())),
+    command("command", |_| true, |_, _, _, r| command::command(r)),
     command("config", |n| n >= 1, |s, _, _, r| config::config(s, r)),
     command("decr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(-1))),
     command(
@@ -334,7 +334,7 @@ fn auth(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let (user, password) = match args {
         [p] => (None, p),
         [u, p] => (Some(String::from_utf8_lossy(u).into_owned()), p),
-        _ => return Reply::error("wrong number of arguments for 'auth' command"),
+        _ => return Reply::error("syntax error"),
     };
     match &shared.options.password {
         Some(want) if want.as_bytes() != password.as_slice() => {

@@ -362,3 +362,53 @@ fn replies_are_redis_7s() {
         panic!("{e}");
     }
 }
+
+/// COMMAND INFO says of each command what Redis 7 says: arity, flags, key
+/// positions, ACL categories, and where its key specification begins its
+/// search and how it finds the keys.
+#[test]
+fn command_info_is_redis_7s() {
+    let Some(redis) = Redis::start() else { return };
+    let (sluice, _dir) = sluice();
+    let mut conns = [Conn::connect(redis.addr), Conn::connect(sluice)];
+    let Reply::Array(names) = conns[1].call(&words(&["COMMAND", "LIST"])) else {
+        panic!("COMMAND LIST is not a list")
+    };
+    let count = conns[1].call(&words(&["COMMAND", "COUNT"]));
+    assert_eq!(count, Reply::Integer(names.len() as i64));
+    for name in names {
+        let Reply::Bulk(Some(name)) = name else {
+            panic!("{name:?}")
+        };
+        let name = String::from_utf8(name).unwrap();
+        if name == "range" {
+            continue; // Sluice's own
+        }
+        let [expected, got] = [0, 1].map(|i| match conns[i].call(&words(&["COMMAND", "INFO", &name])) {
+            Reply::Array(mut one) if one.len() == 1 => match one.remove(0) {
+                Reply::Array(fields) => fields,
+                other => panic!("{name}: {other:?}"),
+            },
+            other => panic!("{name}: {other:?}"),
+        });
+        assert_eq!(got[..7], expected[..7], "{name}");
+        let search = |fields: &[Reply]| -> Vec<(Option<Reply>, Option<Reply>)> {
+            let Reply::Array(specs) = &fields[8] else {
+                panic!("{name}: key specs")
+            };
+            specs
+                .iter()
+                .map(|spec| (entry(spec, "begin_search"), entry(spec, "find_keys")))
+                .collect()
+        };
+        assert_eq!(search(&got), search(&expected), "{name}: key specifications");
+    }
+}
+
+/// The value at `key` of a map as RESP2 sends it (a flat list).
+fn entry(map: &Reply, key: &str) -> Option<Reply> {
+    let Reply::Array(flat) = map else { return None };
+    flat.chunks(2)
+        .find(|kv| kv[0] == Reply::Bulk(Some(key.into())))
+        .map(|kv| kv[1].clone())
+}

@@ -22,7 +22,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-* and compaction-*: rate-bytes, rate-iops, paused, critical; the \
-    background tasks' knobs, changed while they run); \
+    background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \
+    DOCS: arity, flags, key positions as Redis 7 gives them); \
     SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
     < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \

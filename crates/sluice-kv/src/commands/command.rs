@@ -1,0 +1,629 @@
+//! `COMMAND`: what the server tells clients about its commands, as Redis 7
+//! tells it (cluster-aware clients read where each command's keys are;
+//! tools read its flags): each command's arity (its argument count with
+//! the name, or at least the negation of it), flags, first key, last key
+//! and step between keys, ACL categories, and a key specification drawn
+//! from those positions. `COMMAND COUNT`, `INFO`, `LIST`, `GETKEYS` and
+//! `DOCS` (an empty map: the server has no command documentation) answer
+//! as Redis's do.
+//!
+//! Departures: the key specifications carry only `RW` or `RO` as flags
+//! (Redis also says how each key is used: `access`, `update`, ...), and in
+//! RESP3 the flags and categories come as arrays rather than sets, which
+//! `sluice-resp` does not write; clients read both alike.
+
+use crate::resp::Reply;
+
+/// What COMMAND says about one command.
+pub(super) struct Info {
+    pub name: &'static str,
+    /// Redis's arity: the argument count with the command's name, or at
+    /// least its negation.
+    pub arity: i64,
+    pub flags: &'static [&'static str],
+    /// First key, last key (negative: from the end) and step, as argument
+    /// positions counting the name as 0; all 0 for a command of no keys.
+    pub keys: [i64; 3],
+    pub categories: &'static [&'static str],
+}
+
+const fn info(
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: [i64; 3],
+    categories: &'static [&'static str],
+) -> Info {
+    Info {
+        name,
+        arity,
+        flags,
+        keys,
+        categories,
+    }
+}
+
+/// Every command of [`COMMANDS`], in its order.
+pub(super) const INFO: &[Info] = &[
+    info(
+        "append",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@connection"],
+    ),
+    info("client", -2, &[], [0, 0, 0], &["@slow"]),
+    info(
+        "command",
+        -1,
+        &["loading", "stale"],
+        [0, 0, 0],
+        &["@slow", "@connection"],
+    ),
+    info("config", -2, &[], [0, 0, 0], &["@slow"]),
+    info(
+        "decr",
+        2,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "decrby",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info("del", -2, &["write"], [1, -1, 1], &["@keyspace", "@write", "@slow"]),
+    info(
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@transaction"],
+    ),
+    info(
+        "echo",
+        2,
+        &["loading", "stale", "fast"],
+        [0, 0, 0],
+        &["@fast", "@connection"],
+    ),
+    info(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        [0, 0, 0],
+        &["@slow", "@transaction"],
+    ),
+    info(
+        "exists",
+        -2,
+        &["readonly", "fast"],
+        [1, -1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "expire",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "expireat",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "expiretime",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "get",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@string", "@fast"],
+    ),
+    info(
+        "getdel",
+        2,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "getex",
+        -2,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "getset",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info("hdel", -3, &["write", "fast"], [1, 1, 1], &["@write", "@hash", "@fast"]),
+    info(
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@connection"],
+    ),
+    info(
+        "hexists",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@hash", "@fast"],
+    ),
+    info(
+        "hget",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@hash", "@fast"],
+    ),
+    info("hgetall", 2, &["readonly"], [1, 1, 1], &["@read", "@hash", "@slow"]),
+    info(
+        "hlen",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@hash", "@fast"],
+    ),
+    info(
+        "hmget",
+        -3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@hash", "@fast"],
+    ),
+    info(
+        "hmset",
+        -4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@hash", "@fast"],
+    ),
+    info(
+        "hset",
+        -4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@hash", "@fast"],
+    ),
+    info(
+        "incr",
+        2,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "incrby",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "incrbyfloat",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info("info", -1, &["loading", "stale"], [0, 0, 0], &["@slow", "@dangerous"]),
+    info(
+        "keys",
+        2,
+        &["readonly"],
+        [0, 0, 0],
+        &["@keyspace", "@read", "@slow", "@dangerous"],
+    ),
+    info(
+        "mget",
+        -2,
+        &["readonly", "fast"],
+        [1, -1, 1],
+        &["@read", "@string", "@fast"],
+    ),
+    info(
+        "mset",
+        -3,
+        &["write", "denyoom"],
+        [1, -1, 2],
+        &["@write", "@string", "@slow"],
+    ),
+    info(
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@transaction"],
+    ),
+    info(
+        "persist",
+        2,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "pexpire",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "pexpireat",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "pexpiretime",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info("ping", -1, &["fast"], [0, 0, 0], &["@fast", "@connection"]),
+    info(
+        "psetex",
+        4,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@string", "@slow"],
+    ),
+    info(
+        "pttl",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@connection"],
+    ),
+    info("range", -3, &["readonly"], [0, 0, 0], &["@read", "@slow"]),
+    info("scan", -2, &["readonly"], [0, 0, 0], &["@keyspace", "@read", "@slow"]),
+    info(
+        "select",
+        2,
+        &["loading", "stale", "fast"],
+        [0, 0, 0],
+        &["@fast", "@connection"],
+    ),
+    info(
+        "set",
+        -3,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@string", "@slow"],
+    ),
+    info(
+        "setex",
+        4,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@string", "@slow"],
+    ),
+    info(
+        "setnx",
+        3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@string", "@fast"],
+    ),
+    info(
+        "strlen",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@string", "@fast"],
+    ),
+    info(
+        "ttl",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "type",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        [0, 0, 0],
+        &["@fast", "@transaction"],
+    ),
+    info(
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        [1, -1, 1],
+        &["@fast", "@transaction"],
+    ),
+    info(
+        "zadd",
+        -4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@sortedset", "@fast"],
+    ),
+    info(
+        "zcard",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@fast"],
+    ),
+    info(
+        "zincrby",
+        4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@sortedset", "@fast"],
+    ),
+    info(
+        "zrange",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrangebylex",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrangebyscore",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrank",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@fast"],
+    ),
+    info(
+        "zrem",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@write", "@sortedset", "@fast"],
+    ),
+    info(
+        "zrevrange",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrevrangebylex",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrevrangebyscore",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@slow"],
+    ),
+    info(
+        "zrevrank",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@fast"],
+    ),
+    info(
+        "zscore",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@sortedset", "@fast"],
+    ),
+];
+
+/// `COMMAND [COUNT | INFO name... | LIST | GETKEYS command arg... | DOCS name...]`.
+pub(super) fn command(args: &[Vec<u8>]) -> Reply {
+    let Some(sub) = args.first() else {
+        return Reply::Array(INFO.iter().map(describe).collect());
+    };
+    match (sub.to_ascii_lowercase().as_slice(), &args[1..]) {
+        (b"count", []) => Reply::Integer(INFO.len() as i64),
+        (b"list", []) => Reply::Array(INFO.iter().map(|i| Reply::Bulk(Some(i.name.into()))).collect()),
+        (b"info", names) => Reply::Array(
+            names
+                .iter()
+                .map(|n| find(n).map_or(Reply::Bulk(None), describe))
+                .collect(),
+        ),
+        (b"docs", _) => Reply::Map(Vec::new()),
+        (b"getkeys", [name, rest @ ..]) => getkeys(name, rest),
+        (sub @ (b"count" | b"list" | b"getkeys"), _) => Reply::error(format!(
+            "wrong number of arguments for 'command|{}' command",
+            String::from_utf8_lossy(sub)
+        )),
+        _ => Reply::error(format!(
+            "unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(sub)
+        )),
+    }
+}
+
+fn find(name: &[u8]) -> Option<&'static Info> {
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    INFO.binary_search_by(|i| i.name.cmp(&name)).ok().map(|at| &INFO[at])
+}
+
+/// Whether `argc` arguments (the name included) fit the arity.
+fn fits(info: &Info, argc: usize) -> bool {
+    let argc = argc as i64;
+    if info.arity >= 0 {
+        argc == info.arity
+    } else {
+        argc >= -info.arity
+    }
+}
+
+/// The positions of the keys in `argc` arguments (the name at 0).
+fn key_positions(info: &Info, argc: usize) -> impl Iterator<Item = usize> {
+    let [first, last, step] = info.keys;
+    let last = if last < 0 { argc as i64 + last } else { last };
+    (first..=last)
+        .step_by(step.max(1) as usize)
+        .filter(move |&p| first > 0 && p < argc as i64)
+        .map(|p| p as usize)
+}
+
+fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
+    let Some(info) = find(name) else {
+        return Reply::error("Invalid command specified");
+    };
+    if !fits(info, rest.len() + 1) {
+        return Reply::error("Invalid number of arguments specified for command");
+    }
+    let keys: Vec<Reply> = key_positions(info, rest.len() + 1)
+        .map(|p| Reply::Bulk(Some(rest[p - 1].clone())))
+        .collect();
+    if keys.is_empty() {
+        return Reply::error("The command has no key arguments");
+    }
+    Reply::Array(keys)
+}
+
+fn describe(info: &Info) -> Reply {
+    let words = |w: &[&str]| Reply::Array(w.iter().map(|s| Reply::Simple(s.to_string())).collect());
+    let bulk = |s: &str| Reply::Bulk(Some(s.into()));
+    let [first, last, step] = info.keys;
+    let specs = if first == 0 {
+        Vec::new()
+    } else {
+        let access = if info.flags.contains(&"write") { "RW" } else { "RO" };
+        // Redis counts the last key of a range from the first.
+        let lastkey = if last < 0 { last } else { last - first };
+        vec![Reply::Map(vec![
+            (bulk("flags"), words(&[access])),
+            (
+                bulk("begin_search"),
+                Reply::Map(vec![
+                    (bulk("type"), bulk("index")),
+                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(first))])),
+                ]),
+            ),
+            (
+                bulk("find_keys"),
+                Reply::Map(vec![
+                    (bulk("type"), bulk("range")),
+                    (
+                        bulk("spec"),
+                        Reply::Map(vec![
+                            (bulk("lastkey"), Reply::Integer(lastkey)),
+                            (bulk("keystep"), Reply::Integer(step)),
+                            (bulk("limit"), Reply::Integer(0)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])]
+    };
+    Reply::Array(vec![
+        bulk(info.name),
+        Reply::Integer(info.arity),
+        words(info.flags),
+        Reply::Integer(first),
+        Reply::Integer(last),
+        Reply::Integer(step),
+        words(info.categories),
+        Reply::Array(Vec::new()),
+        Reply::Array(specs),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::COMMANDS;
+    use super::*;
+
+    #[test]
+    fn every_command_is_described_and_its_arity_agrees() {
+        let names: Vec<&str> = INFO.iter().map(|i| i.name).collect();
+        let table: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
+        assert_eq!(names, table, "INFO follows the command table");
+        for (info, c) in INFO.iter().zip(COMMANDS) {
+            for n in 0..12 {
+                // The table may refuse more (pairs), never accept what the arity refuses.
+                assert!(!(c.arity)(n) || fits(info, n + 1), "{} with {n} arguments", info.name);
+            }
+        }
+    }
+
+    #[test]
+    fn keys_are_found_where_redis_finds_them() {
+        let args = |w: &[&str]| w.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        let keys = |r: Reply| match r {
+            Reply::Array(k) => k,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(keys(getkeys(b"MSET", &args(&["a", "1", "b", "2"]))).len(), 2);
+        assert_eq!(
+            getkeys(b"del", &args(&["a", "b", "c"])),
+            Reply::Array(["a", "b", "c"].map(|k| Reply::Bulk(Some(k.into()))).to_vec())
+        );
+        assert_eq!(
+            getkeys(b"ping", &args(&["x"])),
+            Reply::error("The command has no key arguments")
+        );
+        assert_eq!(
+            getkeys(b"get", &args(&["a", "b"])),
+            Reply::error("Invalid number of arguments specified for command")
+        );
+        assert_eq!(getkeys(b"nosuch", &[]), Reply::error("Invalid command specified"));
+    }
+}
