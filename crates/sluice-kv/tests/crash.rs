@@ -6,7 +6,10 @@
 //! directory, so recovery also runs on stores that earlier crashes left
 //! behind. The same through the server: a client pipelines SETs, which
 //! the server syncs once per batch of requests before it answers any, and
-//! every SET answered survives the kill. A kill leaves the kernel's page
+//! every SET answered survives the kill; and several clients at once,
+//! whose writes the server syncs together, answer counters, transactions
+//! and keys that expire: no counter answered regresses, no transaction is
+//! torn, no expired key comes back. A kill leaves the kernel's page
 //! cache to be written out, so these tests check that nothing is
 //! answered before it is in the WAL, not the syncs themselves.
 
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_io::{Runtime, RuntimeConfig};
+use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
 use sluice_kv::{Db, Options, Server, ServerOptions, WriteBatch};
 
 const RUNS: usize = 100;
@@ -135,7 +139,7 @@ fn kill_at_random_moments_loses_no_acknowledged_write() {
 /// The child of the server test: serves the store in DIR on a port it
 /// prints, until it is killed.
 #[test]
-#[ignore = "the child process of a_pipeline_of_sets_answered_survives_a_kill"]
+#[ignore = "the child process of the tests through the server"]
 fn child_server() {
     let Ok(dir) = std::env::var(DIR_VAR) else {
         return;
@@ -148,6 +152,165 @@ fn child_server() {
     server.run().unwrap();
 }
 
+/// Starts the child server on `dir`; its port.
+fn start_child_server(dir: &Path) -> (Child, u16) {
+    let mut child = spawn_child("child_server", dir, 0);
+    // The test harness prints its own words first, on the same line.
+    let port: u16 = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .find_map(|l| Some(l.unwrap().split("port ").nth(1)?.trim().parse().unwrap()))
+        .expect("the child server printed its port");
+    (child, port)
+}
+
+/// A client that sends one command and reads its reply.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The reply, or `None` once the server is gone.
+    fn call(&mut self, args: &[&str]) -> Option<Reply> {
+        let mut wire = Vec::new();
+        encode_command(args, &mut wire);
+        self.stream.write_all(&wire).ok()?;
+        loop {
+            if let Some((reply, n)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..n);
+                return Some(reply);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(n) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    fn integer(&mut self, args: &[&str]) -> i64 {
+        match self.call(args) {
+            Some(Reply::Integer(n)) => n,
+            Some(Reply::Bulk(None)) => 0,
+            Some(Reply::Bulk(Some(text))) => String::from_utf8(text).unwrap().parse().unwrap(),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+/// What one client had answered when the server was killed.
+#[derive(Clone, Copy, Default)]
+struct Answered {
+    counter: i64,
+    pair: i64,
+    expiring: u64,
+}
+
+/// Four clients at once, each until the kill: INCR of its own counter,
+/// a MULTI/EXEC that increments two counters together, and a SET of a key
+/// that expires 20 ms later.
+fn clients_until_killed(port: u16, client: usize) -> Answered {
+    let mut c = Client::connect(port);
+    let mut answered = Answered::default();
+    let (counter, a, b) = (
+        format!("counter-{client}"),
+        format!("a-{client}"),
+        format!("b-{client}"),
+    );
+    loop {
+        match c.call(&["INCR", &counter]) {
+            Some(Reply::Integer(n)) => answered.counter = n,
+            _ => return answered,
+        }
+        let queued = ["MULTI", "INCR", "INCR"].iter().zip([None, Some(&a), Some(&b)]);
+        for (command, key) in queued {
+            let args: Vec<&str> = [*command].into_iter().chain(key.map(String::as_str)).collect();
+            if c.call(&args).is_none() {
+                return answered;
+            }
+        }
+        match c.call(&["EXEC"]) {
+            Some(Reply::Array(r)) if r.len() == 2 => {
+                assert_eq!(r[0], r[1], "one transaction, one count");
+                let Reply::Integer(n) = r[0] else { panic!("{r:?}") };
+                answered.pair = n;
+            }
+            _ => return answered,
+        }
+        let key = format!("expiring-{client}-{}", answered.expiring);
+        match c.call(&["SET", &key, "v", "PX", "20"]) {
+            Some(Reply::Simple(_)) => answered.expiring += 1,
+            _ => return answered,
+        }
+    }
+}
+
+#[test]
+fn clients_answered_together_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut last = [Answered::default(); 4];
+    for run in 0..10 {
+        let (mut child, port) = start_child_server(dir.path());
+        let run_for = Duration::from_millis(50 + 30 * run);
+        let clients: Vec<_> = (0..4)
+            .map(|i| std::thread::spawn(move || clients_until_killed(port, i)))
+            .collect();
+        std::thread::sleep(run_for);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let answered: Vec<Answered> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+
+        let db = Arc::new(Db::open(rt.clone(), dir.path(), options(false)).unwrap());
+        let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || server.run());
+        let mut c = Client::connect(port);
+        std::thread::sleep(Duration::from_millis(25));
+        for (i, got) in answered.iter().enumerate() {
+            let counter = c.integer(&["GET", &format!("counter-{i}")]);
+            assert!(
+                counter >= got.counter.max(last[i].counter),
+                "run {run}: counter-{i} is {counter}, {} was answered",
+                got.counter
+            );
+            let (a, b) = (
+                c.integer(&["GET", &format!("a-{i}")]),
+                c.integer(&["GET", &format!("b-{i}")]),
+            );
+            assert_eq!(a, b, "run {run}: a transaction of client {i} was torn");
+            assert!(
+                a >= got.pair.max(last[i].pair),
+                "run {run}: pair {a}, {} answered",
+                got.pair
+            );
+            for j in 0..got.expiring {
+                let key = format!("expiring-{i}-{j}");
+                assert_eq!(c.integer(&["EXISTS", &key]), 0, "run {run}: {key} came back");
+            }
+            last[i] = Answered {
+                counter,
+                pair: a,
+                expiring: 0,
+            };
+        }
+    }
+    assert!(
+        last.iter().all(|a| a.counter > 10),
+        "the clients were answered too little to tell: {:?}",
+        last.iter().map(|a| a.counter).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_pipeline_of_sets_answered_survives_a_kill() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,12 +319,7 @@ fn a_pipeline_of_sets_answered_survives_a_kill() {
     for run in 0..20 {
         rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let run_for = Duration::from_millis(30 + (rng >> 33) % 150);
-        let mut child = spawn_child("child_server", dir.path(), 0);
-        // The test harness prints its own words first, on the same line.
-        let port: u16 = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .find_map(|l| Some(l.unwrap().split("port ").nth(1)?.trim().parse().unwrap()))
-            .expect("the child server printed its port");
+        let (mut child, port) = start_child_server(dir.path());
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut replies = BufReader::new(stream.try_clone().unwrap());
         let mut writer = stream;
