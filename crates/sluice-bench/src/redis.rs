@@ -70,8 +70,17 @@ pub fn run(args: &RedisBench) -> Result<String> {
         .iter()
         .map(|t| parse_target(t).map(|(name, host, port)| (name, format!("{host}:{port}"))))
         .collect::<Result<Vec<_>>>()?;
-    eprintln!("loading {} records through {}", args.records, targets[0].0);
-    load(&Resp::new(targets[0].1.as_str())?, &workload, 8, 1)?;
+    // Each target may be a store of its own; through proxies of one store
+    // the same records are written again.
+    for (name, addr) in &targets {
+        eprintln!("loading {} records through {name}", args.records);
+        load(
+            &Resp::new(addr.as_str()).with_context(|| format!("target {name}"))?,
+            &workload,
+            8,
+            1,
+        )?;
+    }
     let users = TenantSpec::users(args.users.max(1), &workload);
     let mut runs = Vec::new();
     let mut ops = 0;

@@ -8,8 +8,8 @@ use sluice_bench::redis::RedisBench;
 #[derive(Args)]
 #[command(long_about = "Redis users against several RESP targets, interleaved.\n\n\
     Each user is one connection running a YCSB core workload (A, B, C, D or F; E needs a \
-    range command Redis lacks) in a closed loop. The records are loaded once through the \
-    first target; every round then runs each target for --seconds. Reports per target the \
+    range command Redis lacks) in a closed loop. The records are loaded through every target \
+    (each may be a store of its own); every round then runs each target for --seconds. Reports per target the \
     throughput, the paired ratio to the first target (median and spread), U_f, V_l and p50/p99. \
     Rounds with CPU steal above --max-steal are set aside.\n\n\
     Example: sluice bench redis --targets direct=127.0.0.1:6379,sluice=127.0.0.1:6380 --users 50")]
