@@ -159,7 +159,7 @@ const COMMANDS: &[Command] = &[
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
     command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
-    command("watch", |n| n >= 1, |s, c, _, r| c.transaction.watch(&s.locks, r)),
+    command("watch", |n| n >= 1, |s, c, _, r| watch(s, c, r)),
     command("zadd", |n| n >= 3, |s, _, _, r| zset::zadd(s, r)),
     command("zcard", |n| n == 1, |s, _, name, r| zset::read_zset(s, name, r)),
     command(
@@ -224,15 +224,25 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     refusal
 }
 
+/// `WATCH key...`: EXEC will abort if one of them is written, or expires.
+fn watch(shared: &Shared, session: &mut Session, keys: &[Vec<u8>]) -> Reply {
+    let deadline = |k: &[u8]| match read(shared, k)? {
+        Typed::Found(_, _, deadline) => Ok(deadline),
+        Typed::Absent => Ok(None),
+    };
+    session.transaction.watch(&shared.locks, keys, deadline)
+}
+
 /// `EXEC`: runs the queued commands holding every key stripe, their writes
-/// in one batch; nil if a watched key may have been written.
+/// in one batch; nil if a watched key may have been written or has expired.
 fn exec(shared: &Shared, session: &mut Session) -> Reply {
-    let (queued, watched) = match session.transaction.exec() {
+    let (queued, watched, expires) = match session.transaction.exec() {
         Exec::Answer(reply) => return reply,
-        Exec::Run(queued, watched) => (queued, watched),
+        Exec::Run(queued, watched, expires) => (queued, watched, expires),
     };
     let mut all = shared.locks.lock_all();
-    if watched.iter().any(|&(stripe, count)| all.count(stripe) != count) {
+    let written = watched.iter().any(|&(stripe, count)| all.count(stripe) != count);
+    if written || expires.is_some_and(|at| at <= now_ms()) {
         return Reply::NullArray;
     }
     let run = || {

@@ -1325,3 +1325,25 @@ fn config_sets_the_background_tasks_knobs() {
         "a map in RESP3"
     );
 }
+
+/// A watched key that expires before EXEC aborts the transaction, as in
+/// Redis; one that outlives it, or had already expired when watched, does
+/// not.
+#[test]
+fn a_watched_key_that_expires_aborts_exec() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    c.call(&["SET", "soon", "v", "PX", "30"]);
+    c.call(&["SET", "later", "v", "EX", "100"]);
+    c.call(&["SET", "gone", "v", "PX", "1"]);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(c.call(&["WATCH", "later", "gone"]), "+OK\r\n");
+    c.call(&["MULTI"]);
+    c.call(&["GET", "later"]);
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n$1\r\nv\r\n", "no watched key changed");
+    assert_eq!(c.call(&["WATCH", "soon", "later"]), "+OK\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    c.call(&["MULTI"]);
+    c.call(&["GET", "later"]);
+    assert_eq!(c.call(&["EXEC"]), "*-1\r\n", "soon expired while watched");
+}

@@ -42,11 +42,17 @@ pub(crate) struct Transaction {
     refused: bool,
     /// Stripes of the watched keys and their counts when watched.
     watched: Vec<(usize, u64)>,
+    /// The earliest deadline (unix ms) of a watched key that was live
+    /// when watched: once past, the key has changed (it expired), and
+    /// EXEC aborts, as in Redis.
+    expires: Option<u64>,
 }
 
-/// What `EXEC` runs: the queued commands, and whether to run them.
+/// What `EXEC` runs: the queued commands, and what decides whether to
+/// run them (the watched stripes' counts, the watched keys' earliest
+/// deadline).
 pub(crate) enum Exec {
-    Run(Vec<Vec<Vec<u8>>>, Vec<(usize, u64)>),
+    Run(Vec<Vec<Vec<u8>>>, Vec<(usize, u64)>, Option<u64>),
     Answer(Reply),
 }
 
@@ -98,16 +104,32 @@ impl Transaction {
         Reply::ok()
     }
 
-    pub fn watch(&mut self, locks: &KeyLocks, keys: &[Vec<u8>]) -> Reply {
+    /// Watches `keys`; `deadline` reads a key's deadline (unix ms) if it
+    /// is live and has one. A key is read after its count, so that a write
+    /// in between moves the count.
+    pub fn watch(
+        &mut self,
+        locks: &KeyLocks,
+        keys: &[Vec<u8>],
+        deadline: impl Fn(&[u8]) -> Result<Option<u64>, Reply>,
+    ) -> Reply {
         if self.queueing() {
             return Reply::error("WATCH inside MULTI is not allowed");
         }
-        self.watched.extend(keys.iter().map(|k| locks.watch(k)));
+        for k in keys {
+            self.watched.push(locks.watch(k));
+            match deadline(k) {
+                Ok(Some(d)) => self.expires = Some(self.expires.map_or(d, |e| e.min(d))),
+                Ok(None) => {}
+                Err(refusal) => return refusal,
+            }
+        }
         Reply::ok()
     }
 
     pub fn unwatch(&mut self) -> Reply {
         self.watched.clear();
+        self.expires = None;
         Reply::ok()
     }
 
@@ -122,7 +144,7 @@ impl Transaction {
                 "EXECABORT Transaction discarded because of previous errors.".into(),
             ));
         }
-        Exec::Run(queued, done.watched)
+        Exec::Run(queued, done.watched, done.expires)
     }
 }
 
@@ -157,13 +179,16 @@ mod tests {
     fn exec_hands_over_the_queue_and_what_was_watched() {
         let locks = KeyLocks::new(16);
         let mut t = Transaction::default();
-        assert_eq!(t.watch(&locks, &args(&["k"])), Reply::ok());
+        assert_eq!(t.watch(&locks, &args(&["k"]), |_| Ok(Some(9))), Reply::ok());
+        assert_eq!(t.watch(&locks, &args(&["j"]), |_| Ok(Some(5))), Reply::ok());
+        assert_eq!(t.watch(&locks, &args(&["i"]), |_| Ok(None)), Reply::ok());
         t.multi();
         t.queue(&args(&["GET", "k"]), MAX_QUEUED_BYTES);
         match t.exec() {
-            Exec::Run(queued, watched) => {
+            Exec::Run(queued, watched, expires) => {
                 assert_eq!(queued, vec![args(&["GET", "k"])]);
-                assert_eq!(watched, vec![locks.watch(b"k")]);
+                assert_eq!(watched, ["k", "j", "i"].map(|k| locks.watch(k.as_bytes())));
+                assert_eq!(expires, Some(5), "the earliest deadline");
             }
             Exec::Answer(r) => panic!("{r:?}"),
         }
