@@ -13,6 +13,13 @@
 //! flat key, value list. How the types sit in the store: `keyspace.rs`;
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
 //!
+//! Not built: lists, and scripts (EVAL, EVALSHA), so redis-py's `lock()`,
+//! which releases its lock with a script, fails at release. Lists would
+//! fit the store as Kvrocks lays them (a head and tail sequence in the
+//! list's metadata, each element under its sequence number): pushes,
+//! pops, LINDEX and LRANGE are then point writes and range scans. LINSERT
+//! and LREM in the middle renumber what follows, as in any sorted store.
+//!
 //! Every command is a row of one table ([`COMMANDS`]): its name, the
 //! argument counts it takes, and how it runs. A command is refused by
 //! name before it runs (unknown, or the wrong number of arguments), which

@@ -1006,6 +1006,14 @@ for kwargs in ({}, {"protocol": 2}):
         except redis.WatchError:
             pass
     assert r.get("w") == b"theirs"
+    assert r.set("session", "s", ex=100) is True and r.ttl("session") == 100
+    assert r.getex("session", persist=True) == b"s" and r.ttl("session") == -1
+    r.delete("hits")
+    assert r.incr("hits") == 1 and r.incrby("hits", 5) == 6
+    r.mset({f"scan:{i}": i for i in range(50)})
+    assert sorted(r.scan_iter("scan:*", count=7)) == sorted(f"scan:{i}".encode() for i in range(50))
+    assert r.config_get("flush-*")["flush-paused"] in ("no", b"no")
+    assert r.command()["get"]["first_key_pos"] == 1
     named = redis.Redis(port=port, client_name="gold", **kwargs)
     assert named.client_getname() in ("gold", b"gold"), named.client_getname()
     assert isinstance(named.client_id(), int)
