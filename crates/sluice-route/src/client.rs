@@ -1,8 +1,8 @@
 //! A client's connection to the router: requests read, answered in order.
 //!
 //! Commands that concern only the connection (PING, HELLO, SELECT 0,
-//! CLIENT ...) are answered here; every other command goes to the
-//! [`Router`]. A connection's commands run one after another, as Redis runs
+//! CLIENT ...) are answered here, and a transaction is queued here from
+//! MULTI to EXEC; every other command goes to the [`Router`]. A connection's commands run one after another, as Redis runs
 //! them, and the replies of a pipeline are written together. Each client
 //! has its own task and buffers: a client that stops reading holds only
 //! its own task, and a malformed request closes only its own connection,
@@ -15,8 +15,8 @@ use sluice_resp::{parse_reply, request_context, Limits, Reply, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::command::{route, Route};
-use crate::router::{Answer, Router};
+use crate::command::{keys_of, route, Route};
+use crate::router::{Answer, Origin, Router};
 
 /// Connection ids, for `CLIENT ID`.
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
@@ -30,6 +30,19 @@ struct Session {
     resp3: bool,
     name: Option<Vec<u8>>,
     quit: bool,
+    /// The transaction being queued, between MULTI and EXEC.
+    transaction: Option<Transaction>,
+}
+
+/// Commands queued since MULTI. They run on one shard, so their keys must
+/// share a slot (a shard, outside cluster mode) with the first key queued.
+#[derive(Default)]
+struct Transaction {
+    queued: Vec<Vec<Vec<u8>>>,
+    first_key: Option<Vec<u8>>,
+    /// A command was refused while queueing: EXEC answers EXECABORT, as
+    /// Redis does.
+    refused: bool,
 }
 
 /// Serves one client until it leaves or breaks the protocol.
@@ -40,6 +53,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
         resp3: false,
         name: None,
         quit: false,
+        transaction: None,
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
@@ -159,6 +173,10 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
     let name = String::from_utf8_lossy(&args[0]).to_lowercase();
     let (budget, tenant) = sent.unwrap_or((None, None));
     let origin = router.origin(tenant.or(session.name.as_deref()), budget);
+    let queueing = session.transaction.is_some() && name != "quit";
+    if matches!(name.as_str(), "multi" | "exec" | "discard") || queueing {
+        return transaction(router, session, &name, args, origin).await;
+    }
     match route(&name) {
         Route::Local if sent.is_some() => Reply::error(format!(
             "SLUICE.WITH: '{name}' concerns the connection alone and takes no request context"
@@ -167,6 +185,68 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
         Route::Local => local(router, session, &name, args).into(),
         other => router.execute(&name, other, args, origin).await,
     }
+}
+
+/// MULTI, EXEC, DISCARD, and the commands queued between: the
+/// transaction's keys must share a slot, and it is sent whole to their
+/// shard at EXEC ([`Router::transaction`]).
+async fn transaction(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>], origin: Origin) -> Answer {
+    let Some(t) = session.transaction.as_mut() else {
+        return match name {
+            "multi" => {
+                session.transaction = Some(Transaction::default());
+                Reply::ok().into()
+            }
+            "exec" => Reply::error("EXEC without MULTI").into(),
+            _ => Reply::error("DISCARD without MULTI").into(),
+        };
+    };
+    match name {
+        "multi" => {
+            return Reply::error("MULTI calls can not be nested").into();
+        }
+        "discard" => {
+            session.transaction = None;
+            return Reply::ok().into();
+        }
+        "exec" => {
+            let t = session.transaction.take().expect("inside MULTI");
+            if t.refused {
+                return Reply::Error("EXECABORT Transaction discarded because of previous errors.".into()).into();
+            }
+            if t.queued.is_empty() {
+                return Reply::Array(Vec::new()).into();
+            }
+            let slot = match &t.first_key {
+                Some(key) => crate::slot::slot(key),
+                None => 0,
+            };
+            return router.transaction(slot, &t.queued, origin).await;
+        }
+        _ => {}
+    }
+    let refused = |t: &mut Transaction, reply: Reply| {
+        t.refused = true;
+        Answer::from(reply)
+    };
+    let keys = match keys_of(name, route(name), args) {
+        Ok(keys) => keys,
+        Err(why) => return refused(t, Reply::Error(format!("ERR {why}"))),
+    };
+    let together: Vec<Vec<u8>> = t
+        .first_key
+        .iter()
+        .cloned()
+        .chain(keys.iter().map(|k| k.to_vec()))
+        .collect();
+    if let Err(crossslot) = router.place(&together) {
+        return refused(t, crossslot);
+    }
+    if t.first_key.is_none() {
+        t.first_key = keys.first().map(|k| k.to_vec());
+    }
+    t.queued.push(args.to_vec());
+    Reply::Simple("QUEUED".into()).into()
 }
 
 /// Commands that concern the connection alone.

@@ -5,7 +5,10 @@
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
 //! TOUCH) are split, one sub-request per shard. A range scan (`RANGE`)
 //! goes to every shard. Scripts go where their keys are, if they are all in
-//! one slot. A command that is neither answered here nor in the table is
+//! one slot. MULTI, EXEC and DISCARD are the client's session's: commands
+//! are queued at the router and sent together to the shard of their keys,
+//! which must share a slot ([`keys_of`] finds them). A command that is
+//! neither answered here nor in the table is
 //! refused with an error naming it: guessing its key would send a write to
 //! the wrong shard.
 
@@ -145,19 +148,24 @@ const FIRST_KEY: &[&str] = &[
     "pfadd",
 ];
 
-/// Commands answered by the router.
+/// Commands answered by the router (MULTI, EXEC and DISCARD by the
+/// client's session, which queues the transaction).
 const LOCAL: &[&str] = &[
-    "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info",
+    "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info", "multi", "exec",
+    "discard",
 ];
 
 /// Commands that need one connection's state across commands, or the
 /// whole key space, and so cannot be split.
 const REFUSED: &[(&str, &str)] = &[
-    ("multi", "transactions are not supported through sluice route"),
-    ("exec", "transactions are not supported through sluice route"),
-    ("discard", "transactions are not supported through sluice route"),
-    ("watch", "transactions are not supported through sluice route"),
-    ("unwatch", "transactions are not supported through sluice route"),
+    (
+        "watch",
+        "WATCH is not supported through sluice route (MULTI/EXEC on keys of one slot are)",
+    ),
+    (
+        "unwatch",
+        "WATCH is not supported through sluice route (MULTI/EXEC on keys of one slot are)",
+    ),
     (
         "keys",
         "commands over the whole key space are not supported through sluice route",
@@ -271,6 +279,27 @@ pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
         .ok_or_else(|| "ERR Number of keys can't be greater than number of args".into())
 }
 
+/// The keys of a command queued inside MULTI, routed by `route`, or why
+/// it cannot be queued: a transaction runs on one shard.
+pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<&'a [u8]>, String> {
+    let arity = || format!("wrong number of arguments for '{name}' command");
+    match route {
+        Route::Key(i) => args.get(i).map(|k| vec![k.as_slice()]).ok_or_else(arity),
+        Route::Keys { step, .. } if args.len() >= 2 && (args.len() - 1).is_multiple_of(step) => {
+            Ok(args[1..].iter().step_by(step).map(Vec::as_slice).collect())
+        }
+        Route::Keys { .. } => Err(arity()),
+        Route::Script => Ok(script_keys(args)?.iter().map(Vec::as_slice).collect()),
+        Route::Local if matches!(name, "ping" | "echo") => Ok(Vec::new()),
+        Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),
+        Route::Range => Err("RANGE spans every shard: not inside MULTI through sluice route".into()),
+        Route::Refused(why) => Err(format!("'{name}': {why}")),
+        Route::Unknown => Err(format!(
+            "sluice route cannot route '{name}': it is not in the router's command table"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,8 +327,25 @@ mod tests {
                 merge: Merge::Ok
             }
         );
-        assert!(matches!(route("multi"), Route::Refused(why) if why.contains("transactions")));
+        assert_eq!(route("multi"), Route::Local);
+        assert!(matches!(route("watch"), Route::Refused(why) if why.contains("WATCH")));
         assert_eq!(route("frobnicate"), Route::Unknown);
+    }
+
+    #[test]
+    fn a_queued_command_s_keys_are_found_or_it_is_refused() {
+        let args = |w: &[&str]| w.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+        let set = args(&["SET", "k", "v"]);
+        assert_eq!(keys_of("set", route("set"), &set), Ok(vec![&b"k"[..]]));
+        let mset = args(&["MSET", "a", "1", "b", "2"]);
+        assert_eq!(keys_of("mset", route("mset"), &mset), Ok(vec![&b"a"[..], &b"b"[..]]));
+        assert!(keys_of("mset", route("mset"), &args(&["MSET", "a"])).is_err());
+        assert_eq!(keys_of("ping", route("ping"), &args(&["PING"])), Ok(Vec::new()));
+        assert!(keys_of("hello", route("hello"), &args(&["HELLO"])).is_err());
+        assert!(keys_of("range", route("range"), &args(&["RANGE", "a", "b"])).is_err());
+        assert!(keys_of("get", route("get"), &args(&["GET"]))
+            .unwrap_err()
+            .contains("arguments"));
     }
 
     #[test]

@@ -117,7 +117,8 @@ impl Pipeline {
             // `at` are the part of the next reply it has taken.
             let mut scanner = ReplyScanner::default();
             let mut scanned = 0;
-            // The first reply of an `ASKING` pair, kept if it is an error.
+            // The first reply of a command's several (an `ASKING` pair, a
+            // transaction), kept if it is an error.
             let mut first: Option<Vec<u8>> = None;
             let mut watch =
                 tokio::time::interval((reply_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
@@ -146,7 +147,7 @@ impl Pipeline {
                     };
                     front.0 -= 1;
                     if front.0 > 0 {
-                        first = Some(reply);
+                        first.get_or_insert(reply);
                         continue;
                     }
                     let (_, done, _) = waiting.queue.pop_front().expect("the front is there");
@@ -189,7 +190,7 @@ impl Pipeline {
     }
 
     /// Sends `bytes`, which bring `replies` replies, and waits for the last
-    /// (or for the first, if it is an error: a refused `ASKING`).
+    /// (or for the first, if it is an error: a refused `ASKING` or `MULTI`).
     pub async fn send(&self, bytes: Vec<u8>, replies: usize) -> io::Result<Vec<u8>> {
         let (done, answer) = oneshot::channel();
         let lost = || io::Error::new(io::ErrorKind::BrokenPipe, "connection lost");

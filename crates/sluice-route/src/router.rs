@@ -313,7 +313,7 @@ impl Router {
             }
             Route::Script => match script_keys(args) {
                 Err(e) => return Reply::Error(e).into(),
-                Ok(keys) => match self.one_place(keys) {
+                Ok(keys) => match self.place(keys) {
                     Ok(slot) => vec![Part {
                         slot,
                         args: whole(),
@@ -380,6 +380,46 @@ impl Router {
         answer
     }
 
+    /// Runs `commands` as one transaction (MULTI, them, EXEC, written
+    /// together on one connection) on the shard of `slot`; EXEC's reply.
+    /// Redirects are not followed: in front of a cluster whose slot moved,
+    /// the commands are refused with `MOVED`, EXEC answers `EXECABORT`, and
+    /// the client runs the transaction again.
+    pub async fn transaction(&self, slot: u16, commands: &[Vec<Vec<u8>>], origin: Origin) -> Answer {
+        let started = Instant::now();
+        let ctx = self.context_at(started, origin);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
+        let multi: &[&[u8]] = &[b"MULTI"];
+        let exec: &[&[u8]] = &[b"EXEC"];
+        let queued: Vec<Vec<&[u8]>> = commands.iter().map(|c| c.iter().map(Vec::as_slice).collect()).collect();
+        let all: Vec<&[&[u8]]> = std::iter::once(multi)
+            .chain(queued.iter().map(Vec::as_slice))
+            .chain(std::iter::once(exec))
+            .collect();
+        let result = match self.shard_of_slot(slot) {
+            Ok(shard) => {
+                shard
+                    .call_many(ctx, self.budget_left(&ctx), self.tenant_name(&ctx), &all, Asking::No)
+                    .await
+            }
+            Err(what) => Err(ShardError {
+                shard: "-".into(),
+                addr: "-".into(),
+                what,
+                unsent: true,
+            }),
+        };
+        self.stats.latency.record(started.elapsed());
+        match result {
+            Ok(raw) => Answer::Raw(raw),
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                Reply::Error(format!("ERR {e}")).into()
+            }
+        }
+    }
+
     /// Keys (each followed by `step - 1` values) grouped by shard, or in
     /// cluster mode by slot, since a node refuses keys of several slots.
     fn split<'a>(&self, args: &'a [Vec<u8>], step: usize) -> Vec<Part<'a>> {
@@ -405,8 +445,9 @@ impl Router {
     }
 
     /// The slot that stands for `keys`: they must share a shard (in cluster
-    /// mode a slot), as Redis Cluster requires of a script's keys.
-    fn one_place(&self, keys: &[Vec<u8>]) -> Result<u16, Reply> {
+    /// mode a slot), as Redis Cluster requires of a script's or a
+    /// transaction's keys.
+    pub fn place(&self, keys: &[Vec<u8>]) -> Result<u16, Reply> {
         let Some(first) = keys.first() else {
             return Ok(0);
         };

@@ -120,13 +120,27 @@ impl Shard {
         args: &[&[u8]],
         asking: Asking,
     ) -> Result<Vec<u8>, ShardError> {
+        self.call_many(ctx, budget_ms, tenant, &[args], asking).await
+    }
+
+    /// [`Shard::call`] for several commands written together on one
+    /// connection (a transaction: MULTI, its commands, EXEC), one pass at
+    /// the gate; the last one's reply, or the first one's if it is an error.
+    pub async fn call_many(
+        &self,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
+        commands: &[&[&[u8]]],
+        asking: Asking,
+    ) -> Result<Vec<u8>, ShardError> {
         let waited = Instant::now();
         let pass = self.gate.enter(ctx).await;
         let started = Instant::now();
         self.stats.gate_wait.record(started - waited);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
         let flying = InFlight::new(&self.stats.in_flight);
-        let result = self.exchange(ctx, budget_ms, tenant, args, asking, &pass).await;
+        let result = self.exchange(ctx, budget_ms, tenant, commands, asking, &pass).await;
         self.stats.latency.record(started.elapsed());
         drop(flying);
         if result.is_err() {
@@ -150,27 +164,30 @@ impl Shard {
         ctx: Ctx,
         budget_ms: Option<f64>,
         tenant: Option<&[u8]>,
-        args: &[&[u8]],
+        commands: &[&[&[u8]]],
         asking: Asking,
         _pass: &Pass,
     ) -> Result<Vec<u8>, ShardError> {
-        let mut out = Vec::with_capacity(64 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+        let size: usize = commands.iter().flat_map(|c| c.iter()).map(|a| a.len() + 16).sum();
+        let mut out = Vec::with_capacity(64 * commands.len() + size);
         if asking == Asking::Yes {
             encode_command(&["ASKING"], &mut out);
         }
-        match self.options.kind {
-            ShardKind::Sluice => {
-                let id = ctx.id.0.to_string();
-                let budget = budget_ms.map(|b| format!("{b:.3}"));
+        let id = ctx.id.0.to_string();
+        let budget = budget_ms.map(|b| format!("{b:.3}"));
+        for args in commands {
+            match self.options.kind {
                 // Without a configured tenant the shard's own per-connection
                 // tenant stands, so its fair policies share the shard among
                 // the router's connections (the paper's cfq analogue).
-                encode_command(&request_context::wrap(&id, budget.as_deref(), tenant, args), &mut out);
+                ShardKind::Sluice => {
+                    encode_command(&request_context::wrap(&id, budget.as_deref(), tenant, args), &mut out)
+                }
+                ShardKind::Redis => encode_command(args, &mut out),
             }
-            ShardKind::Redis => encode_command(args, &mut out),
         }
+        let replies = commands.len() + usize::from(asking == Asking::Yes);
         if self.options.kind == ShardKind::Redis {
-            let replies = if asking == Asking::Yes { 2 } else { 1 };
             let pipeline = self.pipeline().await?;
             return match pipeline.send(out, replies).await {
                 Ok(reply) => Ok(reply),
@@ -182,22 +199,24 @@ impl Shard {
             Some(conn) => conn,
             None => self.connect().await?,
         };
-        self.send(conn, &out, asking).await.map_err(|e| self.failure(e))
+        self.send(conn, &out, replies).await.map_err(|e| self.failure(e))
     }
 
-    /// Writes `out` and reads its reply (two with `ASKING`); the connection
+    /// Writes `out` and reads its `replies` replies: the last, or the first
+    /// if it is an error (a refused `ASKING` or `MULTI`). The connection
     /// goes back to the pool only after a whole exchange.
-    async fn send(&self, mut conn: Conn, out: &[u8], asking: Asking) -> Result<Vec<u8>, Exchange> {
+    async fn send(&self, mut conn: Conn, out: &[u8], replies: usize) -> Result<Vec<u8>, Exchange> {
         let exchange = async {
             conn.stream.write_all(out).await?;
-            if asking == Asking::Yes {
-                let asked = conn.read_reply().await?;
-                if asked.first() == Some(&b'-') {
-                    conn.read_reply().await?;
-                    return Ok(asked);
-                }
+            let first = conn.read_reply().await?;
+            let mut last = None;
+            for _ in 1..replies {
+                last = Some(conn.read_reply().await?);
             }
-            conn.read_reply().await
+            Ok(match last {
+                Some(last) if first.first() != Some(&b'-') => last,
+                _ => first,
+            })
         };
         match tokio::time::timeout(self.options.reply_timeout, exchange).await {
             Ok(Ok(reply)) => {

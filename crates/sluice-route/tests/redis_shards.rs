@@ -167,3 +167,43 @@ fn a_shard_that_never_answers_times_out_by_name() {
         assert_eq!(shard.stats.in_flight.load(Ordering::Relaxed), 0, "{}", shard.name);
     }
 }
+
+/// A transaction reaches a Redis shard whole on the pipelined connection
+/// the other clients share: no other client's command lands inside it.
+#[test]
+fn a_transaction_runs_whole_on_a_shared_pipeline() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(_b) = start_redis(ports[1]) else { return };
+    let (router, _) = start_router(ports);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(router);
+                let (a, b) = (format!("{{t{t}}}:a"), format!("{{t{t}}}:b"));
+                for i in 1..=100 {
+                    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+                    c.call(&["INCR", &a]);
+                    c.call(&["INCR", &b]);
+                    assert_eq!(
+                        c.call(&["EXEC"]),
+                        Reply::Array(vec![Reply::Integer(i), Reply::Integer(i)])
+                    );
+                    // Plain commands of the same client between its transactions.
+                    assert_eq!(c.call(&["GET", &a]), bulk(&i.to_string()));
+                }
+                assert_eq!(c.call(&["MULTI"]), Reply::ok());
+                c.call(&["SET", &a, "x"]);
+                c.call(&["INCR", &a]);
+                let Reply::Array(replies) = c.call(&["EXEC"]) else {
+                    panic!("EXEC")
+                };
+                assert_eq!(replies[0], Reply::ok());
+                assert!(matches!(&replies[1], Reply::Error(e) if e.contains("not an integer")));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -141,7 +141,7 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     let (router, _) = start_router(&[shard, other], "");
     let mut c = Client::connect(router);
     assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
-    assert!(error_text(c.call(&["MULTI"])).contains("transactions are not supported"));
+    assert!(error_text(c.call(&["WATCH", "k"])).contains("WATCH is not supported"));
     assert!(error_text(c.call(&["KEYS", "*"])).contains("whole key space"));
     assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
     assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
@@ -427,4 +427,52 @@ fn a_request_larger_than_the_limit_as_a_whole_is_refused() {
     assert!(e.contains("request larger than 1 MiB"), "{e}");
     let mut other = Client::connect(router);
     assert_eq!(other.call(&["SET", "small", "ok"]), Reply::ok());
+}
+
+/// A transaction whose keys share a slot runs on their shard, atomically;
+/// one that spans shards is refused as Redis Cluster refuses it, command by
+/// command, and EXEC then aborts.
+#[test]
+fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (other, _dir2) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard, other], "");
+    let mut c = Client::connect(router);
+    assert!(error_text(c.call(&["EXEC"])).contains("EXEC without MULTI"));
+    assert!(error_text(c.call(&["DISCARD"])).contains("DISCARD without MULTI"));
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert!(error_text(c.call(&["MULTI"])).contains("can not be nested"));
+    let queued = Reply::Simple("QUEUED".into());
+    assert_eq!(c.call(&["SET", "{user:1}:name", "ada"]), queued);
+    assert_eq!(c.call(&["INCR", "{user:1}:visits"]), queued);
+    assert_eq!(c.call(&["MGET", "{user:1}:name", "{user:1}:visits"]), queued);
+    assert_eq!(c.call(&["PING"]), queued);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        Reply::Array(vec![
+            Reply::ok(),
+            Reply::Integer(1),
+            Reply::Array(vec![bulk("ada"), bulk("1")]),
+            Reply::Simple("PONG".into()),
+        ])
+    );
+    // The shard the slot names holds them; the other has nothing.
+    let owner = if slot(b"{user:1}") < 8192 { shard } else { other };
+    let mut direct = Client::connect(owner);
+    assert_eq!(direct.call(&["GET", "{user:1}:visits"]), bulk("1"));
+
+    assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["SET", "foo", "1"]), queued);
+    assert!(error_text(c.call(&["SET", "bar", "1"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["RANGE", "a", "z"])).contains("spans every shard"));
+    assert!(error_text(c.call(&["EXEC"])).starts_with("EXECABORT"));
+    assert_eq!(c.call(&["GET", "foo"]), Reply::Bulk(None), "nothing of it ran");
+
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["SET", "foo", "2"]), queued);
+    assert_eq!(c.call(&["DISCARD"]), Reply::ok());
+    assert_eq!(c.call(&["EXEC"]), Reply::error("EXEC without MULTI"));
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(Vec::new()));
 }
