@@ -4,7 +4,7 @@
 //! Single-key commands go to the shard of their key. Multi-key commands
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
 //! TOUCH) are split, one sub-request per shard. A range scan (`RANGE`)
-//! goes to every shard. Scripts go where their keys are, if they are all in
+//! and KEYS go to every shard; SCAN walks the shards one after another. Scripts go where their keys are, if they are all in
 //! one slot. MULTI, EXEC and DISCARD are the client's session's: commands
 //! are queued at the router and sent together to the shard of their keys,
 //! which must share a slot ([`keys_of`] finds them). A command that is
@@ -41,6 +41,11 @@ pub enum Route {
     Script,
     /// `RANGE start end [count]`: to every shard, the sorted parts merged.
     Range,
+    /// To every shard, the arrays they answer joined (KEYS).
+    Every,
+    /// `SCAN cursor ...`: to the shard the router's cursor stands for
+    /// (see `scan.rs`).
+    Scan,
     /// Not routable; the reason names the command's kind.
     Refused(&'static str),
     /// Not in the table.
@@ -167,14 +172,6 @@ const REFUSED: &[(&str, &str)] = &[
         "WATCH is not supported through sluice route (MULTI/EXEC on keys of one slot are)",
     ),
     (
-        "keys",
-        "commands over the whole key space are not supported through sluice route",
-    ),
-    (
-        "scan",
-        "commands over the whole key space are not supported through sluice route",
-    ),
-    (
         "flushall",
         "commands over the whole key space are not supported through sluice route",
     ),
@@ -261,6 +258,8 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
         table.insert(name, Route::Script);
     }
     table.insert("range", Route::Range);
+    table.insert("keys", Route::Every);
+    table.insert("scan", Route::Scan);
     table
 });
 
@@ -292,7 +291,9 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
         Route::Script => Ok(script_keys(args)?.iter().map(Vec::as_slice).collect()),
         Route::Local if matches!(name, "ping" | "echo") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),
-        Route::Range => Err("RANGE spans every shard: not inside MULTI through sluice route".into()),
+        Route::Range | Route::Every | Route::Scan => Err(format!(
+            "'{name}' spans every shard: not inside MULTI through sluice route"
+        )),
         Route::Refused(why) => Err(format!("'{name}': {why}")),
         Route::Unknown => Err(format!(
             "sluice route cannot route '{name}': it is not in the router's command table"

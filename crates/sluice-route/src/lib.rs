@@ -46,6 +46,7 @@ pub mod config;
 pub mod gate;
 mod pipeline;
 pub mod router;
+pub mod scan;
 pub mod shard;
 pub mod slot;
 pub mod stats;

@@ -22,6 +22,7 @@ use sluice_resp::{array_items, parse_reply, Limits, Reply};
 use crate::command::{script_keys, Merge, Route};
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
+use crate::scan::ScanCursors;
 use crate::shard::{Asking, Shard, ShardError, ShardOptions};
 use crate::slot::{slot, SLOTS};
 use crate::stats::RequestStats;
@@ -64,6 +65,8 @@ pub struct Router {
     /// When the slot map was last read (cluster mode), so that failures
     /// re-read it at most once a `REFRESH_EVERY`.
     refreshed: std::sync::Mutex<Option<Instant>>,
+    /// SCAN's cursors, each a shard and its cursor.
+    scans: ScanCursors,
     pub stats: RequestStats,
 }
 
@@ -147,6 +150,7 @@ impl Router {
             next_id: AtomicU64::new(0),
             epoch: Instant::now(),
             refreshed: std::sync::Mutex::new(None),
+            scans: ScanCursors::default(),
             stats: RequestStats::default(),
         });
         if router.cluster.is_some() {
@@ -334,6 +338,8 @@ impl Router {
                 count = limit.to_string().into_bytes();
                 self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
+            Route::Every => self.scatter(&whole()),
+            Route::Scan => return self.scan(args, origin).await,
             Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")).into(),
             Route::Unknown => {
                 return Reply::Error(format!(
@@ -374,10 +380,54 @@ impl Router {
         let answer = match route {
             Route::Keys { merge, .. } => merge_parts(merge, &parts, replies, (args.len() - 1) / merge_step(merge)),
             Route::Range => merge_ranges(replies, limit).into(),
+            Route::Every => join_arrays(replies),
             _ => Answer::Raw(replies.into_iter().next().unwrap_or_default()),
         };
         self.stats.latency.record(started.elapsed());
         answer
+    }
+
+    /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]` on the shard the cursor
+    /// stands for, its next cursor made the router's (see `scan.rs`).
+    async fn scan(&self, args: &[Vec<u8>], origin: Origin) -> Answer {
+        if args.len() < 2 {
+            return Reply::error("wrong number of arguments for 'scan' command").into();
+        }
+        let position = match self.scans.position(&args[1]) {
+            Ok(p) => p,
+            Err(e) => return Reply::error(e).into(),
+        };
+        let shards = self.scatter(&[]);
+        let Some(part) = shards.get(position.shard) else {
+            return Reply::error("invalid cursor").into();
+        };
+        let mut command: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        command[1] = &position.cursor;
+        let started = Instant::now();
+        let ctx = self.context_at(started, origin);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
+        let result = self.call_slot(ctx, part.slot, &command).await;
+        self.stats.latency.record(started.elapsed());
+        let raw = match result {
+            Ok(raw) => raw,
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                return Reply::Error(format!("ERR {e}")).into();
+            }
+        };
+        match parse_reply(&raw, &Limits::relay()) {
+            Ok(Some((Reply::Array(mut reply), _))) if reply.len() == 2 => {
+                let keys = reply.pop().expect("two items");
+                let Some(Reply::Bulk(Some(next))) = reply.pop() else {
+                    return Reply::error("a shard's SCAN reply has no cursor").into();
+                };
+                let cursor = self.scans.after(position.shard, shards.len(), &next);
+                Reply::Array(vec![Reply::Bulk(Some(cursor)), keys]).into()
+            }
+            _ if raw.first() == Some(&b'-') => Answer::Raw(raw),
+            _ => Reply::error("a shard's SCAN reply does not parse").into(),
+        }
     }
 
     /// Runs `commands` as one transaction (MULTI, them, EXEC, written
@@ -625,6 +675,22 @@ fn merge_parts(merge: Merge, parts: &[Part], replies: Vec<Vec<u8>>, keys: usize)
             Answer::Raw(out)
         }
     }
+}
+
+/// Every shard's array, joined in shard order; an error reply of any
+/// shard is the reply.
+fn join_arrays(replies: Vec<Vec<u8>>) -> Answer {
+    if let Some(e) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+        return Answer::Raw(e.clone());
+    }
+    let mut all = Vec::new();
+    for raw in replies {
+        match parse_reply(&raw, &Limits::relay()) {
+            Ok(Some((Reply::Array(items), _))) => all.extend(items),
+            _ => return Reply::error("a shard answered with something other than a list").into(),
+        }
+    }
+    Reply::Array(all).into()
 }
 
 /// The sorted key-value pairs of every shard, merged and cut to `count`.

@@ -142,7 +142,7 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     let mut c = Client::connect(router);
     assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
     assert!(error_text(c.call(&["WATCH", "k"])).contains("WATCH is not supported"));
-    assert!(error_text(c.call(&["KEYS", "*"])).contains("whole key space"));
+    assert!(error_text(c.call(&["FLUSHALL"])).contains("whole key space"));
     assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
     assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
     // "foo" and "bar" are on different shards of two.
@@ -475,4 +475,62 @@ fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
     assert_eq!(c.call(&["EXEC"]), Reply::error("EXEC without MULTI"));
     assert_eq!(c.call(&["MULTI"]), Reply::ok());
     assert_eq!(c.call(&["EXEC"]), Reply::Array(Vec::new()));
+}
+
+/// KEYS asks every shard; SCAN walks the shards one after another, with a
+/// cursor of the router's, and sees every key once.
+#[test]
+fn keys_and_scan_see_every_shard() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (other, _dir2) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard, other], "");
+    let mut c = Client::connect(router);
+    let mut expected: Vec<String> = (0..200).map(|i| format!("key:{i}")).collect();
+    for k in &expected {
+        assert_eq!(c.call(&["SET", k, "v"]), Reply::ok());
+    }
+    c.call(&["SET", "other", "v"]);
+    let on_first = expected.iter().filter(|k| slot(k.as_bytes()) < 8192).count();
+    assert!(on_first > 50 && on_first < 150, "both shards hold keys: {on_first}");
+    let texts = |r: Reply| match r {
+        Reply::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let mut keys = texts(c.call(&["KEYS", "key:*"]));
+    keys.sort();
+    expected.sort();
+    assert_eq!(keys, expected);
+
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let Reply::Array(mut reply) = c.call(&["SCAN", &cursor, "MATCH", "key:*", "COUNT", "7"]) else {
+            panic!("SCAN")
+        };
+        let batch = texts(reply.pop().unwrap());
+        seen.extend(batch);
+        let Some(Reply::Bulk(Some(next))) = reply.pop() else {
+            panic!("cursor")
+        };
+        cursor = String::from_utf8(next).unwrap();
+        calls += 1;
+        if cursor == "0" {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, expected, "every key once");
+    assert!(calls > 200 / 7, "{calls} calls of COUNT 7");
+    assert_eq!(
+        c.call(&["SCAN", "12345"]),
+        Reply::error("invalid cursor"),
+        "a cursor the router never gave"
+    );
 }
