@@ -6,7 +6,7 @@
 //! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
-//! ECHO, INFO, AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
+//! ECHO, INFO (its sections: `commands/info.rs`), AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
 //! and SET (the background tasks' knobs: `commands/config.rs`), and
 //! COMMAND (what clients read about each command: `commands/command.rs`). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
@@ -31,6 +31,7 @@ mod config;
 mod delete;
 mod expire;
 mod hash;
+mod info;
 mod keys;
 mod long_double;
 mod session;
@@ -122,7 +123,11 @@ const COMMANDS: &[Command] = &[
         |s, _, _, r| string::incr_by(s, &r[0], string::increment(&r[1])),
     ),
     command("incrbyfloat", |n| n == 2, |s, _, _, r| string::incrbyfloat(s, r)),
-    command("info", |_| true, |s, _, _, _| Reply::Bulk(Some(info(s).into_bytes()))),
+    command(
+        "info",
+        |_| true,
+        |s, _, _, r| Reply::Bulk(Some(info::info(s, r).into_bytes())),
+    ),
     command("keys", |n| n == 1, |s, _, _, r| keys::keys(s, &r[0])),
     command("mget", |n| n >= 1, |s, _, _, r| mget(s, r)),
     command("mset", |n| n >= 2 && n % 2 == 0, |s, _, _, r| mset(s, r)),
@@ -424,52 +429,4 @@ fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         (text("role"), text("master")),
         (text("modules"), Reply::Array(Vec::new())),
     ])
-}
-
-/// `INFO`: tenants, background tasks and levels, in Redis's `key:value`
-/// sections.
-fn info(shared: &Shared) -> String {
-    let mut s = String::from("# Server\r\nsluice_version:");
-    s.push_str(env!("CARGO_PKG_VERSION"));
-    s.push_str("\r\n\r\n# Tenants\r\n");
-    shared.with_tenants(|tenants| {
-        for t in tenants.filter(|t| t.ops > 0) {
-            let _ = write!(
-                s,
-                "tenant_{}:ops={},errors={},mean_us={:.1},p99_us={:.1},deadlines={},missed={}\r\n",
-                t.name,
-                t.ops,
-                t.errors,
-                t.latency.mean() / 1e3,
-                t.latency.quantile(0.99) as f64 / 1e3,
-                t.deadlines,
-                t.missed
-            );
-        }
-    });
-    s.push_str("\r\n# Background\r\n");
-    let db = &shared.db;
-    for task in [db.flush_task(), db.compaction_task()] {
-        let st = task.stats();
-        let rate = st
-            .knobs
-            .rate_bytes
-            .map_or("unlimited".to_string(), |r| format!("{r:.0}"));
-        let _ = write!(
-            s,
-            "{}:bytes={},ios={},backlog_bytes={},rate_bytes={},paused={}\r\n",
-            st.kind, st.bytes, st.ios, st.backlog_bytes, rate, st.knobs.paused
-        );
-    }
-    let stats = db.stats();
-    s.push_str("\r\n# Store\r\n");
-    for (level, (tables, bytes)) in stats.levels.iter().enumerate() {
-        let _ = write!(s, "level{level}:tables={tables},bytes={bytes}\r\n");
-    }
-    let _ = write!(
-        s,
-        "memtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\n",
-        stats.memtable_bytes, stats.immutables, stats.pending_compaction_bytes
-    );
-    s
 }

@@ -120,6 +120,7 @@ impl Connection {
         stream.set_nonblocking(true)?;
         let _ = stream.set_nodelay(true);
         let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
+        shared.clients.fetch_add(1, Ordering::Relaxed);
         let own = shared.tenant(&format!("client-{id}"));
         Ok(Connection {
             stream,

@@ -172,6 +172,7 @@ impl Poller {
             trim
         };
         self.shared.forget(conn.own);
+        self.shared.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if trim {
             give_back_memory();
         }

@@ -132,6 +132,7 @@ pub(crate) fn run_requests(shared: &Shared, session: &mut Session, b: &mut Buffe
 /// Runs one request as foreground work, in its [`request_ctx`].
 fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
     let started = Instant::now();
+    shared.commands.fetch_add(1, Ordering::Relaxed);
     // Deadlines are compared with the I/O runtime's clock in its queues.
     let rt = shared.db.runtime();
     let arrival = rt.now();

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
@@ -72,6 +73,11 @@ pub(crate) struct Shared {
     tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
     pub next_request: AtomicU64,
     pub next_client: AtomicU64,
+    /// Connections open now.
+    pub clients: AtomicU64,
+    /// Commands run since the server started.
+    pub commands: AtomicU64,
+    pub started: Instant,
     /// N of the requests with a deadline, learned from their predecessors.
     pub io_estimates: IoEstimates,
 }
@@ -90,6 +96,9 @@ impl Shared {
             tenants: Mutex::new((HashMap::new(), Slab::new())),
             next_request: AtomicU64::new(0),
             next_client: AtomicU64::new(1),
+            clients: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            started: Instant::now(),
             io_estimates: IoEstimates::default(),
         }
     }

@@ -1014,6 +1014,7 @@ for kwargs in ({}, {"protocol": 2}):
     assert sorted(r.scan_iter("scan:*", count=7)) == sorted(f"scan:{i}".encode() for i in range(50))
     assert r.config_get("flush-*")["flush-paused"] in ("no", b"no")
     assert r.command()["get"]["first_key_pos"] == 1
+    assert r.info("clients")["connected_clients"] >= 1
     named = redis.Redis(port=port, client_name="gold", **kwargs)
     assert named.client_getname() in ("gold", b"gold"), named.client_getname()
     assert isinstance(named.client_id(), int)
@@ -1354,4 +1355,39 @@ fn a_watched_key_that_expires_aborts_exec() {
     c.call(&["MULTI"]);
     c.call(&["GET", "later"]);
     assert_eq!(c.call(&["EXEC"]), "*-1\r\n", "soon expired while watched");
+}
+
+/// INFO gives Redis's sections that clients read, and Sluice's own; one
+/// section when asked for it, none for a name it does not have.
+#[test]
+fn info_answers_by_section() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    let _other = Client::connect(addr);
+    c.call(&["SET", "k", "v"]);
+    let all = c.call(&["INFO"]);
+    for section in [
+        "# Server",
+        "# Clients",
+        "# Persistence",
+        "# Stats",
+        "# Tenants",
+        "# Background",
+        "# Store",
+    ] {
+        assert!(all.contains(section), "{section} in {all}");
+    }
+    assert!(
+        all.contains("redis_version:7.0.0\r\n") && all.contains("aof_enabled:1\r\n"),
+        "{all}"
+    );
+    let clients = c.call(&["INFO", "CLIENTS"]);
+    assert!(clients.contains("# Clients\r\nconnected_clients:2\r\n"), "{clients}");
+    assert!(!clients.contains("# Server"), "{clients}");
+    let stats = c.call(&["INFO", "stats", "store"]);
+    assert!(
+        stats.contains("total_connections_received:2\r\n") && stats.contains("# Store"),
+        "{stats}"
+    );
+    assert_eq!(c.call(&["INFO", "nosuch"]), "$0\r\n\r\n");
 }

@@ -1,0 +1,124 @@
+//! `INFO [section...]`: Redis's `key:value` sections that clients and
+//! tools read (server, clients, persistence, stats), and Sluice's own: the
+//! tenants (requests, errors, latency and deadlines missed), the
+//! background tasks (work done, backlog, knobs) and the store's levels.
+//! With no section, or `default`, `all` or `everything`, every section; a
+//! section it does not have is left out, as Redis leaves it out.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::shared::Shared;
+
+/// The Redis version whose replies `sluice serve` follows: clients read
+/// `redis_version` to decide which commands and reply shapes to expect.
+const REDIS_VERSION: &str = "7.0.0";
+
+type Section = fn(&Shared, &mut String);
+
+const SECTIONS: &[(&str, &str, Section)] = &[
+    ("server", "Server", server),
+    ("clients", "Clients", clients),
+    ("persistence", "Persistence", persistence),
+    ("stats", "Stats", stats),
+    ("tenants", "Tenants", tenants),
+    ("background", "Background", background),
+    ("store", "Store", store),
+];
+
+pub(super) fn info(shared: &Shared, asked: &[Vec<u8>]) -> String {
+    let asked: Vec<String> = asked
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let every = asked.is_empty()
+        || asked
+            .iter()
+            .any(|a| matches!(a.as_str(), "default" | "all" | "everything"));
+    let mut s = String::new();
+    for (name, title, write) in SECTIONS {
+        if every || asked.iter().any(|a| a == name) {
+            if !s.is_empty() {
+                s.push_str("\r\n");
+            }
+            let _ = write!(s, "# {title}\r\n");
+            write(shared, &mut s);
+        }
+    }
+    s
+}
+
+fn server(shared: &Shared, s: &mut String) {
+    let _ = write!(
+        s,
+        "redis_version:{REDIS_VERSION}\r\nsluice_version:{}\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.started.elapsed().as_secs()
+    );
+}
+
+fn clients(shared: &Shared, s: &mut String) {
+    let _ = write!(s, "connected_clients:{}\r\n", shared.clients.load(Ordering::Relaxed));
+}
+
+fn persistence(shared: &Shared, s: &mut String) {
+    // The WAL is Redis's append-only file: synced before each write is
+    // acknowledged unless the server runs with --no-sync.
+    let _ = write!(s, "aof_enabled:{}\r\n", u8::from(shared.db.options().sync));
+}
+
+fn stats(shared: &Shared, s: &mut String) {
+    let _ = write!(
+        s,
+        "total_connections_received:{}\r\ntotal_commands_processed:{}\r\n",
+        shared.next_client.load(Ordering::Relaxed) - 1,
+        shared.commands.load(Ordering::Relaxed)
+    );
+}
+
+fn tenants(shared: &Shared, s: &mut String) {
+    shared.with_tenants(|tenants| {
+        for t in tenants.filter(|t| t.ops > 0) {
+            let _ = write!(
+                s,
+                "tenant_{}:ops={},errors={},mean_us={:.1},p99_us={:.1},deadlines={},missed={}\r\n",
+                t.name,
+                t.ops,
+                t.errors,
+                t.latency.mean() / 1e3,
+                t.latency.quantile(0.99) as f64 / 1e3,
+                t.deadlines,
+                t.missed
+            );
+        }
+    });
+}
+
+fn background(shared: &Shared, s: &mut String) {
+    let db = &shared.db;
+    for task in [db.flush_task(), db.compaction_task()] {
+        let st = task.stats();
+        let rate = st
+            .knobs
+            .rate_bytes
+            .map_or("unlimited".to_string(), |r| format!("{r:.0}"));
+        let _ = write!(
+            s,
+            "{}:bytes={},ios={},backlog_bytes={},rate_bytes={},paused={}\r\n",
+            st.kind, st.bytes, st.ios, st.backlog_bytes, rate, st.knobs.paused
+        );
+    }
+}
+
+fn store(shared: &Shared, s: &mut String) {
+    let stats = shared.db.stats();
+    for (level, (tables, bytes)) in stats.levels.iter().enumerate() {
+        let _ = write!(s, "level{level}:tables={tables},bytes={bytes}\r\n");
+    }
+    let _ = write!(
+        s,
+        "memtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\n",
+        stats.memtable_bytes, stats.immutables, stats.pending_compaction_bytes
+    );
+}
