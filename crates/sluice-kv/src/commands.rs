@@ -44,8 +44,6 @@ mod zset;
 pub(crate) use session::Session;
 pub(crate) use store::deferring;
 
-use std::fmt::Write;
-
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
