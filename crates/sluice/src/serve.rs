@@ -20,7 +20,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     CH, INCR), ZINCRBY, ZREM, ZCARD, ZSCORE, ZRANK, ZREVRANK, ZRANGE (BYSCORE, BYLEX, REV, LIMIT, \
     WITHSCORES), ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX; \
     KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
-    EXPIRETIME, PEXPIRETIME, PERSIST; PING, ECHO, INFO, AUTH, HELLO, SELECT 0, QUIT; \
+    EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; CLIENT (ID, \
+    SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-* and compaction-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \
     DOCS: arity, flags, key positions as Redis 7 gives them); \
