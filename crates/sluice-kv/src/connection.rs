@@ -120,7 +120,6 @@ impl Connection {
         stream.set_nonblocking(true)?;
         let _ = stream.set_nodelay(true);
         let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
-        shared.clients.fetch_add(1, Ordering::Relaxed);
         let own = shared.tenant(&format!("client-{id}"));
         Ok(Connection {
             stream,
@@ -139,7 +138,7 @@ impl Connection {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A step once the socket is ready: reads what arrived (up to a chunk),
+    /// A step once the socket is ready: reads what arrived (one read),
     /// runs whole requests, writes their replies.
     pub fn step(&self, shared: &Shared) -> Next {
         let mut st = self.state();

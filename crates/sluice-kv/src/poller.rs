@@ -26,6 +26,7 @@
 
 use std::io;
 use std::net::TcpListener;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -165,6 +166,7 @@ impl Poller {
         let trim = {
             let mut c = lock(&self.connections);
             c.live.remove(key);
+            self.shared.clients.store(c.live.len() as u64, Ordering::Relaxed);
             let trim = c.peak >= c.live.len() * 2 + TRIM_AFTER;
             if trim {
                 c.peak = c.live.len();
@@ -172,7 +174,6 @@ impl Poller {
             trim
         };
         self.shared.forget(conn.own);
-        self.shared.clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if trim {
             give_back_memory();
         }
@@ -227,6 +228,7 @@ impl Poller {
         let key = {
             let mut c = lock(&self.connections);
             let key = c.live.insert(conn.clone());
+            self.shared.clients.store(c.live.len() as u64, Ordering::Relaxed);
             c.peak = c.peak.max(c.live.len());
             key
         };

@@ -43,32 +43,30 @@ impl Buffers {
         self.input.len() - self.start
     }
 
-    /// Drops run input; an empty buffer is freed, so that an idle
-    /// connection holds none (a busy one allocates once per batch, far
-    /// less than the system calls that fill and drain it cost).
+    /// Drops run input.
     fn consumed(&mut self) {
-        if self.start == self.input.len() {
-            self.input.clear();
-            self.input.shrink_to_fit();
-            self.start = 0;
-        } else if self.start > self.input.len() / 2 {
-            // Moving the rest costs no more than the run part did.
-            self.input.drain(..self.start);
-            self.start = 0;
-        }
+        drop_done(&mut self.input, &mut self.start);
     }
 
-    /// Drops written output, freeing an empty buffer.
+    /// Drops written output.
     pub fn written(&mut self, n: usize) {
         self.sent += n;
-        if self.sent == self.output.len() {
-            self.output.clear();
-            self.output.shrink_to_fit();
-            self.sent = 0;
-        } else if self.sent > self.output.len() / 2 {
-            self.output.drain(..self.sent);
-            self.sent = 0;
-        }
+        drop_done(&mut self.output, &mut self.sent);
+    }
+}
+
+/// Drops `buf[..*done]`. An empty buffer is freed, so that an idle
+/// connection holds none (a busy one allocates once per batch, far less
+/// than the system calls that fill and drain it cost); the rest is moved
+/// to the front once it costs no more than what was done.
+fn drop_done(buf: &mut Vec<u8>, done: &mut usize) {
+    if *done == buf.len() {
+        buf.clear();
+        buf.shrink_to_fit();
+        *done = 0;
+    } else if *done > buf.len() / 2 {
+        buf.drain(..*done);
+        *done = 0;
     }
 }
 

@@ -73,7 +73,7 @@ pub(crate) struct Shared {
     tenants: Mutex<(HashMap<String, u32>, Slab<TenantStats>)>,
     pub next_request: AtomicU64,
     pub next_client: AtomicU64,
-    /// Connections open now.
+    /// Connections open now: the poller's count, kept for INFO.
     pub clients: AtomicU64,
     /// Commands run since the server started.
     pub commands: AtomicU64,

@@ -202,9 +202,7 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
         };
     };
     match name {
-        "multi" => {
-            return Reply::error("MULTI calls can not be nested").into();
-        }
+        "multi" => return Reply::error("MULTI calls can not be nested").into(),
         "discard" => {
             session.transaction = None;
             return Reply::ok().into();
@@ -217,10 +215,7 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
             if t.queued.is_empty() {
                 return Reply::Array(Vec::new()).into();
             }
-            let slot = match &t.first_key {
-                Some(key) => crate::slot::slot(key),
-                None => 0,
-            };
+            let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
             return router.transaction(slot, &t.queued, origin).await;
         }
         _ => {}

@@ -164,12 +164,18 @@ impl Router {
         self.topology.read().unwrap_or_else(|e| e.into_inner()).shards.clone()
     }
 
-    fn shard_of_slot(&self, slot: u16) -> Result<Arc<Shard>, String> {
+    /// The shard serving `slot`; none is an error of a command not sent.
+    fn shard_of_slot(&self, slot: u16) -> Result<Arc<Shard>, ShardError> {
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
         t.shards
             .get(t.owner[slot as usize] as usize)
             .cloned()
-            .ok_or_else(|| format!("CLUSTERDOWN Hash slot {slot} not served"))
+            .ok_or_else(|| ShardError {
+                shard: "-".into(),
+                addr: "-".into(),
+                what: format!("CLUSTERDOWN Hash slot {slot} not served"),
+                unsent: true,
+            })
     }
 
     /// The shard at `addr` in cluster mode, made if new and there is room
@@ -403,18 +409,12 @@ impl Router {
         };
         let mut command: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         command[1] = &position.cursor;
-        let started = Instant::now();
-        let ctx = self.context_at(started, origin);
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
-        let result = self.call_slot(ctx, part.slot, &command).await;
-        self.stats.latency.record(started.elapsed());
-        let raw = match result {
+        let raw = match self
+            .one_part(origin, |ctx| self.call_slot(ctx, part.slot, &command))
+            .await
+        {
             Ok(raw) => raw,
-            Err(e) => {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                return Reply::Error(format!("ERR {e}")).into();
-            }
+            Err(failed) => return failed,
         };
         match parse_reply(&raw, &Limits::relay()) {
             Ok(Some((Reply::Array(mut reply), _))) if reply.len() == 2 => {
@@ -436,10 +436,6 @@ impl Router {
     /// the commands are refused with `MOVED`, EXEC answers `EXECABORT`, and
     /// the client runs the transaction again.
     pub async fn transaction(&self, slot: u16, commands: &[Vec<Vec<u8>>], origin: Origin) -> Answer {
-        let started = Instant::now();
-        let ctx = self.context_at(started, origin);
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
         let multi: &[&[u8]] = &[b"MULTI"];
         let exec: &[&[u8]] = &[b"EXEC"];
         let queued: Vec<Vec<&[u8]>> = commands.iter().map(|c| c.iter().map(Vec::as_slice).collect()).collect();
@@ -447,27 +443,33 @@ impl Router {
             .chain(queued.iter().map(Vec::as_slice))
             .chain(std::iter::once(exec))
             .collect();
-        let result = match self.shard_of_slot(slot) {
-            Ok(shard) => {
-                shard
-                    .call_many(ctx, self.budget_left(&ctx), self.tenant_name(&ctx), &all, Asking::No)
-                    .await
-            }
-            Err(what) => Err(ShardError {
-                shard: "-".into(),
-                addr: "-".into(),
-                what,
-                unsent: true,
-            }),
+        let exchange = |ctx: Ctx| async move {
+            let shard = self.shard_of_slot(slot)?;
+            let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));
+            shard.call_many(ctx, budget, tenant, &all, Asking::No).await
         };
-        self.stats.latency.record(started.elapsed());
-        match result {
+        match self.one_part(origin, exchange).await {
             Ok(raw) => Answer::Raw(raw),
-            Err(e) => {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                Reply::Error(format!("ERR {e}")).into()
-            }
+            Err(failed) => failed,
         }
+    }
+
+    /// A request of one part, made by `call` in the request's context:
+    /// counted and timed as every request is; its failure is the answer.
+    async fn one_part<F>(&self, origin: Origin, call: impl FnOnce(Ctx) -> F) -> Result<Vec<u8>, Answer>
+    where
+        F: std::future::Future<Output = Result<Vec<u8>, ShardError>>,
+    {
+        let started = Instant::now();
+        let ctx = self.context_at(started, origin);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
+        let result = call(ctx).await;
+        self.stats.latency.record(started.elapsed());
+        result.map_err(|e| {
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            Reply::Error(format!("ERR {e}")).into()
+        })
     }
 
     /// Keys (each followed by `step - 1` values) grouped by shard, or in
@@ -570,12 +572,7 @@ impl Router {
     }
 
     async fn call_slot_once(&self, ctx: Ctx, slot: u16, args: &[&[u8]]) -> Result<Vec<u8>, ShardError> {
-        let mut shard = self.shard_of_slot(slot).map_err(|what| ShardError {
-            shard: "-".into(),
-            addr: "-".into(),
-            what,
-            unsent: true,
-        })?;
+        let mut shard = self.shard_of_slot(slot)?;
         let mut asking = Asking::No;
         for _ in 0..=MAX_REDIRECTS {
             let raw = shard

@@ -75,8 +75,7 @@ pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
             // Refused now, by the command that wrote it, not at the end.
             shared.db.validate(&batch).map_err(Reply::error)?;
             p.writes.extend(batch.ops);
-            let locked = p.locked.clone();
-            p.stripes.extend(locked);
+            p.stripes.extend_from_slice(&p.locked);
             Ok(None)
         }
         None => Ok(Some(batch)),

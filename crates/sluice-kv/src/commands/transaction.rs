@@ -19,11 +19,12 @@
 //! command that would pass the bound is refused, naming it, and with it
 //! the transaction.
 //!
-//! Departures from Redis: a watched key counts as written when any write
-//! held its stripe (see [`crate::keyspace::KeyLocks`]): another key of
-//! the same stripe, or a write that failed, also aborts the transaction,
-//! which the client retries as after any conflict; a key that expires
-//! while watched does not.
+//! A watched key that expires before `EXEC` aborts it too, as in Redis.
+//!
+//! Departure from Redis: a watched key counts as written when a write was
+//! made holding its stripe (see [`crate::keyspace::KeyLocks`]): a write to
+//! another key of the same stripe, or one the store refused, also aborts
+//! the transaction, which the client retries as after any conflict.
 
 use crate::keyspace::KeyLocks;
 use crate::resp::Reply;
