@@ -5,7 +5,8 @@
 //!   commands, queued, in flight, parked (waiting on their client inside a
 //!   transaction, not counted toward P), and latency and queue-wait
 //!   quantiles.
-//! - `GET /stats`: the same as JSON, with the optimizer's recent decisions.
+//! - `GET /stats`: the same as JSON, with the controllers' recent decisions
+//!   and, if configured, the steering of PostgreSQL's checkpoints.
 //! - `POST /gate` with `{"parallelism": 32}` and/or `{"zeta": 4}` (answered
 //!   with P and ζ), and `POST /weight` with `{"tenant": "alice", "weight":
 //!   2}` (answered with the tenant's weight): live changes. An optimizer
@@ -62,6 +63,7 @@ use tokio::net::TcpListener;
 
 use crate::gate::{Gate, GateSnapshot};
 use crate::optimizer::{DecisionLog, Slo, SloTargets};
+use crate::pg::background::BackgroundStatus;
 use crate::settings::{check_token, AdminConfig};
 use crate::stats::Stats;
 
@@ -98,6 +100,8 @@ pub struct Admin {
     pub stats: Arc<Stats>,
     pub decisions: DecisionLog,
     pub slo_targets: SloTargets,
+    /// The steering of PostgreSQL's checkpoints, if configured.
+    pub background: Option<BackgroundStatus>,
 }
 
 /// Who may use the port, and how many tenants it may create: `[admin]`
@@ -416,6 +420,7 @@ async fn stats(State(app): State<App>) -> Json<Value> {
         "pool_idle_backends": admin.stats.pool_idle(),
         "decisions": admin.decisions.recent(),
         "slo": admin.slo_targets.list(),
+        "postgres_background": admin.background.as_ref().map(BackgroundStatus::get),
     }))
 }
 

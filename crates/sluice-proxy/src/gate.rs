@@ -37,6 +37,7 @@
 
 use std::collections::HashMap;
 use std::mem;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -210,6 +211,9 @@ struct Shared {
     wait_timeout: Duration,
     default_weight: f64,
     weights: HashMap<String, f64>,
+    /// Requests ended since the start, every tenant's: read without the
+    /// lock by controllers that only need the foreground's rate.
+    completed: AtomicU64,
 }
 
 /// The admission gate, shared by every connection.
@@ -279,6 +283,7 @@ impl Gate {
             wait_timeout: config.wait_timeout,
             default_weight: config.default_weight,
             weights: config.weights,
+            completed: AtomicU64::new(0),
         };
         Ok(Gate {
             shared: Arc::new(shared),
@@ -495,6 +500,11 @@ impl Gate {
         period
     }
 
+    /// Requests ended since the gate was made, every tenant's.
+    pub fn completed(&self) -> u64 {
+        self.shared.completed.load(Ordering::Relaxed)
+    }
+
     /// Everything the admin port shows.
     pub fn snapshot(&self) -> GateSnapshot {
         let st = self.shared.lock();
@@ -690,6 +700,7 @@ impl Slot {
 impl Drop for Rider {
     fn drop(&mut self) {
         let latency = nanos(self.arrived.elapsed());
+        self.shared.completed.fetch_add(1, Ordering::Relaxed);
         self.shared.lock().tenants[self.tenant.0 as usize].record_latency(latency);
     }
 }
@@ -700,6 +711,7 @@ impl Drop for Slot {
         let latency = nanos(now - self.arrived);
         let parked_for = self.parked_for + self.parked_at.map_or(Duration::ZERO, |since| now - since);
         let service = (now - self.admitted).saturating_sub(parked_for).as_secs_f64();
+        self.shared.completed.fetch_add(1, Ordering::Relaxed);
         let mut st = self.shared.lock();
         st.service.record(service);
         let rec = &mut st.tenants[self.tenant.0 as usize];

@@ -12,6 +12,7 @@
 //! | `relay`, `buffer` | what sessions of both protocols share, knowing no protocol: the neutral context, asking the gate, the two-direction drive loop, the `Backlog`; read buffers | – |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
 //! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
+//! | `pg::background` | `[postgres.background]`: PostgreSQL's checkpoint settings steered by sluice-core's checkpoint controller through `ALTER SYSTEM`, recorded and given back | programmable background tasks §V-B, §VI |
 //! | [`stats`] | per-tenant session counters (errors, refusals, pass-through) | – |
 //! | [`config`], [`settings`] | the listener's settings; the whole TOML file | – |
 //! | [`admin`] | Prometheus `/metrics`, JSON `/stats`, live changes | OpenMetrics |

@@ -62,27 +62,49 @@ impl SloTargets {
     }
 }
 
-/// One change the optimizer made (or an SLO weight it held through a
-/// stall), and why.
+/// One change a controller made (or an SLO weight the optimizer held
+/// through a stall), and why.
 #[derive(Clone, Debug, Serialize)]
 pub struct Decision {
-    /// Seconds since the optimizer started.
+    /// Seconds since the proxy started.
     pub at: f64,
     pub knob: String,
     pub value: f64,
     pub why: String,
 }
 
-/// The last decisions, newest last, shared with the admin port.
-#[derive(Clone, Default)]
-pub struct DecisionLog(Arc<Mutex<VecDeque<Decision>>>);
+/// The last decisions of every controller, newest last, on one time axis,
+/// shared with the admin port.
+#[derive(Clone)]
+pub struct DecisionLog(Arc<Decisions>);
+
+struct Decisions {
+    start: Instant,
+    entries: Mutex<VecDeque<Decision>>,
+}
+
+impl Default for DecisionLog {
+    fn default() -> Self {
+        DecisionLog(Arc::new(Decisions {
+            start: Instant::now(),
+            entries: Mutex::default(),
+        }))
+    }
+}
 
 const LOG_LEN: usize = 200;
 
 impl DecisionLog {
-    fn push(&self, d: Decision) {
-        tracing::info!(knob = %d.knob, value = d.value, why = %d.why, "optimizer decision");
-        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+    /// Logs a decision made now.
+    pub fn record(&self, knob: String, value: f64, why: String) {
+        tracing::info!(%knob, value, %why, "decision");
+        let d = Decision {
+            at: self.0.start.elapsed().as_secs_f64(),
+            knob,
+            value,
+            why,
+        };
+        let mut log = self.0.entries.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() == LOG_LEN {
             log.pop_front();
         }
@@ -91,6 +113,7 @@ impl DecisionLog {
 
     pub fn recent(&self) -> Vec<Decision> {
         self.0
+            .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
@@ -180,14 +203,10 @@ impl Driver {
                 Knob::Parallelism => self.gate.set_parallelism(d.value as usize),
                 Knob::Zeta => self.gate.set_zeta(d.value),
                 Knob::Weight(tenant) => self.gate.set_weight(tenant, d.value),
+                Knob::Postgres(setting) => Err(format!("{setting} is steered by [postgres.background]")),
             };
             match applied {
-                Ok(()) => self.log.push(Decision {
-                    at: now.as_secs_f64(),
-                    knob: d.knob.to_string(),
-                    value: d.value,
-                    why: d.why,
-                }),
+                Ok(()) => self.log.record(d.knob.to_string(), d.value, d.why),
                 Err(e) => tracing::warn!("optimizer: {} = {} not applied: {e}", d.knob, d.value),
             }
         }

@@ -1,7 +1,9 @@
-//! `sluice proxy` as one service: the listener, the gate, the optimizer and
-//! the admin port started together from [`Settings`], reloaded on request
-//! without dropping connections, and stopped gracefully (the listener
-//! drains requests in flight before the optimizer and admin port stop).
+//! `sluice proxy` as one service: the listener, the gate, the optimizer,
+//! the steering of PostgreSQL's checkpoints (if configured) and the admin
+//! port started together from [`Settings`], reloaded on request without
+//! dropping connections, and stopped gracefully (the listener drains
+//! requests in flight before the optimizer and admin port stop, and the
+//! steering gives PostgreSQL's settings back before `run` returns).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use crate::admin::{self, Admin};
 use crate::gate::Gate;
 use crate::listener::Proxy;
 use crate::optimizer::{self, DecisionLog, ParallelismMode, SloTargets, ZetaMode};
+use crate::pg::background::{self, BackgroundStatus};
 use crate::settings::Settings;
 
 /// Where a running service listens.
@@ -39,14 +42,29 @@ pub async fn run(
     let decisions = DecisionLog::default();
     let slo_targets = SloTargets::new(settings.optimizer.slo.clone());
     let (stop, stopped) = watch::channel(false);
+    let background_status = BackgroundStatus::default();
     let admin = Admin {
         gate: gate.clone(),
         stats: proxy.stats(),
         decisions: decisions.clone(),
         slo_targets: slo_targets.clone(),
+        background: settings
+            .postgres
+            .background
+            .is_some()
+            .then(|| background_status.clone()),
     };
     let admin_addr = start_admin(&settings, admin, stopped.clone()).await?;
     let proxy_addr = proxy.local_addr().map_err(|e| e.to_string())?;
+    let steering = settings.postgres.background.clone().map(|config| {
+        tokio::spawn(background::run(
+            config,
+            gate.clone(),
+            decisions.clone(),
+            background_status,
+            stopped.clone(),
+        ))
+    });
     tokio::spawn(optimizer::run(
         settings.optimizer.clone(),
         gate.clone(),
@@ -73,6 +91,9 @@ pub async fn run(
         () = reloading => unreachable!("reloading never ends"),
     };
     let _ = stop.send(true);
+    if let Some(steering) = steering {
+        let _ = steering.await;
+    }
     served.map_err(|e| e.to_string())
 }
 
@@ -125,8 +146,8 @@ fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) 
     if let Err(e) = slo_targets.replace(new.optimizer.slo.clone()) {
         tracing::error!("reload: {e}");
     }
-    if old.proxy != new.proxy || old.admin != new.admin {
-        tracing::warn!("reload: [proxy] and [admin] changes take effect at the next start");
+    if old.proxy != new.proxy || old.admin != new.admin || old.postgres != new.postgres {
+        tracing::warn!("reload: [proxy], [admin] and [postgres] changes take effect at the next start");
     }
     tracing::info!("settings reloaded");
 }

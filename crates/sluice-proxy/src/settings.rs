@@ -1,7 +1,8 @@
 //! The configuration file of `sluice proxy`: one TOML file
 //! with a section per part — `[proxy]` (listener, upstream, protocol, tenant
 //! key), `[admin]` (the HTTP port and who may use it), `[gate]` (P, ζ, queues, weights) and
-//! `[optimizer]` (how P, ζ and SLO weights are tuned). `docs/proxy.example.toml`
+//! `[optimizer]` (how P, ζ and SLO weights are tuned) and `[postgres.background]`
+//! (PostgreSQL's checkpoints steered, off unless present). `docs/proxy.example.toml`
 //! documents every field. Errors name the file and the field.
 
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use serde::Deserialize;
 use crate::config::ProxyConfig;
 use crate::gate::GateConfig;
 use crate::optimizer::OptimizerConfig;
+use crate::pg::background::PostgresConfig;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +25,8 @@ pub struct Settings {
     pub gate: GateConfig,
     #[serde(default)]
     pub optimizer: OptimizerConfig,
+    #[serde(default)]
+    pub postgres: PostgresConfig,
 }
 
 #[derive(Clone, Deserialize, PartialEq)]
@@ -140,6 +144,9 @@ impl Settings {
         settings.admin.validate()?;
         settings.gate.validate()?;
         settings.optimizer.validate()?;
+        if let Some(background) = &settings.postgres.background {
+            background.validate()?;
+        }
         Ok(settings)
     }
 
@@ -171,6 +178,18 @@ mod tests {
         let s = Settings::parse(example).unwrap();
         assert_eq!(s.gate.weights.get("analytics"), Some(&0.5));
         assert_eq!(s.optimizer.slo.len(), 1);
+        assert!(s.postgres.background.is_none(), "steering PostgreSQL is opt-in");
+        // The commented-out section parses as written, uncommented.
+        let section = example
+            .split_once("# [postgres.background]")
+            .unwrap()
+            .1
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = Settings::parse(&format!("{MINIMAL}[postgres.background]\n{section}")).unwrap();
+        assert_eq!(s.postgres.background.unwrap().checkpoint.max_recovery_wal_mib, 1024);
     }
 
     #[test]

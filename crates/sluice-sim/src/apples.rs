@@ -542,7 +542,8 @@ impl<'a> Sim<'a> {
 
     fn apply(&mut self, d: &Decision, now: Nanos) {
         match &d.knob {
-            Knob::MatchingPoint => {}
+            // The optimizer decides no PostgreSQL setting.
+            Knob::MatchingPoint | Knob::Postgres(_) => {}
             Knob::Parallelism => {
                 self.stage
                     .set_limit(d.value as usize)

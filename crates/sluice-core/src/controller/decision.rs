@@ -12,6 +12,8 @@ pub enum Knob {
     Zeta,
     /// A latency-sensitive tenant's weight.
     Weight(String),
+    /// A PostgreSQL setting, by its name in `pg_settings`.
+    Postgres(&'static str),
 }
 
 impl fmt::Display for Knob {
@@ -21,13 +23,15 @@ impl fmt::Display for Knob {
             Knob::Parallelism => f.write_str("parallelism"),
             Knob::Zeta => f.write_str("zeta"),
             Knob::Weight(tenant) => write!(f, "weight.{tenant}"),
+            Knob::Postgres(setting) => write!(f, "postgres.{setting}"),
         }
     }
 }
 
-/// One decision and why. The driver applies `Parallelism`, `Zeta` and
-/// `Weight` (setting a weight to the value it has is a hold, logged);
-/// `MatchingPoint` is for the log alone.
+/// One decision and why. The driver applies `Parallelism`, `Zeta`,
+/// `Weight` (setting a weight to the value it has is a hold, logged) and
+/// `Postgres` (through `ALTER SYSTEM`); `MatchingPoint` is for the log
+/// alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub knob: Knob,

@@ -5,6 +5,7 @@
 //! | controller | file | source |
 //! |---|---|---|
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
+//! | PostgreSQL's checkpoint pacing from foreground load and recovery debt | [`checkpoint`] | programmable background tasks §V-B, §VI; SILK |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
 //! | when to sample, which P, what to hold: the search around the model | [`model_search`] | AppleS §4.3.1 |
 //! | the optimizer: P, ζ and SLO weights from one gate period at a time | [`optimizer`] | AppleS §4.3, §5.3 |
@@ -13,6 +14,7 @@
 //! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
 
 pub mod background;
+pub mod checkpoint;
 pub mod decision;
 pub mod gradient;
 pub mod matching_point;
@@ -32,6 +34,7 @@ pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
 }
 
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
+pub use checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, CheckpointSettings};
 pub use decision::{Decision, Knob};
 pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};

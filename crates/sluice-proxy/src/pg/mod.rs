@@ -1,10 +1,12 @@
 //! PostgreSQL behind the proxy: wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
 //! (with the prepared statements it keeps for clients and the passwords it
-//! opens backends with), TLS on either side, and the session that relays a
-//! client to its backend.
+//! opens backends with), TLS on either side, the session that relays a
+//! client to its backend, and the steering of the server's checkpoints
+//! (`background`).
 
 pub mod auth_file;
+pub mod background;
 pub mod cancel;
 pub(crate) mod context;
 pub mod frame;

@@ -159,23 +159,29 @@ impl PgServer {
     /// Starts one, or returns `None` (outside CI) when PostgreSQL 15 is not
     /// installed.
     pub fn start() -> Option<PgServer> {
-        PgServer::start_with(None, None)
+        PgServer::start_with(None, None, &[])
+    }
+
+    /// Starts one with `settings` (`name=value`) on its command line, where
+    /// `ALTER SYSTEM` cannot override them.
+    pub fn start_with_settings(settings: &[&str]) -> Option<PgServer> {
+        PgServer::start_with(None, None, settings)
     }
 
     /// Starts one with TLS (`ssl = on`, this certificate and key) that
     /// refuses TCP connections outside TLS (only `hostssl` lines).
     pub fn start_tls(cert: &TlsConfig) -> Option<PgServer> {
-        PgServer::start_with(Some(cert), None)
+        PgServer::start_with(Some(cert), None, &[])
     }
 
     /// As [`PgServer::start_tls`], and a TCP login as `postgres` needs a
     /// client certificate for that user chaining to `client_ca` (pg_hba
     /// `cert`).
     pub fn start_tls_client_certs(cert: &TlsConfig, client_ca: &Path) -> Option<PgServer> {
-        PgServer::start_with(Some(cert), Some(client_ca))
+        PgServer::start_with(Some(cert), Some(client_ca), &[])
     }
 
-    fn start_with(tls: Option<&TlsConfig>, client_ca: Option<&Path>) -> Option<PgServer> {
+    fn start_with(tls: Option<&TlsConfig>, client_ca: Option<&Path>, extra: &[&str]) -> Option<PgServer> {
         let initdb = require(&format!("{PG_BIN}/initdb"))?;
         let postgres = require(&format!("{PG_BIN}/postgres"))?;
         require("psql")?;
@@ -211,6 +217,7 @@ impl PgServer {
             "full_page_writes=off".into(),
             "max_connections=60".into(),
         ];
+        settings.extend(extra.iter().map(|s| s.to_string()));
         if let Some(tls) = tls {
             settings.extend([
                 "ssl=on".into(),

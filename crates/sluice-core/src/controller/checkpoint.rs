@@ -1,0 +1,470 @@
+//! Paces PostgreSQL's checkpoints from live load: the programmable
+//! background tasks paper's PostgreSQL case (§V-B), where a small WAL
+//! budget with a low completion target (128 MiB, 0.1) raised p99 by 62%
+//! because checkpoints came often and wrote in bursts.
+//!
+//! PostgreSQL already has the mechanism; what it lacks is a policy that
+//! sees the load. Its checkpointer starts a checkpoint when the WAL since
+//! the last redo point reaches `max_wal_size / (1 + completion_target)`
+//! (the *trigger point*, `CheckPointSegments` in its source) or when
+//! `checkpoint_timeout` has passed since the last one started, and paces
+//! the checkpoint's writes to finish once `completion_target` of the
+//! trigger point's WAL has been written since it started. The WAL since
+//! the redo point (the *recovery debt*: what a crash makes PostgreSQL
+//! replay) therefore peaks at `trigger · (1 + completion_target)`, which is
+//! `max_wal_size`.
+//!
+//! This controller owns three settings and keeps one invariant:
+//!
+//! - **The debt bound always wins.** The trigger point stays at
+//!   `max_recovery_wal_mib / (1 + busy_completion_target)` whatever the
+//!   completion target: `max_wal_size` moves with the target as
+//!   `trigger · (1 + target)`, so the debt peaks at most at
+//!   `max_recovery_wal_mib`, and a checkpoint started under one target and
+//!   finished under another keeps the bound. While the debt is above the
+//!   bound (PostgreSQL fell behind), the checkpoint runs at the light
+//!   target, whatever the load.
+//! - **Spread while the foreground works, hurry while it rests** (SILK's
+//!   rule, opportunistic background work): the completion target is
+//!   `busy_completion_target` unless the foreground's rate has fallen
+//!   below `light_share` of its recent peak, when it is
+//!   `light_completion_target` and a running checkpoint finishes sooner.
+//!   PostgreSQL's checkpointer takes up a changed target mid-checkpoint.
+//! - **Start before a burst forces it.** A checkpoint forced by WAL volume
+//!   tends to fall in a burst, where WAL is written fastest and the
+//!   foreground can least afford the writes. Outside a burst (the rate at
+//!   most `burst_ratio` times its slow average), once the debt passes
+//!   `early_share` of the trigger point and `MIN_TIMEOUT_S` have passed
+//!   since the last checkpoint started, the controller lowers
+//!   `checkpoint_timeout` to that elapsed time: PostgreSQL then starts a
+//!   *timed* checkpoint, paced like any other, at once. `CHECKPOINT`, the
+//!   only command that starts one, writes without pacing. Once the
+//!   checkpoint runs, the timeout goes back to `timeout_s`.
+//!
+//! Pure, like the rest of the core: the driver observes PostgreSQL and the
+//! foreground, calls [`CheckpointController::decide`] once per interval,
+//! and applies the changed settings it returns.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Decision, Knob};
+use crate::time::Nanos;
+
+/// PostgreSQL's smallest `checkpoint_timeout`, in seconds.
+pub const MIN_TIMEOUT_S: u64 = 30;
+
+/// PostgreSQL's smallest `max_wal_size`: two 16 MiB segments.
+pub const MIN_MAX_WAL_SIZE: u64 = 32 << 20;
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointControllerConfig {
+    /// The bound on recovery debt (WAL since the last redo point), MiB.
+    pub max_recovery_wal_mib: u64,
+    /// Completion target while the foreground works: writes spread thin.
+    pub busy_completion_target: f64,
+    /// Completion target while it rests, or while the debt is above the
+    /// bound: a running checkpoint finishes sooner.
+    pub light_completion_target: f64,
+    /// The foreground rests below this share of its recent peak rate.
+    pub light_share: f64,
+    /// A burst: the rate above this multiple of its slow average.
+    pub burst_ratio: f64,
+    /// Share of the trigger point past which a checkpoint starts early,
+    /// outside a burst.
+    pub early_share: f64,
+    /// Weight of each observation in the slow average of the rate (an
+    /// exponential average over about `1 / baseline_weight` intervals).
+    pub baseline_weight: f64,
+    /// How much of the peak rate survives each interval (the peak fades so
+    /// that a lasting drop in load stops counting as rest).
+    pub peak_decay: f64,
+    /// `checkpoint_timeout` while no early start is wanted, seconds.
+    pub timeout_s: u64,
+}
+
+impl Default for CheckpointControllerConfig {
+    fn default() -> Self {
+        CheckpointControllerConfig {
+            max_recovery_wal_mib: 1024,
+            busy_completion_target: 0.9,
+            light_completion_target: 0.5,
+            light_share: 0.5,
+            burst_ratio: 1.2,
+            early_share: 0.5,
+            baseline_weight: 0.02,
+            peak_decay: 0.99,
+            timeout_s: 300,
+        }
+    }
+}
+
+impl CheckpointControllerConfig {
+    /// Rejects settings PostgreSQL would refuse or that make the rules
+    /// meaningless, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let in_range = |name: &str, v: f64, lo: f64, hi: f64| {
+            if v.is_finite() && v >= lo && v <= hi {
+                Ok(())
+            } else {
+                Err(format!("{name} must lie in [{lo}, {hi}], got {v}"))
+            }
+        };
+        in_range("busy_completion_target", self.busy_completion_target, 0.0, 1.0)?;
+        in_range(
+            "light_completion_target",
+            self.light_completion_target,
+            0.0,
+            self.busy_completion_target,
+        )
+        .map_err(|e| format!("{e} (it may not exceed busy_completion_target)"))?;
+        in_range("light_share", self.light_share, 0.0, 1.0)?;
+        in_range("burst_ratio", self.burst_ratio, 1.0, f64::MAX)?;
+        in_range("early_share", self.early_share, 0.0, 1.0)?;
+        in_range("baseline_weight", self.baseline_weight, f64::MIN_POSITIVE, 1.0)?;
+        in_range("peak_decay", self.peak_decay, 0.0, 1.0)?;
+        if !(MIN_TIMEOUT_S..=86_400).contains(&self.timeout_s) {
+            return Err(format!(
+                "timeout_s must lie in [{MIN_TIMEOUT_S}, 86400] (PostgreSQL's checkpoint_timeout), got {}",
+                self.timeout_s
+            ));
+        }
+        let smallest = self.max_wal_size(self.light_completion_target);
+        if smallest < MIN_MAX_WAL_SIZE {
+            return Err(format!(
+                "max_recovery_wal_mib of {} leaves max_wal_size at {} MiB under the light completion target; \
+                 PostgreSQL's least is {} MiB",
+                self.max_recovery_wal_mib,
+                smallest / MIB,
+                MIN_MAX_WAL_SIZE / MIB
+            ));
+        }
+        Ok(())
+    }
+
+    /// The WAL since the redo point at which PostgreSQL starts a
+    /// checkpoint, the same under every completion target.
+    pub fn trigger_point(&self) -> f64 {
+        self.bound() as f64 / (1.0 + self.busy_completion_target)
+    }
+
+    /// The bound on recovery debt, bytes.
+    pub fn bound(&self) -> u64 {
+        self.max_recovery_wal_mib.saturating_mul(MIB)
+    }
+
+    /// `max_wal_size` that keeps the trigger point under `target`, rounded
+    /// down to PostgreSQL's unit (MiB) so that the bound holds.
+    pub fn max_wal_size(&self, target: f64) -> u64 {
+        let bytes = (self.trigger_point() * (1.0 + target)).min(self.bound() as f64);
+        (bytes as u64) / MIB * MIB
+    }
+}
+
+/// What the driver observes each interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckpointObservation {
+    /// Foreground requests per second over the interval.
+    pub foreground_rate: f64,
+    /// WAL written since the last completed checkpoint's redo point, bytes.
+    pub wal_since_redo: u64,
+    /// A checkpoint is running.
+    pub checkpoint_running: bool,
+    /// Time since the last checkpoint started.
+    pub since_checkpoint_start: Nanos,
+}
+
+/// The three settings, as PostgreSQL takes them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckpointSettings {
+    pub completion_target: f64,
+    /// Bytes, a whole number of MiB.
+    pub max_wal_size: u64,
+    pub timeout_s: u64,
+}
+
+pub struct CheckpointController {
+    config: CheckpointControllerConfig,
+    /// What PostgreSQL was last told; `None` before the first decision, so
+    /// that it sets all three.
+    applied: Option<CheckpointSettings>,
+    /// Slow average of the foreground rate.
+    baseline: Option<f64>,
+    /// Recent peak of the foreground rate, fading.
+    peak: f64,
+}
+
+impl CheckpointController {
+    pub fn new(config: CheckpointControllerConfig) -> Result<Self, String> {
+        config.validate()?;
+        Ok(CheckpointController {
+            config,
+            applied: None,
+            baseline: None,
+            peak: 0.0,
+        })
+    }
+
+    pub fn config(&self) -> &CheckpointControllerConfig {
+        &self.config
+    }
+
+    /// The settings for the next interval; returns a decision for each one
+    /// that changed (all three at the first call), with its reason.
+    pub fn decide(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
+        let c = self.config;
+        let rate = if obs.foreground_rate.is_finite() {
+            obs.foreground_rate.max(0.0)
+        } else {
+            0.0
+        };
+        let baseline = match self.baseline {
+            Some(b) => b + c.baseline_weight * (rate - b),
+            None => rate,
+        };
+        self.baseline = Some(baseline);
+        self.peak = (self.peak * c.peak_decay).max(rate);
+        let burst = rate > c.burst_ratio * baseline;
+        let resting = rate < c.light_share * self.peak;
+        let indebted = obs.wal_since_redo > c.bound();
+
+        let (completion_target, target_why) = if indebted {
+            (
+                c.light_completion_target,
+                format!(
+                    "recovery debt {} MiB is above the bound of {} MiB: the checkpoint hurries",
+                    obs.wal_since_redo / MIB,
+                    c.max_recovery_wal_mib
+                ),
+            )
+        } else if resting {
+            (
+                c.light_completion_target,
+                format!(
+                    "foreground at {rate:.0}/s, under {:.0}% of its recent peak {:.0}/s: checkpoints hurry",
+                    c.light_share * 100.0,
+                    self.peak
+                ),
+            )
+        } else {
+            (
+                c.busy_completion_target,
+                format!(
+                    "foreground at {rate:.0}/s (recent peak {:.0}/s): checkpoint writes spread",
+                    self.peak
+                ),
+            )
+        };
+
+        let elapsed_s = obs.since_checkpoint_start.div_ceil(1_000_000_000);
+        let early = !obs.checkpoint_running
+            && !burst
+            && obs.wal_since_redo as f64 >= c.early_share * c.trigger_point()
+            && elapsed_s >= MIN_TIMEOUT_S
+            && elapsed_s < c.timeout_s;
+        let (timeout_s, timeout_why) = if early {
+            (
+                elapsed_s,
+                format!(
+                    "debt {} MiB passed {:.0}% of the trigger point {} MiB outside a burst \
+                     (foreground {rate:.0}/s, average {baseline:.0}/s): a paced checkpoint starts now",
+                    obs.wal_since_redo / MIB,
+                    c.early_share * 100.0,
+                    c.trigger_point() as u64 / MIB
+                ),
+            )
+        } else {
+            (c.timeout_s, "no early checkpoint wanted".to_string())
+        };
+
+        let next = CheckpointSettings {
+            completion_target,
+            max_wal_size: c.max_wal_size(completion_target),
+            timeout_s,
+        };
+        let before = self.applied.replace(next);
+        let changed = |f: fn(&CheckpointSettings) -> f64| before.is_none_or(|b| f(&b) != f(&next));
+        let mut decisions = Vec::new();
+        if changed(|s| s.completion_target) {
+            decisions.push(Decision {
+                knob: Knob::Postgres("checkpoint_completion_target"),
+                value: next.completion_target,
+                why: target_why.clone(),
+            });
+        }
+        if changed(|s| s.max_wal_size as f64) {
+            decisions.push(Decision {
+                knob: Knob::Postgres("max_wal_size"),
+                value: (next.max_wal_size / MIB) as f64,
+                why: format!(
+                    "keeps the trigger point at {} MiB under completion target {}: debt peaks at most at {} MiB",
+                    c.trigger_point() as u64 / MIB,
+                    next.completion_target,
+                    c.max_recovery_wal_mib
+                ),
+            });
+        }
+        if changed(|s| s.timeout_s as f64) {
+            decisions.push(Decision {
+                knob: Knob::Postgres("checkpoint_timeout"),
+                value: next.timeout_s as f64,
+                why: timeout_why,
+            });
+        }
+        decisions
+    }
+
+    /// What PostgreSQL was last told.
+    pub fn settings(&self) -> Option<CheckpointSettings> {
+        self.applied
+    }
+
+    /// The last settings may not have reached PostgreSQL: the next
+    /// decision sets all three again.
+    pub fn forget_applied(&mut self) {
+        self.applied = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SECOND: Nanos = 1_000_000_000;
+
+    fn controller() -> CheckpointController {
+        CheckpointController::new(CheckpointControllerConfig {
+            max_recovery_wal_mib: 190,
+            ..CheckpointControllerConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn obs(rate: f64, debt_mib: u64, running: bool, since_s: u64) -> CheckpointObservation {
+        CheckpointObservation {
+            foreground_rate: rate,
+            wal_since_redo: debt_mib * MIB,
+            checkpoint_running: running,
+            since_checkpoint_start: since_s * SECOND,
+        }
+    }
+
+    fn value(decisions: &[Decision], setting: &'static str) -> Option<f64> {
+        decisions
+            .iter()
+            .find(|d| d.knob == Knob::Postgres(setting))
+            .map(|d| d.value)
+    }
+
+    #[test]
+    fn first_decision_sets_all_three_then_only_changes() {
+        let mut c = controller();
+        let first = c.decide(obs(400.0, 0, false, 0));
+        // Trigger point: 190 MiB / 1.9 = 100 MiB; under 0.9, 190 MiB.
+        assert_eq!(value(&first, "checkpoint_completion_target"), Some(0.9));
+        assert_eq!(value(&first, "max_wal_size"), Some(190.0));
+        assert_eq!(value(&first, "checkpoint_timeout"), Some(300.0));
+        assert!(c.decide(obs(400.0, 1, false, 1)).is_empty(), "nothing changed");
+    }
+
+    #[test]
+    fn rest_hurries_the_checkpoint_and_keeps_the_trigger_point() {
+        let mut c = controller();
+        c.decide(obs(400.0, 0, true, 0));
+        let rest = c.decide(obs(100.0, 20, true, 1));
+        assert_eq!(value(&rest, "checkpoint_completion_target"), Some(0.5));
+        // 100 MiB * 1.5 = 150 MiB: the trigger point stays at 100 MiB.
+        assert_eq!(value(&rest, "max_wal_size"), Some(150.0));
+        let back = c.decide(obs(400.0, 20, true, 2));
+        assert_eq!(value(&back, "checkpoint_completion_target"), Some(0.9));
+    }
+
+    #[test]
+    fn debt_above_the_bound_hurries_even_under_load() {
+        let mut c = controller();
+        c.decide(obs(400.0, 0, true, 0));
+        let d = c.decide(obs(400.0, 200, true, 60));
+        assert_eq!(value(&d, "checkpoint_completion_target"), Some(0.5));
+        assert!(d[0].why.contains("above the bound"), "{}", d[0].why);
+    }
+
+    #[test]
+    fn early_start_outside_a_burst_and_only_then() {
+        let mut c = controller();
+        for _ in 0..100 {
+            c.decide(obs(400.0, 10, false, 10));
+        }
+        // A burst: rate 1.5x its average, debt past half the trigger point.
+        assert_eq!(value(&c.decide(obs(600.0, 60, false, 45)), "checkpoint_timeout"), None);
+        // Back to the usual rate: start now, 46 s after the last start.
+        let d = c.decide(obs(400.0, 60, false, 46));
+        assert_eq!(value(&d, "checkpoint_timeout"), Some(46.0));
+        // Running: the timeout goes back.
+        assert_eq!(
+            value(&c.decide(obs(400.0, 61, true, 0)), "checkpoint_timeout"),
+            Some(300.0)
+        );
+    }
+
+    #[test]
+    fn no_early_start_before_postgres_allows_one() {
+        let mut c = controller();
+        c.decide(obs(400.0, 0, false, 0));
+        assert!(
+            c.decide(obs(400.0, 80, false, 29)).is_empty(),
+            "29 s is under PostgreSQL's least timeout"
+        );
+        assert_eq!(
+            value(&c.decide(obs(400.0, 80, false, 30)), "checkpoint_timeout"),
+            Some(30.0)
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let bad = |f: fn(&mut CheckpointControllerConfig)| {
+            let mut c = CheckpointControllerConfig::default();
+            f(&mut c);
+            CheckpointController::new(c).err().unwrap()
+        };
+        assert!(bad(|c| c.light_completion_target = 0.95).contains("light_completion_target"));
+        assert!(bad(|c| c.timeout_s = 5).contains("timeout_s"));
+        assert!(bad(|c| c.max_recovery_wal_mib = 40).contains("max_recovery_wal_mib"));
+        assert!(bad(|c| c.burst_ratio = f64::NAN).contains("burst_ratio"));
+    }
+
+    proptest! {
+        /// Whatever the load and the order of targets, a checkpoint started
+        /// at the trigger point under one target's max_wal_size and paced
+        /// under any later one ends within the debt bound.
+        #[test]
+        fn debt_peaks_within_the_bound(
+            bound_mib in 64u64..65_536,
+            busy in 0.1f64..=1.0,
+            light_share in 0.0f64..=1.0,
+            rates in proptest::collection::vec(0.0f64..10_000.0, 1..50),
+        ) {
+            let config = CheckpointControllerConfig {
+                max_recovery_wal_mib: bound_mib,
+                busy_completion_target: busy,
+                light_completion_target: busy * light_share,
+                ..CheckpointControllerConfig::default()
+            };
+            prop_assume!(config.validate().is_ok());
+            let mut c = CheckpointController::new(config).unwrap();
+            for rate in rates {
+                c.decide(obs(rate, 0, true, 0));
+                let s = c.settings().unwrap();
+                // PostgreSQL's trigger point under these settings, and the
+                // debt when a checkpoint started there ends.
+                let trigger = s.max_wal_size as f64 / (1.0 + s.completion_target);
+                prop_assert!(trigger <= config.trigger_point() + 1.0);
+                prop_assert!(config.trigger_point() * (1.0 + s.completion_target) <= (bound_mib * MIB) as f64 + 1.0);
+                prop_assert!(s.max_wal_size <= bound_mib * MIB);
+            }
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! `[postgres.background]`: PostgreSQL's checkpoints paced from the load
+//! the proxy sees. The rules are sluice-core's
+//! [`CheckpointController`](sluice_core::controller::checkpoint); this file
+//! observes PostgreSQL, applies the settings the controller decides through
+//! `ALTER SYSTEM` and `pg_reload_conf()`, and gives every setting back.
+//!
+//! Each interval (`interval_ms`) the driver reads, in one query, the WAL
+//! written since the last checkpoint's redo point (`pg_current_wal_lsn()`
+//! less `pg_control_checkpoint().redo_lsn`), the time since that checkpoint
+//! started, and whether the checkpointer is working (its wait event is
+//! anything but its idle `CheckpointerMain`), and counts the requests the
+//! gate finished. The controller's changed settings are each an
+//! `ALTER SYSTEM SET`, then one `pg_reload_conf()`; the checkpointer takes a
+//! new completion target up within its next write delay, mid-checkpoint.
+//!
+//! What it changes it gives back. Before its first change it records each
+//! steered setting as PostgreSQL had it (set by `ALTER SYSTEM`, with its
+//! value, or not: `ALTER SYSTEM RESET` restores it) in `state_file`, with
+//! the server's system identifier; at a clean stop (SIGTERM, Ctrl-C) it
+//! restores them and removes the file. After a crash the file is still
+//! there, and the next start restores what it holds before it steers
+//! anything. A state file from another server stops steering with an error
+//! rather than restoring the wrong server.
+//!
+//! Faults end steering, never the proxy: a role without the grants, a
+//! setting pinned where `ALTER SYSTEM` cannot reach (the server's command
+//! line: `pg_settings.source`), or an unreachable server is logged with
+//! what to do and shown in `/stats` (`postgres_background`), and the proxy
+//! serves on. A lost connection is retried each interval. The role needs no
+//! superuser:
+//!
+//! ```sql
+//! CREATE ROLE sluice_steer LOGIN;
+//! GRANT pg_monitor TO sluice_steer;
+//! GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO sluice_steer;
+//! GRANT EXECUTE ON FUNCTION pg_reload_conf() TO sluice_steer;
+//! ```
+//!
+//! Limits, as built today: only the checkpoint settings are steered (not the background writer or
+//! autovacuum), a server that forbids `ALTER SYSTEM` is not steered
+//! (there is no fallback to timing `CHECKPOINT` alone, which writes without
+//! pacing), and the connection is plain (`sslmode` other than `disable` is
+//! refused by the driver's connector): run it over a Unix socket or a
+//! trusted network.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
+use tokio::sync::watch;
+use tokio_postgres::{Client, NoTls};
+
+use crate::gate::Gate;
+use crate::optimizer::DecisionLog;
+
+/// The settings the controller steers, in the order it decides them.
+pub const STEERED: [&str; 3] = ["checkpoint_completion_target", "max_wal_size", "checkpoint_timeout"];
+
+/// `[postgres]` in the settings file.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Off unless present.
+    pub background: Option<BackgroundConfig>,
+}
+
+/// `[postgres.background]`.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundConfig {
+    /// A libpq-style connection string (`host=/run/postgresql
+    /// user=sluice_steer dbname=postgres`) or URL for the steering role.
+    pub conninfo: String,
+    /// Where the original settings are kept while they are changed.
+    pub state_file: PathBuf,
+    /// How often PostgreSQL is observed and steered.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+    /// The controller's rules: `[postgres.background.checkpoint]`.
+    #[serde(default)]
+    pub checkpoint: CheckpointControllerConfig,
+}
+
+fn default_interval_ms() -> u64 {
+    1000
+}
+
+/// Written by hand so that a password in the connection string never
+/// reaches a log.
+impl std::fmt::Debug for BackgroundConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundConfig")
+            .field("conninfo", &"<hidden>")
+            .field("state_file", &self.state_file)
+            .field("interval_ms", &self.interval_ms)
+            .field("checkpoint", &self.checkpoint)
+            .finish()
+    }
+}
+
+impl BackgroundConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        let field = |e: String| format!("postgres.background.{e}");
+        self.conninfo
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| field(format!("conninfo: {e}")))?;
+        if self.state_file.as_os_str().is_empty() {
+            return Err(field("state_file must name a file".into()));
+        }
+        if !(100..=60_000).contains(&self.interval_ms) {
+            return Err(field(format!(
+                "interval_ms must lie in 100..=60000, got {}",
+                self.interval_ms
+            )));
+        }
+        self.checkpoint.validate().map_err(|e| field(format!("checkpoint.{e}")))
+    }
+}
+
+/// What `/stats` shows of the steering.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BackgroundState {
+    /// "starting", "steering", "stopped", or why it does not steer.
+    pub status: String,
+    /// The last observation: recovery debt (MiB), whether a checkpoint
+    /// runs, and the foreground's rate (requests/s).
+    pub recovery_debt_mib: Option<f64>,
+    pub checkpoint_running: Option<bool>,
+    pub foreground_rate: Option<f64>,
+    /// Time from the last decision to PostgreSQL's reload returning, ms.
+    pub last_apply_ms: Option<f64>,
+}
+
+/// Shared with the admin port.
+#[derive(Clone, Default)]
+pub struct BackgroundStatus(Arc<Mutex<BackgroundState>>);
+
+impl BackgroundStatus {
+    pub fn get(&self) -> BackgroundState {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut BackgroundState)) {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    fn status(&self, status: impl Into<String>) {
+        let status = status.into();
+        self.update(|s| s.status = status);
+    }
+}
+
+/// One steered setting as PostgreSQL had it before the first change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Original {
+    pub name: String,
+    /// The value `ALTER SYSTEM` had given it, with its unit; `None` if it
+    /// had not (then `ALTER SYSTEM RESET` gives it back).
+    pub altered: Option<String>,
+}
+
+/// The state file's content.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Recorded {
+    /// `pg_control_system().system_identifier`, as text.
+    system: String,
+    originals: Vec<Original>,
+}
+
+/// Steers until `shutdown` turns true, then gives the settings back. Faults
+/// are logged and shown in `status`; the task then ends (or, if the server
+/// is unreachable, keeps trying) without touching the proxy.
+pub async fn run(
+    config: BackgroundConfig,
+    gate: Gate,
+    log: DecisionLog,
+    status: BackgroundStatus,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    status.status("starting");
+    let stopping = async {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    let mut steering = None;
+    tokio::select! {
+        started = start(&config, &status) => steering = started,
+        () = stopping => {}
+    }
+    let Some(mut steering) = steering else { return };
+    status.status("steering");
+    let mut tick = tokio::time::interval(Duration::from_millis(config.interval_ms));
+    let mut completed = gate.completed();
+    let mut at = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+        let now = Instant::now();
+        let done = gate.completed();
+        let rate = (done - completed) as f64 / (now - at).as_secs_f64().max(1e-3);
+        (completed, at) = (done, now);
+        if let Err(e) = steering.tick(&config, rate, &log, &status).await {
+            tracing::warn!("postgres.background: {e}; trying again next interval");
+            status.status(format!("retrying: {e}"));
+            steering.client = None;
+        } else {
+            status.status("steering");
+        }
+    }
+    match steering.give_back(&config).await {
+        Ok(()) => {
+            tracing::info!("postgres.background: settings given back");
+            status.status("stopped: settings given back");
+        }
+        Err(e) => {
+            tracing::error!(
+                "postgres.background: settings not given back ({e}); {} keeps the originals and the next start restores them",
+                config.state_file.display()
+            );
+            status.status(format!("stopped: settings not given back: {e}"));
+        }
+    }
+}
+
+/// A connection, the controller and what it has recorded.
+struct Steering {
+    client: Option<Client>,
+    controller: CheckpointController,
+    recorded: Recorded,
+}
+
+/// Connects (retrying every interval while the server is unreachable),
+/// checks the grants and the settings, restores what a crashed run left,
+/// and records the originals. `None` if steering cannot go on.
+async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<Steering> {
+    let refuse = |e: String| {
+        tracing::error!("postgres.background: not steering checkpoints: {e}; the proxy serves on");
+        status.status(format!("not steering: {e}"));
+    };
+    let controller = match CheckpointController::new(config.checkpoint) {
+        Ok(c) => c,
+        Err(e) => {
+            refuse(e);
+            return None;
+        }
+    };
+    let client = loop {
+        match connect(&config.conninfo).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!("postgres.background: {e}; trying again in {} ms", config.interval_ms);
+                status.status(format!("waiting for PostgreSQL: {e}"));
+                tokio::time::sleep(Duration::from_millis(config.interval_ms)).await;
+            }
+        }
+    };
+    match prepare(&client, &config.state_file).await {
+        Ok(recorded) => Some(Steering {
+            client: Some(client),
+            controller,
+            recorded,
+        }),
+        Err(e) => {
+            refuse(e);
+            None
+        }
+    }
+}
+
+async fn connect(conninfo: &str) -> Result<Client, String> {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!("postgres.background: connection ended: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Checks the grants and where each setting comes from, restores a crashed
+/// run's originals, and records the originals in `state_file`.
+async fn prepare(client: &Client, state_file: &Path) -> Result<Recorded, String> {
+    let role: String = query_one(client, "SELECT current_user::text", |r| r.get(0)).await?;
+    let missing = missing_grants(client).await?;
+    if !missing.is_empty() {
+        return Err(format!(
+            "role {role} lacks {}. As a superuser: GRANT pg_monitor TO {role}; \
+             GRANT ALTER SYSTEM ON PARAMETER {} TO {role}; GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role};",
+            missing.join(", "),
+            STEERED.join(", ")
+        ));
+    }
+    let system: String = query_one(client, "SELECT system_identifier::text FROM pg_control_system()", |r| {
+        r.get(0)
+    })
+    .await?;
+    let sources = settings(client).await?;
+    let pinned: Vec<String> = sources
+        .iter()
+        .filter(|s| !matches!(s.source.as_str(), "default" | "configuration file"))
+        .map(|s| format!("{} (pg_settings.source = {})", s.name, s.source))
+        .collect();
+    if !pinned.is_empty() {
+        return Err(format!(
+            "{} set where ALTER SYSTEM cannot change it; remove it from the server's command line \
+             (or environment) to let it be steered",
+            pinned.join(", ")
+        ));
+    }
+    if let Some(left) = read_state(state_file)? {
+        if left.system != system {
+            return Err(format!(
+                "{} holds settings of another server (system identifier {}, this one is {system}); \
+                 restore them there or remove the file",
+                state_file.display(),
+                left.system
+            ));
+        }
+        restore(client, &left.originals).await?;
+        tracing::warn!(
+            "postgres.background: restored the settings a run that did not stop cleanly left changed ({})",
+            state_file.display()
+        );
+        return Ok(left);
+    }
+    let recorded = Recorded {
+        system,
+        originals: sources
+            .into_iter()
+            .map(|s| Original {
+                altered: s.altered.then_some(s.value),
+                name: s.name,
+            })
+            .collect(),
+    };
+    write_state(state_file, &recorded)?;
+    Ok(recorded)
+}
+
+async fn query_one<T>(client: &Client, sql: &str, get: impl FnOnce(&tokio_postgres::Row) -> T) -> Result<T, String> {
+    client
+        .query_one(sql, &[])
+        .await
+        .map(|row| get(&row))
+        .map_err(|e| format!("{sql}: {}", db_error(&e)))
+}
+
+/// The server's message where it sent one (the driver's own text says
+/// only "db error").
+fn db_error(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |db| db.message().to_string())
+}
+
+/// The grants the role lacks, by name.
+async fn missing_grants(client: &Client) -> Result<Vec<String>, String> {
+    let sql = "SELECT name, has_parameter_privilege(name, 'ALTER SYSTEM') FROM unnest($1::text[]) AS name";
+    let rows = client
+        .query(sql, &[&STEERED.to_vec()])
+        .await
+        .map_err(|e| format!("checking grants: {}", db_error(&e)))?;
+    let mut missing: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.get::<_, bool>(1))
+        .map(|r| format!("ALTER SYSTEM on {}", r.get::<_, String>(0)))
+        .collect();
+    let checks = "SELECT has_function_privilege('pg_reload_conf()', 'EXECUTE'), \
+                  pg_has_role('pg_monitor', 'USAGE')";
+    let row = client
+        .query_one(checks, &[])
+        .await
+        .map_err(|e| format!("checking grants: {}", db_error(&e)))?;
+    if !row.get::<_, bool>(0) {
+        missing.push("EXECUTE on pg_reload_conf()".into());
+    }
+    if !row.get::<_, bool>(1) {
+        missing.push("pg_monitor".into());
+    }
+    Ok(missing)
+}
+
+/// A steered setting as `pg_settings` shows it.
+struct Source {
+    name: String,
+    /// With its unit, as `ALTER SYSTEM SET` takes it.
+    value: String,
+    source: String,
+    /// Set by `ALTER SYSTEM` (it comes from `postgresql.auto.conf`).
+    altered: bool,
+}
+
+async fn settings(client: &Client) -> Result<Vec<Source>, String> {
+    let sql = "SELECT name, setting || coalesce(unit, ''), source, \
+               coalesce(sourcefile LIKE '%postgresql.auto.conf', false) \
+               FROM pg_settings WHERE name = ANY($1) ORDER BY name";
+    let rows = client
+        .query(sql, &[&STEERED.to_vec()])
+        .await
+        .map_err(|e| format!("reading pg_settings: {}", db_error(&e)))?;
+    Ok(rows
+        .iter()
+        .map(|r| Source {
+            name: r.get(0),
+            value: r.get(1),
+            source: r.get(2),
+            altered: r.get(3),
+        })
+        .collect())
+}
+
+/// `ALTER SYSTEM` back to the originals, then one reload.
+async fn restore(client: &Client, originals: &[Original]) -> Result<(), String> {
+    for original in originals {
+        let Some(name) = STEERED.iter().find(|s| **s == original.name) else {
+            return Err(format!(
+                "the state file names {:?}, which is not steered",
+                original.name
+            ));
+        };
+        let sql = match &original.altered {
+            Some(value) => format!("ALTER SYSTEM SET {name} = {}", quote(value)),
+            None => format!("ALTER SYSTEM RESET {name}"),
+        };
+        execute(client, &sql).await?;
+    }
+    execute(client, "SELECT pg_reload_conf()").await
+}
+
+/// A string literal: the value is PostgreSQL's own text, but the state
+/// file could have been edited.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+async fn execute(client: &Client, sql: &str) -> Result<(), String> {
+    client
+        .simple_query(sql)
+        .await
+        .map(drop)
+        .map_err(|e| format!("{sql}: {}", db_error(&e)))
+}
+
+fn read_state(path: &Path) -> Result<Option<Recorded>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("{} is not a state file of sluice ({e}); remove it", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Written whole or not at all: a crash mid-write leaves the old file.
+fn write_state(path: &Path, recorded: &Recorded) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(recorded).expect("plain data serializes");
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("cannot write the state file {}: {e}", path.display()))
+}
+
+impl Steering {
+    /// Connects again if the connection was lost.
+    async fn connected<'a>(client: &'a mut Option<Client>, config: &BackgroundConfig) -> Result<&'a Client, String> {
+        if client.is_none() {
+            *client = Some(connect(&config.conninfo).await?);
+        }
+        Ok(client.as_ref().expect("just connected"))
+    }
+
+    /// Observes, decides, applies.
+    async fn tick(
+        &mut self,
+        config: &BackgroundConfig,
+        rate: f64,
+        log: &DecisionLog,
+        status: &BackgroundStatus,
+    ) -> Result<(), String> {
+        let client = Self::connected(&mut self.client, config).await?;
+        let sql = "SELECT (pg_current_wal_lsn() - redo_lsn)::float8, \
+                   extract(epoch FROM clock_timestamp() - checkpoint_time)::float8, \
+                   coalesce((SELECT wait_event <> 'CheckpointerMain' OR wait_event IS NULL \
+                             FROM pg_stat_activity WHERE backend_type = 'checkpointer'), false) \
+                   FROM pg_control_checkpoint()";
+        let row = client
+            .query_one(sql, &[])
+            .await
+            .map_err(|e| format!("observing: {}", db_error(&e)))?;
+        let (debt, since, running): (f64, f64, bool) = (row.get(0), row.get(1), row.get(2));
+        let obs = CheckpointObservation {
+            foreground_rate: rate,
+            wal_since_redo: debt.max(0.0) as u64,
+            checkpoint_running: running,
+            since_checkpoint_start: (since.max(0.0) * 1e9) as u64,
+        };
+        status.update(|s| {
+            s.recovery_debt_mib = Some(debt / (1 << 20) as f64);
+            s.checkpoint_running = Some(running);
+            s.foreground_rate = Some(rate);
+        });
+        let decisions = self.controller.decide(obs);
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let decided = Instant::now();
+        let applied = async {
+            for d in &decisions {
+                let sluice_core::controller::Knob::Postgres(name) = d.knob else {
+                    unreachable!("the checkpoint controller decides PostgreSQL settings alone")
+                };
+                execute(
+                    client,
+                    &format!("ALTER SYSTEM SET {name} = {}", setting_value(name, d.value)),
+                )
+                .await?;
+            }
+            execute(client, "SELECT pg_reload_conf()").await
+        }
+        .await;
+        if let Err(e) = applied {
+            self.controller.forget_applied();
+            return Err(e);
+        }
+        let took = decided.elapsed().as_secs_f64() * 1e3;
+        status.update(|s| s.last_apply_ms = Some(took));
+        for d in decisions {
+            log.record(d.knob.to_string(), d.value, d.why);
+        }
+        Ok(())
+    }
+
+    /// Restores the originals and removes the state file.
+    async fn give_back(&mut self, config: &BackgroundConfig) -> Result<(), String> {
+        let client = Self::connected(&mut self.client, config).await?;
+        restore(client, &self.recorded.originals).await?;
+        std::fs::remove_file(&config.state_file).map_err(|e| {
+            format!(
+                "settings restored, but cannot remove {}: {e}",
+                config.state_file.display()
+            )
+        })
+    }
+}
+
+/// A decided value as `ALTER SYSTEM SET` takes it (max_wal_size in MB,
+/// checkpoint_timeout in seconds).
+fn setting_value(name: &str, value: f64) -> String {
+    match name {
+        "max_wal_size" => format!("'{}MB'", value as u64),
+        "checkpoint_timeout" => format!("'{}s'", value as u64),
+        _ => format!("{value}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Result<BackgroundConfig, String> {
+        let text = format!("conninfo = 'host=/tmp user=s'\nstate_file = '/tmp/s.json'\n{extra}");
+        let c: BackgroundConfig = toml::from_str(&text).map_err(|e| e.to_string())?;
+        c.validate().map(|()| c)
+    }
+
+    #[test]
+    fn bad_settings_name_the_field() {
+        assert!(config("").is_ok());
+        assert!(config("interval_ms = 5")
+            .unwrap_err()
+            .contains("postgres.background.interval_ms"));
+        let e = config("[checkpoint]\nbusy_completion_target = 2.0\n").unwrap_err();
+        assert!(
+            e.contains("postgres.background.checkpoint.busy_completion_target"),
+            "{e}"
+        );
+        assert!(config("[checkpoint]\nmax_recovery_wal_mb = 128\n")
+            .unwrap_err()
+            .contains("max_recovery_wal_mb"));
+    }
+
+    #[test]
+    fn the_connection_string_stays_out_of_debug_output() {
+        let c: BackgroundConfig =
+            toml::from_str("conninfo = 'host=/tmp password=hunter2'\nstate_file = '/tmp/s.json'\n").unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn values_carry_their_units() {
+        assert_eq!(setting_value("max_wal_size", 190.0), "'190MB'");
+        assert_eq!(setting_value("checkpoint_timeout", 46.0), "'46s'");
+        assert_eq!(setting_value("checkpoint_completion_target", 0.9), "0.9");
+        assert_eq!(quote("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn a_state_file_survives_a_round_trip_and_a_bad_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        assert_eq!(read_state(&path).unwrap(), None);
+        let recorded = Recorded {
+            system: "7".into(),
+            originals: vec![Original {
+                name: "max_wal_size".into(),
+                altered: Some("2GB".into()),
+            }],
+        };
+        write_state(&path, &recorded).unwrap();
+        assert_eq!(read_state(&path).unwrap(), Some(recorded));
+        std::fs::write(&path, "{").unwrap();
+        assert!(read_state(&path).unwrap_err().contains("not a state file"));
+    }
+}

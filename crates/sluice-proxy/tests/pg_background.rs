@@ -1,0 +1,318 @@
+//! `[postgres.background]` against a real PostgreSQL 15: the checkpoint
+//! settings steered through `ALTER SYSTEM` by a role with only the
+//! documented grants, given back at a clean stop and after a kill, and
+//! every fault (missing grants, a pinned setting, an unreachable server)
+//! named in `/stats` while the proxy serves on.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_proxy::service::{self, Addresses};
+use sluice_proxy::settings::Settings;
+use support::servers::PgServer;
+
+const ROLE: &str = "sluice_steer";
+
+/// The role of the module doc: pg_monitor, ALTER SYSTEM on the three
+/// settings, pg_reload_conf(); no superuser.
+fn create_role(pg: &PgServer, grants: bool) {
+    let mut sql = format!("CREATE ROLE {ROLE} LOGIN;");
+    if grants {
+        sql.push_str(&format!(
+            "GRANT pg_monitor TO {ROLE};\
+             GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO {ROLE};\
+             GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {ROLE};"
+        ));
+    }
+    psql_ok(pg, &sql);
+}
+
+fn psql_ok(pg: &PgServer, sql: &str) -> String {
+    let out = pg.psql(sql);
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// `name=value (source)` for each steered setting, by name.
+fn steered(pg: &PgServer) -> String {
+    psql_ok(
+        pg,
+        "SELECT string_agg(name || '=' || setting || coalesce(unit, '') || ' (' || source || ')', ', ' ORDER BY name) \
+         FROM pg_settings WHERE name IN ('checkpoint_completion_target', 'max_wal_size', 'checkpoint_timeout')",
+    )
+}
+
+fn settings_text(pg: &PgServer, conninfo_user: &str, port: u16, state_file: &Path) -> String {
+    format!(
+        r#"
+        [proxy]
+        listen = "127.0.0.1:0"
+        upstream = "{upstream}"
+        protocol = "pg"
+        [admin]
+        listen = "127.0.0.1:0"
+        [postgres.background]
+        conninfo = "host=127.0.0.1 port={port} user={conninfo_user} dbname=postgres"
+        state_file = "{state}"
+        interval_ms = 100
+        [postgres.background.checkpoint]
+        max_recovery_wal_mib = 190
+        timeout_s = 120
+        "#,
+        upstream = pg.addr(),
+        state = state_file.display()
+    )
+}
+
+/// The service on its own runtime thread; `stop` is a clean stop (what
+/// SIGTERM does in `sluice proxy`) and waits until `service::run` returns.
+struct Service {
+    addresses: Addresses,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Service {
+    fn start(text: &str) -> Service {
+        let settings = Settings::parse(text).unwrap();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let (_reload_tx, reload) = tokio::sync::mpsc::channel(1);
+                service::run(settings, None, reload, started_tx, async {
+                    let _ = stopped.await;
+                })
+                .await
+            })
+        });
+        let addresses = started_rx.blocking_recv().expect("the service starts");
+        Service {
+            addresses,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn stats(&self) -> Value {
+        let admin = self.addresses.admin.expect("an admin port");
+        get_json(admin, "/stats")
+    }
+
+    /// `postgres_background.status` in `/stats`.
+    fn status(&self) -> String {
+        self.stats()["postgres_background"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            self.thread.take().unwrap().join().unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> Value {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let (_, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the steered settings read `expected`.
+fn wait_for_settings(pg: &PgServer, what: &str, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = steered(pg);
+        if now == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {now}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What the steering sets with no load: the busy target, max_wal_size for
+/// a 190 MiB bound, the configured timeout, all through ALTER SYSTEM.
+const STEERED: &str = "checkpoint_completion_target=0.9 (configuration file), \
+                       checkpoint_timeout=120s (configuration file), \
+                       max_wal_size=190MB (configuration file)";
+
+/// Before: the defaults (max_wal_size as initdb writes it into
+/// postgresql.conf), but checkpoint_timeout set by an earlier ALTER
+/// SYSTEM, which must come back as it was (not reset to the default).
+const BEFORE: &str = "checkpoint_completion_target=0.9 (default), \
+                      checkpoint_timeout=600s (configuration file), \
+                      max_wal_size=1024MB (configuration file)";
+
+/// Through the proxy: the proxy serves whatever the steering does.
+fn query_through(service: &Service) -> String {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p"])
+        .arg(service.addresses.proxy.port().to_string())
+        .args(["-U", "postgres", "-d", "postgres", "-XAtqc", "SELECT 40 + 2"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn steers_checkpoints_and_gives_every_setting_back() {
+    let Some(pg) = PgServer::start() else { return };
+    create_role(&pg, true);
+    psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '10min'");
+    psql_ok(&pg, "SELECT pg_reload_conf()");
+    wait_for_settings(&pg, "the earlier ALTER SYSTEM", BEFORE);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let mut service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
+    wait_for_settings(&pg, "the steered settings", STEERED);
+    assert!(state.exists(), "the originals are recorded while settings are changed");
+    assert_eq!(service.status(), "steering");
+    let stats = service.stats();
+    let decisions = stats["decisions"].as_array().unwrap();
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["knob"] == "postgres.max_wal_size" && d["value"] == 190.0),
+        "{decisions:?}"
+    );
+    assert!(
+        stats["postgres_background"]["recovery_debt_mib"].as_f64().is_some(),
+        "{stats}"
+    );
+    assert_eq!(query_through(&service), "42");
+    service.stop();
+    assert_eq!(steered(&pg), BEFORE, "a clean stop gives every setting back");
+    assert!(!state.exists(), "and removes the state file");
+}
+
+/// The child process of `a_killed_proxy_is_undone_at_its_next_start`:
+/// steers until killed. Ignored, so that it runs only as that child.
+#[test]
+#[ignore = "the child process of a_killed_proxy_is_undone_at_its_next_start"]
+fn steering_child() {
+    let text = std::env::var("SLUICE_STEERING_CHILD").expect("run by its parent test");
+    let _service = Service::start(&text);
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn a_killed_proxy_is_undone_at_its_next_start() {
+    let Some(pg) = PgServer::start() else { return };
+    create_role(&pg, true);
+    psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '10min'");
+    psql_ok(&pg, "SELECT pg_reload_conf()");
+    wait_for_settings(&pg, "the earlier ALTER SYSTEM", BEFORE);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let text = settings_text(&pg, ROLE, pg.port, &state);
+    let mut child: Child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "steering_child", "--nocapture"])
+        .env("SLUICE_STEERING_CHILD", &text)
+        .spawn()
+        .unwrap();
+    wait_for_settings(&pg, "the child's steering", STEERED);
+    child.kill().unwrap(); // SIGKILL: nothing is given back.
+    child.wait().unwrap();
+    assert_eq!(steered(&pg), STEERED, "a killed proxy leaves its settings");
+    assert!(state.exists());
+
+    // The next start restores the originals from the state file before it
+    // steers; had it taken the steered values for the originals, the clean
+    // stop below would leave them.
+    let mut service = Service::start(&text);
+    wait_for("steering again", || service.status() == "steering");
+    service.stop();
+    assert_eq!(steered(&pg), BEFORE, "the settings from before the killed run");
+    assert!(!state.exists());
+}
+
+#[test]
+fn a_role_without_the_grants_is_told_what_to_grant_and_the_proxy_serves_on() {
+    let Some(pg) = PgServer::start() else { return };
+    create_role(&pg, false);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
+    wait_for("the refusal", || service.status().starts_with("not steering"));
+    let status = service.status();
+    for says in [
+        "role sluice_steer lacks",
+        "ALTER SYSTEM on checkpoint_completion_target",
+        "pg_monitor",
+        "GRANT",
+    ] {
+        assert!(status.contains(says), "{status}");
+    }
+    assert_eq!(query_through(&service), "42");
+    assert!(!state.exists(), "nothing recorded, nothing changed");
+    assert!(steered(&pg).contains("(default)"));
+}
+
+#[test]
+fn a_setting_pinned_on_the_command_line_is_named() {
+    let Some(pg) = PgServer::start_with_settings(&["max_wal_size=2GB"]) else {
+        return;
+    };
+    create_role(&pg, true);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
+    wait_for("the refusal", || service.status().starts_with("not steering"));
+    let status = service.status();
+    assert!(
+        status.contains("max_wal_size (pg_settings.source = command line)"),
+        "{status}"
+    );
+    assert_eq!(query_through(&service), "42");
+    assert!(steered(&pg).contains("checkpoint_completion_target=0.9 (default)"));
+}
+
+#[test]
+fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
+    let Some(pg) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut service = Service::start(&settings_text(&pg, ROLE, closed, &state));
+    wait_for("the wait", || service.status().starts_with("waiting for PostgreSQL"));
+    assert!(service.status().contains("cannot connect"), "{}", service.status());
+    assert_eq!(query_through(&service), "42");
+    service.stop();
+    assert!(!state.exists());
+}
