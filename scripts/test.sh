@@ -13,8 +13,9 @@ ensure_rust
 # redis-cli and redis-benchmark for the server's integration test; the
 # proxy's integration tests start private PostgreSQL 15 and Redis 7 servers
 # and run psql, pgbench, redis-cli and redis-benchmark through the proxy;
-# openssl makes the certificate for the proxy's TLS test.
-apt_install redis-tools redis-server postgresql-15 postgresql-client-15 openssl
+# openssl makes the certificate for the proxy's TLS test; the admin port's
+# dashboard is tested in headless Chromium.
+apt_install redis-tools redis-server postgresql-15 postgresql-client-15 openssl chromium
 # redis-py, as a Python user gets it (RESP3 and HELLO by default), for the
 # server's client test.
 pip_install redis 'redis>=5'

@@ -1,5 +1,12 @@
 //! The admin HTTP port, bound to localhost unless configured otherwise:
 //!
+//! - `GET /`: the dashboard, one self-contained page (no external scripts,
+//!   styles or fonts; `dashboard.html`) that draws `/stats` every second:
+//!   the gate's P and ζ with every controller's decisions on the same time
+//!   axis, each tenant's rate, queue, latency and SLO standing, and the
+//!   steering of PostgreSQL's checkpoints. The page holds no data, so it
+//!   needs no token; with a token configured, it asks for one and sends it
+//!   with each `/stats`.
 //! - `GET /metrics`: OpenMetrics text — the gate (P, ζ, in flight, parked,
 //!   queued) and per tenant: requests, errors, refusals, pass-through
 //!   commands, queued, in flight, parked (waiting on their client inside a
@@ -23,8 +30,9 @@
 //!   `allowed_hosts` (else 403): a web page whose name an attacker points at
 //!   127.0.0.1 (DNS rebinding) still sends its own name.
 //! - A request with an Origin header comes from a browser page; unless the
-//!   origin is in `allowed_origins` it gets 403 (the port serves no pages,
-//!   so no page of its own calls it). curl and Prometheus send none.
+//!   origin is in `allowed_origins` it gets 403. The port's own dashboard
+//!   reads `/stats` with same-origin GETs, which carry none; curl and
+//!   Prometheus send none.
 //! - With a token (`token_file` or `token`; required when `listen` is not a
 //!   loopback address), a request without `Authorization: Bearer <token>`
 //!   gets 401. The SHA-256 digests of the two are compared in constant
@@ -46,7 +54,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -150,8 +158,10 @@ impl Rules {
         })
     }
 
-    /// Lets a request through, or says why not.
-    fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    /// Lets a request through, or says why not. `public` requests (the
+    /// dashboard's page, which holds no data) need no token; the Host and
+    /// Origin checks hold for every request.
+    fn check(&self, headers: &HeaderMap, public: bool) -> Result<(), Refusal> {
         let text = |name| {
             headers
                 .get(name)
@@ -183,7 +193,7 @@ impl Rules {
                 ));
             }
         }
-        if let Some(expected) = &self.token {
+        if let Some(expected) = self.token.as_ref().filter(|_| !public) {
             let presented = text(header::AUTHORIZATION);
             let token = presented
                 .as_deref()
@@ -264,6 +274,7 @@ pub async fn serve(
         created: Arc::default(),
     };
     let app = Router::new()
+        .route("/", get(dashboard))
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
         .route("/gate", post(set_gate))
@@ -277,7 +288,8 @@ pub async fn serve(
 }
 
 async fn check_access(State(rules): State<Arc<Rules>>, request: Request, next: Next) -> Response {
-    match rules.check(request.headers()) {
+    let public = request.method() == Method::GET && request.uri().path() == "/";
+    match rules.check(request.headers(), public) {
         Ok(()) => next.run(request).await,
         Err(refusal) => refusal.into_response(),
     }
@@ -406,6 +418,23 @@ fn creating<T>(app: &App, name: &str, apply: impl FnOnce() -> Result<T, String>)
     Ok(applied)
 }
 
+/// The dashboard: one page, scripts and styles inline, that draws `/stats`
+/// every second. Its policy lets it reach nothing but this port.
+async fn dashboard() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
+}
+
 async fn stats(State(app): State<App>) -> Json<Value> {
     let admin = &app.admin;
     let sessions: Vec<_> = admin
@@ -418,6 +447,7 @@ async fn stats(State(app): State<App>) -> Json<Value> {
         "gate": admin.gate.snapshot(),
         "sessions": sessions,
         "pool_idle_backends": admin.stats.pool_idle(),
+        "uptime_s": admin.decisions.uptime(),
         "decisions": admin.decisions.recent(),
         "slo": admin.slo_targets.list(),
         "postgres_background": admin.background.as_ref().map(BackgroundStatus::get),

@@ -99,7 +99,7 @@ impl DecisionLog {
     pub fn record(&self, knob: String, value: f64, why: String) {
         tracing::info!(%knob, value, %why, "decision");
         let d = Decision {
-            at: self.0.start.elapsed().as_secs_f64(),
+            at: self.uptime(),
             knob,
             value,
             why,
@@ -109,6 +109,11 @@ impl DecisionLog {
             log.pop_front();
         }
         log.push_back(d);
+    }
+
+    /// Seconds since the log began, the time axis of `Decision::at`.
+    pub fn uptime(&self) -> f64 {
+        self.0.start.elapsed().as_secs_f64()
     }
 
     pub fn recent(&self) -> Vec<Decision> {

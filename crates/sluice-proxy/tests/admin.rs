@@ -315,6 +315,14 @@ async fn with_a_token_only_requests_bearing_it_pass() {
         assert_eq!(reply.status, 200, "{}", reply.body);
         let reply = send(admin, "POST", "/gate", &[&bearer], r#"{"zeta": 2}"#).await;
         assert_eq!(reply.status, 200, "{}", reply.body);
+        // The dashboard's page holds no data: it loads without the token,
+        // and asks for it before it reads /stats.
+        let reply = send(admin, "GET", "/", &[], "").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(reply.body.contains("<canvas") && reply.body.contains("token-form"));
+        assert_eq!(send(admin, "GET", "/stats", &[], "").await.status, 401);
+        // Host checks hold for the page too (DNS rebinding).
+        assert_eq!(send(admin, "GET", "/", &["Host: evil.example"], "").await.status, 403);
     }
 }
 

@@ -6,16 +6,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use sluice_proxy::service::{self, Addresses};
-use sluice_proxy::settings::Settings;
 use support::servers::PgServer;
+use support::service::Service;
 
 const ROLE: &str = "sluice_steer";
 
@@ -68,77 +64,6 @@ fn settings_text(pg: &PgServer, conninfo_user: &str, port: u16, state_file: &Pat
         upstream = pg.addr(),
         state = state_file.display()
     )
-}
-
-/// The service on its own runtime thread; `stop` is a clean stop (what
-/// SIGTERM does in `sluice proxy`) and waits until `service::run` returns.
-struct Service {
-    addresses: Addresses,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-impl Service {
-    fn start(text: &str) -> Service {
-        let settings = Settings::parse(text).unwrap();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let (_reload_tx, reload) = tokio::sync::mpsc::channel(1);
-                service::run(settings, None, reload, started_tx, async {
-                    let _ = stopped.await;
-                })
-                .await
-            })
-        });
-        let addresses = started_rx.blocking_recv().expect("the service starts");
-        Service {
-            addresses,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    fn stats(&self) -> Value {
-        let admin = self.addresses.admin.expect("an admin port");
-        get_json(admin, "/stats")
-    }
-
-    /// `postgres_background.status` in `/stats`.
-    fn status(&self) -> String {
-        self.stats()["postgres_background"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-            self.thread.take().unwrap().join().unwrap().unwrap();
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn get_json(addr: SocketAddr, path: &str) -> Value {
-    let mut conn = TcpStream::connect(addr).unwrap();
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply).unwrap();
-    let (_, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

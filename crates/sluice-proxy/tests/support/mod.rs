@@ -13,6 +13,7 @@ pub mod proxy;
 pub mod psql;
 pub mod respwire;
 pub mod servers;
+pub mod service;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ pub fn require(program: &str) -> Option<PathBuf> {
     };
     if found.is_none() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{program} is missing under CI=true: scripts/test.sh installs postgresql-15, postgresql-client-15, redis-server and redis-tools");
+            panic!("{program} is missing under CI=true: scripts/test.sh installs postgresql-15, postgresql-client-15, redis-server, redis-tools and chromium");
         }
         eprintln!("skipping: {program} is not installed (scripts/test.sh installs it)");
     }

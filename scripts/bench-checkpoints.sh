@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# PostgreSQL's checkpoints steered by the proxy (targets: docs/BENCHMARKS.md,
+# "PostgreSQL's checkpoints, steered"): pgbench's TPC-B-like script at scale
+# 20 through sluice proxy (P pinned at 16), open loop: a base rate of 60% of
+# the capacity measured first, and every 40 s a 10 s burst that adds 20%.
+# Three configurations, interleaved and repeated, each run from a fresh
+# checkpoint:
+#
+#   worst     max_wal_size 128MB, checkpoint_completion_target 0.1: the
+#             programmable background tasks paper's worst setting, left alone
+#   defaults  PostgreSQL's defaults (max_wal_size 1GB, target 0.9, 5 min)
+#   steered   the worst setting, and [postgres.background] with the same
+#             128 MiB as its bound on recovery debt (max_recovery_wal_mib)
+#
+# Per run: throughput, latency p99 and p99.9 (every transaction, measured
+# from its scheduled start), the worst 10-second window's p99 over the
+# run's, checkpoints started by WAL volume (all, and during a burst), the
+# largest WAL since the redo point (sampled every 0.5 s), CPU steal. Then
+# `sluice bench summarize`'s table, ratios to `defaults` paired by round.
+#
+#   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+rounds=2 seconds=300 scale=20
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --rounds) rounds=$2; shift 2 ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --scale) scale=$2; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+apt_install postgresql-15 postgresql-client-15
+find_sluice
+
+PGBIN=/usr/lib/postgresql/15/bin
+# Below the ephemeral range, so that no client connection holds them.
+PG_PORT=25442 SLUICE_PORT=27442 ADMIN_PORT=27443
+bench_scratch sluice-bench-checkpoints
+as_db=()
+[[ $(id -u) -eq 0 ]] && as_db=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+[[ $(id -u) -eq 0 ]] && chown postgres "$work"
+psql_db() { psql -h 127.0.0.1 -p $PG_PORT -U postgres -d postgres -XAtq "$@"; }
+
+echo "== PostgreSQL 15 on port $PG_PORT ($work), fsync on, checkpoints logged"
+"${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
+"${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
+    -c shared_buffers=256MB -c log_checkpoints=on -c log_line_prefix='%m ' >"$work/pg.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
+pgbench -i -q -s "$scale" -h 127.0.0.1 -p $PG_PORT -U postgres postgres
+
+# Settings each configuration starts from.
+configure() {
+    local sql
+    case $1 in
+        defaults) sql="ALTER SYSTEM RESET max_wal_size;ALTER SYSTEM RESET checkpoint_completion_target;ALTER SYSTEM RESET checkpoint_timeout" ;;
+        *) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
+    esac
+    IFS=';' read -ra statements <<<"$sql"
+    for s in "${statements[@]}"; do psql_db -c "$s"; done
+    psql_db -c "SELECT pg_reload_conf()" >/dev/null
+    psql_db -c "CHECKPOINT"
+}
+
+start_proxy() {
+    cat >"$work/sluice.toml" <<TOML
+[proxy]
+listen = "127.0.0.1:$SLUICE_PORT"
+upstream = "127.0.0.1:$PG_PORT"
+protocol = "pg"
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+[gate]
+parallelism = 16
+[optimizer]
+parallelism = "fixed"
+zeta = "fixed"
+TOML
+    if [[ $1 == steered ]]; then
+        cat >>"$work/sluice.toml" <<TOML
+[postgres.background]
+conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
+state_file = "$work/steering.json"
+[postgres.background.checkpoint]
+max_recovery_wal_mib = 128
+TOML
+    fi
+    "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
+    proxy=$!
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $SLUICE_PORT && return; sleep 0.1; done
+    echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
+    exit 1
+}
+
+stop_proxy() {
+    kill -TERM "$proxy"
+    wait "$proxy" || true
+}
+
+echo "== capacity: pgbench unthrottled for 30 s through the proxy, PostgreSQL's defaults"
+configure defaults
+start_proxy capacity
+capacity=$(pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -T 30 postgres |
+    awk '/^tps = / {print int($3)}')
+stop_proxy
+base=$((capacity * 60 / 100)) burst=$((capacity * 20 / 100))
+echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"
+
+# Samples WAL since the redo point (bytes) and the checkpointer's state.
+sample() {
+    while :; do
+        psql_db -c "SELECT extract(epoch FROM clock_timestamp()), pg_current_wal_lsn() - redo_lsn FROM pg_control_checkpoint()" \
+            2>/dev/null | tr '|' ' ' || true
+        sleep 0.5
+    done
+}
+
+run() {
+    local config=$1 round=$2 dir="$work/run-$1-$2"
+    mkdir -p "$dir"
+    configure "$config"
+    start_proxy "$config"
+    sample >"$dir/debt" &
+    local sampler=$!
+    local log_from
+    log_from=$(wc -l <"$work/pg.log")
+    local s0 t0
+    s0=$("$sluice" bench steal)
+    t0=$(date +%s.%N)
+    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$base" -T "$seconds" \
+        -l --log-prefix="$dir/base" postgres >"$dir/base.out" 2>&1 &
+    local main=$!
+    : >"$dir/bursts"
+    (
+        at=20
+        while ((at + 10 <= seconds)); do
+            sleep "$(echo "$t0 + $at - $(date +%s.%N)" | bc)"
+            echo "$(date +%s.%N) $(echo "$(date +%s.%N) + 10" | bc)" >>"$dir/bursts"
+            pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 8 -j 1 -R "$burst" -T 10 \
+                -l --log-prefix="$dir/burst-$at" postgres >"$dir/burst-$at.out" 2>&1
+            at=$((at + 40))
+        done
+    ) &
+    local bursts=$!
+    wait "$main"
+    wait "$bursts"
+    local steal
+    steal=$("$sluice" bench steal --since "$s0")
+    local apply_ms="-"
+    if [[ $config == steered ]]; then
+        apply_ms=$(curl -s "http://127.0.0.1:$ADMIN_PORT/stats" |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["postgres_background"]["last_apply_ms"])')
+    fi
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null || true
+    stop_proxy
+    tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
+    row=$(python3 scripts/checkpoint-run.py "$dir" "$t0" "$seconds")
+    echo "$round $config $row $steal" | tee -a "$work/runs"
+    if [[ $config == steered ]]; then
+        echo "   (steered: the last decision reached PostgreSQL's reload in $apply_ms ms)"
+    fi
+}
+
+echo "round target tps p99_ms p999_ms worst10s_p99_ratio wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib steal" |
+    tee "$work/runs"
+for round in $(seq "$rounds"); do
+    for config in worst defaults steered; do
+        run "$config" "$round"
+    done
+done
+echo
+"$sluice" bench summarize "$work/runs" --baseline defaults
+mkdir -p results/checkpoints
+cp "$work/runs" results/checkpoints/runs.txt
+cp "$work/sluice-steered.log" results/checkpoints/
+for d in "$work"/run-*; do cp "$d/pg.log" "results/checkpoints/$(basename "$d")-pg.log"; done
+echo "rows, the steered proxy's decisions and PostgreSQL's logs kept in results/checkpoints/"

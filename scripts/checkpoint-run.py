@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""One run of scripts/bench-checkpoints.sh, reduced to its row.
+
+    checkpoint-run.py DIR T0 SECONDS
+
+DIR holds the run's pgbench transaction logs (base.* and burst-*.*, one
+line per transaction: client, number, latency in microseconds measured
+from the scheduled start, script, completion time in seconds and
+microseconds), `bursts` (each burst's start and end, epoch seconds),
+`debt` (epoch seconds and WAL bytes since the redo point, sampled) and
+`pg.log` (PostgreSQL's log of the run, checkpoints logged). Prints:
+transactions per second, p99 and p99.9 in ms, the worst 10-second
+window's p99 over the run's, the checkpoints started by WAL volume, those
+started during a burst, and the largest WAL since the redo point in MiB.
+"""
+
+import glob
+import os
+import sys
+from datetime import datetime, timezone
+
+
+def quantile(sorted_values, q):
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def transactions(run_dir):
+    """(completion time, latency ms) of every transaction."""
+    out = []
+    for path in glob.glob(os.path.join(run_dir, "base.*")) + glob.glob(os.path.join(run_dir, "burst-*.*")):
+        if path.endswith(".out"):
+            continue
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 6 or fields[2] == "skipped":
+                    continue
+                out.append((int(fields[4]) + int(fields[5]) / 1e6, int(fields[2]) / 1e3))
+    return out
+
+
+def checkpoint_starts(log_path):
+    """(epoch, cause) of each checkpoint started, from lines such as
+    `2026-11-26 20:30:01.123 UTC LOG:  checkpoint starting: wal`."""
+    starts = []
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if "checkpoint starting:" not in line:
+                continue
+            stamp = " ".join(line.split()[:2])
+            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+            starts.append((at, line.split("checkpoint starting:")[1].split()))
+    return starts
+
+
+def main():
+    run_dir, t0, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    txns = transactions(run_dir)
+    latencies = sorted(l for _, l in txns)
+    p99, p999 = quantile(latencies, 0.99), quantile(latencies, 0.999)
+    windows = {}
+    for done, latency in txns:
+        windows.setdefault(int((done - t0) // 10), []).append(latency)
+    worst = max(quantile(sorted(w), 0.99) for w in windows.values() if len(w) >= 100)
+    with open(os.path.join(run_dir, "bursts")) as f:
+        bursts = [tuple(map(float, line.split())) for line in f if line.strip()]
+    by_wal = [at for at, cause in checkpoint_starts(os.path.join(run_dir, "pg.log")) if "wal" in cause]
+    in_bursts = sum(1 for at in by_wal if any(start <= at <= end for start, end in bursts))
+    with open(os.path.join(run_dir, "debt")) as f:
+        debts = [float(line.split()[1]) for line in f if len(line.split()) == 2]
+    print(
+        f"{len(txns) / seconds:.1f} {p99:.2f} {p999:.2f} {worst / p99:.3f} "
+        f"{len(by_wal)} {in_bursts} {max(debts, default=0) / 2**20:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
