@@ -2,7 +2,8 @@
 # PostgreSQL's checkpoints steered by the proxy (targets: docs/BENCHMARKS.md,
 # "PostgreSQL's checkpoints, steered"): pgbench's TPC-B-like script at scale
 # 20 through sluice proxy (P pinned at 16), open loop: a base rate of 60% of
-# the capacity measured first, and every 40 s a 10 s burst that adds 20%.
+# the capacity measured first (unthrottled under the worst setting, after
+# a warm-up), and every 40 s a 10 s burst that adds 20%.
 # Three configurations, interleaved and repeated, each run from a fresh
 # checkpoint:
 #
@@ -88,7 +89,9 @@ state_file = "$work/steering.json"
 max_recovery_wal_mib = 128
 TOML
     fi
-    "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
+    # The controllers' decisions are logged at info.
+    RUST_LOG=warn,sluice_proxy::optimizer=info,sluice_proxy::pg::background=info \
+        "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
     proxy=$!
     for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $SLUICE_PORT && return; sleep 0.1; done
     echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
@@ -100,11 +103,16 @@ stop_proxy() {
     wait "$proxy" || true
 }
 
-echo "== capacity: pgbench unthrottled for 30 s through the proxy, PostgreSQL's defaults"
-configure defaults
+# Capacity under the hardest setting (the paper's worst), so that the
+# base rate is one every configuration sustains.
+echo "== capacity: pgbench unthrottled through the proxy, the worst setting: 30 s to warm up, 60 s measured"
+configure worst
 start_proxy capacity
-capacity=$(pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -T 30 postgres |
-    awk '/^tps = / {print int($3)}')
+unthrottled() {
+    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -T "$1" postgres | awk '/^tps = / {print int($3)}'
+}
+unthrottled 30 >/dev/null
+capacity=$(unthrottled 60)
 stop_proxy
 base=$((capacity * 60 / 100)) burst=$((capacity * 20 / 100))
 echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"

@@ -11,7 +11,11 @@
 //!   queued) and per tenant: requests, errors, refusals, pass-through
 //!   commands, queued, in flight, parked (waiting on their client inside a
 //!   transaction, not counted toward P), and latency and queue-wait
-//!   quantiles.
+//!   quantiles; decisions by controller and knob
+//!   (`sluice_controller_decisions_total`); with `[postgres.background]`,
+//!   the steering's state, recovery debt, whether a checkpoint runs, and
+//!   the settings applied (`sluice_postgres_*`).
+//!   `docs/grafana-dashboard.json` draws them in Grafana.
 //! - `GET /stats`: the same as JSON, with the controllers' recent decisions
 //!   and, if configured, the steering of PostgreSQL's checkpoints.
 //! - `POST /gate` with `{"parallelism": 32}` and/or `{"zeta": 4}` (answered
@@ -47,7 +51,7 @@
 //! good, so the port creates at most `max_tenants` of them (then 409):
 //! every tenant costs memory and a share of each `/stats` and `/metrics`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -71,7 +75,7 @@ use tokio::net::TcpListener;
 
 use crate::gate::{Gate, GateSnapshot};
 use crate::optimizer::{DecisionLog, Slo, SloTargets};
-use crate::pg::background::BackgroundStatus;
+use crate::pg::background::{BackgroundState, BackgroundStatus};
 use crate::settings::{check_token, AdminConfig};
 use crate::stats::Stats;
 
@@ -513,7 +517,14 @@ async fn remove_slo(State(app): State<App>, Path(tenant): Path<String>) -> Resul
 async fn metrics(State(app): State<App>) -> Response {
     let admin = &app.admin;
     let mut text = String::new();
-    match encode(&mut text, &registry(&admin.gate.snapshot(), &admin.stats)) {
+    let background = admin.background.as_ref().map(BackgroundStatus::get);
+    let registry = registry(
+        &admin.gate.snapshot(),
+        &admin.stats,
+        &admin.decisions.totals(),
+        background.as_ref(),
+    );
+    match encode(&mut text, &registry) {
         Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
@@ -521,9 +532,15 @@ async fn metrics(State(app): State<App>) -> Response {
 
 type Labels = Vec<(&'static str, String)>;
 
-/// A registry filled from one snapshot: the values live in the gate and the
-/// session statistics, so each scrape builds its own.
-fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
+/// A registry filled from one snapshot: the values live in the gate, the
+/// session statistics, the decision log and the steering's state, so each
+/// scrape builds its own.
+fn registry(
+    gate: &GateSnapshot,
+    stats: &Stats,
+    decisions: &BTreeMap<String, u64>,
+    background: Option<&BackgroundState>,
+) -> Registry {
     let mut reg = Registry::with_prefix("sluice");
     let gauge = |reg: &mut Registry, name: &str, help: &str, v: f64| {
         let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
@@ -614,6 +631,41 @@ fn registry(gate: &GateSnapshot, stats: &Stats) -> Registry {
         let l = vec![("tenant", t.tenant.to_string())];
         errors.get_or_create(&l).inc_by(t.errors);
         passthrough.get_or_create(&l).inc_by(t.passthrough);
+    }
+    let made = counters(&mut reg, "controller_decisions", "Decisions made, by controller and knob");
+    for (knob, &n) in decisions {
+        let controller = if knob.starts_with("postgres.") { "checkpoint" } else { "optimizer" };
+        let l = vec![("controller", controller.to_string()), ("knob", knob.clone())];
+        made.get_or_create(&l).inc_by(n);
+    }
+    if let Some(bg) = background {
+        gauge(
+            &mut reg,
+            "postgres_steering",
+            "1 while PostgreSQL's checkpoints are steered, 0 otherwise",
+            f64::from(u8::from(bg.status == "steering")),
+        );
+        if let Some(debt) = bg.recovery_debt_mib {
+            gauge(
+                &mut reg,
+                "postgres_recovery_debt_bytes",
+                "WAL written since the last checkpoint's redo point",
+                debt * (1 << 20) as f64,
+            );
+        }
+        if let Some(running) = bg.checkpoint_running {
+            gauge(
+                &mut reg,
+                "postgres_checkpoint_running",
+                "1 while a checkpoint runs",
+                f64::from(u8::from(running)),
+            );
+        }
+        let setting = family(&mut reg, "postgres_setting", "A steered setting as last applied (MB, seconds)");
+        for (name, &value) in &bg.settings {
+            let name = name.trim_start_matches("postgres.").to_string();
+            setting.get_or_create(&vec![("name", name)]).set(value);
+        }
     }
     reg
 }

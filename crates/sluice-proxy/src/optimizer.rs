@@ -7,7 +7,7 @@
 //! reloads) and the log of decisions the admin port shows
 //! ([`DecisionLog`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,14 @@ pub struct DecisionLog(Arc<Decisions>);
 
 struct Decisions {
     start: Instant,
-    entries: Mutex<VecDeque<Decision>>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    recent: VecDeque<Decision>,
+    /// Decisions made since the start, by knob.
+    totals: BTreeMap<String, u64>,
 }
 
 impl Default for DecisionLog {
@@ -98,17 +105,17 @@ impl DecisionLog {
     /// Logs a decision made now.
     pub fn record(&self, knob: String, value: f64, why: String) {
         tracing::info!(%knob, value, %why, "decision");
-        let d = Decision {
+        let mut log = self.0.entries.lock().unwrap_or_else(|p| p.into_inner());
+        *log.totals.entry(knob.clone()).or_default() += 1;
+        if log.recent.len() == LOG_LEN {
+            log.recent.pop_front();
+        }
+        log.recent.push_back(Decision {
             at: self.uptime(),
             knob,
             value,
             why,
-        };
-        let mut log = self.0.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if log.len() == LOG_LEN {
-            log.pop_front();
-        }
-        log.push_back(d);
+        });
     }
 
     /// Seconds since the log began, the time axis of `Decision::at`.
@@ -121,9 +128,15 @@ impl DecisionLog {
             .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .recent
             .iter()
             .cloned()
             .collect()
+    }
+
+    /// How many decisions each knob has had since the start.
+    pub fn totals(&self) -> BTreeMap<String, u64> {
+        self.0.entries.lock().unwrap_or_else(|p| p.into_inner()).totals.clone()
     }
 }
 

@@ -137,9 +137,31 @@ fn steers_checkpoints_and_gives_every_setting_back() {
         "{stats}"
     );
     assert_eq!(query_through(&service), "42");
+    every_grafana_metric_is_served(&service);
     service.stop();
     assert_eq!(steered(&pg), BEFORE, "a clean stop gives every setting back");
     assert!(!state.exists(), "and removes the state file");
+}
+
+/// The Grafana dashboard draws only metrics the admin port serves (with
+/// the steering on, a tenant seen and decisions made, every one appears).
+fn every_grafana_metric_is_served(service: &Service) {
+    let admin = service.addresses.admin.unwrap();
+    let metrics = support::service::get_text(admin, "/metrics");
+    let grafana = include_str!("../../../docs/grafana-dashboard.json");
+    let mut names: Vec<&str> = grafana
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("sluice_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "docs/grafana-dashboard.json draws {name}, which /metrics lacks:\n{metrics}"
+        );
+    }
 }
 
 /// The child process of `a_killed_proxy_is_undone_at_its_next_start`:

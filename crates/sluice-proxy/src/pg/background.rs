@@ -43,6 +43,7 @@
 //! refused by the driver's connector): run it over a Unix socket or a
 //! trusted network.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -131,6 +132,9 @@ pub struct BackgroundState {
     pub foreground_rate: Option<f64>,
     /// Time from the last decision to PostgreSQL's reload returning, ms.
     pub last_apply_ms: Option<f64>,
+    /// The steered settings as last applied (max_wal_size in MB,
+    /// checkpoint_timeout in seconds).
+    pub settings: BTreeMap<String, f64>,
 }
 
 /// Shared with the admin port.
@@ -532,7 +536,12 @@ impl Steering {
             return Err(e);
         }
         let took = decided.elapsed().as_secs_f64() * 1e3;
-        status.update(|s| s.last_apply_ms = Some(took));
+        status.update(|s| {
+            s.last_apply_ms = Some(took);
+            for d in &decisions {
+                s.settings.insert(d.knob.to_string(), d.value);
+            }
+        });
         for d in decisions {
             log.record(d.knob.to_string(), d.value, d.why);
         }

@@ -72,10 +72,20 @@ impl Drop for Service {
     }
 }
 
-/// GETs `path` and parses the body as JSON. Reads the body by its
-/// Content-Length: not every server closes after `Connection: close`
-/// (Chromium's DevTools port does not).
+/// GETs `path` and parses the body as JSON.
 pub fn get_json(addr: SocketAddr, path: &str) -> Value {
+    let body = get(addr, path);
+    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&body)))
+}
+
+/// GETs `path`; the body as text.
+pub fn get_text(addr: SocketAddr, path: &str) -> String {
+    String::from_utf8(get(addr, path)).unwrap()
+}
+
+/// GETs `path`; the body, read by its Content-Length: not every server
+/// closes after `Connection: close` (Chromium's DevTools port does not).
+fn get(addr: SocketAddr, path: &str) -> Vec<u8> {
     let mut conn = BufReader::new(TcpStream::connect(addr).unwrap());
     write!(
         conn.get_mut(),
@@ -97,7 +107,7 @@ pub fn get_json(addr: SocketAddr, path: &str) -> Value {
     }
     let mut body = vec![0; length.expect("a Content-Length")];
     conn.read_exact(&mut body).unwrap();
-    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&body)))
+    body
 }
 
 /// Sends `body` to `path` with POST; returns the status code.
