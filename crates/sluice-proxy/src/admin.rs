@@ -632,9 +632,17 @@ fn registry(
         errors.get_or_create(&l).inc_by(t.errors);
         passthrough.get_or_create(&l).inc_by(t.passthrough);
     }
-    let made = counters(&mut reg, "controller_decisions", "Decisions made, by controller and knob");
+    let made = counters(
+        &mut reg,
+        "controller_decisions",
+        "Decisions made, by controller and knob",
+    );
     for (knob, &n) in decisions {
-        let controller = if knob.starts_with("postgres.") { "checkpoint" } else { "optimizer" };
+        let controller = if knob.starts_with("postgres.") {
+            "checkpoint"
+        } else {
+            "optimizer"
+        };
         let l = vec![("controller", controller.to_string()), ("knob", knob.clone())];
         made.get_or_create(&l).inc_by(n);
     }
@@ -661,7 +669,11 @@ fn registry(
                 f64::from(u8::from(running)),
             );
         }
-        let setting = family(&mut reg, "postgres_setting", "A steered setting as last applied (MB, seconds)");
+        let setting = family(
+            &mut reg,
+            "postgres_setting",
+            "A steered setting as last applied (MB, seconds)",
+        );
         for (name, &value) in &bg.settings {
             let name = name.trim_start_matches("postgres.").to_string();
             setting.get_or_create(&vec![("name", name)]).set(value);

@@ -23,7 +23,11 @@
 //!   `max_recovery_wal_mib`, and a checkpoint started under one target and
 //!   finished under another keeps the bound. While the debt is above the
 //!   bound (PostgreSQL fell behind), the checkpoint runs at the light
-//!   target, whatever the load.
+//!   target, whatever the load. The price: a checkpoint starts after at
+//!   most `1 / (1 + busy_completion_target)` of the bound, where
+//!   PostgreSQL with the same bound and a low target waits for most of it,
+//!   so checkpoints come more often, and each puts full-page images in the
+//!   WAL (docs/reproductions/background-tasks.md measures both).
 //! - **Spread while the foreground works, hurry while it rests** (SILK's
 //!   rule, opportunistic background work): the completion target is
 //!   `busy_completion_target` unless the foreground's rate has fallen

@@ -27,7 +27,8 @@
 //! line: `pg_settings.source`), or an unreachable server is logged with
 //! what to do and shown in `/stats` (`postgres_background`), and the proxy
 //! serves on. A lost connection is retried each interval. The role needs no
-//! superuser:
+//! superuser (PostgreSQL 15 or later, which grants `ALTER SYSTEM` per
+//! parameter):
 //!
 //! ```sql
 //! CREATE ROLE sluice_steer LOGIN;
@@ -36,12 +37,14 @@
 //! GRANT EXECUTE ON FUNCTION pg_reload_conf() TO sluice_steer;
 //! ```
 //!
-//! Limits, as built today: only the checkpoint settings are steered (not the background writer or
-//! autovacuum), a server that forbids `ALTER SYSTEM` is not steered
-//! (there is no fallback to timing `CHECKPOINT` alone, which writes without
-//! pacing), and the connection is plain (`sslmode` other than `disable` is
-//! refused by the driver's connector): run it over a Unix socket or a
-//! trusted network.
+//! Limits, as built today: only the checkpoint settings are steered (not
+//! the background writer or autovacuum); a server that forbids `ALTER
+//! SYSTEM` is not steered (there is no fallback to timing `CHECKPOINT`
+//! alone, which writes without pacing); the connection is plain
+//! (`sslmode=require` is refused by the driver's connector), so run it over
+//! a Unix socket or a trusted network; and one state file serves one
+//! proxy: two proxies steering one server would each restore what the
+//! other changed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
