@@ -111,14 +111,20 @@ fn query_through(service: &Service) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[test]
-fn steers_checkpoints_and_gives_every_setting_back() {
-    let Some(pg) = PgServer::start() else { return };
+/// A server with the steering role and the settings of [`BEFORE`], and a
+/// directory for the state file.
+fn server_as_before() -> Option<(PgServer, tempfile::TempDir)> {
+    let pg = PgServer::start()?;
     create_role(&pg, true);
     psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '10min'");
     psql_ok(&pg, "SELECT pg_reload_conf()");
     wait_for_settings(&pg, "the earlier ALTER SYSTEM", BEFORE);
-    let dir = tempfile::tempdir().unwrap();
+    Some((pg, tempfile::tempdir().unwrap()))
+}
+
+#[test]
+fn steers_checkpoints_and_gives_every_setting_back() {
+    let Some((pg, dir)) = server_as_before() else { return };
     let state = dir.path().join("state.json");
     let mut service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
     wait_for_settings(&pg, "the steered settings", STEERED);
@@ -176,12 +182,7 @@ fn steering_child() {
 
 #[test]
 fn a_killed_proxy_is_undone_at_its_next_start() {
-    let Some(pg) = PgServer::start() else { return };
-    create_role(&pg, true);
-    psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '10min'");
-    psql_ok(&pg, "SELECT pg_reload_conf()");
-    wait_for_settings(&pg, "the earlier ALTER SYSTEM", BEFORE);
-    let dir = tempfile::tempdir().unwrap();
+    let Some((pg, dir)) = server_as_before() else { return };
     let state = dir.path().join("state.json");
     let text = settings_text(&pg, ROLE, pg.port, &state);
     let mut child: Child = Command::new(std::env::current_exe().unwrap())
