@@ -13,7 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,15 +45,29 @@ fn redis_server() -> Option<PathBuf> {
 }
 
 impl Redis {
+    /// Starts one on a free port. The port is free when chosen, but another
+    /// test may start its own server on it first; then this one exits, and
+    /// the server that answers is the other test's. So a start counts only
+    /// when the server answering is this child (its process id), else it
+    /// is tried again on another port.
     fn start() -> Option<Redis> {
         let program = redis_server()?;
+        for _ in 0..10 {
+            if let Some(redis) = Redis::start_on_a_free_port(&program) {
+                return Some(redis);
+            }
+        }
+        panic!("redis-server did not start on any of 10 ports");
+    }
+
+    fn start_on_a_free_port(program: &Path) -> Option<Redis> {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(program)
+        let mut child = Command::new(program)
             .args([
                 "--port",
                 &port.to_string(),
@@ -72,14 +86,26 @@ impl Redis {
             .expect("starting redis-server");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let started = Instant::now();
-        while TcpStream::connect(addr).is_err() {
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            if TcpStream::connect(addr).is_ok() {
+                let info = Conn::connect(addr).call(&words(&["INFO", "server"]));
+                let ours = format!("process_id:{}\r\n", child.id());
+                if matches!(&info, Reply::Bulk(Some(text)) if text.windows(ours.len()).any(|w| w == ours.as_bytes())) {
+                    return Some(Redis { child, addr, _dir: dir });
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "redis-server did not start"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(Redis { child, addr, _dir: dir })
     }
 }
 
