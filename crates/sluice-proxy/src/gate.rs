@@ -37,7 +37,6 @@
 
 use std::collections::HashMap;
 use std::mem;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -199,6 +198,9 @@ struct State {
     longest_stall: Duration,
     /// Every tenant's queue wait.
     wait: LatencyHistogram,
+    /// Requests ended since the start, every tenant's (tenants' own counts
+    /// leave with them).
+    completed: u64,
     /// Tenants tracked for an SLO (see `track_percentiles`).
     tracked: Vec<TenantId>,
     /// Names of the tenants with strict priority, seen or not yet.
@@ -211,9 +213,6 @@ struct Shared {
     wait_timeout: Duration,
     default_weight: f64,
     weights: HashMap<String, f64>,
-    /// Requests ended since the start, every tenant's: read without the
-    /// lock by controllers that only need the foreground's rate.
-    completed: AtomicU64,
 }
 
 /// The admission gate, shared by every connection.
@@ -274,6 +273,7 @@ impl Gate {
             progress_at: Instant::now(),
             longest_stall: Duration::ZERO,
             wait: LatencyHistogram::coarse(),
+            completed: 0,
             tracked: Vec::new(),
             strict: config.strict,
         };
@@ -283,7 +283,6 @@ impl Gate {
             wait_timeout: config.wait_timeout,
             default_weight: config.default_weight,
             weights: config.weights,
-            completed: AtomicU64::new(0),
         };
         Ok(Gate {
             shared: Arc::new(shared),
@@ -502,7 +501,7 @@ impl Gate {
 
     /// Requests ended since the gate was made, every tenant's.
     pub fn completed(&self) -> u64 {
-        self.shared.completed.load(Ordering::Relaxed)
+        self.shared.lock().completed
     }
 
     /// Everything the admin port shows.
@@ -700,8 +699,9 @@ impl Slot {
 impl Drop for Rider {
     fn drop(&mut self) {
         let latency = nanos(self.arrived.elapsed());
-        self.shared.completed.fetch_add(1, Ordering::Relaxed);
-        self.shared.lock().tenants[self.tenant.0 as usize].record_latency(latency);
+        let mut st = self.shared.lock();
+        st.completed += 1;
+        st.tenants[self.tenant.0 as usize].record_latency(latency);
     }
 }
 
@@ -711,8 +711,8 @@ impl Drop for Slot {
         let latency = nanos(now - self.arrived);
         let parked_for = self.parked_for + self.parked_at.map_or(Duration::ZERO, |since| now - since);
         let service = (now - self.admitted).saturating_sub(parked_for).as_secs_f64();
-        self.shared.completed.fetch_add(1, Ordering::Relaxed);
         let mut st = self.shared.lock();
+        st.completed += 1;
         st.service.record(service);
         let rec = &mut st.tenants[self.tenant.0 as usize];
         rec.record_latency(latency);

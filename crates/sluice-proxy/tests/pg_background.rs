@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::servers::PgServer;
 use support::service::Service;
+use support::wait_for;
 
 const ROLE: &str = "sluice_steer";
 
@@ -64,14 +65,6 @@ fn settings_text(pg: &PgServer, conninfo_user: &str, port: u16, state_file: &Pat
         upstream = pg.addr(),
         state = state_file.display()
     )
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Waits until the steered settings read `expected`.
@@ -200,7 +193,7 @@ fn a_killed_proxy_is_undone_at_its_next_start() {
     // steers; had it taken the steered values for the originals, the clean
     // stop below would leave them.
     let mut service = Service::start(&text);
-    wait_for("steering again", || service.status() == "steering");
+    wait_for("steering again", || (service.status() == "steering").then_some(()));
     service.stop();
     assert_eq!(steered(&pg), BEFORE, "the settings from before the killed run");
     assert!(!state.exists());
@@ -213,7 +206,9 @@ fn a_role_without_the_grants_is_told_what_to_grant_and_the_proxy_serves_on() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
     let service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
-    wait_for("the refusal", || service.status().starts_with("not steering"));
+    wait_for("the refusal", || {
+        service.status().starts_with("not steering").then_some(())
+    });
     let status = service.status();
     for says in [
         "role sluice_steer lacks",
@@ -237,7 +232,9 @@ fn a_setting_pinned_on_the_command_line_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
     let service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
-    wait_for("the refusal", || service.status().starts_with("not steering"));
+    wait_for("the refusal", || {
+        service.status().starts_with("not steering").then_some(())
+    });
     let status = service.status();
     assert!(
         status.contains("max_wal_size (pg_settings.source = command line)"),
@@ -258,7 +255,9 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
         .unwrap()
         .port();
     let mut service = Service::start(&settings_text(&pg, ROLE, closed, &state));
-    wait_for("the wait", || service.status().starts_with("waiting for PostgreSQL"));
+    wait_for("the wait", || {
+        service.status().starts_with("waiting for PostgreSQL").then_some(())
+    });
     assert!(service.status().contains("cannot connect"), "{}", service.status());
     assert_eq!(query_through(&service), "42");
     service.stop();

@@ -18,6 +18,7 @@ pub mod service;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The path of a program the tests need. Under CI=true a missing program
 /// fails the test (scripts/test.sh installs them all); elsewhere the test is
@@ -59,4 +60,16 @@ pub fn run_with_stdin(mut command: Command, stdin: &str) -> Output {
     child
         .wait_with_output()
         .unwrap_or_else(|e| panic!("waiting for {program}: {e}"))
+}
+
+/// Polls `found` every 50 ms until it gives a value, for at most 30 s.
+pub fn wait_for<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = found() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
