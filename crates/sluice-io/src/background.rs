@@ -24,6 +24,8 @@ use crate::task::Task;
 pub enum TaskKind {
     Flush,
     Compaction,
+    /// Deleting values past their deadline (a store's active expiry).
+    Expiry,
     Checkpoint,
     Backup,
     Other,
@@ -34,6 +36,7 @@ impl fmt::Display for TaskKind {
         f.write_str(match self {
             TaskKind::Flush => "flush",
             TaskKind::Compaction => "compaction",
+            TaskKind::Expiry => "expiry",
             TaskKind::Checkpoint => "checkpoint",
             TaskKind::Backup => "backup",
             TaskKind::Other => "other",

@@ -41,6 +41,7 @@ mod transaction;
 mod value;
 mod zset;
 
+pub(crate) use delete::delete_value;
 pub(crate) use session::Session;
 pub(crate) use store::deferring;
 

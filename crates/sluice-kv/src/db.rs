@@ -377,6 +377,11 @@ impl Db {
         &self.inner.options
     }
 
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
     pub fn flush_task(&self) -> &Arc<Background> {
         &self.inner.flush_task
     }

@@ -18,9 +18,9 @@
 //!   milliseconds, 8 bytes big-endian) before its tag: the expiry is read
 //!   with the value, so a read never costs a second lookup, and a value
 //!   past its deadline is invisible to every command from that moment
-//!   (Redis's lazy expiry). Departure from Redis: there is no active
-//!   expiry cycle, so an expired value keeps its space until its key is
-//!   written or deleted.
+//!   (Redis's lazy expiry). Its space comes back when compaction rewrites
+//!   it (strings and hashes) or when the expiry sweeper reaches it
+//!   (`crate::sweeper`, Redis's active expiry), whichever is first.
 //!
 //! The version is fresh for each new set, so entries of a set that was
 //! overwritten by `SET` are never seen again. Departure from Kvrocks: they

@@ -23,6 +23,7 @@
 //! | the request context a command may carry (`SLUICE.WITH`) | `sluice_resp::request_context` |
 //! | the server of `sluice serve`: every connection on one poller, a bounded pool of workers that wait on it and run the ready connections' commands, group commit across connections (the map is in `server.rs`); its bounds against hostile clients; what its connections share; its commands (the command table in `commands.rs`, typed reads and writes in `commands/value.rs`, the store as commands reach it in `commands/store.rs`, MULTI/EXEC/WATCH in `commands/transaction.rs`, CLIENT in `commands/client.rs`, a connection's state in `commands/session.rs`); SCAN's cursors | `server.rs`, `poller.rs`, `connection.rs`, `request.rs`, `committer.rs`, `shared.rs`, `commands.rs`, `commands/`, `cursors.rs` |
 //! | strings, hashes, sorted sets and their deadlines over flat keys | `keyspace.rs` |
+//! | the expiry sweeper: values past their deadline deleted by the `expiry` background task | `sweeper.rs` |
 //!
 //! The YCSB drivers are in `sluice-bench`; `sluice demo` runs them on this
 //! store.
@@ -50,6 +51,7 @@ pub mod server;
 mod shared;
 pub mod sstable;
 mod state;
+mod sweeper;
 mod version;
 mod wal;
 

@@ -9,6 +9,7 @@
 //! | a connection: reading, writing, its bounds against a hostile client | `connection.rs` |
 //! | its requests, each inside its request context | `request.rs` |
 //! | group commit across connections | `committer.rs` |
+//! | values past their deadline deleted in the background | `sweeper.rs` |
 //!
 //! A connection costs its socket and a few hundred bytes, not a thread, so
 //! thousands of idle clients hold little. The store blocks in its I/O and
@@ -47,10 +48,11 @@ impl Server {
     }
 
     /// Serves for as long as the process runs, this thread one of the
-    /// workers. Fails only if the poller, a worker or the committing
-    /// thread cannot be started.
+    /// workers. Fails only if the poller, a worker, the committing thread
+    /// or the expiry sweeper cannot be started.
     pub fn run(self) -> io::Result<()> {
         let workers = self.shared.options.workers.max(1);
+        crate::sweeper::spawn(self.shared.clone())?;
         let poller = Arc::new(Poller::new(self.listener, self.shared)?);
         for _ in 1..workers {
             let poller = poller.clone();

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
+use sluice_io::{Background, TaskKind};
 
 use crate::cursors::Cursors;
 use crate::io_estimate::IoEstimates;
@@ -80,6 +81,10 @@ pub(crate) struct Shared {
     pub started: Instant,
     /// N of the requests with a deadline, learned from their predecessors.
     pub io_estimates: IoEstimates,
+    /// The expiry sweeper's background task (`crate::sweeper`).
+    pub expiry_task: Arc<Background>,
+    /// Expired values the sweeper has deleted.
+    pub expired_keys: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -89,7 +94,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub fn new(db: Arc<Db>, options: ServerOptions) -> Shared {
         Shared {
-            db,
             options,
             locks: KeyLocks::new(KEY_LOCK_STRIPES),
             cursors: Cursors::new(),
@@ -100,6 +104,11 @@ impl Shared {
             commands: AtomicU64::new(0),
             started: Instant::now(),
             io_estimates: IoEstimates::default(),
+            expiry_task: db
+                .runtime()
+                .register_background(format!("expiry {}", db.dir().display()), TaskKind::Expiry),
+            expired_keys: AtomicU64::new(0),
+            db,
         }
     }
 

@@ -798,6 +798,51 @@ fn deleting_an_expired_sorted_set_frees_its_entries() {
     assert_eq!(db.get(b"z").unwrap(), None);
 }
 
+/// The expiry sweeper deletes values past their deadline that nobody
+/// touches again, a sorted set's members with them, and counts them in
+/// INFO as Redis's active expiry does; its knobs are CONFIG's.
+#[test]
+fn the_sweeper_reclaims_expired_keys_nobody_touches() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "expiry-*"]),
+        "*8\r\n$15\r\nexpiry-critical\r\n$2\r\nno\r\n$13\r\nexpiry-paused\r\n$2\r\nno\r\n\
+         $17\r\nexpiry-rate-bytes\r\n$1\r\n0\r\n$16\r\nexpiry-rate-iops\r\n$1\r\n0\r\n"
+    );
+    for i in 0..50 {
+        c.call(&["SET", &format!("s{i}"), "v", "PX", "1"]);
+    }
+    c.call(&["ZADD", "z", "1", "a", "2", "b"]);
+    c.call(&["PEXPIRE", "z", "1"]);
+    c.call(&["SET", "kept", "v"]);
+    let expired = |c: &mut Client| -> u64 {
+        let info = c.call(&["INFO", "stats"]);
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("expired_keys:"))
+            .expect("expired_keys");
+        line["expired_keys:".len()..].parse().unwrap()
+    };
+    // The sweeper's first walks find an empty store and wait 2 s, then 4 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while expired(&mut c) < 51 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(expired(&mut c), 51, "every expired value deleted, once");
+    let stored: Vec<Vec<u8>> = db
+        .scan(&[], None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(stored, vec![b"kept".to_vec()], "the sorted set's members went too");
+    let info = c.call(&["INFO", "background"]);
+    assert!(info.contains("expiry:") && info.contains("paused=false"), "{info}");
+    assert_eq!(c.call(&["CONFIG", "SET", "expiry-paused", "yes"]), "+OK\r\n");
+    assert!(c.call(&["INFO", "background"]).contains("paused=true"));
+}
+
 #[test]
 fn a_connections_tenant_is_forgotten_when_it_closes() {
     let (addr, _dir) = start(Options::default());

@@ -22,13 +22,14 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
-    CONFIG GET/SET (flush-* and compaction-*: rate-bytes, rate-iops, paused, critical; the \
+    CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \
     DOCS: arity, flags, key positions as Redis 7 gives them); \
     SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
     < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved). \
     Every command runs as foreground work of its tenant: the connection, or the user named \
-    by AUTH user password. Flush and compaction run as background tasks; INFO reports \
+    by AUTH user password. Flush, compaction and the expiry sweeper (which deletes values \
+    past their deadline, as Redis's active expiry does) run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
     A connection costs a few KiB and no thread: a pool of workers (--workers) waits on one \
     poller and runs the commands of whichever connection is ready. A write is acknowledged once \

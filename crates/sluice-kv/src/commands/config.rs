@@ -1,8 +1,8 @@
 //! `CONFIG GET` and `CONFIG SET`: the knobs of the store's background
 //! tasks, which an operator or a controller that sees more than this node
-//! turns while they run (flush and compaction: a byte rate and an I/O
-//! rate, 0 for none; pause; critical, which runs their I/O as foreground
-//! work), and, read-only, the few of Redis's parameters that tools ask
+//! turns while they run (flush, compaction and the expiry sweeper: a
+//! byte rate and an I/O rate, 0 for none; pause; critical, which runs
+//! their I/O as foreground work), and, read-only, the few of Redis's parameters that tools ask
 //! for on connecting (`appendonly`, `appendfsync`, `save`, `databases`).
 //!
 //! As in Redis 7: GET takes several glob patterns (case-insensitive) and
@@ -31,7 +31,11 @@ enum Knob {
 enum Task {
     Flush,
     Compaction,
+    Expiry,
 }
+
+/// Every task, in the order of their discriminants.
+const TASKS: [Task; 3] = [Task::Flush, Task::Compaction, Task::Expiry];
 
 /// What a parameter names.
 #[derive(Clone, Copy)]
@@ -55,6 +59,10 @@ const PARAMETERS: &[(&str, Parameter)] = &[
         Parameter::Knob(Task::Compaction, Knob::RateIops),
     ),
     ("databases", Parameter::Fixed(|_| "1".into())),
+    ("expiry-critical", Parameter::Knob(Task::Expiry, Knob::Critical)),
+    ("expiry-paused", Parameter::Knob(Task::Expiry, Knob::Paused)),
+    ("expiry-rate-bytes", Parameter::Knob(Task::Expiry, Knob::RateBytes)),
+    ("expiry-rate-iops", Parameter::Knob(Task::Expiry, Knob::RateIops)),
     ("flush-critical", Parameter::Knob(Task::Flush, Knob::Critical)),
     ("flush-paused", Parameter::Knob(Task::Flush, Knob::Paused)),
     ("flush-rate-bytes", Parameter::Knob(Task::Flush, Knob::RateBytes)),
@@ -72,6 +80,7 @@ fn task(shared: &Shared, task: Task) -> &Arc<Background> {
     match task {
         Task::Flush => shared.db.flush_task(),
         Task::Compaction => shared.db.compaction_task(),
+        Task::Expiry => &shared.expiry_task,
     }
 }
 
@@ -152,7 +161,7 @@ fn set(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
         ))
     };
     // Every parameter is checked before any is set.
-    let mut knobs = [Task::Flush, Task::Compaction].map(|t| task(shared, t).knobs());
+    let mut knobs = TASKS.map(|t| task(shared, t).knobs());
     let mut seen = Vec::new();
     for pair in pairs.chunks(2) {
         let name = pair[0].to_ascii_lowercase();
@@ -174,7 +183,7 @@ fn set(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
             return refused(&pair[0], why);
         }
     }
-    for (t, k) in [Task::Flush, Task::Compaction].into_iter().zip(knobs) {
+    for (t, k) in TASKS.into_iter().zip(knobs) {
         task(shared, t).set_knobs(k);
     }
     Reply::ok()

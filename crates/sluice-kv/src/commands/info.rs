@@ -71,9 +71,10 @@ fn persistence(shared: &Shared, s: &mut String) {
 fn stats(shared: &Shared, s: &mut String) {
     let _ = write!(
         s,
-        "total_connections_received:{}\r\ntotal_commands_processed:{}\r\n",
+        "total_connections_received:{}\r\ntotal_commands_processed:{}\r\nexpired_keys:{}\r\n",
         shared.next_client.load(Ordering::Relaxed) - 1,
-        shared.commands.load(Ordering::Relaxed)
+        shared.commands.load(Ordering::Relaxed),
+        shared.expired_keys.load(Ordering::Relaxed)
     );
 }
 
@@ -97,7 +98,7 @@ fn tenants(shared: &Shared, s: &mut String) {
 
 fn background(shared: &Shared, s: &mut String) {
     let db = &shared.db;
-    for task in [db.flush_task(), db.compaction_task()] {
+    for task in [db.flush_task(), db.compaction_task(), &shared.expiry_task] {
         let st = task.stats();
         let rate = st
             .knobs
