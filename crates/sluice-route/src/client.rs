@@ -2,7 +2,11 @@
 //!
 //! Commands that concern only the connection (PING, HELLO, SELECT 0,
 //! CLIENT ...) are answered here, and a transaction is queued here from
-//! MULTI to EXEC; every other command goes to the [`Router`]. A connection's commands run one after another, as Redis runs
+//! MULTI to EXEC; every other command goes to the [`Router`]. A `WATCH`
+//! reserves a connection to its keys' shard for the client
+//! ([`Router::reserve`]), on which the shard keeps the watch and which the
+//! transaction then runs on, so that the shard's own optimistic lock
+//! decides, as it would for a client connected to it directly. A connection's commands run one after another, as Redis runs
 //! them, and the replies of a pipeline are written together. Each client
 //! has its own task and buffers: a client that stops reading holds only
 //! its own task, and a malformed request closes only its own connection,
@@ -16,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::command::{keys_of, route, Route};
-use crate::router::{Answer, Origin, Router};
+use crate::router::{Answer, Origin, Router, Watched};
 
 /// Connection ids, for `CLIENT ID`.
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
@@ -32,6 +36,17 @@ struct Session {
     quit: bool,
     /// The transaction being queued, between MULTI and EXEC.
     transaction: Option<Transaction>,
+    /// The client's watch, from WATCH to EXEC, DISCARD or UNWATCH.
+    watched: Option<Watched>,
+}
+
+impl Session {
+    /// Ends the client's watch, if any, without an EXEC.
+    fn unwatch(&mut self) {
+        if let Some(w) = self.watched.take() {
+            w.release(false);
+        }
+    }
 }
 
 /// Commands queued since MULTI. They run on one shard, so their keys must
@@ -54,6 +69,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
         name: None,
         quit: false,
         transaction: None,
+        watched: None,
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
@@ -173,8 +189,8 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
     let name = String::from_utf8_lossy(&args[0]).to_lowercase();
     let (budget, tenant) = sent.unwrap_or((None, None));
     let origin = router.origin(tenant.or(session.name.as_deref()), budget);
-    let queueing = session.transaction.is_some() && name != "quit";
-    if matches!(name.as_str(), "multi" | "exec" | "discard") || queueing {
+    let queueing = session.transaction.is_some() && !matches!(name.as_str(), "quit" | "reset");
+    if matches!(name.as_str(), "multi" | "exec" | "discard" | "watch" | "unwatch") || queueing {
         return transaction(router, session, &name, args, origin).await;
     }
     match route(&name) {
@@ -187,36 +203,66 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
     }
 }
 
-/// MULTI, EXEC, DISCARD, and the commands queued between: the
-/// transaction's keys must share a slot, and it is sent whole to their
-/// shard at EXEC ([`Router::transaction`]).
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH, and the commands queued between:
+/// the transaction's keys (and the watched ones) must share a slot, and it
+/// is sent whole to their shard at EXEC ([`Router::transaction`]), on the
+/// watch's connection if the client watches ([`Router::on_watched`]).
 async fn transaction(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>], origin: Origin) -> Answer {
     let Some(t) = session.transaction.as_mut() else {
         return match name {
             "multi" => {
-                session.transaction = Some(Transaction::default());
+                session.transaction = Some(Transaction {
+                    first_key: session.watched.as_ref().map(|w| w.key.clone()),
+                    ..Transaction::default()
+                });
                 Reply::ok().into()
             }
             "exec" => Reply::error("EXEC without MULTI").into(),
-            _ => Reply::error("DISCARD without MULTI").into(),
+            "discard" => Reply::error("DISCARD without MULTI").into(),
+            "watch" => watch(router, session, args, origin).await,
+            _ if args.len() > 1 => Reply::error("wrong number of arguments for 'unwatch' command").into(),
+            _ => {
+                session.unwatch();
+                Reply::ok().into()
+            }
         };
     };
     match name {
         "multi" => return Reply::error("MULTI calls can not be nested").into(),
+        // Refused without aborting the transaction, as Redis 7 refuses it.
+        "watch" => return Reply::error("WATCH inside MULTI is not allowed").into(),
         "discard" => {
             session.transaction = None;
+            session.unwatch();
             return Reply::ok().into();
         }
         "exec" => {
             let t = session.transaction.take().expect("inside MULTI");
+            let watched = session.watched.take();
             if t.refused {
+                if let Some(w) = watched {
+                    w.release(false);
+                }
                 return Reply::Error("EXECABORT Transaction discarded because of previous errors.".into()).into();
             }
-            if t.queued.is_empty() {
-                return Reply::Array(Vec::new()).into();
-            }
-            let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
-            return router.transaction(slot, &t.queued, origin).await;
+            let Some(mut w) = watched else {
+                if t.queued.is_empty() {
+                    return Reply::Array(Vec::new()).into();
+                }
+                let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
+                return router.transaction(slot, &t.queued, origin).await;
+            };
+            // Even an empty transaction goes to the shard: its EXEC
+            // answers whether a watched key changed.
+            let queued: Vec<Vec<&[u8]>> = t.queued.iter().map(|c| c.iter().map(Vec::as_slice).collect()).collect();
+            let (multi, exec): (&[&[u8]], &[&[u8]]) = (&[b"MULTI"], &[b"EXEC"]);
+            let all: Vec<&[&[u8]]> = std::iter::once(multi)
+                .chain(queued.iter().map(Vec::as_slice))
+                .chain(std::iter::once(exec))
+                .collect();
+            let answer = router.on_watched(&mut w, &all, origin).await;
+            w.release(true);
+            return answer;
         }
         _ => {}
     }
@@ -244,6 +290,44 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
     Reply::Simple("QUEUED".into()).into()
 }
 
+/// `WATCH key...`: on the connection reserved for the client's watch, the
+/// keys sharing a slot with any it watches already.
+async fn watch(router: &Router, session: &mut Session, args: &[Vec<u8>], origin: Origin) -> Answer {
+    if args.len() < 2 {
+        return Reply::error("wrong number of arguments for 'watch' command").into();
+    }
+    let keys = &args[1..];
+    let together: Vec<Vec<u8>> = session
+        .watched
+        .iter()
+        .map(|w| w.key.clone())
+        .chain(keys.iter().cloned())
+        .collect();
+    if let Err(crossslot) = router.place(&together) {
+        return crossslot.into();
+    }
+    let (mut watched, fresh) = match session.watched.take() {
+        Some(w) => (w, false),
+        None => match router.reserve(&keys[0]).await {
+            Ok(w) => (w, true),
+            Err(failed) => return failed,
+        },
+    };
+    let command: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    let answer = router.on_watched(&mut watched, &[&command], origin).await;
+    let refused = match &answer {
+        Answer::Reply(Reply::Error(_)) => true,
+        Answer::Raw(raw) => raw.first() == Some(&b'-'),
+        Answer::Reply(_) => false,
+    };
+    if refused && fresh {
+        watched.release(false);
+    } else {
+        session.watched = Some(watched);
+    }
+    answer
+}
+
 /// Commands that concern the connection alone.
 fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
     let rest = &args[1..];
@@ -255,11 +339,14 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -
         ("select", [_]) => Reply::error("SELECT is not allowed in cluster mode"),
         ("quit", _) => {
             session.quit = true;
+            session.unwatch();
             Reply::ok()
         }
         ("reset", []) => {
             session.resp3 = false;
             session.name = None;
+            session.transaction = None;
+            session.unwatch();
             Reply::Simple("RESET".into())
         }
         ("hello", _) => hello(session, rest),

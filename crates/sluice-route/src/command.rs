@@ -153,24 +153,17 @@ const FIRST_KEY: &[&str] = &[
     "pfadd",
 ];
 
-/// Commands answered by the router (MULTI, EXEC and DISCARD by the
-/// client's session, which queues the transaction).
+/// Commands answered by the router (MULTI, EXEC, DISCARD, WATCH and
+/// UNWATCH by the client's session, which queues the transaction and keeps
+/// the watch).
 const LOCAL: &[&str] = &[
     "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info", "multi", "exec",
-    "discard",
+    "discard", "watch", "unwatch",
 ];
 
 /// Commands that need one connection's state across commands, or the
 /// whole key space, and so cannot be split.
 const REFUSED: &[(&str, &str)] = &[
-    (
-        "watch",
-        "WATCH is not supported through sluice route (MULTI/EXEC on keys of one slot are)",
-    ),
-    (
-        "unwatch",
-        "WATCH is not supported through sluice route (MULTI/EXEC on keys of one slot are)",
-    ),
     (
         "flushall",
         "commands over the whole key space are not supported through sluice route",
@@ -329,7 +322,7 @@ mod tests {
             }
         );
         assert_eq!(route("multi"), Route::Local);
-        assert!(matches!(route("watch"), Route::Refused(why) if why.contains("WATCH")));
+        assert_eq!(route("watch"), Route::Local);
         assert_eq!(route("frobnicate"), Route::Unknown);
     }
 

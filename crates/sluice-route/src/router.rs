@@ -23,7 +23,7 @@ use crate::command::{script_keys, Merge, Route};
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
 use crate::scan::ScanCursors;
-use crate::shard::{Asking, Shard, ShardError, ShardOptions};
+use crate::shard::{Asking, Reserved, Shard, ShardError, ShardOptions};
 use crate::slot::{slot, SLOTS};
 use crate::stats::RequestStats;
 
@@ -86,6 +86,22 @@ pub struct Origin {
     /// Index of the tenant in the configuration.
     pub tenant: Option<usize>,
     pub budget: Option<Nanos>,
+}
+
+/// A client's `WATCH`: a key of its slot, their shard, and the
+/// connection the shard keeps the watch on until the client's `EXEC`.
+pub struct Watched {
+    /// A watched key: it stands for their slot.
+    pub key: Vec<u8>,
+    shard: Arc<Shard>,
+    reserved: Reserved,
+}
+
+impl Watched {
+    /// Ends the watch: `exec_ran` says the shard ended it itself (EXEC).
+    pub fn release(self, exec_ran: bool) {
+        self.shard.release(self.reserved, exec_ran);
+    }
 }
 
 /// What the router answers: a reply it made, or a shard's reply passed on
@@ -447,6 +463,36 @@ impl Router {
             let shard = self.shard_of_slot(slot)?;
             let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));
             shard.call_many(ctx, budget, tenant, &all, Asking::No).await
+        };
+        match self.one_part(origin, exchange).await {
+            Ok(raw) => Answer::Raw(raw),
+            Err(failed) => failed,
+        }
+    }
+
+    /// Reserves a connection to the shard of `slot` for a client's
+    /// `WATCH` ([`Shard::reserve`]).
+    pub async fn reserve(&self, key: &[u8]) -> Result<Watched, Answer> {
+        let shard = self
+            .shard_of_slot(slot(key))
+            .map_err(|e| Answer::from(Reply::Error(format!("ERR {e}"))))?;
+        match shard.reserve().await {
+            Ok(reserved) => Ok(Watched {
+                key: key.to_vec(),
+                shard,
+                reserved,
+            }),
+            Err(e) => Err(Reply::Error(format!("ERR {e}")).into()),
+        }
+    }
+
+    /// Sends `commands` together on a watching client's reserved
+    /// connection, as one request of one part; the last one's reply.
+    pub async fn on_watched(&self, watched: &mut Watched, commands: &[&[&[u8]]], origin: Origin) -> Answer {
+        let Watched { shard, reserved, .. } = watched;
+        let exchange = |ctx: Ctx| async move {
+            let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));
+            shard.call_reserved(reserved, ctx, budget, tenant, commands).await
         };
         match self.one_part(origin, exchange).await {
             Ok(raw) => Answer::Raw(raw),

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::ShardKind;
-use crate::gate::{Gate, Pass};
+use crate::gate::Gate;
 use crate::pipeline::Pipeline;
 use crate::stats::Histogram;
 
@@ -134,13 +134,63 @@ impl Shard {
         commands: &[&[&[u8]]],
         asking: Asking,
     ) -> Result<Vec<u8>, ShardError> {
+        self.counted(ctx, self.exchange(ctx, budget_ms, tenant, commands, asking))
+            .await
+    }
+
+    /// A connection of the shard's own for one client, kept from its
+    /// `WATCH` to its `EXEC`: the shard holds the client's watched keys on
+    /// that connection, so nothing else may be sent on it meanwhile.
+    pub async fn reserve(&self) -> Result<Reserved, ShardError> {
+        let conn = match self.take_idle() {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        Ok(Reserved { conn, broken: false })
+    }
+
+    /// [`Shard::call_many`] on a reserved connection.
+    pub async fn call_reserved(
+        &self,
+        reserved: &mut Reserved,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
+        commands: &[&[&[u8]]],
+    ) -> Result<Vec<u8>, ShardError> {
+        let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, Asking::No);
+        let talk = async {
+            let result = talk(&mut reserved.conn, &out, replies, self.options.reply_timeout).await;
+            reserved.broken |= result.is_err();
+            result.map_err(|e| self.failure(e))
+        };
+        self.counted(ctx, talk).await
+    }
+
+    /// Gives a reserved connection back to the pool once the shard has
+    /// forgotten its watch (`watch_ended`: after `EXEC`); one that failed,
+    /// or whose watch the shard still holds, is closed instead, which ends
+    /// the watch.
+    pub fn release(&self, reserved: Reserved, watch_ended: bool) {
+        if watch_ended && !reserved.broken {
+            self.give_back(reserved.conn);
+        }
+    }
+
+    /// Runs one sub-request's exchange `talk`: a pass at the gate first,
+    /// then counted and timed.
+    async fn counted(
+        &self,
+        ctx: Ctx,
+        talk: impl std::future::Future<Output = Result<Vec<u8>, ShardError>>,
+    ) -> Result<Vec<u8>, ShardError> {
         let waited = Instant::now();
-        let pass = self.gate.enter(ctx).await;
+        let _pass = self.gate.enter(ctx).await;
         let started = Instant::now();
         self.stats.gate_wait.record(started - waited);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
         let flying = InFlight::new(&self.stats.in_flight);
-        let result = self.exchange(ctx, budget_ms, tenant, commands, asking, &pass).await;
+        let result = talk.await;
         self.stats.latency.record(started.elapsed());
         drop(flying);
         if result.is_err() {
@@ -166,8 +216,37 @@ impl Shard {
         tenant: Option<&[u8]>,
         commands: &[&[&[u8]]],
         asking: Asking,
-        _pass: &Pass,
     ) -> Result<Vec<u8>, ShardError> {
+        let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, asking);
+        if self.options.kind == ShardKind::Redis {
+            let pipeline = self.pipeline().await?;
+            return match pipeline.send(out, replies).await {
+                Ok(reply) => Ok(reply),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(self.failure(Exchange::TimedOut)),
+                Err(e) => Err(self.failure(Exchange::Broken(e))),
+            };
+        }
+        let mut conn = match self.take_idle() {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        // The connection goes back to the pool only after a whole exchange.
+        let reply = talk(&mut conn, &out, replies, self.options.reply_timeout)
+            .await
+            .map_err(|e| self.failure(e))?;
+        self.give_back(conn);
+        Ok(reply)
+    }
+
+    /// `commands` as the shard reads them, and how many replies they get.
+    fn encode(
+        &self,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
+        commands: &[&[&[u8]]],
+        asking: Asking,
+    ) -> (Vec<u8>, usize) {
         let size: usize = commands.iter().flat_map(|c| c.iter()).map(|a| a.len() + 16).sum();
         let mut out = Vec::with_capacity(64 * commands.len() + size);
         if asking == Asking::Yes {
@@ -186,46 +265,7 @@ impl Shard {
                 ShardKind::Redis => encode_command(args, &mut out),
             }
         }
-        let replies = commands.len() + usize::from(asking == Asking::Yes);
-        if self.options.kind == ShardKind::Redis {
-            let pipeline = self.pipeline().await?;
-            return match pipeline.send(out, replies).await {
-                Ok(reply) => Ok(reply),
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(self.failure(Exchange::TimedOut)),
-                Err(e) => Err(self.failure(Exchange::Broken(e))),
-            };
-        }
-        let conn = match self.take_idle() {
-            Some(conn) => conn,
-            None => self.connect().await?,
-        };
-        self.send(conn, &out, replies).await.map_err(|e| self.failure(e))
-    }
-
-    /// Writes `out` and reads its `replies` replies: the last, or the first
-    /// if it is an error (a refused `ASKING` or `MULTI`). The connection
-    /// goes back to the pool only after a whole exchange.
-    async fn send(&self, mut conn: Conn, out: &[u8], replies: usize) -> Result<Vec<u8>, Exchange> {
-        let exchange = async {
-            conn.stream.write_all(out).await?;
-            let first = conn.read_reply().await?;
-            let mut last = None;
-            for _ in 1..replies {
-                last = Some(conn.read_reply().await?);
-            }
-            Ok(match last {
-                Some(last) if first.first() != Some(&b'-') => last,
-                _ => first,
-            })
-        };
-        match tokio::time::timeout(self.options.reply_timeout, exchange).await {
-            Ok(Ok(reply)) => {
-                self.give_back(conn);
-                Ok(reply)
-            }
-            Ok(Err(e)) => Err(Exchange::Broken(e)),
-            Err(_) => Err(Exchange::TimedOut),
-        }
+        (out, commands.len() + usize::from(asking == Asking::Yes))
     }
 
     fn failure(&self, e: Exchange) -> ShardError {
@@ -311,6 +351,35 @@ impl Shard {
         }
         Ok(conn)
     }
+}
+
+/// Writes `out` on `conn` and reads its `replies` replies: the last, or the
+/// first if it is an error (a refused `ASKING` or `MULTI`).
+async fn talk(conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) -> Result<Vec<u8>, Exchange> {
+    let exchange = async {
+        conn.stream.write_all(out).await?;
+        let first = conn.read_reply().await?;
+        let mut last = None;
+        for _ in 1..replies {
+            last = Some(conn.read_reply().await?);
+        }
+        Ok(match last {
+            Some(last) if first.first() != Some(&b'-') => last,
+            _ => first,
+        })
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(Exchange::Broken(e)),
+        Err(_) => Err(Exchange::TimedOut),
+    }
+}
+
+/// A connection reserved for one client ([`Shard::reserve`]).
+pub struct Reserved {
+    conn: Conn,
+    /// An exchange on it failed: its state is unknown, so it is closed.
+    broken: bool,
 }
 
 /// One sub-request counted in flight until dropped, however its call ends

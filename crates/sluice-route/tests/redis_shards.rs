@@ -207,3 +207,64 @@ fn a_transaction_runs_whole_on_a_shared_pipeline() {
         t.join().unwrap();
     }
 }
+
+/// WATCH in front of stock Redis: each watching client gets a connection
+/// of its own to the shard, while the other clients' commands go on over
+/// the shared pipeline; concurrent read-modify-write increments through
+/// WATCH/MULTI/EXEC, retried on abort, lose none.
+#[test]
+fn watched_increments_lose_no_update() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(_b) = start_redis(ports[1]) else { return };
+    let (router, _) = start_router(ports);
+    let (clients, rounds) = (4, 25);
+    let aborted = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| {
+                let mut c = Client::connect(router);
+                for _ in 0..rounds {
+                    loop {
+                        assert_eq!(c.call(&["WATCH", "{n}counter"]), Reply::ok());
+                        let now = match c.call(&["GET", "{n}counter"]) {
+                            Reply::Bulk(Some(v)) => String::from_utf8(v).unwrap().parse::<i64>().unwrap(),
+                            _ => 0,
+                        };
+                        assert_eq!(c.call(&["MULTI"]), Reply::ok());
+                        c.call(&["SET", "{n}counter", &(now + 1).to_string()]);
+                        match c.call(&["EXEC"]) {
+                            Reply::Array(r) => {
+                                assert_eq!(r, vec![Reply::ok()]);
+                                break;
+                            }
+                            Reply::NullArray => {
+                                aborted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => panic!("EXEC: {other:?}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut c = Client::connect(router);
+    assert_eq!(c.call(&["GET", "{n}counter"]), bulk(&(clients * rounds).to_string()));
+    let connected = |port: u16| {
+        let mut direct = Client::connect(SocketAddr::from(([127, 0, 0, 1], port)));
+        let Reply::Bulk(Some(info)) = direct.call(&["INFO", "clients"]) else {
+            panic!("INFO")
+        };
+        let info = String::from_utf8(info).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    // The pipeline, the pool of reserved connections (at most 4 here) and
+    // this test's own.
+    let most = ports.iter().map(|&p| connected(p)).max().unwrap();
+    assert!(most <= 1 + clients + 1, "{most} connections to one shard");
+    eprintln!("aborted and retried: {}", aborted.load(Ordering::Relaxed));
+}

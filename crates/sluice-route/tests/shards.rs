@@ -141,7 +141,6 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     let (router, _) = start_router(&[shard, other], "");
     let mut c = Client::connect(router);
     assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
-    assert!(error_text(c.call(&["WATCH", "k"])).contains("WATCH is not supported"));
     assert!(error_text(c.call(&["FLUSHALL"])).contains("whole key space"));
     assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
     assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
@@ -258,6 +257,25 @@ for kwargs in ({}, {"protocol": 2}):
     assert [(m, s) for m, s in r.zrange("z", 0, -1, withscores=True)] == [(b"a", 1.5), (b"b", 2.0)]
     assert r.zincrby("z", 1, "a") == 2.5
     r.delete("z")
+    # Optimistic locking: transaction() watches, retries on WatchError.
+    r.set("{acct}:balance", 10)
+    def withdraw(pipe):
+        balance = int(pipe.get("{acct}:balance"))
+        pipe.multi()
+        pipe.set("{acct}:balance", balance - 3)
+    r.transaction(withdraw, "{acct}:balance")
+    assert r.get("{acct}:balance") == b"7"
+    with r.pipeline() as pipe:
+        pipe.watch("{acct}:balance")
+        redis.Redis(port=port, **kwargs).set("{acct}:balance", 100)
+        pipe.multi()
+        pipe.set("{acct}:balance", 0)
+        try:
+            pipe.execute()
+            raise AssertionError("a write by another client must abort EXEC")
+        except redis.WatchError:
+            pass
+    assert r.get("{acct}:balance") == b"100"
     r.close()
 print("ok")
 "#;
@@ -475,6 +493,92 @@ fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
     assert_eq!(c.call(&["EXEC"]), Reply::error("EXEC without MULTI"));
     assert_eq!(c.call(&["MULTI"]), Reply::ok());
     assert_eq!(c.call(&["EXEC"]), Reply::Array(Vec::new()));
+}
+
+/// WATCH runs on a connection reserved for the client on its keys' shard,
+/// which the transaction then runs on: a write by another client between
+/// WATCH and EXEC aborts it, as on the shard directly; keys of another
+/// shard are refused; the reserved connections go back to the pool.
+#[test]
+fn watch_aborts_exec_after_another_clients_write_on_the_shard() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (other, _dir2) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard, other], "");
+    let (mut c, mut d) = (Client::connect(router), Client::connect(router));
+    let queued = Reply::Simple("QUEUED".into());
+    assert_eq!(c.call(&["SET", "{u}k", "1"]), Reply::ok());
+
+    assert_eq!(c.call(&["WATCH", "{u}k", "{u}other"]), Reply::ok());
+    assert_eq!(d.call(&["SET", "{u}k", "2"]), Reply::ok());
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["SET", "{u}k", "3"]), queued);
+    assert_eq!(c.call(&["EXEC"]), Reply::NullArray, "aborted");
+    assert_eq!(c.call(&["GET", "{u}k"]), bulk("2"));
+
+    assert_eq!(c.call(&["WATCH", "{u}k"]), Reply::ok());
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["INCR", "{u}k"]), queued);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        Reply::Array(vec![Reply::Integer(3)]),
+        "nothing changed"
+    );
+
+    // An empty transaction still answers whether a watched key changed.
+    assert_eq!(c.call(&["WATCH", "{u}k"]), Reply::ok());
+    d.call(&["SET", "{u}k", "9"]);
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["EXEC"]), Reply::NullArray);
+
+    // UNWATCH and DISCARD end the watch.
+    assert_eq!(c.call(&["WATCH", "{u}k"]), Reply::ok());
+    assert_eq!(c.call(&["UNWATCH"]), Reply::ok());
+    d.call(&["SET", "{u}k", "10"]);
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["GET", "{u}k"]), queued);
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![bulk("10")]));
+    assert_eq!(c.call(&["WATCH", "{u}k"]), Reply::ok());
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["DISCARD"]), Reply::ok());
+    d.call(&["SET", "{u}k", "11"]);
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(Vec::new()));
+
+    // As Redis 7: WATCH inside MULTI is refused and the transaction goes on.
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert!(error_text(c.call(&["WATCH", "{u}k"])).contains("WATCH inside MULTI is not allowed"));
+    assert_eq!(c.call(&["GET", "{u}k"]), queued);
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![bulk("11")]));
+
+    // "foo" and "bar" are on different shards of two.
+    assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
+    assert!(error_text(c.call(&["WATCH", "foo", "bar"])).starts_with("CROSSSLOT"));
+    assert_eq!(c.call(&["WATCH", "foo"]), Reply::ok());
+    assert!(error_text(c.call(&["WATCH", "bar"])).starts_with("CROSSSLOT"));
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert!(error_text(c.call(&["SET", "bar", "1"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["EXEC"])).starts_with("EXECABORT"));
+    assert!(error_text(c.call(&["WATCH"])).contains("wrong number of arguments for 'watch'"));
+
+    // Many watches, one after another: the shard's connections stay few.
+    for i in 0..50 {
+        assert_eq!(c.call(&["WATCH", "{u}k"]), Reply::ok());
+        c.call(&["MULTI"]);
+        c.call(&["SET", "{u}k", &i.to_string()]);
+        assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![Reply::ok()]));
+    }
+    let owner = if slot(b"{u}") < 8192 { shard } else { other };
+    let Reply::Bulk(Some(info)) = Client::connect(owner).call(&["INFO", "clients"]) else {
+        panic!("INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    let connected: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(connected <= 4, "reserved connections are given back: {info}");
 }
 
 /// KEYS asks every shard; SCAN walks the shards one after another, with a
