@@ -33,6 +33,7 @@ mod expire;
 mod hash;
 mod info;
 mod keys;
+mod list;
 mod long_double;
 mod session;
 mod store;
@@ -48,6 +49,7 @@ pub(crate) use store::deferring;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
+use list::End;
 use transaction::Exec;
 use value::{read, read_many, run, string, write_strings, Typed};
 
@@ -128,6 +130,15 @@ const COMMANDS: &[Command] = &[
         |s, _, _, r| Reply::Bulk(Some(info::info(s, r).into_bytes())),
     ),
     command("keys", |n| n == 1, |s, _, _, r| keys::keys(s, &r[0])),
+    command("lindex", |n| n == 2, |s, _, name, r| list::read_list(s, name, r)),
+    command("llen", |n| n == 1, |s, _, name, r| list::read_list(s, name, r)),
+    command("lmove", |n| n == 4, |s, _, _, r| list::lmove(s, r, None)),
+    command("lpop", |n| n == 1 || n == 2, |s, _, _, r| list::pop(s, r, End::Left)),
+    command("lpush", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Left, false)),
+    command("lpushx", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Left, true)),
+    command("lrange", |n| n == 3, |s, _, name, r| list::read_list(s, name, r)),
+    command("lset", |n| n == 3, |s, _, _, r| list::lset(s, r)),
+    command("ltrim", |n| n == 3, |s, _, _, r| list::ltrim(s, r)),
     command("mget", |n| n >= 1, |s, _, _, r| mget(s, r)),
     command("mset", |n| n >= 2 && n % 2 == 0, |s, _, _, r| mset(s, r)),
     command("multi", |n| n == 0, |_, c, _, _| c.transaction.multi()),
@@ -154,6 +165,14 @@ const COMMANDS: &[Command] = &[
         },
     ),
     command("range", |n| (2..=3).contains(&n), |s, _, _, r| range(s, r)),
+    command("rpop", |n| n == 1 || n == 2, |s, _, _, r| list::pop(s, r, End::Right)),
+    command(
+        "rpoplpush",
+        |n| n == 2,
+        |s, _, _, r| list::lmove(s, r, Some((End::Right, End::Left))),
+    ),
+    command("rpush", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, false)),
+    command("rpushx", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, true)),
     command("scan", |n| n >= 1, |s, _, _, r| keys::scan(s, r)),
     command(
         "select",
@@ -311,6 +330,7 @@ fn type_of(shared: &Shared, key: &[u8]) -> Reply {
             Typed::Found(Tag::String, ..) => "string",
             Typed::Found(Tag::Hash, ..) => "hash",
             Typed::Found(Tag::Zset, ..) => "zset",
+            Typed::Found(Tag::List, ..) => "list",
         };
         Ok(Reply::Simple(name.into()))
     })

@@ -14,6 +14,14 @@
 //!   index `ZRANGEBYSCORE` scans. One set can hold every key of a YCSB run
 //!   (its `_indices` set) without rewriting a large value per insert.
 //!
+//! - A list is a small value under the user key (tag, version, the
+//!   positions of its first element and of one past its last) plus one
+//!   store entry per element under `0xFF`, keyed by position: pushing or
+//!   popping at either end, reading by index and reading a range are one
+//!   operation each, as in Kvrocks. Commands that insert or remove inside
+//!   a list (LINSERT, LREM) would rewrite every element after the point,
+//!   so they are not offered; nor are the blocking pops, which would hold
+//!   a worker while they wait.
 //! - A value that expires starts with `x` and its deadline (unix time in
 //!   milliseconds, 8 bytes big-endian) before its tag: the expiry is read
 //!   with the value, so a read never costs a second lookup, and a value
@@ -22,10 +30,11 @@
 //!   it (strings and hashes) or when the expiry sweeper reaches it
 //!   (`crate::sweeper`, Redis's active expiry), whichever is first.
 //!
-//! The version is fresh for each new set, so entries of a set that was
-//! overwritten by `SET` are never seen again. Departure from Kvrocks: they
-//! are not collected either (it has a compaction filter; we do not yet).
-//! `DEL` removes a set's entries.
+//! The version is fresh for each new set or list, so entries of one that
+//! was overwritten (by `SET`, or by a new set or list after it expired)
+//! are never seen again. Departure from Kvrocks: they are not collected
+//! either (it has a compaction filter; we do not yet). `DEL`, and the
+//! expiry sweeper, remove a set's or a list's entries with it.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +51,7 @@ pub enum Tag {
     String = b's' as isize,
     Hash = b'h' as isize,
     Zset = b'z' as isize,
+    List = b'l' as isize,
 }
 
 /// `body` behind `tag`, as the value to store.
@@ -59,6 +69,7 @@ pub fn untag(value: &[u8]) -> Option<(Tag, &[u8])> {
         b's' => Tag::String,
         b'h' => Tag::Hash,
         b'z' => Tag::Zset,
+        b'l' => Tag::List,
         _ => return None,
     };
     Some((tag, &value[1..]))
@@ -100,9 +111,10 @@ pub fn is_live(deadline: Deadline, now: u64) -> bool {
 }
 
 /// Whether compaction may drop the entry `key` → `value` at `now`: a
-/// string or a hash whose deadline has passed. A sorted set is never
-/// dropped here: its members are entries of their own, which a later
-/// write to the key deletes only if it finds the set.
+/// string or a hash whose deadline has passed. A sorted set or a list is
+/// never dropped here: its members or elements are entries of their own,
+/// which the expiry sweeper deletes with it (a value written over it
+/// first leaves them behind, unseen: see the module doc).
 pub fn expired_entry(key: &[u8], value: &[u8], now: u64) -> bool {
     key.first() != Some(&RESERVED)
         && matches!(decode_value(value), Some((Tag::String | Tag::Hash, _, deadline)) if !is_live(deadline, now))
@@ -167,20 +179,11 @@ pub struct ZsetMeta {
 }
 
 impl ZsetMeta {
-    /// A new, empty set with a version no earlier set of this process or,
-    /// as long as the clock moves forward, of an earlier one has used.
+    /// A new, empty set.
     pub fn fresh() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let mut cur = NEXT.load(Ordering::Relaxed);
-        loop {
-            let next = now.max(cur + 1);
-            match NEXT.compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return ZsetMeta { version: next, card: 0 },
-                Err(seen) => cur = seen,
-            }
+        ZsetMeta {
+            version: fresh_version(),
+            card: 0,
         }
     }
 
@@ -239,6 +242,81 @@ impl ZsetMeta {
 
     pub fn prefix(&self, kind: u8) -> Vec<u8> {
         let mut k = vec![RESERVED, b'z', kind];
+        k.extend_from_slice(&self.version.to_be_bytes());
+        k
+    }
+}
+
+/// A version no earlier set or list of this process or, as long as the
+/// clock moves forward, of an earlier one has used.
+fn fresh_version() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut cur = NEXT.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(cur + 1);
+        match NEXT.compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// A list's header: the version its elements are keyed by, and the
+/// positions of its first element and of one past its last. Positions
+/// start in the middle of the `u64` range, so that pushes at either end
+/// never run out in practice (2^63 of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListMeta {
+    pub version: u64,
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl ListMeta {
+    /// A new, empty list.
+    pub fn fresh() -> Self {
+        ListMeta {
+            version: fresh_version(),
+            head: 1 << 63,
+            tail: 1 << 63,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.tail - self.head
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Tag::List as u8];
+        for n in [self.version, self.head, self.tail] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Option<Self> {
+        let n = |i: usize| Some(u64::from_be_bytes(body.get(8 * i..8 * i + 8)?.try_into().ok()?));
+        let meta = ListMeta {
+            version: n(0)?,
+            head: n(1)?,
+            tail: n(2)?,
+        };
+        (meta.head <= meta.tail).then_some(meta)
+    }
+
+    /// Key of the element at `position` (head..tail).
+    pub fn element_key(&self, position: u64) -> Vec<u8> {
+        let mut k = self.prefix();
+        k.extend_from_slice(&position.to_be_bytes());
+        k
+    }
+
+    /// Where this list's elements begin.
+    pub fn prefix(&self) -> Vec<u8> {
+        let mut k = vec![RESERVED, b'l'];
         k.extend_from_slice(&self.version.to_be_bytes());
         k
     }

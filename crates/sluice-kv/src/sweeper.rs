@@ -4,13 +4,14 @@
 //! A value past its deadline is invisible from that moment (lazy expiry,
 //! see [`crate::keyspace`]), and compaction drops the expired strings and
 //! hashes it rewrites. A key that nobody touches again, in tables that are
-//! not compacted, would keep its space, and a sorted set's members are
-//! never dropped by compaction. Redis reclaims such keys with a cycle that
-//! samples its index of keys with a deadline. This store keeps no such
-//! index (a deadline travels inside its value, so that a read costs one
-//! lookup), so the sweeper walks the user keys in key order, [`STEP`]
-//! entries at a time, and deletes every value whose deadline has passed,
-//! a sorted set with its members.
+//! not compacted, would keep its space, and the members of a sorted set
+//! and the elements of a list are never dropped by compaction. Redis
+//! reclaims such keys with a cycle that samples its index of keys with a
+//! deadline. This store keeps no such index (a deadline travels inside its
+//! value, so that a read costs one lookup), so the sweeper walks the user
+//! keys in key order, [`STEP`] entries at a time, and deletes every value
+//! whose deadline has passed, a sorted set with its members and a list
+//! with its elements.
 //!
 //! It runs as a sluice-io background task, so an operator or a controller
 //! turns it as it turns flush and compaction (`CONFIG SET
@@ -224,6 +225,8 @@ mod tests {
             "PEXPIRE h 100000",
             "ZADD z 1 m 2 n",
             "PEXPIRE z 100000",
+            "RPUSH l a b c",
+            "PEXPIRE l 100000",
             "SET lasting v PX 900000",
             "SET forever v",
             "ZADD kept 1 m",
@@ -234,11 +237,12 @@ mod tests {
         // A fake clock: 200 s from now, past three deadlines, not the fourth.
         let later = now_ms() + 200_000;
         let done = walk(&shared, later);
-        assert_eq!((done.with_deadline, done.deleted), (4, 3));
+        assert_eq!((done.with_deadline, done.deleted), (5, 4));
         assert!(done.bytes > 0);
         let left = stored_keys(&shared);
-        // s, h, z and z's two members twice (member and score index) are gone.
-        assert_eq!(left.len(), before - 7, "{left:?}");
+        // s, h, z with its two members twice (member and score index), and
+        // l with its three elements are gone.
+        assert_eq!(left.len(), before - 11, "{left:?}");
         for key in ["lasting", "forever", "kept"] {
             assert!(left.iter().any(|k| k == key.as_bytes()), "{key} kept");
         }

@@ -256,6 +256,8 @@ fn command() -> impl Strategy<Value = Vec<String>> {
     let expire_opt = prop::sample::select(vec!["", "NX", "XX", "NX XX", "BOGUS"]);
     let expire_at_opt = prop::sample::select(vec!["", "NX", "XX", "GT", "LT", "GT LT", "NX GT"]);
     let at = prop::sample::select(vec!["4000000000", "4100000000", "1"]);
+    let count = prop::sample::select(vec!["0", "1", "2", "5", "-1", "x"]);
+    let end = prop::sample::select(vec!["LEFT", "RIGHT", "left", "UP"]);
     let split = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
     prop_oneof![
         (key.clone(), value.clone(), set_opt).prop_map(move |(k, v, o)| [words(&["SET", k, v]), split(o)].concat()),
@@ -348,6 +350,30 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             }
             c
         }),
+        (key.clone(), value.clone(), value.clone(), any::<bool>()).prop_map(|(k, v, w, left)| words(&[
+            if left { "LPUSH" } else { "RPUSH" },
+            k,
+            v,
+            w
+        ])),
+        (key.clone(), value.clone(), any::<bool>()).prop_map(|(k, v, left)| words(&[
+            if left { "LPUSHX" } else { "RPUSHX" },
+            k,
+            v
+        ])),
+        (key.clone(), any::<bool>()).prop_map(|(k, left)| words(&[if left { "LPOP" } else { "RPOP" }, k])),
+        (key.clone(), count.clone(), any::<bool>()).prop_map(|(k, n, left)| words(&[
+            if left { "LPOP" } else { "RPOP" },
+            k,
+            n
+        ])),
+        key.clone().prop_map(|k| words(&["LLEN", k])),
+        (key.clone(), range.clone()).prop_map(|(k, i)| words(&["LINDEX", k, i])),
+        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["LRANGE", k, a, b])),
+        (key.clone(), range.clone(), value.clone()).prop_map(|(k, i, v)| words(&["LSET", k, i, v])),
+        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["LTRIM", k, a, b])),
+        (key.clone(), key.clone(), end.clone(), end.clone()).prop_map(|(k, l, a, b)| words(&["LMOVE", k, l, a, b])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["RPOPLPUSH", k, l])),
         prop::sample::select(vec!["MULTI", "EXEC", "DISCARD", "UNWATCH", "PING"]).prop_map(|c| words(&[c])),
         key.clone().prop_map(|k| words(&["WATCH", k])),
         Just(words(&["NOSUCHCOMMAND", "x"])),

@@ -1057,6 +1057,12 @@ for kwargs in ({}, {"protocol": 2}):
     assert r.incr("hits") == 1 and r.incrby("hits", 5) == 6
     r.mset({f"scan:{i}": i for i in range(50)})
     assert sorted(r.scan_iter("scan:*", count=7)) == sorted(f"scan:{i}".encode() for i in range(50))
+    r.delete("jobs", "done")
+    assert r.lpush("jobs", "a", "b") == 2 and r.rpush("jobs", "c") == 3
+    assert r.lrange("jobs", 0, -1) == [b"b", b"a", b"c"]
+    assert r.lmove("jobs", "done", "RIGHT", "LEFT") == b"c"
+    assert r.rpop("jobs", 5) == [b"a", b"b"] and r.rpop("jobs") is None
+    assert r.llen("done") == 1 and r.lindex("done", -1) == b"c"
     assert r.config_get("flush-*")["flush-paused"] in ("no", b"no")
     assert r.command()["get"]["first_key_pos"] == 1
     assert r.info("clients")["connected_clients"] >= 1
@@ -1435,4 +1441,36 @@ fn info_answers_by_section() {
         "{stats}"
     );
     assert_eq!(c.call(&["INFO", "nosuch"]), "$0\r\n\r\n");
+}
+
+/// A list's elements are entries of their own: DEL and an emptying pop
+/// take them out of the store with the list, and LMOVE moves one whole.
+#[test]
+fn lists_keep_their_elements_as_entries_and_give_them_back() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
+    assert_eq!(c.call(&["RPUSH", "l", "a", "b", "c"]), ":3\r\n");
+    assert_eq!(c.call(&["LPUSH", "l", "z"]), ":4\r\n");
+    assert_eq!(internal(), 4, "one entry per element");
+    assert_eq!(
+        c.call(&["LRANGE", "l", "0", "-1"]),
+        "*4\r\n$1\r\nz\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(c.call(&["LMOVE", "l", "m", "RIGHT", "LEFT"]), "$1\r\nc\r\n");
+    assert_eq!(c.call(&["TYPE", "m"]), "+list\r\n");
+    assert_eq!(internal(), 4, "moved, not copied");
+    assert_eq!(c.call(&["LPOP", "m", "5"]), "*1\r\n$1\r\nc\r\n");
+    assert_eq!(c.call(&["EXISTS", "m"]), ":0\r\n", "an emptied list is deleted");
+    assert_eq!(c.call(&["DEL", "l"]), ":1\r\n");
+    assert_eq!(internal(), 0);
+    assert_eq!(c.call(&["SET", "s", "v"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["LPUSH", "s", "x"]),
+        "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+    );
+    assert_eq!(
+        c.call(&["LINSERT", "l", "BEFORE", "a", "b"]).lines().next().unwrap(),
+        "-ERR unknown command 'LINSERT', with args beginning with: 'l' 'BEFORE' 'a' 'b' "
+    );
 }

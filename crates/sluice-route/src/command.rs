@@ -3,7 +3,8 @@
 //!
 //! Single-key commands go to the shard of their key. Multi-key commands
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
-//! TOUCH) are split, one sub-request per shard. A range scan (`RANGE`)
+//! TOUCH) are split, one sub-request per shard; commands over two keys
+//! (RENAME, LMOVE, SMOVE, ...) go to their shard if the keys share a slot. A range scan (`RANGE`)
 //! and KEYS go to every shard; SCAN walks the shards one after another. Scripts go where their keys are, if they are all in
 //! one slot. MULTI, EXEC and DISCARD are the client's session's: commands
 //! are queued at the router and sent together to the shard of their keys,
@@ -39,6 +40,9 @@ pub enum Route {
     /// `EVAL`/`EVALSHA`/`FCALL` and their read-only forms: `numkeys` at
     /// index 2, the keys after it; all must share a slot.
     Script,
+    /// Two keys at indexes 1 and 2 (RENAME, LMOVE, ...): to their shard;
+    /// they must share a slot, as Redis Cluster requires.
+    Pair,
     /// `RANGE start end [count]`: to every shard, the sorted parts merged.
     Range,
     /// To every shard, the arrays they answer joined (KEYS).
@@ -188,21 +192,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("bzpopmin", "blocking commands are not supported through sluice route"),
     ("bzpopmax", "blocking commands are not supported through sluice route"),
     (
-        "rename",
-        "commands over two keys are not supported through sluice route",
-    ),
-    (
-        "renamenx",
-        "commands over two keys are not supported through sluice route",
-    ),
-    ("smove", "commands over two keys are not supported through sluice route"),
-    (
-        "rpoplpush",
-        "commands over two keys are not supported through sluice route",
-    ),
-    ("lmove", "commands over two keys are not supported through sluice route"),
-    ("copy", "commands over two keys are not supported through sluice route"),
-    (
         "pfcount",
         "commands over several keys whose replies cannot be merged are not supported through sluice route",
     ),
@@ -250,6 +239,9 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
     for name in ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"] {
         table.insert(name, Route::Script);
     }
+    for name in ["rename", "renamenx", "copy", "smove", "lmove", "rpoplpush"] {
+        table.insert(name, Route::Pair);
+    }
     table.insert("range", Route::Range);
     table.insert("keys", Route::Every);
     table.insert("scan", Route::Scan);
@@ -282,7 +274,12 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
         }
         Route::Keys { .. } => Err(arity()),
         Route::Script => Ok(script_keys(args)?.iter().map(Vec::as_slice).collect()),
-        Route::Local if matches!(name, "ping" | "echo") => Ok(Vec::new()),
+        Route::Pair => args
+            .get(1..3)
+            .map(|k| k.iter().map(Vec::as_slice).collect())
+            .ok_or_else(arity),
+        // UNWATCH is queued, as Redis queues it, and does nothing there.
+        Route::Local if matches!(name, "ping" | "echo" | "unwatch") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),
         Route::Range | Route::Every | Route::Scan => Err(format!(
             "'{name}' spans every shard: not inside MULTI through sluice route"

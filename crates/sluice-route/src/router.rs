@@ -337,6 +337,17 @@ impl Router {
                 }
                 self.split(args, step)
             }
+            Route::Pair => match args.get(1..3) {
+                None => return arity(),
+                Some(keys) => match self.place(keys) {
+                    Ok(slot) => vec![Part {
+                        slot,
+                        args: whole(),
+                        positions: Vec::new(),
+                    }],
+                    Err(e) => return e.into(),
+                },
+            },
             Route::Script => match script_keys(args) {
                 Err(e) => return Reply::Error(e).into(),
                 Ok(keys) => match self.place(keys) {

@@ -147,6 +147,15 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     // "foo" and "bar" are on different shards of two.
     assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
     assert!(error_text(c.call(&["EVAL", "return 1", "2", "foo", "bar"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["LMOVE", "foo", "bar", "LEFT", "LEFT"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["RPOPLPUSH", "foo"])).contains("wrong number of arguments"));
+    // Two keys of one slot go to its shard.
+    assert_eq!(c.call(&["RPUSH", "{q}in", "job"]), Reply::Integer(1));
+    assert_eq!(c.call(&["LMOVE", "{q}in", "{q}out", "LEFT", "RIGHT"]), bulk("job"));
+    assert_eq!(
+        c.call(&["LRANGE", "{q}out", "0", "-1"]),
+        Reply::Array(vec![bulk("job")])
+    );
     assert!(error_text(c.call(&["PFCOUNT", "foo", "bar"])).contains("cannot be merged"));
     assert!(error_text(c.call(&["RANGE", "a", "", "-1"])).contains("not an integer"));
     assert_eq!(c.call(&["PING"]), Reply::Simple("PONG".into()));
@@ -547,8 +556,9 @@ fn watch_aborts_exec_after_another_clients_write_on_the_shard() {
     // As Redis 7: WATCH inside MULTI is refused and the transaction goes on.
     assert_eq!(c.call(&["MULTI"]), Reply::ok());
     assert!(error_text(c.call(&["WATCH", "{u}k"])).contains("WATCH inside MULTI is not allowed"));
+    assert_eq!(c.call(&["UNWATCH"]), queued, "queued, as Redis queues it");
     assert_eq!(c.call(&["GET", "{u}k"]), queued);
-    assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![bulk("11")]));
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![Reply::ok(), bulk("11")]));
 
     // "foo" and "bar" are on different shards of two.
     assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);

@@ -240,6 +240,45 @@ pub(super) const INFO: &[Info] = &[
         [0, 0, 0],
         &["@keyspace", "@read", "@slow", "@dangerous"],
     ),
+    info("lindex", 3, &["readonly"], [1, 1, 1], &["@read", "@list", "@slow"]),
+    info(
+        "llen",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@list", "@fast"],
+    ),
+    info(
+        "lmove",
+        5,
+        &["write", "denyoom"],
+        [1, 2, 1],
+        &["@write", "@list", "@slow"],
+    ),
+    info("lpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
+    info(
+        "lpush",
+        -3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@list", "@fast"],
+    ),
+    info(
+        "lpushx",
+        -3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@list", "@fast"],
+    ),
+    info("lrange", 4, &["readonly"], [1, 1, 1], &["@read", "@list", "@slow"]),
+    info(
+        "lset",
+        4,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@list", "@slow"],
+    ),
+    info("ltrim", 4, &["write"], [1, 1, 1], &["@write", "@list", "@slow"]),
     info(
         "mget",
         -2,
@@ -312,6 +351,28 @@ pub(super) const INFO: &[Info] = &[
         &["@fast", "@connection"],
     ),
     info("range", -3, &["readonly"], [0, 0, 0], &["@read", "@slow"]),
+    info("rpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
+    info(
+        "rpoplpush",
+        3,
+        &["write", "denyoom"],
+        [1, 2, 1],
+        &["@write", "@list", "@slow"],
+    ),
+    info(
+        "rpush",
+        -3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@list", "@fast"],
+    ),
+    info(
+        "rpushx",
+        -3,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@list", "@fast"],
+    ),
     info("scan", -2, &["readonly"], [0, 0, 0], &["@keyspace", "@read", "@slow"]),
     info(
         "select",
@@ -541,19 +602,15 @@ fn describe(info: &Info) -> Reply {
     let words = |w: &[&str]| Reply::Array(w.iter().map(|s| Reply::Simple(s.to_string())).collect());
     let bulk = |s: &str| Reply::Bulk(Some(s.into()));
     let [first, last, step] = info.keys;
-    let specs = if first == 0 {
-        Vec::new()
-    } else {
-        let access = if info.flags.contains(&"write") { "RW" } else { "RO" };
-        // Redis counts the last key of a range from the first.
-        let lastkey = if last < 0 { last } else { last - first };
-        vec![Reply::Map(vec![
+    let access = if info.flags.contains(&"write") { "RW" } else { "RO" };
+    let spec = |index: i64, lastkey: i64, keystep: i64| {
+        Reply::Map(vec![
             (bulk("flags"), words(&[access])),
             (
                 bulk("begin_search"),
                 Reply::Map(vec![
                     (bulk("type"), bulk("index")),
-                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(first))])),
+                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(index))])),
                 ]),
             ),
             (
@@ -564,13 +621,25 @@ fn describe(info: &Info) -> Reply {
                         bulk("spec"),
                         Reply::Map(vec![
                             (bulk("lastkey"), Reply::Integer(lastkey)),
-                            (bulk("keystep"), Reply::Integer(step)),
+                            (bulk("keystep"), Reply::Integer(keystep)),
                             (bulk("limit"), Reply::Integer(0)),
                         ]),
                     ),
                 ]),
             ),
-        ])]
+        ])
+    };
+    let specs = match (first, last) {
+        (0, _) => Vec::new(),
+        // Keys up to the end: one range (Redis counts its last key from
+        // the end of the command).
+        (_, last) if last < 0 => vec![spec(first, last, step)],
+        // A fixed set of keys (LMOVE's source and destination): one
+        // specification each, as Redis gives them.
+        _ => (first..=last)
+            .step_by(step.max(1) as usize)
+            .map(|i| spec(i, 0, 1))
+            .collect(),
     };
     Reply::Array(vec![
         bulk(info.name),

@@ -1,8 +1,9 @@
-//! Deleting a value of any type: a sorted set's members go with it.
+//! Deleting a value of any type: a sorted set's members and a list's
+//! elements go with it.
 
 use super::store;
 use super::value::{read_stored, run};
-use super::zset;
+use super::{list, zset};
 use crate::keyspace::{is_live, now_ms, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -17,8 +18,10 @@ pub(crate) fn delete_value(
     body: &[u8],
     batch: &mut WriteBatch,
 ) -> Result<(), Reply> {
-    if tag == Tag::Zset {
-        zset::delete_members(shared, body, batch)?;
+    match tag {
+        Tag::Zset => zset::delete_members(shared, body, batch)?,
+        Tag::List => list::delete_elements(body, batch)?,
+        Tag::String | Tag::Hash => {}
     }
     batch.delete(key.to_vec());
     Ok(())

@@ -134,6 +134,7 @@ fn type_name(tag: Tag) -> &'static str {
         Tag::String => "string",
         Tag::Hash => "hash",
         Tag::Zset => "zset",
+        Tag::List => "list",
     }
 }
 

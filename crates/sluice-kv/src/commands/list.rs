@@ -1,0 +1,340 @@
+//! List commands: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP and RPOP (with a
+//! count), LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE and RPOPLPUSH. A list
+//! is a header under the user's key and one store entry per element (see
+//! `keyspace`), so each of these touches only the elements it returns or
+//! writes; a write holds the list's stripe lock and commits its elements
+//! and the header in one batch. A list left empty is deleted, as Redis
+//! deletes it.
+
+use super::store;
+use super::string::{not_integer, parse_i64};
+use super::value::{read, run, Typed};
+use crate::keyspace::{check_user_key, with_deadline, Deadline, ListMeta, Tag, WRONGTYPE};
+use crate::resp::Reply;
+use crate::shared::Shared;
+use crate::WriteBatch;
+
+/// Which end of a list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    Left,
+    Right,
+}
+
+impl End {
+    fn parse(arg: &[u8]) -> Result<End, Reply> {
+        match arg.to_ascii_lowercase().as_slice() {
+            b"left" => Ok(End::Left),
+            b"right" => Ok(End::Right),
+            _ => Err(Reply::error("syntax error")),
+        }
+    }
+}
+
+/// The header of the list at `key` and its deadline, `None` if absent, or
+/// the refusal.
+fn meta(shared: &Shared, key: &[u8]) -> Result<Option<(ListMeta, Deadline)>, Reply> {
+    match read(shared, key)? {
+        Typed::Absent => Ok(None),
+        Typed::Found(Tag::List, body, deadline) => ListMeta::decode(&body)
+            .map(|m| Some((m, deadline)))
+            .ok_or_else(|| Reply::error("damaged list header")),
+        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
+    }
+}
+
+/// Writes `meta` under `key` into `batch`, or deletes the key if the list
+/// is empty.
+fn put_meta(batch: &mut WriteBatch, key: &[u8], meta: &ListMeta, deadline: Deadline) {
+    if meta.len() == 0 {
+        batch.delete(key.to_vec());
+    } else {
+        batch.put(key.to_vec(), with_deadline(meta.encode(), deadline));
+    }
+}
+
+fn element(shared: &Shared, meta: &ListMeta, position: u64) -> Result<Vec<u8>, Reply> {
+    store::get(shared, &meta.element_key(position))?.ok_or_else(|| Reply::error("damaged list: an element is missing"))
+}
+
+/// Adds `elements` at `end`, one after another (so LPUSH's come out in
+/// reverse).
+fn push_into(batch: &mut WriteBatch, meta: &mut ListMeta, end: End, elements: &[Vec<u8>]) {
+    for e in elements {
+        let position = match end {
+            End::Left => {
+                meta.head -= 1;
+                meta.head
+            }
+            End::Right => {
+                meta.tail += 1;
+                meta.tail - 1
+            }
+        };
+        batch.put(meta.element_key(position), e.clone());
+    }
+}
+
+/// LPUSH, RPUSH, and with `only_existing` LPUSHX, RPUSHX: the list's new
+/// length (0 for an X form on a missing key).
+pub(super) fn push(shared: &Shared, args: &[Vec<u8>], end: End, only_existing: bool) -> Reply {
+    run(|| {
+        let key = &args[0];
+        check_user_key(key).map_err(Reply::error)?;
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let (mut meta, deadline) = match meta(shared, key)? {
+            Some(found) => found,
+            None if only_existing => return Ok(Reply::Integer(0)),
+            None => (ListMeta::fresh(), None),
+        };
+        let mut batch = WriteBatch::new();
+        push_into(&mut batch, &mut meta, end, &args[1..]);
+        put_meta(&mut batch, key, &meta, deadline);
+        store::write(shared, batch)?;
+        Ok(Reply::Integer(meta.len() as i64))
+    })
+}
+
+/// Takes up to `count` elements from `end` into `batch`.
+fn pop_from(
+    shared: &Shared,
+    batch: &mut WriteBatch,
+    meta: &mut ListMeta,
+    end: End,
+    count: u64,
+) -> Result<Vec<Vec<u8>>, Reply> {
+    let mut taken = Vec::new();
+    for _ in 0..count.min(meta.len()) {
+        let position = match end {
+            End::Left => {
+                meta.head += 1;
+                meta.head - 1
+            }
+            End::Right => {
+                meta.tail -= 1;
+                meta.tail
+            }
+        };
+        taken.push(element(shared, meta, position)?);
+        batch.delete(meta.element_key(position));
+    }
+    Ok(taken)
+}
+
+/// LPOP, RPOP `key [count]`: one element (or nil), or with a count an
+/// array of up to that many (nil for a missing key).
+pub(super) fn pop(shared: &Shared, args: &[Vec<u8>], end: End) -> Reply {
+    run(|| {
+        let count = match args.get(1) {
+            None => None,
+            Some(c) => match parse_i64(c) {
+                Some(n) if n >= 0 => Some(n as u64),
+                _ => return Err(Reply::error("value is out of range, must be positive")),
+            },
+        };
+        let key = &args[0];
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let Some((mut meta, deadline)) = meta(shared, key)? else {
+            return Ok(match count {
+                None => Reply::Bulk(None),
+                Some(_) => Reply::NullArray,
+            });
+        };
+        let mut batch = WriteBatch::new();
+        let taken = pop_from(shared, &mut batch, &mut meta, end, count.unwrap_or(1))?;
+        if !taken.is_empty() {
+            put_meta(&mut batch, key, &meta, deadline);
+            store::write(shared, batch)?;
+        }
+        Ok(match count {
+            None => Reply::Bulk(taken.into_iter().next()),
+            Some(_) => Reply::Array(taken.into_iter().map(|e| Reply::Bulk(Some(e))).collect()),
+        })
+    })
+}
+
+/// LMOVE `source destination LEFT|RIGHT LEFT|RIGHT`, and RPOPLPUSH (RIGHT
+/// LEFT): the element moved, nil if the source is missing. Both keys are
+/// checked before anything moves; a list moved onto itself rotates.
+pub(super) fn lmove(shared: &Shared, args: &[Vec<u8>], ends: Option<(End, End)>) -> Reply {
+    run(|| {
+        let (from, to) = match ends {
+            Some(ends) => ends,
+            None => (End::parse(&args[2])?, End::parse(&args[3])?),
+        };
+        let (source, destination) = (&args[0], &args[1]);
+        check_user_key(destination).map_err(Reply::error)?;
+        let _lock = store::lock(shared, [source.as_slice(), destination.as_slice()]);
+        let Some((mut src, src_deadline)) = meta(shared, source)? else {
+            return Ok(Reply::Bulk(None));
+        };
+        let same = source == destination;
+        let dst = if same { None } else { meta(shared, destination)? };
+        let mut batch = WriteBatch::new();
+        let moved = pop_from(shared, &mut batch, &mut src, from, 1)?;
+        let (mut dst, dst_deadline) = match dst {
+            _ if same => (src, src_deadline),
+            Some(found) => found,
+            None => (ListMeta::fresh(), None),
+        };
+        push_into(&mut batch, &mut dst, to, &moved);
+        if !same {
+            put_meta(&mut batch, source, &src, src_deadline);
+        }
+        put_meta(&mut batch, destination, &dst, dst_deadline);
+        store::write(shared, batch)?;
+        Ok(Reply::Bulk(moved.into_iter().next()))
+    })
+}
+
+/// LLEN, LINDEX, LRANGE.
+pub(super) fn read_list(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let int = |arg: &[u8]| parse_i64(arg).ok_or_else(not_integer);
+        // As Redis: LRANGE reads its bounds before the key, LINDEX after.
+        let bounds = match name {
+            "lrange" => [int(&args[1])?, int(&args[2])?],
+            _ => [0, 0],
+        };
+        let found = meta(shared, &args[0])?;
+        let bounds = match name {
+            "lindex" if found.is_some() => [int(&args[1])?, 0],
+            _ => bounds,
+        };
+        let Some((meta, _)) = found else {
+            return Ok(match name {
+                "llen" => Reply::Integer(0),
+                "lindex" => Reply::Bulk(None),
+                _ => Reply::Array(Vec::new()),
+            });
+        };
+        match name {
+            "llen" => Ok(Reply::Integer(meta.len() as i64)),
+            "lindex" => Ok(match offset(&meta, bounds[0]) {
+                Some(at) => Reply::Bulk(Some(element(shared, &meta, meta.head + at)?)),
+                None => Reply::Bulk(None),
+            }),
+            _ => {
+                let Some((start, stop)) = span(&meta, bounds) else {
+                    return Ok(Reply::Array(Vec::new()));
+                };
+                let from = meta.element_key(meta.head + start);
+                let entries = store::scan(shared, &from, None, (stop - start + 1) as usize)?;
+                Ok(Reply::Array(
+                    entries.into_iter().map(|(_, e)| Reply::Bulk(Some(e))).collect(),
+                ))
+            }
+        }
+    })
+}
+
+/// An index as Redis reads one (negative: from the end) as an offset from
+/// the head, if it is inside the list.
+fn offset(meta: &ListMeta, index: i64) -> Option<u64> {
+    let len = meta.len() as i64;
+    let i = if index < 0 { index + len } else { index };
+    (0..len).contains(&i).then_some(i as u64)
+}
+
+/// LRANGE's and LTRIM's `start stop`, clamped as Redis clamps them, as
+/// offsets from the head; `None` for an empty range.
+fn span(meta: &ListMeta, [start, stop]: [i64; 2]) -> Option<(u64, u64)> {
+    let len = meta.len() as i64;
+    let start = if start < 0 { (start + len).max(0) } else { start };
+    let stop = if stop < 0 { stop + len } else { stop.min(len - 1) };
+    (start <= stop && start < len).then_some((start as u64, stop as u64))
+}
+
+/// LSET `key index element`.
+pub(super) fn lset(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let key = &args[0];
+        let _lock = store::lock(shared, [key.as_slice()]);
+        // As Redis: the key is looked up before the index is read.
+        let Some((meta, _)) = meta(shared, key)? else {
+            return Err(Reply::error("no such key"));
+        };
+        let index = parse_i64(&args[1]).ok_or_else(not_integer)?;
+        let at = offset(&meta, index).ok_or_else(|| Reply::error("index out of range"))?;
+        let mut batch = WriteBatch::new();
+        batch.put(meta.element_key(meta.head + at), args[2].clone());
+        store::write(shared, batch)?;
+        Ok(Reply::ok())
+    })
+}
+
+/// LTRIM `key start stop`: keeps only that range, deleting the elements
+/// outside it (and the list, if none is left).
+pub(super) fn ltrim(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let int = |arg: &[u8]| parse_i64(arg).ok_or_else(not_integer);
+        let bounds = [int(&args[1])?, int(&args[2])?];
+        let key = &args[0];
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let Some((mut meta, deadline)) = meta(shared, key)? else {
+            return Ok(Reply::ok());
+        };
+        let (keep_from, keep_to) = match span(&meta, bounds) {
+            Some((start, stop)) => (meta.head + start, meta.head + stop + 1),
+            None => (meta.tail, meta.tail),
+        };
+        let mut batch = WriteBatch::new();
+        for position in (meta.head..keep_from).chain(keep_to..meta.tail) {
+            batch.delete(meta.element_key(position));
+        }
+        (meta.head, meta.tail) = (keep_from, keep_to);
+        put_meta(&mut batch, key, &meta, deadline);
+        store::write(shared, batch)?;
+        Ok(Reply::ok())
+    })
+}
+
+/// Deletes every element of the list whose header is `body` (for DEL),
+/// into `batch`.
+pub(super) fn delete_elements(body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    let meta = ListMeta::decode(body).ok_or_else(|| Reply::error("damaged list header"))?;
+    for position in meta.head..meta.tail {
+        batch.delete(meta.element_key(position));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(len: u64) -> ListMeta {
+        ListMeta {
+            version: 1,
+            head: 100,
+            tail: 100 + len,
+        }
+    }
+
+    #[test]
+    fn indexes_and_ranges_clamp_as_redis_clamps_them() {
+        let m = list(5);
+        assert_eq!(offset(&m, 0), Some(0));
+        assert_eq!(offset(&m, -1), Some(4));
+        assert_eq!(offset(&m, 5), None);
+        assert_eq!(offset(&m, -6), None);
+        assert_eq!(span(&m, [0, -1]), Some((0, 4)));
+        assert_eq!(span(&m, [-100, 100]), Some((0, 4)));
+        assert_eq!(span(&m, [1, -2]), Some((1, 3)));
+        assert_eq!(span(&m, [3, 1]), None);
+        assert_eq!(span(&m, [5, 10]), None);
+        assert_eq!(span(&m, [0, -6]), None);
+        assert_eq!(span(&list(0), [0, -1]), None);
+    }
+
+    #[test]
+    fn a_header_round_trips_and_a_damaged_one_is_refused() {
+        let m = list(3);
+        let encoded = m.encode();
+        assert_eq!(encoded[0], Tag::List as u8);
+        assert_eq!(ListMeta::decode(&encoded[1..]), Some(m));
+        let backwards = ListMeta { head: 5, tail: 4, ..m };
+        assert_eq!(ListMeta::decode(&backwards.encode()[1..]), None);
+        assert_eq!(ListMeta::decode(&[1, 2, 3]), None);
+    }
+}
