@@ -101,7 +101,8 @@ impl Resp {
     }
 }
 
-struct RespClient {
+/// One connection to a RESP server.
+pub(crate) struct RespClient {
     stream: TcpStream,
     /// Bytes read and not yet parsed into a reply.
     buf: Vec<u8>,
@@ -123,7 +124,7 @@ impl Target for Resp {
 }
 
 impl Resp {
-    fn connect(&self) -> Result<RespClient> {
+    pub(crate) fn connect(&self) -> Result<RespClient> {
         let stream = TcpStream::connect(self.addr)?;
         stream.set_nodelay(true)?;
         Ok(RespClient {
@@ -134,7 +135,8 @@ impl Resp {
 }
 
 impl RespClient {
-    fn call(&mut self, args: &[&[u8]]) -> Result<()> {
+    /// Sends one command.
+    pub(crate) fn call(&mut self, args: &[&[u8]]) -> Result<()> {
         let mut req = Vec::new();
         encode_command(args, &mut req);
         Ok(self.stream.write_all(&req)?)
@@ -142,7 +144,7 @@ impl RespClient {
 
     /// Reads one reply; returns the number of elements (bulk: 1 or 0 for
     /// nil; array: its length, 0 for nil; status and integer: 1).
-    fn reply(&mut self) -> Result<usize> {
+    pub(crate) fn reply(&mut self) -> Result<usize> {
         loop {
             let parsed = parse_reply(&self.buf, &Limits::default()).map_err(|e| BenchError::Protocol(e.to_string()))?;
             if let Some((reply, used)) = parsed {

@@ -10,8 +10,9 @@
 //!   device holds at once is the scheduler's `depth`.
 //!
 //! Each file occupies its own 1 GiB region of the emulated device's address
-//! space (`file id << 30` plus the offset), so that a seek model sees
-//! different files as far apart.
+//! space (`file id << 30` plus the offset), so that no two files look
+//! adjacent (the seek disk lays every file from its first cylinder: see
+//! `SeekDiskProfile`).
 //!
 //! The I/O itself is a positional `pread`/`pwrite` on the calling thread:
 //! no hand-off to another thread, so the runtime adds only its scheduling
@@ -25,7 +26,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sluice_core::device::{Op, OpKind, TimingModel};
+use sluice_core::device::{Op, OpKind, TimingModel, FILE_OFFSET_BITS};
 use sluice_core::Nanos;
 
 use crate::config::{DeviceConfig, DeviceKind};
@@ -174,7 +175,7 @@ impl Device {
 
 /// Device address of `offset` in file `id`.
 pub fn address(file_id: u32, offset: u64) -> u64 {
-    ((file_id as u64) << 30).wrapping_add(offset)
+    ((file_id as u64) << FILE_OFFSET_BITS).wrapping_add(offset)
 }
 
 /// The plain path without any scheduling: the real call plus the device's

@@ -141,12 +141,27 @@ impl Runtime {
     /// both (TraQIOS's m counts the expected I/Os of the requests in the
     /// system, and its success rate U counts the deadlines met).
     pub fn enter(&self, ctx: Ctx) -> RequestGuard {
-        lock(&self.shared.state).sched.request_arrived(&ctx, self.now());
+        self.request_arrived(&ctx);
         RequestGuard {
             guard: enter(ctx),
             shared: self.shared.clone(),
             ctx,
         }
+    }
+
+    /// Tells the runtime's policies that the request `ctx` arrived now,
+    /// for a request that spans several entries (a transaction of several
+    /// commands, each run inside [`enter`](crate::enter)): it arrives once,
+    /// before its first, and finishes once ([`Runtime::request_finished`]),
+    /// after its last. [`Runtime::enter`] does both for a request of one.
+    pub fn request_arrived(&self, ctx: &Ctx) {
+        lock(&self.shared.state).sched.request_arrived(ctx, self.now());
+    }
+
+    /// Tells the runtime's policies that the request `ctx` finished now
+    /// (see [`Runtime::request_arrived`]).
+    pub fn request_finished(&self, ctx: &Ctx) {
+        lock(&self.shared.state).sched.request_finished(ctx, self.now());
     }
 }
 

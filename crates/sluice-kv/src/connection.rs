@@ -186,6 +186,14 @@ impl Connection {
         self.settle(&mut st)
     }
 
+    /// The connection is gone: a request of several commands it left open
+    /// ends now.
+    pub fn closed(&self, shared: &Shared) {
+        if let Some(open) = self.state().session.open.take() {
+            shared.db.runtime().request_finished(&open);
+        }
+    }
+
     /// Writes what the socket takes; then closes, or waits for the socket.
     fn settle(&self, st: &mut State) -> Next {
         let b = &mut st.buffers;

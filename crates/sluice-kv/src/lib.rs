@@ -64,5 +64,12 @@ pub use shared::default_workers;
 /// The protocol `sluice serve` speaks, re-exported for its callers.
 pub use sluice_resp as resp;
 
+/// The stored form of the Redis string `value`, as `sluice serve` writes
+/// it: for tools that lay out a store for it offline (`sluice bench
+/// deadline --via serve` places each record on a cylinder of its own).
+pub fn string_value(value: &[u8]) -> Vec<u8> {
+    keyspace::tagged(keyspace::Tag::String, value)
+}
+
 /// A value as the store keeps it: `None` is a deletion (tombstone).
 pub type Value = Option<Vec<u8>>;

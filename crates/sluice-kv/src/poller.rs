@@ -173,6 +173,7 @@ impl Poller {
             }
             trim
         };
+        conn.closed(&self.shared);
         self.shared.forget(conn.own);
         if trim {
             give_back_memory();

@@ -134,22 +134,48 @@ fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Repl
     // Deadlines are compared with the I/O runtime's clock in its queues.
     let rt = shared.db.runtime();
     let arrival = rt.now();
-    let (mut ctx, command) = match request_ctx(shared, session, args, arrival) {
+    let (mut ctx, command, ios) = match request_ctx(shared, session, args, arrival) {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
-    let estimated = ctx.deadline.is_some();
-    if estimated {
-        ctx = ctx.with_est_ios(shared.io_estimates.estimate(command));
+    // A request this command does not continue has ended.
+    if let Some(open) = session.open.take_if(|open| ios.is_none() || open.id != ctx.id) {
+        rt.request_finished(&open);
     }
     let own = session.tenant;
-    let reply = {
-        let request = rt.enter(ctx);
-        let reply = execute(shared, session, command);
-        if estimated {
-            shared.io_estimates.learn(command, request.ios());
+    let (reply, finished) = match ios {
+        // One request of several commands: it arrives with its first and
+        // finishes with the one that leaves it no I/O, so its I/O policies
+        // count it in the system between its commands.
+        Some(left) => {
+            ctx = ctx.with_est_ios(left);
+            if session.open.take().is_none() {
+                rt.request_arrived(&ctx);
+            }
+            let request = sluice_io::enter(ctx);
+            let reply = execute(shared, session, command);
+            // The client's last command says 1, whatever it read.
+            let finished = left == 1 || request.ios() >= left;
+            drop(request);
+            if finished {
+                rt.request_finished(&ctx);
+            } else {
+                session.open = Some(ctx);
+            }
+            (reply, finished)
         }
-        reply
+        None => {
+            let estimated = ctx.deadline.is_some();
+            if estimated {
+                ctx = ctx.with_est_ios(shared.io_estimates.estimate(command));
+            }
+            let request = rt.enter(ctx);
+            let reply = execute(shared, session, command);
+            if estimated {
+                shared.io_estimates.learn(command, request.ios());
+            }
+            (reply, true)
+        }
     };
     // The connection's work counts for the tenant it is now (AUTH counts
     // for the user it names); work of a tenant the client named, for that.
@@ -159,22 +185,28 @@ fn run_request(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Repl
         ctx.tenant.0
     };
     let failed = matches!(reply, Reply::Error(_));
-    let missed = ctx.deadline.map(|d| rt.now() > d);
+    // A request's deadline is met or missed once, when it finishes.
+    let missed = ctx.deadline.filter(|_| finished).map(|d| rt.now() > d);
     shared.record(tenant, started.elapsed().as_nanos() as u64, failed, missed);
     reply
 }
 
-/// The context a request arriving at `arrival` runs in, and its command:
-/// the one the client sent with it ([`sluice_resp::request_context`]), or the
+/// A request's context, its command, and the I/Os it has left if it
+/// spans several commands.
+type Contexted<'a> = (Ctx, &'a [Vec<u8>], Option<u32>);
+
+/// The context a request arriving at `arrival` runs in, its command, and
+/// the I/Os it has left if it spans several commands: the context the
+/// client sent with it ([`sluice_resp::request_context`]), or the
 /// session's tenant with an id of the server's own sequence.
 fn request_ctx<'a>(
     shared: &Shared,
     session: &Session,
     args: &'a [Vec<u8>],
     arrival: u64,
-) -> Result<(Ctx, &'a [Vec<u8>]), Reply> {
+) -> Result<Contexted<'a>, Reply> {
     let sent = match request_context::unwrap(args) {
-        Ok(None) => return Ok((own_ctx(shared, session.tenant, arrival), args)),
+        Ok(None) => return Ok((own_ctx(shared, session.tenant, arrival), args, None)),
         // Naming a tenant registers it: not before authentication.
         Ok(Some(_)) if !session.authenticated => return Err(noauth()),
         Ok(Some(sent)) => sent,
@@ -191,7 +223,7 @@ fn request_ctx<'a>(
     if let Some(budget) = sent.budget {
         ctx = ctx.with_deadline(arrival.saturating_add(budget));
     }
-    Ok((ctx, sent.command))
+    Ok((ctx, sent.command, sent.ios))
 }
 
 /// A context of `tenant`'s, with an id of the server's own sequence.
@@ -223,21 +255,21 @@ mod tests {
         let (shared, _dir) = shared();
         let session = Session::new(1, shared.tenant("client-1"), true);
         let wrapped = words(&["SLUICE.WITH", "900", "2.5", "alice", "GET", "k"]);
-        let (ctx, command) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
+        let (ctx, command, ios) = request_ctx(&shared, &session, &wrapped, 1_000).unwrap();
         assert_eq!(
             (ctx.id.0, ctx.arrival, ctx.deadline),
             (900, 1_000, Some(1_000 + 2_500_000))
         );
         assert_eq!(ctx.tenant.0, shared.tenant("alice"));
-        assert_eq!(command, &wrapped[4..]);
+        assert_eq!((command, ios), (&wrapped[4..], None));
 
         let defaults = words(&["SLUICE.WITH", "901", "-", "-", "PING"]);
-        let (ctx, _) = request_ctx(&shared, &session, &defaults, 1_000).unwrap();
+        let (ctx, _, _) = request_ctx(&shared, &session, &defaults, 1_000).unwrap();
         assert_eq!((ctx.id.0, ctx.deadline, ctx.tenant.0), (901, None, session.tenant));
 
         let bare = words(&["GET", "k"]);
-        let (first, _) = request_ctx(&shared, &session, &bare, 5).unwrap();
-        let (second, command) = request_ctx(&shared, &session, &bare, 6).unwrap();
+        let (first, _, _) = request_ctx(&shared, &session, &bare, 5).unwrap();
+        let (second, command, _) = request_ctx(&shared, &session, &bare, 6).unwrap();
         assert_eq!(second.id.0, first.id.0 + 1, "the server's own sequence");
         assert_eq!((second.tenant.0, command), (session.tenant, &bare[..]));
     }
@@ -294,6 +326,41 @@ mod tests {
             counted,
             Some((2, 1)),
             "the scan met its 50 ms, the expired GET is a miss"
+        );
+    }
+
+    /// A request sent as several commands (`IOS n`) stays open between
+    /// them and ends with the one that says it is the last, with a command
+    /// of another request, or with a bare command; its deadline is counted
+    /// once.
+    #[test]
+    fn a_request_of_several_commands_is_one_request() {
+        let (shared, _dir) = shared();
+        let mut session = Session::new(1, shared.tenant("client-1"), true);
+        run_request(&shared, &mut session, &words(&["SET", "a", "v"]));
+        let part = |id: &str, left: &str| words(&["SLUICE.WITH", id, "50", "-", "IOS", left, "GET", "a"]);
+        run_request(&shared, &mut session, &part("7", "3"));
+        assert_eq!(session.open.map(|c| (c.id.0, c.est_ios)), Some((7, 3)));
+        run_request(&shared, &mut session, &part("7", "2"));
+        assert_eq!(session.open.map(|c| (c.id.0, c.est_ios)), Some((7, 2)));
+        run_request(&shared, &mut session, &part("7", "1"));
+        assert_eq!(session.open, None, "the last part ends it");
+
+        run_request(&shared, &mut session, &part("8", "2"));
+        run_request(&shared, &mut session, &part("9", "2"));
+        assert_eq!(
+            session.open.map(|c| c.id.0),
+            Some(9),
+            "another request's part ends the open one"
+        );
+        run_request(&shared, &mut session, &words(&["GET", "a"]));
+        assert_eq!(session.open, None, "so does a command of no request");
+        let counted =
+            shared.with_tenants(|mut t| Iterator::find(&mut t, |s| s.name == "client-1").map(|s| (s.ops, s.deadlines)));
+        assert_eq!(
+            counted,
+            Some((7, 1)),
+            "seven commands, one request finished with its deadline"
         );
     }
 }

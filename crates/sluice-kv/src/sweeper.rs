@@ -136,8 +136,11 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<()> {
 fn sweep(shared: &Shared) {
     let task = shared.expiry_task.clone();
     let _working = task.enter();
+    // The first walk waits too, so that an operator (or a benchmark that
+    // wants the device to itself) can pause the sweeper before it starts.
     let mut wait = BUSY_INTERVAL;
     loop {
+        std::thread::sleep(wait);
         let (mut from, mut met, mut reclaimed) = (Vec::new(), 0, 0);
         let walked = loop {
             while task.knobs().paused && !task.knobs().critical {
@@ -168,7 +171,6 @@ fn sweep(shared: &Shared) {
         } else {
             (wait * 2).min(IDLE_MAX)
         };
-        std::thread::sleep(wait);
     }
 }
 

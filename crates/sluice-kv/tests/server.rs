@@ -824,7 +824,7 @@ fn the_sweeper_reclaims_expired_keys_nobody_touches() {
             .expect("expired_keys");
         line["expired_keys:".len()..].parse().unwrap()
     };
-    // The sweeper's first walks find an empty store and wait 2 s, then 4 s.
+    // The sweeper's first walk starts a second after the server.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while expired(&mut c) < 51 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));

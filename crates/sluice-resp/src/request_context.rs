@@ -2,7 +2,7 @@
 //! protocol extension.
 //!
 //! ```text
-//! SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> <command> [args...]
+//! SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> [IOS <n>] <command> [args...]
 //! ```
 //!
 //! A front end that splits one request over several shards (the cooperative
@@ -17,6 +17,14 @@
 //! leaves a field out: the receiver's own id (a client that sends its
 //! budget to `sluice route`, which stamps ids itself), no deadline, or the
 //! connection's own tenant.
+//!
+//! `IOS n` says how many I/Os the request has left, this command's
+//! included. A request may span several commands (TraQIOS's transaction:
+//! reads with think time between them): its client sends each with the
+//! same id, its budget left and its I/Os left, and the receiver counts
+//! them as one request in its deadline policies (it arrives with the first
+//! and finishes with the one that leaves no I/O), with an exact N rather
+//! than one estimated from the command's kind.
 //!
 //! Each wrapped command gets exactly its own reply, and the wrapper leaves
 //! no state on the connection, so pipelined and pooled connections stay
@@ -40,6 +48,9 @@
 /// matches command names).
 pub const WRAPPER: &str = "SLUICE.WITH";
 
+/// Most I/Os a request may say it has left.
+pub const MAX_IOS: u32 = 1_000_000;
+
 /// Longest tenant name the wrapper accepts.
 pub const MAX_TENANT_LEN: usize = 64;
 
@@ -57,6 +68,9 @@ pub struct Sent<'a> {
     pub budget: Option<u64>,
     /// Whose work it is; `None`: the connection's tenant.
     pub tenant: Option<&'a [u8]>,
+    /// The request's I/Os left, this command's included (`IOS n`); `None`:
+    /// the request is this command alone.
+    pub ios: Option<u32>,
     /// The command to run, its name first.
     pub command: &'a [Vec<u8>],
 }
@@ -71,11 +85,15 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
     if !name.eq_ignore_ascii_case(WRAPPER.as_bytes()) {
         return Ok(None);
     }
-    let [_, id, budget, tenant, command @ ..] = args else {
+    let [_, id, budget, tenant, rest @ ..] = args else {
         return Err(format!(
-            "wrong number of arguments for '{}' command (SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> <command> [args...])",
+            "wrong number of arguments for '{}' command (SLUICE.WITH <request id | -> <budget ms | -> <tenant | -> [IOS <n>] <command> [args...])",
             WRAPPER.to_ascii_lowercase()
         ));
+    };
+    let (ios, command) = match rest {
+        [keyword, n, command @ ..] if keyword.eq_ignore_ascii_case(b"IOS") => (Some(parse_ios(n)?), command),
+        _ => (None, rest),
     };
     if command.is_empty() {
         return Err(format!(
@@ -90,8 +108,23 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
         id: parse_id(id)?,
         budget: parse_budget(budget)?,
         tenant: parse_tenant(tenant)?,
+        ios,
         command,
     }))
+}
+
+fn parse_ios(field: &[u8]) -> Result<u32, String> {
+    std::str::from_utf8(field)
+        .ok()
+        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_IOS).contains(n))
+        .ok_or_else(|| {
+            format!(
+                "SLUICE.WITH: IOS takes the request's I/Os left, 1 to {MAX_IOS}, got '{}'",
+                shown(field)
+            )
+        })
 }
 
 fn parse_id(field: &[u8]) -> Result<Option<u64>, String> {
@@ -209,6 +242,15 @@ mod tests {
     }
 
     #[test]
+    fn a_request_of_several_commands_says_how_many_ios_it_has_left() {
+        let a = args(&["SLUICE.WITH", "9", "12.5", "-", "ios", "3", "GET", "k"]);
+        let sent = unwrap(&a).unwrap().unwrap();
+        assert_eq!((sent.id, sent.ios, sent.command), (Some(9), Some(3), &a[6..]));
+        let bare = args(&["SLUICE.WITH", "9", "-", "-", "GET", "ios"]);
+        assert_eq!(unwrap(&bare).unwrap().unwrap().ios, None, "a key named ios is a key");
+    }
+
+    #[test]
     fn a_zero_budget_is_a_deadline_at_arrival() {
         let sent_args = args(&["SLUICE.WITH", "1", "0", "-", "GET", "k"]);
         assert_eq!(unwrap(&sent_args).unwrap().unwrap().budget, Some(0));
@@ -236,6 +278,11 @@ mod tests {
                 vec!["SLUICE.WITH", "1", "-", "-", "SLUICE.WITH", "2", "-", "-", "GET", "k"],
                 "nested",
             ),
+            (vec!["SLUICE.WITH", "1", "-", "-", "IOS", "0", "GET", "k"], "IOS"),
+            (vec!["SLUICE.WITH", "1", "-", "-", "IOS", "-2", "GET", "k"], "IOS"),
+            (vec!["SLUICE.WITH", "1", "-", "-", "IOS", "1000001", "GET", "k"], "IOS"),
+            (vec!["SLUICE.WITH", "1", "-", "-", "IOS", "x", "GET", "k"], "IOS"),
+            (vec!["SLUICE.WITH", "1", "-", "-", "IOS", "3"], "no command"),
         ];
         for (words, field) in cases {
             let err = unwrap(&args(&words)).unwrap_err();

@@ -183,6 +183,10 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
     // router's to give, in its own arrival order.
     let (args, sent) = match request_context::unwrap(args) {
         Ok(None) => (args, None),
+        Ok(Some(sent)) if sent.ios.is_some() => return Reply::error(
+            "SLUICE.WITH: sluice route does not take IOS: the parts it splits a request into are requests of their own",
+        )
+        .into(),
         Ok(Some(sent)) => (sent.command, Some((sent.budget, sent.tenant))),
         Err(e) => return Reply::error(e).into(),
     };

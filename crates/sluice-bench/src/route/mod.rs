@@ -17,7 +17,7 @@
 //! a second table gives each tenant's miss ratio (scans slower than its
 //! budget, measured at the client) under each policy.
 
-mod shards;
+pub(crate) mod shards;
 mod writer;
 
 use std::path::PathBuf;

@@ -170,23 +170,23 @@ impl Drop for Shards {
     }
 }
 
-fn wait_listening(port: u16) -> Result<()> {
+pub(crate) fn wait_listening(port: u16) -> Result<()> {
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if start.elapsed() > Duration::from_secs(60) {
-            bail!("shard on port {port} did not start within 60 s");
+            bail!("sluice serve on port {port} did not start within 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A shard's INFO text.
-fn info(port: u16) -> Result<String> {
+/// A `sluice serve`'s INFO text.
+pub(crate) fn info(port: u16) -> Result<String> {
     use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
     use std::io::{Read, Write};
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
@@ -198,12 +198,12 @@ fn info(port: u16) -> Result<String> {
         if let Some((reply, _)) = parse_reply(&buf, &Limits::default())? {
             return match reply {
                 Reply::Bulk(Some(text)) => Ok(String::from_utf8_lossy(&text).into_owned()),
-                other => bail!("shard on port {port} answered INFO with {other:?}"),
+                other => bail!("sluice serve on port {port} answered INFO with {other:?}"),
             };
         }
         let mut chunk = [0u8; 16384];
         let n = stream.read(&mut chunk)?;
-        ensure!(n > 0, "shard on port {port} closed the connection during INFO");
+        ensure!(n > 0, "sluice serve on port {port} closed the connection during INFO");
         buf.extend_from_slice(&chunk[..n]);
     }
 }

@@ -47,6 +47,10 @@ pub trait DispatchView: DeviceView + Send {
 /// Bytes per position on devices without a head.
 pub const BLOCK: u64 = 4096;
 
+/// Device addresses (sluice-io's): a file's id above this many bits, the
+/// offset in the file below, so that different files never look adjacent.
+pub const FILE_OFFSET_BITS: u32 = 30;
+
 /// A device where every access costs the same and position is meaningless;
 /// for drivers and tests whose policy does not look at the device.
 #[derive(Clone, Copy, Debug, Default)]

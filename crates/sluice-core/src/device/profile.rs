@@ -7,7 +7,7 @@ use super::cloud_volume::{CloudVolume, CloudVolumeConfig};
 use super::seek_disk::{SeekDisk, SeekDiskConfig};
 use super::ssd::{Ssd, SsdConfig};
 use super::timing::{Op, OpKind, ProfileError, TimingModel};
-use super::{DeviceView, DispatchView, FlatDevice};
+use super::{DeviceView, DispatchView, FlatDevice, FILE_OFFSET_BITS};
 use crate::time::Nanos;
 
 /// A device profile as TOML describes it: `model = "ssd"` and the model's
@@ -21,6 +21,13 @@ pub enum DeviceProfile {
 }
 
 /// The seek disk with the byte span mapped onto its cylinders.
+///
+/// Every file lies from the first cylinder on, its offset (not its id, the
+/// bits of a device address above [`FILE_OFFSET_BITS`]) deciding where the
+/// head goes: the disk stands for the one a database's data file
+/// occupies, TraQIOS's setting. A store of several files (its log, its
+/// tables) sees them overlap, so only a workload that reads one file, as
+/// TraQIOS's experiments do, should rely on the head's position.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SeekDiskProfile {
@@ -75,6 +82,13 @@ impl DeviceProfile {
 }
 
 impl SeekDiskProfile {
+    /// The cylinder of a device address (see the type's doc); past the
+    /// disk, its last cylinder.
+    fn cylinder(&self, address: u64, cylinders: u64) -> u64 {
+        let offset = address & ((1 << FILE_OFFSET_BITS) - 1);
+        (offset / self.bytes_per_cylinder).min(cylinders - 1)
+    }
+
     fn disk(&self) -> Result<SeekDisk, ProfileError> {
         if self.bytes_per_cylinder == 0 {
             return Err(ProfileError::invalid("bytes_per_cylinder", "at least 1", 0));
@@ -93,14 +107,14 @@ impl SeekDiskProfile {
 #[derive(Debug)]
 pub struct SeekDiskView {
     disk: SeekDisk,
-    bytes_per_cylinder: u64,
+    profile: SeekDiskProfile,
 }
 
 impl SeekDiskView {
     pub fn new(p: SeekDiskProfile) -> Result<Self, ProfileError> {
         Ok(SeekDiskView {
             disk: p.disk()?,
-            bytes_per_cylinder: p.bytes_per_cylinder,
+            profile: p,
         })
     }
 }
@@ -116,7 +130,7 @@ impl DeviceView for SeekDiskView {
 
 impl DispatchView for SeekDiskView {
     fn position(&self, offset: u64) -> u64 {
-        (offset / self.bytes_per_cylinder).min(self.disk.cylinders() - 1)
+        self.profile.cylinder(offset, self.disk.cylinders())
     }
     fn dispatched(&mut self, pos: u64) {
         self.disk.set_head(pos);
@@ -127,7 +141,7 @@ impl DispatchView for SeekDiskView {
 #[derive(Debug)]
 pub struct SeekDiskTiming {
     disk: SeekDisk,
-    bytes_per_cylinder: u64,
+    profile: SeekDiskProfile,
     busy_until: Nanos,
 }
 
@@ -135,7 +149,7 @@ impl SeekDiskTiming {
     pub fn new(p: SeekDiskProfile) -> Result<Self, ProfileError> {
         Ok(SeekDiskTiming {
             disk: p.disk()?,
-            bytes_per_cylinder: p.bytes_per_cylinder,
+            profile: p,
             busy_until: 0,
         })
     }
@@ -146,7 +160,9 @@ impl TimingModel for SeekDiskTiming {
         let start = now.max(self.busy_until);
         let access = match op.kind {
             OpKind::Flush => 0,
-            _ => self.disk.access(op.offset / self.bytes_per_cylinder),
+            _ => self
+                .disk
+                .access(self.profile.cylinder(op.offset, self.disk.cylinders())),
         };
         self.busy_until = start + access;
         self.busy_until
@@ -187,6 +203,11 @@ mod tests {
         let mut v = p.dispatch_view().unwrap();
         assert_eq!(v.position(100 << 20), 100);
         assert_eq!(v.position(u64::MAX), 999, "beyond the disk: its last cylinder");
+        assert_eq!(
+            v.position((3 << FILE_OFFSET_BITS) + (100 << 20)),
+            100,
+            "a file's offset places it, not its id"
+        );
         assert_eq!(v.cost(100), 7_000_000, "head at 0: 4 + 0.3 * sqrt(100)");
         v.dispatched(100);
         assert_eq!((v.head(), v.cost(100)), (100, 4_000_000));

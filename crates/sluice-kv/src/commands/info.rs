@@ -119,7 +119,12 @@ fn store(shared: &Shared, s: &mut String) {
     }
     let _ = write!(
         s,
-        "memtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\n",
-        stats.memtable_bytes, stats.immutables, stats.pending_compaction_bytes
+        "memtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\ndevice_held_us:{}\r\n",
+        stats.memtable_bytes,
+        stats.immutables,
+        stats.pending_compaction_bytes,
+        // Each I/O from its dispatch to its completion, summed: at depth
+        // 1, the time the device was busy.
+        shared.db.runtime().device_held() / 1000
     );
 }

@@ -1,5 +1,8 @@
 //! One connection's state: who it is, what it named itself, the protocol
-//! it speaks, and its transaction.
+//! it speaks, its transaction, and the request of several commands it is
+//! in the middle of.
+
+use sluice_core::Ctx;
 
 use super::transaction::Transaction;
 use crate::resp::Reply;
@@ -15,6 +18,10 @@ pub(crate) struct Session {
     pub resp3: bool,
     pub transaction: Transaction,
     pub client: Names,
+    /// A request of several commands (sent with `SLUICE.WITH ... IOS n`)
+    /// with I/Os left: its I/O policies count it in the system until its
+    /// last command, a command of another request, or the connection's end.
+    pub open: Option<Ctx>,
 }
 
 impl Session {
@@ -27,6 +34,7 @@ impl Session {
             resp3: false,
             transaction: Transaction::default(),
             client: Names::default(),
+            open: None,
         }
     }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sluice_bench::deadline::DeadlineBench;
+use sluice_bench::deadline::{DeadlineBench, Via};
 use sluice_core::device::SeekDiskProfile;
 use sluice_sim::TraqiosWorkload;
 
@@ -22,6 +22,11 @@ use sluice_sim::TraqiosWorkload;
     simulator runs the same transactions under the same policy. Reports average tardiness measured \
     and predicted, ratios to the first policy paired by round, TraQIOS against the best of the \
     others, and the EDF/SSTF crossover.\n\n\
+    With --via serve the same transactions go through `sluice serve` (this binary, started for each \
+    run with the policy under test): the store holds one record per cylinder, and each transaction \
+    is a client connection that sends its reads as GETs inside SLUICE.WITH with its id, its budget \
+    left and its reads left (IOS), so that the store's I/O queues see its deadline and count it as \
+    one request.\n\n\
     The default disk is TraQIOS's scaled by 1/4 and its transactions shorter (1-40 reads), so that \
     the default sweep takes about 8 minutes a round.\n\n\
     Example: sluice bench deadline --rounds 3"
@@ -58,9 +63,12 @@ pub struct DeadlineArgs {
     /// Set aside runs whose CPU steal exceeds this fraction
     #[arg(long, default_value_t = 0.10)]
     pub max_steal: f64,
-    /// Where the disk's backing file goes (default: a temporary directory)
+    /// Where the disk's backing file (or the store, with --via serve) goes (default: a temporary directory)
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Where the reads go: `runtime` (a sluice-io runtime in this process) or `serve` (through `sluice serve`)
+    #[arg(long, default_value = "runtime", value_parser = ["runtime", "serve"])]
+    pub via: String,
 }
 
 pub fn run(a: DeadlineArgs) -> Result<()> {
@@ -86,6 +94,10 @@ pub fn run(a: DeadlineArgs) -> Result<()> {
             },
             max_steal: a.max_steal,
             dir: a.dir,
+            via: match a.via.as_str() {
+                "serve" => Via::Serve(std::env::current_exe()?),
+                _ => Via::Runtime,
+            },
         })?
     );
     Ok(())

@@ -46,12 +46,26 @@ use sluice_sim::TraqiosWorkload;
 use crate::harness::{self, paired_ratios, split_by_steal, Spread};
 use crate::steal;
 
+mod serve;
+
 /// Bytes per cylinder of the emulated disk: one read of 4 KiB each.
 const BLOCK: u64 = 4096;
 
 /// How long before the first arrival the run starts, so that arrivals are
 /// not late from the start.
 const LEAD: Duration = Duration::from_millis(20);
+
+/// Where the transactions' reads go.
+#[derive(Clone, Debug, Default)]
+pub enum Via {
+    /// Straight to a sluice-io runtime in this process, each transaction a
+    /// thread in its request context.
+    #[default]
+    Runtime,
+    /// Through `sluice serve` (this binary, the path given), each
+    /// transaction a client connection (see `serve.rs`).
+    Serve(PathBuf),
+}
 
 /// The benchmark's settings (`sluice bench deadline --help`).
 #[derive(Clone, Debug)]
@@ -71,6 +85,7 @@ pub struct DeadlineBench {
     pub max_steal: f64,
     /// Where the disk's backing file goes (default: a temporary directory).
     pub dir: Option<PathBuf>,
+    pub via: Via,
 }
 
 impl Default for DeadlineBench {
@@ -94,6 +109,7 @@ impl Default for DeadlineBench {
             },
             max_steal: 0.10,
             dir: None,
+            via: Via::Runtime,
         }
     }
 }
@@ -191,11 +207,14 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
         }
     };
     let data = dir.join("seek-disk.data");
-    std::fs::write(
-        &data,
-        vec![0u8; (b.disk.cylinders * b.disk.bytes_per_cylinder) as usize],
-    )
-    .with_context(|| format!("creating {}", data.display()))?;
+    match &b.via {
+        Via::Runtime => std::fs::write(
+            &data,
+            vec![0u8; (b.disk.cylinders * b.disk.bytes_per_cylinder) as usize],
+        )
+        .with_context(|| format!("creating {}", data.display()))?,
+        Via::Serve(_) => serve::build_store(&serve::store_dir(dir), &b.disk)?,
+    }
     let mut runs = Vec::new();
     let total = b.rounds * b.utilizations.len() * b.policies.len();
     for round in 0..b.rounds {
@@ -207,7 +226,10 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
             for k in 0..b.policies.len() {
                 let policy = &b.policies[(k + shift) % b.policies.len()];
                 let seed = round as u64 + 1;
-                let (measured, steal) = steal::during(|| measure(b, policy, &w, seed, &data));
+                let (measured, steal) = steal::during(|| match &b.via {
+                    Via::Runtime => measure(b, policy, &w, seed, &data),
+                    Via::Serve(exe) => serve::measure(b, exe, &serve::store_dir(dir), policy, &w, seed),
+                });
                 let measured = measured?;
                 let spec: PolicySpec = policy.parse()?;
                 let predicted = sluice_sim::simulate(disk.clone(), &w, spec, &PolicyOptions::default(), seed)?;
@@ -341,8 +363,12 @@ fn fine_timer() {
 /// others, the EDF/SSTF crossover, and the first round on its own.
 fn report(b: &DeadlineBench, runs: &[DeadlineRun]) -> String {
     let (kept, set_aside) = split_by_steal(runs, b.max_steal);
+    let via = match b.via {
+        Via::Runtime => "on a sluice-io runtime",
+        Via::Serve(_) => "through sluice serve",
+    };
     let mut out = format!(
-        "# sluice bench deadline: {} rounds, disk a = {} ms, b = {}, {} cylinders (C̄ = {:.2} ms), {}–{} reads per transaction, {} s of arrivals per run\n\n",
+        "# sluice bench deadline, {via}: {} rounds, disk a = {} ms, b = {}, {} cylinders (C̄ = {:.2} ms), {}–{} reads per transaction, {} s of arrivals per run\n\n",
         b.rounds,
         b.disk.a_ms,
         b.disk.b,
