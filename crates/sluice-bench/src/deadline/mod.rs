@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sluice_core::device::{DeviceProfile, SeekDisk, SeekDiskConfig, SeekDiskProfile};
+use sluice_core::device::{DeviceProfile, SeekDisk, SeekDiskProfile};
 use sluice_core::metrics::Tardiness;
 use sluice_core::time::to_ms;
 use sluice_core::{Ctx, Nanos, PolicyOptions, PolicySpec};
@@ -47,13 +47,12 @@ use crate::harness::{self, paired_ratios, split_by_steal, Spread};
 use crate::steal;
 
 mod serve;
+mod wall;
+
+use wall::{fine_timer, seek_disk, Measured, LEAD};
 
 /// Bytes per cylinder of the emulated disk: one read of 4 KiB each.
 const BLOCK: u64 = 4096;
-
-/// How long before the first arrival the run starts, so that arrivals are
-/// not late from the start.
-const LEAD: Duration = Duration::from_millis(20);
 
 /// Where the transactions' reads go.
 #[derive(Clone, Debug, Default)]
@@ -228,7 +227,7 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
                 let seed = round as u64 + 1;
                 let (measured, steal) = steal::during(|| match &b.via {
                     Via::Runtime => measure(b, policy, &w, seed, &data),
-                    Via::Serve(exe) => serve::measure(b, exe, &serve::store_dir(dir), policy, &w, seed),
+                    Via::Serve(exe) => serve::measure(&b.disk, exe, &serve::store_dir(dir), policy, &w, seed),
                 });
                 let measured = measured?;
                 let spec: PolicySpec = policy.parse()?;
@@ -263,13 +262,6 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
         }
     }
     Ok(report(b, &runs))
-}
-
-/// What one wall-time run measured.
-struct Measured {
-    tardiness_ms: f64,
-    miss_ratio: f64,
-    busy: f64,
 }
 
 /// Runs the workload's transactions on a fresh runtime over `data`.
@@ -345,16 +337,6 @@ fn sleep_until(rt: &Runtime, at: Nanos) {
     let now = rt.now();
     if at > now {
         std::thread::sleep(Duration::from_nanos(at - now));
-    }
-}
-
-/// Timed sleeps on this thread overshoot by 1 µs rather than the default
-/// 50 µs of timer slack: think times and the emulated disk's reads are
-/// sleeps, and the simulator they are compared with has none.
-fn fine_timer() {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong);
     }
 }
 
@@ -537,15 +519,6 @@ fn crossover(curve: &[(f64, f64)]) -> Option<f64> {
             let ((u0, r0), (u1, r1)) = (*w[0], *w[1]);
             (r0 > 1.0 && r1 <= 1.0).then(|| u0 + (r0 - 1.0) / (r0 - r1) * (u1 - u0))
         })
-}
-
-fn seek_disk(p: &SeekDiskProfile) -> Result<SeekDisk> {
-    Ok(SeekDisk::new(SeekDiskConfig {
-        cylinders: p.cylinders,
-        a_ms: p.a_ms,
-        b: p.b,
-        ..SeekDiskConfig::default()
-    })?)
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use sluice_kv::{Db, Options};
 use sluice_sim::workload::Generator;
 use sluice_sim::TraqiosWorkload;
 
-use super::{fine_timer, seek_disk, DeadlineBench, Measured, LEAD};
+use super::wall::{fine_timer, seek_disk, Measured, LEAD};
 use crate::route::shards::{free_port, info, wait_listening};
 use crate::target::{Resp, RespClient};
 
@@ -120,8 +120,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(exe: &Path, store: &Path, b: &DeadlineBench, policy: &str, w: &TraqiosWorkload) -> Result<Server> {
-        let d = &b.disk;
+    fn start(exe: &Path, store: &Path, d: &SeekDiskProfile, policy: &str, w: &TraqiosWorkload) -> Result<Server> {
         let runtime = store.with_extension(format!("runtime-{policy}.toml"));
         std::fs::write(
             &runtime,
@@ -186,17 +185,16 @@ impl Server {
 /// Runs the workload's transactions through `sluice serve` (`exe`) on the
 /// store in `store`.
 pub(super) fn measure(
-    b: &DeadlineBench,
+    disk: &SeekDiskProfile,
     exe: &Path,
     store: &Path,
     policy: &str,
     w: &TraqiosWorkload,
     seed: u64,
 ) -> Result<Measured> {
-    let server = Server::start(exe, store, b, policy, w)?;
+    let server = Server::start(exe, store, disk, policy, w)?;
     let idle: Mutex<Vec<RespClient>> = Mutex::new((0..WORKERS).map(|_| server.client()).collect::<Result<_>>()?);
-    let disk = seek_disk(&b.disk)?;
-    let avg = w.avg_access(&disk);
+    let avg = w.avg_access(&seek_disk(disk)?);
     let mut arrivals = Generator::new(w, avg, seed);
     let draws = Arc::new(Generator::new(w, avg, seed));
     let clock = Instant::now();
