@@ -35,6 +35,7 @@ mod info;
 mod keys;
 mod list;
 mod long_double;
+mod script;
 mod session;
 mod store;
 mod string;
@@ -99,6 +100,26 @@ const COMMANDS: &[Command] = &[
     command("del", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
     command("discard", |n| n == 0, |_, c, _, _| c.transaction.discard()),
     command("echo", |n| n == 1, |_, _, _, r| Reply::Bulk(Some(r[0].clone()))),
+    command(
+        "eval",
+        |n| n >= 2,
+        |s, c, name, r| script::eval(s, c, name, r, &from_script),
+    ),
+    command(
+        "eval_ro",
+        |n| n >= 2,
+        |s, c, name, r| script::eval(s, c, name, r, &from_script),
+    ),
+    command(
+        "evalsha",
+        |n| n >= 2,
+        |s, c, name, r| script::eval(s, c, name, r, &from_script),
+    ),
+    command(
+        "evalsha_ro",
+        |n| n >= 2,
+        |s, c, name, r| script::eval(s, c, name, r, &from_script),
+    ),
     command("exec", |n| n == 0, |s, c, _, _| exec(s, c)),
     command("exists", |n| n >= 1, |s, _, _, r| exists(s, r)),
     command("expire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
@@ -174,6 +195,7 @@ const COMMANDS: &[Command] = &[
     command("rpush", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, false)),
     command("rpushx", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, true)),
     command("scan", |n| n >= 1, |s, _, _, r| keys::scan(s, r)),
+    command("script", |n| n >= 1, |s, _, _, r| script::script(s, r)),
     command(
         "select",
         |n| n == 1,
@@ -252,6 +274,20 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     };
     session.transaction.refused();
     refusal
+}
+
+/// A command a script calls (`redis.call`), refused as Redis refuses
+/// unknown commands and those scripts may not call.
+fn from_script(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    match lookup(&name) {
+        None => Reply::error("Unknown Redis command called from script"),
+        Some(_) if !command::allowed_in_scripts(name.as_bytes()) => {
+            Reply::error("This Redis command is not allowed from script")
+        }
+        Some(c) if !(c.arity)(args.len() - 1) => Reply::error("Wrong number of args calling Redis command from script"),
+        Some(c) => (c.run)(shared, session, &name, &args[1..]),
+    }
 }
 
 /// `WATCH key...`: EXEC will abort if one of them is written, or expires.

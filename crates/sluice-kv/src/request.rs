@@ -234,16 +234,10 @@ pub(crate) fn own_ctx(shared: &Shared, tenant: u32, arrival: u64) -> Ctx {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::Db;
 
     fn shared() -> (Shared, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let rt = sluice_io::Runtime::new(sluice_io::RuntimeConfig::default()).unwrap();
-        let db = Arc::new(Db::open(rt, dir.path(), crate::Options::default()).unwrap());
-        (Shared::new(db, crate::ServerOptions::default()), dir)
+        Shared::for_test()
     }
 
     fn words(w: &[&str]) -> Vec<Vec<u8>> {

@@ -29,6 +29,9 @@ pub struct ServerOptions {
     /// Worker threads: commands running at once, each on a worker of its
     /// own; a connection with whole requests waits for a free worker.
     pub workers: usize,
+    /// Longest a Lua script runs before it is stopped: it holds every
+    /// writer while it runs.
+    pub script_time_limit: std::time::Duration,
 }
 
 /// Workers by default: four per core. Commands that do not block run
@@ -47,6 +50,7 @@ impl Default for ServerOptions {
             limits: Limits::default(),
             password: None,
             workers: default_workers(),
+            script_time_limit: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -85,6 +89,8 @@ pub(crate) struct Shared {
     pub expiry_task: Arc<Background>,
     /// Expired values the sweeper has deleted.
     pub expired_keys: AtomicU64,
+    /// Lua scripts by their SHA1 (SCRIPT LOAD, and EVAL's).
+    pub scripts: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,6 +114,7 @@ impl Shared {
                 .runtime()
                 .register_background(format!("expiry {}", db.dir().display()), TaskKind::Expiry),
             expired_keys: AtomicU64::new(0),
+            scripts: Mutex::new(HashMap::new()),
             db,
         }
     }
@@ -156,5 +163,16 @@ impl Shared {
     /// Runs `f` on every live tenant's statistics.
     pub fn with_tenants<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &TenantStats>) -> R) -> R {
         f(&mut lock(&self.tenants).1.iter().map(|(_, t)| t))
+    }
+}
+
+#[cfg(test)]
+impl Shared {
+    /// A server's shared state over a store in a new temporary directory.
+    pub fn for_test() -> (Shared, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let rt = sluice_io::Runtime::new(sluice_io::RuntimeConfig::default()).expect("a runtime");
+        let db = Arc::new(Db::open(rt, dir.path(), crate::Options::default()).expect("a store"));
+        (Shared::new(db, ServerOptions::default()), dir)
     }
 }

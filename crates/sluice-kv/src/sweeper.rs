@@ -178,13 +178,9 @@ fn sweep(shared: &Shared) {
 mod tests {
     use super::*;
     use crate::commands::{execute, Session};
-    use crate::Db;
 
     fn shared() -> (Shared, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let rt = sluice_io::Runtime::new(sluice_io::RuntimeConfig::default()).unwrap();
-        let db = Arc::new(Db::open(rt, dir.path(), crate::Options::default()).unwrap());
-        (Shared::new(db, crate::ServerOptions::default()), dir)
+        Shared::for_test()
     }
 
     fn run(shared: &Shared, line: &str) -> Reply {

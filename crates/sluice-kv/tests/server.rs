@@ -1063,6 +1063,13 @@ for kwargs in ({}, {"protocol": 2}):
     assert r.lmove("jobs", "done", "RIGHT", "LEFT") == b"c"
     assert r.rpop("jobs", 5) == [b"a", b"b"] and r.rpop("jobs") is None
     assert r.llen("done") == 1 and r.lindex("done", -1) == b"c"
+    r.delete("resource")
+    lock = r.lock("resource", timeout=10)
+    assert lock.acquire(blocking=False)
+    assert r.lock("resource", timeout=10).acquire(blocking=False) is False, "held"
+    assert lock.extend(5) and lock.owned()
+    lock.release()
+    assert r.exists("resource") == 0 and r.lock("resource").acquire(blocking=False)
     assert r.config_get("flush-*")["flush-paused"] in ("no", b"no")
     assert r.command()["get"]["first_key_pos"] == 1
     assert r.info("clients")["connected_clients"] >= 1
@@ -1473,4 +1480,112 @@ fn lists_keep_their_elements_as_entries_and_give_them_back() {
         c.call(&["LINSERT", "l", "BEFORE", "a", "b"]).lines().next().unwrap(),
         "-ERR unknown command 'LINSERT', with args beginning with: 'l' 'BEFORE' 'a' 'b' "
     );
+}
+
+/// EVAL and its kin answer as Redis 7.0 does (replies checked against
+/// redis-server 7.0.15), but for the line Redis adds to a script's errors.
+#[test]
+fn scripts_answer_as_redis_does() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    let cases: &[(&[&str], &str)] = &[
+        (&["EVAL", "return 1", "x"], "-ERR value is not an integer or out of range\r\n"),
+        (&["EVAL", "return 1", "-1"], "-ERR Number of keys can't be negative\r\n"),
+        (&["EVAL", "return 1", "2", "a"], "-ERR Number of keys can't be greater than number of args\r\n"),
+        (&["EVALSHA", "abc", "0"], "-NOSCRIPT No matching script. Please use EVAL.\r\n"),
+        (&["EVAL", "return redis.call('incr', KEYS[1])", "1", "s"], ":1\r\n"),
+        (&["SET", "str", "v"], "+OK\r\n"),
+        (
+            &["EVAL", "return redis.call('incr', KEYS[1])", "1", "str"],
+            "-ERR value is not an integer or out of range script: 2bab3b661081db58bd2341920e0ba7cf5dc77b25\r\n",
+        ),
+        (
+            &["EVAL", "return x(", "0"],
+            "-ERR Error compiling script (new function): user_script:1: unexpected symbol near '<eof>'\r\n",
+        ),
+        (
+            &["EVAL", "return redis.call('multi')", "0"],
+            "-ERR This Redis command is not allowed from script script: c329a1a294be6bf95b44144f7502610661ae925a\r\n",
+        ),
+        (
+            &["EVAL", "return redis.call('nosuch')", "0"],
+            "-ERR Unknown Redis command called from script script: 206396248e12c6e742fd7296250433c8d7343b74\r\n",
+        ),
+        (
+            &["EVAL", "return {1,2,{3,'x'},nil,5}", "0"],
+            "*3\r\n:1\r\n:2\r\n*2\r\n:3\r\n$1\r\nx\r\n",
+        ),
+        (&["EVAL", "return {err='My Error'}", "0"], "-My Error\r\n"),
+        (&["EVAL", "return {ok='fine'}", "0"], "+fine\r\n"),
+        (&["EVAL", "return 3.99", "0"], ":3\r\n"),
+        (&["EVAL", "return true", "0"], ":1\r\n"),
+        (&["EVAL", "return false", "0"], "$-1\r\n"),
+        (
+            &["EVAL", "return redis.pcall('incr', 'str')", "0"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (&["SCRIPT", "LOAD", "return 1"], "$40\r\ne0e1f9fabfc9d4800c877a703b823ac0578ff8db\r\n"),
+        (
+            &["SCRIPT", "EXISTS", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "nope"],
+            "*2\r\n:1\r\n:0\r\n",
+        ),
+        (&["EVALSHA", "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", "0"], ":1\r\n"),
+        (&["SCRIPT", "FLUSH"], "+OK\r\n"),
+        (&["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"], "-NOSCRIPT No matching script. Please use EVAL.\r\n"),
+        (&["SCRIPT", "BOGUS"], "-ERR unknown subcommand 'BOGUS'. Try SCRIPT HELP.\r\n"),
+        (&["EVAL", "return redis.call('get', 'missing')", "0"], "$-1\r\n"),
+        (&["EVAL", "return redis.call('set', 'n', 3.5)", "0"], "+OK\r\n"),
+        (&["GET", "n"], "$3\r\n3.5\r\n"),
+        (
+            &["EVAL", "return redis.call('set', 'n', {})", "0"],
+            "-ERR Lua redis lib command arguments must be strings or integers script: 09ff1340ecb4337d2430da87f084d606a8be3604\r\n",
+        ),
+        (
+            &["EVAL_RO", "return redis.call('set', 'n', 1)", "0"],
+            "-ERR Write commands are not allowed from read-only scripts. script: b2f0aa4dab03f57e525ce5de8b0c57131392d0fe\r\n",
+        ),
+        (&["EVAL", "return ARGV[2] .. KEYS[1]", "1", "k", "a", "b"], "$2\r\nbk\r\n"),
+    ];
+    for (command, expected) in cases {
+        assert_eq!(&c.call(command), expected, "{command:?}");
+    }
+}
+
+/// A script runs alone: read-modify-write scripts from several clients
+/// lose no update, and EVAL inside MULTI runs inside the transaction.
+#[test]
+fn scripts_run_atomically() {
+    let (addr, _dir) = start(Options::default());
+    let bump = "local v = tonumber(redis.call('get', KEYS[1]) or '0'); redis.call('set', KEYS[1], v + 1); return v + 1";
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut c = Client::connect(addr);
+                for _ in 0..50 {
+                    assert!(c.call(&["EVAL", bump, "1", "counter"]).starts_with(':'));
+                }
+            });
+        }
+    });
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["GET", "counter"]), "$3\r\n200\r\n");
+    c.call(&["MULTI"]);
+    assert_eq!(c.call(&["EVAL", bump, "1", "counter"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n:201\r\n");
+}
+
+/// A script that never ends is stopped at the server's time limit, and
+/// keeps what it wrote before, as a failed script does.
+#[test]
+fn a_runaway_script_is_stopped() {
+    let server_options = ServerOptions {
+        script_time_limit: std::time::Duration::from_millis(200),
+        ..ServerOptions::default()
+    };
+    let (addr, _dir) = start_with(Options::default(), server_options);
+    let mut c = Client::connect(addr);
+    let reply = c.call(&["EVAL", "redis.call('set', 'before', '1'); while true do end", "0"]);
+    assert!(reply.contains("time limit"), "{reply}");
+    assert_eq!(c.call(&["GET", "before"]), "$1\r\n1\r\n");
+    assert_eq!(c.call(&["SET", "after", "2"]), "+OK\r\n", "writers go on");
 }

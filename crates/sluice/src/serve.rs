@@ -21,7 +21,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     WITHSCORES), ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP (with a count), LLEN, \
     LINDEX, LRANGE, LSET, LTRIM, LMOVE, RPOPLPUSH (not LINSERT, LREM, LPOS or the blocking pops); \
     KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
-    EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; CLIENT (ID, \
+    EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (LOAD, \
+    EXISTS, FLUSH): Lua 5.1 scripts, each run atomically; CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \

@@ -36,7 +36,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sluice_core::device::{DeviceProfile, SeekDisk, SeekDiskProfile};
-use sluice_core::metrics::Tardiness;
 use sluice_core::time::to_ms;
 use sluice_core::{Ctx, Nanos, PolicyOptions, PolicySpec};
 use sluice_io::{DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
@@ -320,17 +319,7 @@ fn measure(b: &DeadlineBench, policy: &str, w: &TraqiosWorkload, seed: u64, data
             .map(|t| t.join().expect("a transaction's thread panicked"))
             .collect::<Result<Vec<_>>>()
     })?;
-    let mut tardiness = Tardiness::default();
-    let mut end = start;
-    for (ctx, done) in &finished {
-        tardiness.record(ctx, *done);
-        end = end.max(*done);
-    }
-    Ok(Measured {
-        tardiness_ms: to_ms(tardiness.average()),
-        miss_ratio: tardiness.miss_ratio(),
-        busy: rt.device_held() as f64 / end.saturating_sub(start).max(1) as f64,
-    })
+    Ok(Measured::of(&finished, start, rt.device_held()))
 }
 
 fn sleep_until(rt: &Runtime, at: Nanos) {

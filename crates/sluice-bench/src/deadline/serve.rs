@@ -31,8 +31,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use sluice_core::device::SeekDiskProfile;
-use sluice_core::metrics::Tardiness;
-use sluice_core::time::to_ms;
 use sluice_core::{Ctx, Nanos};
 use sluice_io::{Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options};
@@ -258,17 +256,7 @@ pub(super) fn measure(
             .collect::<Result<Vec<_>>>()
     })?;
     let held = server.device_held()? - held_before;
-    let mut tardiness = Tardiness::default();
-    let mut end = start;
-    for (ctx, done) in &finished {
-        tardiness.record(ctx, *done);
-        end = end.max(*done);
-    }
-    Ok(Measured {
-        tardiness_ms: to_ms(tardiness.average()),
-        miss_ratio: tardiness.miss_ratio(),
-        busy: held as f64 / end.saturating_sub(start).max(1) as f64,
-    })
+    Ok(Measured::of(&finished, start, held))
 }
 
 /// Where the store goes: a directory of its own under the benchmark's.

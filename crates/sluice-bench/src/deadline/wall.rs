@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use sluice_core::device::{SeekDisk, SeekDiskConfig, SeekDiskProfile};
+use sluice_core::metrics::Tardiness;
+use sluice_core::time::to_ms;
+use sluice_core::{Ctx, Nanos};
 
 /// How long before the first arrival the run starts, so that arrivals are
 /// not late from the start.
@@ -16,6 +19,24 @@ pub(super) struct Measured {
     pub tardiness_ms: f64,
     pub miss_ratio: f64,
     pub busy: f64,
+}
+
+impl Measured {
+    /// A run that started at `start`, from each transaction's context and
+    /// when it finished, and the time its I/Os held the device.
+    pub fn of(finished: &[(Ctx, Nanos)], start: Nanos, held: u64) -> Measured {
+        let mut tardiness = Tardiness::default();
+        let mut end = start;
+        for (ctx, done) in finished {
+            tardiness.record(ctx, *done);
+            end = end.max(*done);
+        }
+        Measured {
+            tardiness_ms: to_ms(tardiness.average()),
+            miss_ratio: tardiness.miss_ratio(),
+            busy: held as f64 / end.saturating_sub(start).max(1) as f64,
+        }
+    }
 }
 
 /// Timed sleeps on this thread overshoot by 1 µs rather than the default

@@ -98,6 +98,48 @@ pub(super) const INFO: &[Info] = &[
         &["@fast", "@connection"],
     ),
     info(
+        "eval",
+        -3,
+        &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        [0, 0, 0],
+        &["@slow", "@scripting"],
+    ),
+    info(
+        "eval_ro",
+        -3,
+        &[
+            "readonly",
+            "noscript",
+            "stale",
+            "skip_monitor",
+            "no_mandatory_keys",
+            "movablekeys",
+        ],
+        [0, 0, 0],
+        &["@slow", "@scripting"],
+    ),
+    info(
+        "evalsha",
+        -3,
+        &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        [0, 0, 0],
+        &["@slow", "@scripting"],
+    ),
+    info(
+        "evalsha_ro",
+        -3,
+        &[
+            "readonly",
+            "noscript",
+            "stale",
+            "skip_monitor",
+            "no_mandatory_keys",
+            "movablekeys",
+        ],
+        [0, 0, 0],
+        &["@slow", "@scripting"],
+    ),
+    info(
         "exec",
         1,
         &["noscript", "loading", "stale", "skip_slowlog"],
@@ -374,6 +416,7 @@ pub(super) const INFO: &[Info] = &[
         &["@write", "@list", "@fast"],
     ),
     info("scan", -2, &["readonly"], [0, 0, 0], &["@keyspace", "@read", "@slow"]),
+    info("script", -2, &[], [0, 0, 0], &["@slow"]),
     info(
         "select",
         2,
@@ -557,6 +600,16 @@ pub(super) fn command(args: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// Whether a script may call the command `name` (Redis's `noscript`).
+pub(super) fn allowed_in_scripts(name: &[u8]) -> bool {
+    find(name).is_some_and(|i| !i.flags.contains(&"noscript"))
+}
+
+/// Whether the command `name` writes (Redis's `write`).
+pub(super) fn writes(name: &[u8]) -> bool {
+    find(name).is_some_and(|i| i.flags.contains(&"write"))
+}
+
 fn find(name: &[u8]) -> Option<&'static Info> {
     let name = String::from_utf8_lossy(name).to_ascii_lowercase();
     INFO.binary_search_by(|i| i.name.cmp(&name)).ok().map(|at| &INFO[at])
@@ -630,6 +683,31 @@ fn describe(info: &Info) -> Reply {
         ])
     };
     let specs = match (first, last) {
+        // EVAL's keys: their count at index 2, the keys after it.
+        (0, _) if info.flags.contains(&"movablekeys") => vec![Reply::Map(vec![
+            (bulk("flags"), words(&["RW"])),
+            (
+                bulk("begin_search"),
+                Reply::Map(vec![
+                    (bulk("type"), bulk("index")),
+                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(2))])),
+                ]),
+            ),
+            (
+                bulk("find_keys"),
+                Reply::Map(vec![
+                    (bulk("type"), bulk("keynum")),
+                    (
+                        bulk("spec"),
+                        Reply::Map(vec![
+                            (bulk("keynumidx"), Reply::Integer(0)),
+                            (bulk("firstkey"), Reply::Integer(1)),
+                            (bulk("keystep"), Reply::Integer(1)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])],
         (0, _) => Vec::new(),
         // Keys up to the end: one range (Redis counts its last key from
         // the end of the command).

@@ -184,6 +184,12 @@ pub(crate) fn lock<'s, 'k>(shared: &'s Shared, keys: impl IntoIterator<Item = &'
     })
 }
 
+/// Whether a transaction (EXEC) runs on this thread: it holds every
+/// stripe and gathers the writes.
+pub(crate) fn in_transaction() -> bool {
+    PENDING.with_borrow(Option::is_some)
+}
+
 /// Runs `f` as one transaction: its writes are read back by its own reads
 /// and reach the store in one batch at the end. The caller holds every
 /// stripe. Returns what `f` returned and the stripes it wrote, or the
