@@ -13,7 +13,7 @@ use sluice_core::time::to_ms;
 use sluice_core::{Ctx, Job, Nanos, PolicyOptions, PolicySpec, Stage};
 
 use crate::engine::EventQueue;
-use crate::workload::{Generator, TraqiosWorkload};
+use crate::workload::{Generator, LateDeadline, TraqiosWorkload};
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -64,6 +64,9 @@ struct Sim {
     latency: LatencyHistogram,
     stats: RunStats,
     busy: Nanos,
+    /// A late transaction's accesses are queued with their issue time as
+    /// deadline ([`LateDeadline::Issue`]).
+    late_at_issue: bool,
 }
 
 /// Runs `workload` under `policy` on `disk` with `seed`.
@@ -95,6 +98,7 @@ pub fn simulate(
         latency: LatencyHistogram::default(),
         stats: RunStats::default(),
         busy: 0,
+        late_at_issue: workload.late_deadline == LateDeadline::Issue,
     };
     Ok(sim.run())
 }
@@ -166,7 +170,11 @@ impl Sim {
             return;
         };
         a.last_cylinder = Some(pos);
-        let job = Job::new(self.seq, a.ctx, pos, now)
+        let mut ctx = a.ctx;
+        if self.late_at_issue {
+            ctx.deadline = ctx.deadline.map(|d| d.max(now));
+        }
+        let job = Job::new(self.seq, ctx, pos, now)
             .at_index(a.done + 1)
             .with_tag(slot as u64);
         self.seq += 1;

@@ -64,6 +64,23 @@ pub struct TraqiosWorkload {
     pub inaccuracy_correlation: f64,
     /// Over which cylinders C̄ is computed.
     pub c_bar_over: CBarOver,
+    /// The deadline an access of a transaction already past its own is
+    /// queued with.
+    pub late_deadline: LateDeadline,
+}
+
+/// The deadline an access of a late transaction is queued with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LateDeadline {
+    /// The transaction's, however long past (TraQIOS's model, and a
+    /// request in the store's own process).
+    #[default]
+    Kept,
+    /// Its issue time: a request context sent over the wire carries the
+    /// time left, never a negative one, so the store that receives a late
+    /// access sets its deadline to its arrival (`SLUICE.WITH`).
+    Issue,
 }
 
 /// Over which cylinders the average access time C̄ is computed.
@@ -91,6 +108,7 @@ impl Default for TraqiosWorkload {
             inaccuracy: 0.0,
             inaccuracy_correlation: 0.0,
             c_bar_over: CBarOver::Layout,
+            late_deadline: LateDeadline::Kept,
         }
     }
 }

@@ -132,3 +132,27 @@ fn state_grows_with_transactions_in_the_system_not_with_the_run() {
     assert!(long.peak_transactions < 60, "peak {}", long.peak_transactions);
     assert!(long.peak_transactions <= short.peak_transactions * 3);
 }
+
+/// Queuing a late transaction's accesses with their issue time as deadline
+/// (what a request context sent over the wire gives) changes the order
+/// EDF serves late accesses in, and nothing TraQIOS decides: an access
+/// with no slack has priority 1/C however late it is.
+#[test]
+fn late_deadlines_at_issue_move_edf_and_not_traqios() {
+    let disk = SeekDisk::new(SeekDiskConfig::default()).unwrap();
+    let kept = TraqiosWorkload {
+        transactions: 400,
+        ios: [1, 50],
+        utilization: 0.95,
+        ..Default::default()
+    };
+    let at_issue = TraqiosWorkload {
+        late_deadline: sluice_sim::workload::LateDeadline::Issue,
+        ..kept.clone()
+    };
+    let o = PolicyOptions::default();
+    let run = |w: &TraqiosWorkload, p: PolicySpec| simulate(disk.clone(), w, p, &o, 5).unwrap();
+    assert_ne!(run(&kept, PolicySpec::Edf), run(&at_issue, PolicySpec::Edf));
+    let traqios: PolicySpec = "traqios".parse().unwrap();
+    assert_eq!(run(&kept, traqios), run(&at_issue, traqios));
+}

@@ -39,7 +39,7 @@ use sluice_core::device::{DeviceProfile, SeekDisk, SeekDiskProfile};
 use sluice_core::time::to_ms;
 use sluice_core::{Ctx, Nanos, PolicyOptions, PolicySpec};
 use sluice_io::{DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
-use sluice_sim::workload::Generator;
+use sluice_sim::workload::{Generator, LateDeadline};
 use sluice_sim::TraqiosWorkload;
 
 use crate::harness::{self, paired_ratios, split_by_steal, Spread};
@@ -205,19 +205,39 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
         }
     };
     let data = dir.join("seek-disk.data");
-    match &b.via {
-        Via::Runtime => std::fs::write(
-            &data,
-            vec![0u8; (b.disk.cylinders * b.disk.bytes_per_cylinder) as usize],
-        )
-        .with_context(|| format!("creating {}", data.display()))?,
-        Via::Serve(_) => serve::build_store(&serve::store_dir(dir), &b.disk)?,
-    }
+    // Through the server, what each read adds besides the disk, ms.
+    let wire_ms = match &b.via {
+        Via::Runtime => {
+            std::fs::write(
+                &data,
+                vec![0u8; (b.disk.cylinders * b.disk.bytes_per_cylinder) as usize],
+            )
+            .with_context(|| format!("creating {}", data.display()))?;
+            0.0
+        }
+        Via::Serve(exe) => {
+            serve::build_store(&serve::store_dir(dir), &b.disk)?;
+            let wire_ms = serve::round_trip(exe, &serve::store_dir(dir), &b.disk)?;
+            eprintln!("sluice serve's round trip: {wire_ms:.3} ms a read, counted as think time in the prediction");
+            wire_ms
+        }
+    };
     let mut runs = Vec::new();
     let total = b.rounds * b.utilizations.len() * b.policies.len();
     for round in 0..b.rounds {
         for (ui, &u) in b.utilizations.iter().enumerate() {
             let w = b.workload_at(u, &disk);
+            // The same transactions as the simulator sees them through the
+            // server: each read's round trip is think time, and a late
+            // read is queued with its arrival as deadline (see serve.rs).
+            let predicted_w = match &b.via {
+                Via::Runtime => w.clone(),
+                Via::Serve(_) => TraqiosWorkload {
+                    think_ms: w.think_ms.map(|t| t + wire_ms),
+                    late_deadline: LateDeadline::Issue,
+                    ..w.clone()
+                },
+            };
             // Rotated each round and point, so that no policy always runs
             // first after a change of load.
             let shift = round + ui;
@@ -226,11 +246,12 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
                 let seed = round as u64 + 1;
                 let (measured, steal) = steal::during(|| match &b.via {
                     Via::Runtime => measure(b, policy, &w, seed, &data),
-                    Via::Serve(exe) => serve::measure(&b.disk, exe, &serve::store_dir(dir), policy, &w, seed),
+                    Via::Serve(exe) => serve::measure(&b.disk, exe, &serve::store_dir(dir), policy, &w, seed, wire_ms),
                 });
                 let measured = measured?;
                 let spec: PolicySpec = policy.parse()?;
-                let predicted = sluice_sim::simulate(disk.clone(), &w, spec, &PolicyOptions::default(), seed)?;
+                let predicted =
+                    sluice_sim::simulate(disk.clone(), &predicted_w, spec, &PolicyOptions::default(), seed)?;
                 let r = DeadlineRun {
                     round,
                     utilization: u,
@@ -260,7 +281,7 @@ pub fn run(b: &DeadlineBench) -> Result<String> {
             }
         }
     }
-    Ok(report(b, &runs))
+    Ok(report(b, &runs, wire_ms))
 }
 
 /// Runs the workload's transactions on a fresh runtime over `data`.
@@ -332,11 +353,13 @@ fn sleep_until(rt: &Runtime, at: Nanos) {
 /// The report: tardiness measured and predicted at each utilization,
 /// ratios to the baseline paired by round, TraQIOS against the best of the
 /// others, the EDF/SSTF crossover, and the first round on its own.
-fn report(b: &DeadlineBench, runs: &[DeadlineRun]) -> String {
+fn report(b: &DeadlineBench, runs: &[DeadlineRun], wire_ms: f64) -> String {
     let (kept, set_aside) = split_by_steal(runs, b.max_steal);
     let via = match b.via {
-        Via::Runtime => "on a sluice-io runtime",
-        Via::Serve(_) => "through sluice serve",
+        Via::Runtime => "on a sluice-io runtime".to_string(),
+        Via::Serve(_) => format!(
+            "through sluice serve (each read's round trip, {wire_ms:.3} ms, and late reads queued by their arrival, in the prediction too)"
+        ),
     };
     let mut out = format!(
         "# sluice bench deadline, {via}: {} rounds, disk a = {} ms, b = {}, {} cylinders (C̄ = {:.2} ms), {}–{} reads per transaction, {} s of arrivals per run\n\n",

@@ -20,9 +20,14 @@
 //! of the reads it has left (M of §3.2.2), and its policies count the
 //! transaction in the system from its first read to its last.
 //!
-//! What the wire adds to the runtime's own run: each read's round trip
-//! over loopback TCP and its parsing, a few tens of microseconds against
-//! the disk's 2.37 ms average access.
+//! What the wire adds to the runtime's own run, and how the prediction
+//! counts it: each read's round trip over loopback TCP and its parsing,
+//! which [`round_trip`] measures before the runs and which is think time
+//! from the disk's side (the store's K̄ and the simulator's think time
+//! both include it); and a late transaction's reads, which carry a budget
+//! of 0 (the time left is never negative), so the store queues them with
+//! their arrival as deadline, which the simulator is told to do too
+//! (`LateDeadline::Issue`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -118,7 +123,9 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(exe: &Path, store: &Path, d: &SeekDiskProfile, policy: &str, w: &TraqiosWorkload) -> Result<Server> {
+    /// `think_ms`: K̄, the time between a transaction's reads as the
+    /// store sees it.
+    fn start(exe: &Path, store: &Path, d: &SeekDiskProfile, policy: &str, think_ms: f64) -> Result<Server> {
         let runtime = store.with_extension(format!("runtime-{policy}.toml"));
         std::fs::write(
             &runtime,
@@ -131,7 +138,7 @@ impl Server {
                 d.b,
                 d.bytes_per_cylinder,
                 WORKERS + 1,
-                (w.think_ms[0] + w.think_ms[1]) / 2.0,
+                think_ms,
             ),
         )?;
         let port = free_port()?;
@@ -180,8 +187,23 @@ impl Server {
     }
 }
 
+/// The mean round trip of a command that reads nothing (PING) to `sluice
+/// serve` (`exe`) on `store`, ms: what each read adds to a transaction's
+/// time besides the disk.
+pub(super) fn round_trip(exe: &Path, store: &Path, disk: &SeekDiskProfile) -> Result<f64> {
+    const TRIPS: u32 = 2000;
+    let server = Server::start(exe, store, disk, "fifo", 0.0)?;
+    let mut c = server.client()?;
+    let started = Instant::now();
+    for _ in 0..TRIPS {
+        c.call(&[b"PING"])?;
+        c.reply()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(TRIPS))
+}
+
 /// Runs the workload's transactions through `sluice serve` (`exe`) on the
-/// store in `store`.
+/// store in `store`; `wire_ms` is [`round_trip`]'s.
 pub(super) fn measure(
     disk: &SeekDiskProfile,
     exe: &Path,
@@ -189,8 +211,10 @@ pub(super) fn measure(
     policy: &str,
     w: &TraqiosWorkload,
     seed: u64,
+    wire_ms: f64,
 ) -> Result<Measured> {
-    let server = Server::start(exe, store, disk, policy, w)?;
+    let think_ms = (w.think_ms[0] + w.think_ms[1]) / 2.0 + wire_ms;
+    let server = Server::start(exe, store, disk, policy, think_ms)?;
     let idle: Mutex<Vec<RespClient>> = Mutex::new((0..WORKERS).map(|_| server.client()).collect::<Result<_>>()?);
     let avg = w.avg_access(&seek_disk(disk)?);
     let mut arrivals = Generator::new(w, avg, seed);
