@@ -1,16 +1,33 @@
 //! The `sluice` command as a user meets it: help, errors, and a small run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().unwrap()
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory of this test process, removed however the test
+/// ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("sluice-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 #[test]
@@ -80,7 +97,6 @@ fn bad_experiment_files_get_one_line_naming_the_field() {
     let out = sluice(&["sim", dir.join("missing.toml").to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8(out.stderr).unwrap().contains("cannot read"));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -124,7 +140,6 @@ fn a_small_experiment_prints_tables_and_writes_files() {
         1 + 2 * 3 * 2,
         "header + points x policies x seeds"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -160,12 +175,12 @@ fn a_small_demo_runs_every_mode_and_writes_its_report() {
     let bad = sluice(&["demo", "--records", "10"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--records must be at least 1000"));
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
 fn an_apples_scenario_prints_its_runs_and_refuses_what_it_cannot_use() {
-    let file = scratch("apples").join("tiny.toml");
+    let dir = scratch("apples");
+    let file = dir.join("tiny.toml");
     std::fs::write(
         &file,
         "kind = \"apples\"\nseeds = 2\nbaseline = \"open\"\n[defaults]\nseconds = 3.0\nwarmup = 1.0\n\
