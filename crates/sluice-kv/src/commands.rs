@@ -321,13 +321,7 @@ fn exec(shared: &Shared, session: &mut Session) -> Reply {
             })
             .collect()
     };
-    match store::atomically(shared, run) {
-        Ok((replies, stripes)) => {
-            all.wrote(&stripes);
-            Reply::Array(replies)
-        }
-        Err(refused) => refused,
-    }
+    store::atomically(shared, &mut all, run).map_or_else(|refused| refused, Reply::Array)
 }
 
 fn get(shared: &Shared, key: &[u8]) -> Reply {

@@ -242,30 +242,23 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
         }
         "exec" => {
             let t = session.transaction.take().expect("inside MULTI");
-            let watched = session.watched.take();
+            let mut watched = session.watched.take();
             if t.refused {
                 if let Some(w) = watched {
                     w.release(false);
                 }
                 return Reply::Error("EXECABORT Transaction discarded because of previous errors.".into()).into();
             }
-            let Some(mut w) = watched else {
-                if t.queued.is_empty() {
-                    return Reply::Array(Vec::new()).into();
-                }
-                let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
-                return router.transaction(slot, &t.queued, origin).await;
-            };
-            // Even an empty transaction goes to the shard: its EXEC
-            // answers whether a watched key changed.
-            let queued: Vec<Vec<&[u8]>> = t.queued.iter().map(|c| c.iter().map(Vec::as_slice).collect()).collect();
-            let (multi, exec): (&[&[u8]], &[&[u8]]) = (&[b"MULTI"], &[b"EXEC"]);
-            let all: Vec<&[&[u8]]> = std::iter::once(multi)
-                .chain(queued.iter().map(Vec::as_slice))
-                .chain(std::iter::once(exec))
-                .collect();
-            let answer = router.on_watched(&mut w, &all, origin).await;
-            w.release(true);
+            // With a watch, even an empty transaction goes to the shard:
+            // its EXEC answers whether a watched key changed.
+            if t.queued.is_empty() && watched.is_none() {
+                return Reply::Array(Vec::new()).into();
+            }
+            let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
+            let answer = router.transaction(slot, &t.queued, origin, watched.as_mut()).await;
+            if let Some(w) = watched {
+                w.release(true);
+            }
             return answer;
         }
         _ => {}

@@ -462,7 +462,13 @@ impl Router {
     /// Redirects are not followed: in front of a cluster whose slot moved,
     /// the commands are refused with `MOVED`, EXEC answers `EXECABORT`, and
     /// the client runs the transaction again.
-    pub async fn transaction(&self, slot: u16, commands: &[Vec<Vec<u8>>], origin: Origin) -> Answer {
+    pub async fn transaction(
+        &self,
+        slot: u16,
+        commands: &[Vec<Vec<u8>>],
+        origin: Origin,
+        watched: Option<&mut Watched>,
+    ) -> Answer {
         let multi: &[&[u8]] = &[b"MULTI"];
         let exec: &[&[u8]] = &[b"EXEC"];
         let queued: Vec<Vec<&[u8]>> = commands.iter().map(|c| c.iter().map(Vec::as_slice).collect()).collect();
@@ -470,6 +476,9 @@ impl Router {
             .chain(queued.iter().map(Vec::as_slice))
             .chain(std::iter::once(exec))
             .collect();
+        if let Some(w) = watched {
+            return self.on_watched(w, &all, origin).await;
+        }
         let exchange = |ctx: Ctx| async move {
             let shard = self.shard_of_slot(slot)?;
             let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));

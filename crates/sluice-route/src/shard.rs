@@ -142,11 +142,10 @@ impl Shard {
     /// `WATCH` to its `EXEC`: the shard holds the client's watched keys on
     /// that connection, so nothing else may be sent on it meanwhile.
     pub async fn reserve(&self) -> Result<Reserved, ShardError> {
-        let conn = match self.take_idle() {
-            Some(conn) => conn,
-            None => self.connect().await?,
-        };
-        Ok(Reserved { conn, broken: false })
+        Ok(Reserved {
+            conn: self.idle_or_new().await?,
+            broken: false,
+        })
     }
 
     /// [`Shard::call_many`] on a reserved connection.
@@ -226,10 +225,7 @@ impl Shard {
                 Err(e) => Err(self.failure(Exchange::Broken(e))),
             };
         }
-        let mut conn = match self.take_idle() {
-            Some(conn) => conn,
-            None => self.connect().await?,
-        };
+        let mut conn = self.idle_or_new().await?;
         // The connection goes back to the pool only after a whole exchange.
         let reply = talk(&mut conn, &out, replies, self.options.reply_timeout)
             .await
@@ -304,6 +300,14 @@ impl Shard {
             }
         }
         None
+    }
+
+    /// An idle connection of the pool, or a new one.
+    async fn idle_or_new(&self) -> Result<Conn, ShardError> {
+        match self.take_idle() {
+            Some(conn) => Ok(conn),
+            None => self.connect().await,
+        }
     }
 
     fn give_back(&self, conn: Conn) {

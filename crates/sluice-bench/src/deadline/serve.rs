@@ -30,7 +30,7 @@
 //! (`LateDeadline::Issue`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ use sluice_sim::workload::Generator;
 use sluice_sim::TraqiosWorkload;
 
 use super::wall::{fine_timer, seek_disk, Measured, LEAD};
-use crate::route::shards::{free_port, info, wait_listening};
+use crate::route::shards::{free_port, info, spawn_serve, wait_listening};
 use crate::target::{Resp, RespClient};
 
 /// Bytes of a data block around its one entry: the entry's two lengths
@@ -142,26 +142,8 @@ impl Server {
             ),
         )?;
         let port = free_port()?;
-        let log = std::fs::File::create(store.with_extension("log"))?;
-        let child = Command::new(exe)
-            .args([
-                "serve",
-                "--port",
-                &port.to_string(),
-                "--no-sync",
-                "--block-cache-mb",
-                "0",
-            ])
-            .args(["--workers", &WORKERS.to_string()])
-            .arg("--dir")
-            .arg(store)
-            .arg("--runtime")
-            .arg(&runtime)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting sluice serve")?;
+        let log = store.with_extension("log");
+        let child = spawn_serve(exe, port, store, &runtime, 0, WORKERS, &log)?;
         let server = Server { child, port };
         wait_listening(port)?;
         // The device is the transactions' alone: the sweeper would walk

@@ -3,7 +3,7 @@
 //! front of them.
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,27 +63,15 @@ impl Shards {
             ),
         )?;
         for (i, port) in self.ports.iter().enumerate() {
-            let log = std::fs::File::create(self.dir.join(format!("shard-{i}.log")))?;
-            let child = Command::new(&self.exe)
-                .args([
-                    "serve",
-                    "--port",
-                    &port.to_string(),
-                    "--no-sync",
-                    "--block-cache-mb",
-                    "1",
-                    "--workers",
-                    &self.workers.clamp(1, u16::MAX.into()).to_string(),
-                ])
-                .arg("--dir")
-                .arg(self.dir.join(format!("shard-{i}")))
-                .arg("--runtime")
-                .arg(&runtime)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .context("starting a sluice serve shard")?;
+            let child = spawn_serve(
+                &self.exe,
+                *port,
+                &self.dir.join(format!("shard-{i}")),
+                &runtime,
+                1,
+                self.workers,
+                &self.dir.join(format!("shard-{i}.log")),
+            )?;
             self.children.push(child);
         }
         for port in &self.ports {
@@ -168,6 +156,34 @@ impl Drop for Shards {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts `sluice serve` (the binary `exe`) without syncing its WAL, on
+/// `port` and the store in `dir`, with the sluice-io configuration
+/// `runtime`, a block cache of `block_cache_mb` and `workers` workers;
+/// its log goes to `log`.
+pub(crate) fn spawn_serve(
+    exe: &Path,
+    port: u16,
+    dir: &Path,
+    runtime: &Path,
+    block_cache_mb: u32,
+    workers: usize,
+    log: &Path,
+) -> Result<Child> {
+    Command::new(exe)
+        .args(["serve", "--port", &port.to_string(), "--no-sync"])
+        .args(["--block-cache-mb", &block_cache_mb.to_string()])
+        .args(["--workers", &workers.clamp(1, u16::MAX.into()).to_string()])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--runtime")
+        .arg(runtime)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .context("starting sluice serve")
 }
 
 pub(crate) fn wait_listening(port: u16) -> Result<()> {

@@ -187,35 +187,29 @@ pub(super) fn lmove(shared: &Shared, args: &[Vec<u8>], ends: Option<(End, End)>)
     })
 }
 
-/// LLEN, LINDEX, LRANGE.
+/// LLEN, LINDEX, LRANGE. As Redis, LRANGE reads its bounds before the
+/// key, LINDEX its index after.
 pub(super) fn read_list(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let int = |arg: &[u8]| parse_i64(arg).ok_or_else(not_integer);
-        // As Redis: LRANGE reads its bounds before the key, LINDEX after.
-        let bounds = match name {
-            "lrange" => [int(&args[1])?, int(&args[2])?],
-            _ => [0, 0],
-        };
-        let found = meta(shared, &args[0])?;
-        let bounds = match name {
-            "lindex" if found.is_some() => [int(&args[1])?, 0],
-            _ => bounds,
-        };
-        let Some((meta, _)) = found else {
-            return Ok(match name {
-                "llen" => Reply::Integer(0),
-                "lindex" => Reply::Bulk(None),
-                _ => Reply::Array(Vec::new()),
-            });
-        };
         match name {
-            "llen" => Ok(Reply::Integer(meta.len() as i64)),
-            "lindex" => Ok(match offset(&meta, bounds[0]) {
-                Some(at) => Reply::Bulk(Some(element(shared, &meta, meta.head + at)?)),
-                None => Reply::Bulk(None),
-            }),
+            "llen" => Ok(Reply::Integer(
+                meta(shared, &args[0])?.map_or(0, |(m, _)| m.len() as i64),
+            )),
+            "lindex" => {
+                let Some((meta, _)) = meta(shared, &args[0])? else {
+                    return Ok(Reply::Bulk(None));
+                };
+                Ok(match offset(&meta, int(&args[1])?) {
+                    Some(at) => Reply::Bulk(Some(element(shared, &meta, meta.head + at)?)),
+                    None => Reply::Bulk(None),
+                })
+            }
             _ => {
-                let Some((start, stop)) = span(&meta, bounds) else {
+                let bounds = [int(&args[1])?, int(&args[2])?];
+                let Some((start, stop, meta)) = meta(shared, &args[0])?
+                    .and_then(|(meta, _)| span(&meta, bounds).map(|(start, stop)| (start, stop, meta)))
+                else {
                     return Ok(Reply::Array(Vec::new()));
                 };
                 let from = meta.element_key(meta.head + start);

@@ -92,14 +92,7 @@ pub(super) fn eval(shared: &Shared, session: &mut Session, name: &str, args: &[V
         // Inside EXEC, which holds every stripe and gathers the writes.
         return run();
     }
-    let mut all = shared.locks.lock_all();
-    match store::atomically(shared, run) {
-        Ok((reply, stripes)) => {
-            all.wrote(&stripes);
-            reply
-        }
-        Err(refused) => refused,
-    }
+    store::atomically(shared, &mut shared.locks.lock_all(), run).unwrap_or_else(|refused| refused)
 }
 
 fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {

@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::thread::LocalKey;
 
-use crate::keyspace::Held;
+use crate::keyspace::{AllHeld, Held};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::{Unsynced, WriteBatch};
@@ -191,10 +191,11 @@ pub(crate) fn in_transaction() -> bool {
 }
 
 /// Runs `f` as one transaction: its writes are read back by its own reads
-/// and reach the store in one batch at the end. The caller holds every
-/// stripe. Returns what `f` returned and the stripes it wrote, or the
-/// store's refusal of the batch (then nothing of it was written).
-pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R, Vec<usize>), Reply> {
+/// and reach the store in one batch at the end, and the counts of the
+/// stripes they wrote move, for `WATCH`. The caller holds every stripe
+/// (`all`). Returns what `f` returned, or the store's refusal of the batch
+/// (then nothing of it was written).
+pub(crate) fn atomically<R>(shared: &Shared, all: &mut AllHeld<'_>, f: impl FnOnce() -> R) -> Result<R, Reply> {
     let (out, pending) = scoped(&PENDING, f);
     let mut batch = WriteBatch::new();
     for (k, v) in pending.writes {
@@ -204,7 +205,8 @@ pub(crate) fn atomically<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<(R
         };
     }
     commit(shared, batch)?;
-    Ok((out, pending.stripes))
+    all.wrote(&pending.stripes);
+    Ok(out)
 }
 
 /// Runs `f` with `state` set afresh on this thread; returns what `f`
