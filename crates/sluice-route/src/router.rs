@@ -41,6 +41,13 @@ const MAX_REDIRECTS: usize = 5;
 /// otherwise grow the router without bound.
 pub const MAX_NODES: usize = 1000;
 
+/// Times a part refused by a cluster that is changing (`CLUSTERDOWN`, or
+/// its node unreachable) is sent again, and the first pause before it
+/// (each next pause one longer): 100 + 200 + 300 ms cover a failover's
+/// news reaching every node, as Redis Cluster clients allow for it.
+const SETTLE_RETRIES: u32 = 3;
+const SETTLE_PAUSE: Duration = Duration::from_millis(100);
+
 /// How often a failing cluster's slot map may be read again: a failover
 /// moves slots without a `MOVED` from the node that is gone.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -610,20 +617,31 @@ impl Router {
     /// Sends a part to the owner of `slot`, following `MOVED` (the map
     /// corrected, then the command resent) and `ASK` (resent once to the
     /// importing node with `ASKING`). In front of a cluster, a part that
-    /// fails (its node unreachable, or `CLUSTERDOWN`) has the slot map read
-    /// again from the nodes that answer, and is sent once more: a failover
-    /// moves slots without a `MOVED` from the node that is gone.
+    /// fails (its node unreachable, or `CLUSTERDOWN`) is sent again after a
+    /// pause, up to [`SETTLE_RETRIES`] times, the slot map read again first
+    /// where [`REFRESH_EVERY`] allows: a failover moves slots without a
+    /// `MOVED` from the node that is gone, and the surviving nodes learn of
+    /// it one by one, each answering `CLUSTERDOWN` until it has.
     async fn call_slot(&self, ctx: Ctx, slot: u16, args: &[&[u8]]) -> Result<Vec<u8>, ShardError> {
-        let first = self.call_slot_once(ctx, slot, args).await;
-        // Only a part that surely did not run is sent again.
-        let failed = match &first {
-            Err(e) => e.unsent,
-            Ok(raw) => raw.starts_with(b"-CLUSTERDOWN"),
-        };
-        if failed && self.cluster.is_some() && self.may_refresh() && self.refresh_slots().await.is_ok() {
-            return self.call_slot_once(ctx, slot, args).await;
+        let mut reply = self.call_slot_once(ctx, slot, args).await;
+        for retry in 1..=SETTLE_RETRIES {
+            // Only a part that surely did not run is sent again.
+            let failed = match &reply {
+                Err(e) => e.unsent,
+                Ok(raw) => raw.starts_with(b"-CLUSTERDOWN"),
+            };
+            if !failed || self.cluster.is_none() {
+                break;
+            }
+            tokio::time::sleep(SETTLE_PAUSE * retry).await;
+            if self.may_refresh() {
+                // A map that cannot be read now leaves the old one, which
+                // the next try still uses.
+                let _ = self.refresh_slots().await;
+            }
+            reply = self.call_slot_once(ctx, slot, args).await;
         }
-        first
+        reply
     }
 
     /// Whether the slot map may be read again now; if so, the time is

@@ -185,8 +185,9 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
     }
     let mut mget = vec!["MGET"];
     mget.extend(keys.iter().map(String::as_str));
-    let Reply::Array(values) = c.call(&mget) else {
-        panic!("MGET")
+    let reply = c.call(&mget);
+    let Reply::Array(values) = reply else {
+        panic!("MGET answered {reply:?}")
     };
     assert_eq!(values, keys.iter().map(|k| bulk(k)).collect::<Vec<_>>());
     assert_eq!(c.call(&["MSET", "gone:1", "x", "gone:2", "y"]), Reply::ok());
@@ -252,8 +253,9 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
         state.stats.redirects.load(Ordering::Relaxed) > 0,
         "the move was seen and followed"
     );
-    let Reply::Array(values) = c.call(&mget) else {
-        panic!("MGET")
+    let reply = c.call(&mget);
+    let Reply::Array(values) = reply else {
+        panic!("MGET answered {reply:?}")
     };
     assert_eq!(
         values,
@@ -323,8 +325,9 @@ fn a_failover_is_followed_by_reading_the_slot_map_again() {
     }
     let mut mget = vec!["MGET"];
     mget.extend(keys.iter().map(String::as_str));
-    let Reply::Array(values) = c.call(&mget) else {
-        panic!("MGET")
+    let reply = c.call(&mget);
+    let Reply::Array(values) = reply else {
+        panic!("MGET answered {reply:?}")
     };
     assert_eq!(values, keys.iter().map(|k| bulk(k)).collect::<Vec<_>>());
     for shard in state.shards() {
