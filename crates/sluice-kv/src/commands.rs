@@ -13,12 +13,10 @@
 //! flat key, value list. How the types sit in the store: `keyspace.rs`;
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
 //!
-//! Not built: lists, and scripts (EVAL, EVALSHA), so redis-py's `lock()`,
-//! which releases its lock with a script, fails at release. Lists would
-//! fit the store as Kvrocks lays them (a head and tail sequence in the
-//! list's metadata, each element under its sequence number): pushes,
-//! pops, LINDEX and LRANGE are then point writes and range scans. LINSERT
-//! and LREM in the middle renumber what follows, as in any sorted store.
+//! Lists (`commands/list.rs`; which list commands are offered and why:
+//! `keyspace.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
+//! `commands/script.rs`). Deleting a value of any type, or writing another
+//! over it: `commands/delete.rs`.
 //!
 //! Every command is a row of one table ([`COMMANDS`]): its name, the
 //! argument counts it takes, and how it runs. A command is refused by
@@ -32,6 +30,7 @@ mod delete;
 mod expire;
 mod hash;
 mod info;
+mod integer;
 mod keys;
 mod list;
 mod long_double;
@@ -51,8 +50,9 @@ use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use list::End;
+use string::write_strings;
 use transaction::Exec;
-use value::{read, read_many, run, string, write_strings, Typed};
+use value::{read, read_many, run, string, Typed};
 
 /// Keys `RANGE` returns when no count is given.
 const DEFAULT_RANGE_COUNT: usize = 100;

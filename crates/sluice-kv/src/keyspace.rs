@@ -30,11 +30,17 @@
 //!   it (strings and hashes) or when the expiry sweeper reaches it
 //!   (`crate::sweeper`, Redis's active expiry), whichever is first.
 //!
-//! The version is fresh for each new set or list, so entries of one that
-//! was overwritten (by `SET`, or by a new set or list after it expired)
-//! are never seen again. Departure from Kvrocks: they are not collected
-//! either (it has a compaction filter; we do not yet). `DEL`, and the
-//! expiry sweeper, remove a set's or a list's entries with it.
+//! The version is fresh for each new set or list, so entries of an
+//! earlier one at the same key are never read as the new one's. Entries
+//! leave the store with their header: `DEL` and the expiry sweeper delete
+//! them with it, and a write that puts another value in its place (`SET`
+//! over a set, a new list where one expired) deletes them in the same
+//! batch (`commands/delete.rs`). Departure from Kvrocks, which leaves them
+//! to a compaction filter that looks up each entry's header: entry keys
+//! here carry the version and not the user key, so that filter has
+//! nothing to look up, and the write that replaces a header reads it
+//! anyway in most cases. A plain `SET` does not read its key, so it reads
+//! it only once the store may hold a set or a list.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,8 +119,8 @@ pub fn is_live(deadline: Deadline, now: u64) -> bool {
 /// Whether compaction may drop the entry `key` → `value` at `now`: a
 /// string or a hash whose deadline has passed. A sorted set or a list is
 /// never dropped here: its members or elements are entries of their own,
-/// which the expiry sweeper deletes with it (a value written over it
-/// first leaves them behind, unseen: see the module doc).
+/// which the expiry sweeper, or the write that replaces it, deletes with
+/// it (see the module doc).
 pub fn expired_entry(key: &[u8], value: &[u8], now: u64) -> bool {
     key.first() != Some(&RESERVED)
         && matches!(decode_value(value), Some((Tag::String | Tag::Hash, _, deadline)) if !is_live(deadline, now))

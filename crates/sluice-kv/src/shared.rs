@@ -3,7 +3,7 @@
 //! statistics.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -13,7 +13,7 @@ use sluice_io::{Background, TaskKind};
 
 use crate::cursors::Cursors;
 use crate::io_estimate::IoEstimates;
-use crate::keyspace::KeyLocks;
+use crate::keyspace::{KeyLocks, RESERVED};
 use crate::resp::Limits;
 use crate::Db;
 
@@ -91,6 +91,11 @@ pub(crate) struct Shared {
     pub expired_keys: AtomicU64,
     /// Lua scripts by their SHA1 (SCRIPT LOAD, and EVAL's).
     pub scripts: Mutex<HashMap<String, Vec<u8>>>,
+    /// Whether the store may hold a sorted set or a list: true if it held
+    /// an internal entry when the server started, and from the first one
+    /// made. Only then does a write that replaces a value read it first,
+    /// for the entries to delete with it (`commands/delete.rs`).
+    pub collections: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,6 +120,8 @@ impl Shared {
                 .register_background(format!("expiry {}", db.dir().display()), TaskKind::Expiry),
             expired_keys: AtomicU64::new(0),
             scripts: Mutex::new(HashMap::new()),
+            // A store that cannot be read here is assumed to hold some.
+            collections: AtomicBool::new(db.scan(&[RESERVED], None, 1).map_or(true, |e| !e.is_empty())),
             db,
         }
     }

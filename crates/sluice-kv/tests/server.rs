@@ -798,6 +798,66 @@ fn deleting_an_expired_sorted_set_frees_its_entries() {
     assert_eq!(db.get(b"z").unwrap(), None);
 }
 
+/// A value written in place of a sorted set or a list takes the set's or
+/// list's entries out of the store with it, whichever command writes it
+/// and whether the set or list had expired; so does a server started on a
+/// store that already holds some.
+#[test]
+fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
+    let expire_now = |c: &mut Client, key: &str| {
+        assert_eq!(c.call(&["PEXPIRE", key, "1"]), ":1\r\n");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    for (make, over) in [
+        (vec!["ZADD", "k", "1", "a", "2", "b"], vec!["SET", "k", "v"]),
+        (vec!["RPUSH", "k", "a", "b", "c"], vec!["SET", "k", "v", "KEEPTTL"]),
+        (vec!["ZADD", "k", "1", "a"], vec!["MSET", "j", "w", "k", "v"]),
+        (vec!["RPUSH", "k", "a"], vec!["SETEX", "k", "100", "v"]),
+        (vec!["ZADD", "k", "1", "a"], vec!["SET", "k", "v", "XX"]),
+    ] {
+        assert!(c.call(&make).starts_with(':'), "{make:?}");
+        assert!(internal() > 0);
+        assert!(!c.call(&over).starts_with('-'), "{over:?}");
+        assert_eq!(internal(), 0, "{make:?} then {over:?}");
+        assert_eq!(c.call(&["DEL", "k"]), ":1\r\n");
+    }
+    // Over an expired set or list: a new one, a string, a hash, a list
+    // moved in.
+    c.call(&["ZADD", "k", "1", "a", "2", "b"]);
+    expire_now(&mut c, "k");
+    assert_eq!(c.call(&["ZADD", "k", "3", "c"]), ":1\r\n");
+    assert_eq!(internal(), 2, "the new member's two entries alone");
+    assert_eq!(c.call(&["DEL", "k"]), ":1\r\n");
+    c.call(&["RPUSH", "k", "a", "b"]);
+    expire_now(&mut c, "k");
+    assert_eq!(c.call(&["LPUSH", "k", "x"]), ":1\r\n");
+    assert_eq!(internal(), 1);
+    expire_now(&mut c, "k");
+    assert_eq!(c.call(&["INCR", "k"]), ":1\r\n");
+    assert_eq!(internal(), 0);
+    c.call(&["ZADD", "h", "1", "a"]);
+    expire_now(&mut c, "h");
+    assert_eq!(c.call(&["HSET", "h", "f", "v"]), ":1\r\n");
+    assert_eq!(internal(), 0);
+    c.call(&["RPUSH", "src", "a"]);
+    c.call(&["RPUSH", "dst", "b", "c"]);
+    expire_now(&mut c, "dst");
+    assert_eq!(c.call(&["LMOVE", "src", "dst", "LEFT", "LEFT"]), "$1\r\na\r\n");
+    assert_eq!(internal(), 1);
+    assert_eq!(c.call(&["LRANGE", "dst", "0", "-1"]), "*1\r\n$1\r\na\r\n");
+    // A second server on the same store knows from the start that it
+    // holds a list.
+    let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();
+    let second = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    let mut c = Client::connect(second);
+    assert_eq!(c.call(&["SET", "dst", "v"]), "+OK\r\n");
+    assert_eq!(internal(), 0);
+}
+
 /// The expiry sweeper deletes values past their deadline that nobody
 /// touches again, a sorted set's members with them, and counts them in
 /// INFO as Redis's active expiry does; its knobs are CONFIG's.

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// requests to order
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: Option<u16>,
+    /// Longest a Lua script (EVAL, EVALSHA) runs before it is stopped with an error, in
+    /// milliseconds: a script holds every writer while it runs
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub script_time_limit: u64,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -99,6 +103,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server_options = ServerOptions {
         password: args.password,
         workers: args.workers.map_or_else(sluice_kv::default_workers, usize::from),
+        script_time_limit: std::time::Duration::from_millis(args.script_time_limit),
         ..ServerOptions::default()
     };
     let addr = (args.bind.as_str(), args.port);

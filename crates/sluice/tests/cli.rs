@@ -200,3 +200,48 @@ fn an_apples_scenario_prints_its_runs_and_refuses_what_it_cannot_use() {
     let out = sluice(&["sim", path]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("run `a`"), "{out:?}");
 }
+
+/// `sluice serve --script-time-limit` stops a script that runs past it,
+/// and refuses a limit of 0 by name.
+#[test]
+fn serve_stops_a_script_at_its_time_limit() {
+    use std::io::{Read, Write};
+    let out = sluice(&["serve", "--dir", "unused", "--script-time-limit", "0"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success() && err.contains("--script-time-limit"), "{err}");
+    let dir = scratch("script-limit");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--dir", dir.to_str().unwrap(), "--port", &port.to_string()])
+        .args(["--script-time-limit", "300"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut conn = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(c) => break c,
+            Err(e) if started.elapsed() > std::time::Duration::from_secs(30) => panic!("serve never listened: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    conn.write_all(b"EVAL \"while true do end\" 0\r\n").unwrap();
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !reply.ends_with(b"\r\n") {
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(
+        reply.starts_with("-ERR the script ran past its time limit of 300ms"),
+        "{reply}"
+    );
+}

@@ -1,10 +1,11 @@
 //! Deleting a value of any type: a sorted set's members and a list's
-//! elements go with it.
+//! elements go with it, whether the value is deleted or written over.
+
+use std::sync::atomic::Ordering;
 
 use super::store;
 use super::value::{read_stored, run};
-use super::{list, zset};
-use crate::keyspace::{is_live, now_ms, Tag};
+use crate::keyspace::{is_live, now_ms, ListMeta, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -19,12 +20,37 @@ pub(crate) fn delete_value(
     batch: &mut WriteBatch,
 ) -> Result<(), Reply> {
     match tag {
-        Tag::Zset => zset::delete_members(shared, body, batch)?,
-        Tag::List => list::delete_elements(body, batch)?,
+        Tag::Zset => delete_members(shared, body, batch)?,
+        Tag::List => delete_elements(body, batch)?,
         Tag::String | Tag::Hash => {}
     }
     batch.delete(key.to_vec());
     Ok(())
+}
+
+/// Deletes into `batch` the members or elements of the sorted set or list
+/// at `key`, expired or not, which a write is about to put another value
+/// in place of: no header would name them again. Reads the key only while
+/// the store may hold a set or a list (`Shared::collections`), so that
+/// a store of strings keeps a plain SET one write. The caller holds the
+/// key's stripe.
+pub(crate) fn clear_entries(shared: &Shared, key: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    if !shared.collections.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match read_stored(shared, key)? {
+        Some((Tag::Zset, body, _)) => delete_members(shared, &body, batch),
+        Some((Tag::List, body, _)) => delete_elements(&body, batch),
+        _ => Ok(()),
+    }
+}
+
+/// Readies `key` for a sorted set or list made new by the caller: the
+/// store may hold collections from now on, and the entries of one that
+/// expired at `key` unseen go into `batch` with the new header.
+pub(crate) fn make_collection(shared: &Shared, key: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    shared.collections.store(true, Ordering::Relaxed);
+    clear_entries(shared, key, batch)
 }
 
 /// `DEL key [key ...]`: the number of live keys deleted, a key named
@@ -48,4 +74,30 @@ pub(crate) fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
         store::write(shared, batch)?;
         Ok(Reply::Integer(existing))
     })
+}
+
+/// Deletes every member entry of the set whose header is `body`, into
+/// `batch`.
+fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    let meta = ZsetMeta::decode(body).ok_or_else(|| Reply::error("damaged sorted set header"))?;
+    for kind in [b'm', b's'] {
+        let entries = shared
+            .db
+            .scan(&meta.prefix(kind), Some(&meta.end_of(kind)), usize::MAX)
+            .map_err(Reply::error)?;
+        for (k, _) in entries {
+            batch.delete(k);
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every element of the list whose header is `body`, into
+/// `batch`.
+fn delete_elements(body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    let meta = ListMeta::decode(body).ok_or_else(|| Reply::error("damaged list header"))?;
+    for position in meta.head..meta.tail {
+        batch.delete(meta.element_key(position));
+    }
+    Ok(())
 }

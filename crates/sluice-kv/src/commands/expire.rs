@@ -4,8 +4,8 @@
 //! value, under the key's stripe lock like every other read-modify-write.
 
 use super::delete::delete_value;
+use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::string::{not_integer, parse_i64};
 use super::value::{read, run, Typed};
 use crate::keyspace::{now_ms, tagged, with_deadline};
 use crate::resp::Reply;

@@ -3,11 +3,13 @@
 //! value (see `keyspace`); writers hold the key's stripe lock across the
 //! read-modify-write.
 
+use super::delete::clear_entries;
 use super::store;
 use super::value::{read, run, Typed};
 use crate::keyspace::{decode_hash, encode_hash, with_deadline, Deadline, Fields, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;
+use crate::WriteBatch;
 
 /// The hash at `key` (empty if absent) and its deadline, or the reply
 /// that refuses it.
@@ -22,12 +24,18 @@ fn fields(shared: &Shared, key: &[u8]) -> Result<(Fields, Deadline), Reply> {
 }
 
 /// Stores `fields` at `key` with the hash's `deadline`, or deletes the
-/// key when none are left.
-fn save(shared: &Shared, key: &[u8], fields: &Fields, deadline: Deadline) -> Result<(), Reply> {
+/// key when none are left. A hash `created` here may take the place of an
+/// expired set or list, whose entries go with it.
+fn save(shared: &Shared, key: &[u8], fields: &Fields, deadline: Deadline, created: bool) -> Result<(), Reply> {
     if fields.is_empty() {
         store::delete(shared, key)
     } else {
-        store::put(shared, key, &with_deadline(encode_hash(fields), deadline))
+        let mut batch = WriteBatch::new();
+        if created {
+            clear_entries(shared, key, &mut batch)?;
+        }
+        batch.put(key, with_deadline(encode_hash(fields), deadline));
+        store::write(shared, batch)
     }
 }
 
@@ -38,6 +46,8 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
     let _lock = store::lock(shared, [key.as_slice()]);
     run(|| {
         let (mut fields, deadline) = fields(shared, key)?;
+        // A stored hash is never empty: an emptied one is deleted.
+        let created = fields.is_empty();
         let mut added = 0;
         for fv in args[1..].chunks(2) {
             match fields.iter_mut().find(|(f, _)| *f == fv[0]) {
@@ -48,7 +58,7 @@ pub(super) fn hset(shared: &Shared, args: &[Vec<u8>], reply_ok: bool) -> Reply {
                 }
             }
         }
-        save(shared, key, &fields, deadline)?;
+        save(shared, key, &fields, deadline, created)?;
         Ok(if reply_ok { Reply::ok() } else { Reply::Integer(added) })
     })
 }
@@ -63,7 +73,7 @@ pub(super) fn hdel(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         fields.retain(|(f, _)| !args[1..].contains(f));
         let removed = (before - fields.len()) as i64;
         if removed > 0 {
-            save(shared, key, &fields, deadline)?;
+            save(shared, key, &fields, deadline, false)?;
         }
         Ok(Reply::Integer(removed))
     })

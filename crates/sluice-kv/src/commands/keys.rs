@@ -21,8 +21,8 @@
 //! the clock) is refused with Redis's "ERR invalid cursor" rather than
 //! silently restarting the iteration.
 
+use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::string::{not_integer, parse_i64};
 use super::value::run;
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;

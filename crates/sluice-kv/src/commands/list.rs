@@ -6,8 +6,9 @@
 //! and the header in one batch. A list left empty is deleted, as Redis
 //! deletes it.
 
+use super::delete::make_collection;
+use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::string::{not_integer, parse_i64};
 use super::value::{read, run, Typed};
 use crate::keyspace::{check_user_key, with_deadline, Deadline, ListMeta, Tag, WRONGTYPE};
 use crate::resp::Reply;
@@ -82,12 +83,15 @@ pub(super) fn push(shared: &Shared, args: &[Vec<u8>], end: End, only_existing: b
         let key = &args[0];
         check_user_key(key).map_err(Reply::error)?;
         let _lock = store::lock(shared, [key.as_slice()]);
+        let mut batch = WriteBatch::new();
         let (mut meta, deadline) = match meta(shared, key)? {
             Some(found) => found,
             None if only_existing => return Ok(Reply::Integer(0)),
-            None => (ListMeta::fresh(), None),
+            None => {
+                make_collection(shared, key, &mut batch)?;
+                (ListMeta::fresh(), None)
+            }
         };
-        let mut batch = WriteBatch::new();
         push_into(&mut batch, &mut meta, end, &args[1..]);
         put_meta(&mut batch, key, &meta, deadline);
         store::write(shared, batch)?;
@@ -175,7 +179,10 @@ pub(super) fn lmove(shared: &Shared, args: &[Vec<u8>], ends: Option<(End, End)>)
         let (mut dst, dst_deadline) = match dst {
             _ if same => (src, src_deadline),
             Some(found) => found,
-            None => (ListMeta::fresh(), None),
+            None => {
+                make_collection(shared, destination, &mut batch)?;
+                (ListMeta::fresh(), None)
+            }
         };
         push_into(&mut batch, &mut dst, to, &moved);
         if !same {
@@ -281,16 +288,6 @@ pub(super) fn ltrim(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         store::write(shared, batch)?;
         Ok(Reply::ok())
     })
-}
-
-/// Deletes every element of the list whose header is `body` (for DEL),
-/// into `batch`.
-pub(super) fn delete_elements(body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
-    let meta = ListMeta::decode(body).ok_or_else(|| Reply::error("damaged list header"))?;
-    for position in meta.head..meta.tail {
-        batch.delete(meta.element_key(position));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! too, so EVALSHA finds what EVAL ran), up to [`MAX_SCRIPTS`].
 //!
 //! Departures: a script that runs past the server's `script_time_limit`
-//! (5 s by default) is stopped (Redis
+//! (5 s by default, `sluice serve --script-time-limit`) is stopped (Redis
 //! lets it run and answers other clients `BUSY` until `SCRIPT KILL`; here
 //! other writers wait on the stripes, so it must end); its writes so far
 //! are kept, as for any failure. Only the `string`, `table` and `math`
@@ -29,9 +29,9 @@ use std::time::Instant;
 use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use sha1::{Digest, Sha1};
 
+use super::integer::{not_integer, parse_i64};
 use super::session::Session;
 use super::store;
-use super::string::{not_integer, parse_i64};
 use crate::resp::Reply;
 use crate::shared::Shared;
 

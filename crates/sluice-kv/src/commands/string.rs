@@ -10,29 +10,15 @@
 //! the same stripe, so two connections incrementing one key never both
 //! read the same old value.
 
+use super::delete::clear_entries;
+use super::integer::{not_integer, parse_i64};
 use super::long_double::{self, LongDouble};
 use super::store;
-use super::value::{read, run, string, string_with_deadline, write_strings, Typed};
-use crate::keyspace::{now_ms, Deadline, Tag, WRONGTYPE};
+use super::value::{read, run, string, string_with_deadline, Typed};
+use crate::keyspace::{check_user_key, now_ms, tagged, with_deadline, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::shared::Shared;
-
-pub(super) fn not_integer() -> Reply {
-    Reply::error("value is not an integer or out of range")
-}
-
-/// An integer as Redis's `string2ll` reads one: no sign but `-`, no
-/// leading zeros or spaces, within `i64`.
-pub(super) fn parse_i64(text: &[u8]) -> Option<i64> {
-    if text == b"0" {
-        return Some(0);
-    }
-    let digits = text.strip_prefix(b"-").unwrap_or(text);
-    if !matches!(digits.first(), Some(b'1'..=b'9')) || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(text).ok()?.parse().ok()
-}
+use crate::WriteBatch;
 
 /// How a SET expires its key, as given (EX, PX, EXAT, PXAT).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -167,6 +153,29 @@ fn save(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Rep
     }
     write_strings(shared, &[key.to_vec(), value.to_vec()], deadline)?;
     Ok(done(true))
+}
+
+/// Writes string `pairs` (key, value, key, value, ...) in one batch, each
+/// to expire at `deadline`, the entries of a set or list they replace
+/// deleted with it; the caller holds their keys' stripes.
+pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
+    // The stored value is longer than the client's by its tag (and its
+    // deadline): the limit a client sees is that much lower, and named as
+    // such.
+    let limit = shared.db.options().max_value_bytes - with_deadline(vec![0], deadline).len();
+    let mut batch = WriteBatch::new();
+    for kv in pairs.chunks(2) {
+        check_user_key(&kv[0]).map_err(Reply::error)?;
+        if kv[1].len() > limit {
+            return Err(Reply::error(crate::KvError::ValueTooLarge {
+                len: kv[1].len(),
+                limit,
+            }));
+        }
+        clear_entries(shared, &kv[0], &mut batch)?;
+        batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
+    }
+    store::write(shared, batch)
 }
 
 /// `GETSET key value`: SET with GET.

@@ -3,10 +3,9 @@
 //! write refused by name.
 
 use super::store;
-use crate::keyspace::{check_user_key, decode_value, is_live, now_ms, tagged, with_deadline, Deadline, Tag, WRONGTYPE};
+use crate::keyspace::{check_user_key, decode_value, is_live, now_ms, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::shared::Shared;
-use crate::WriteBatch;
 
 /// A stored value, read by its type; an expired value is `Absent`.
 pub(crate) enum Typed {
@@ -75,25 +74,4 @@ pub(crate) fn string_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option
 /// The string at `key`, or WRONGTYPE.
 pub(crate) fn string(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     Ok(string_with_deadline(shared, key)?.map(|(body, _)| body))
-}
-
-/// Writes string `pairs` (key, value, key, value, ...) in one batch, each
-/// to expire at `deadline`; the caller holds their keys' stripes.
-pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
-    // The stored value is longer than the client's by its tag (and its
-    // deadline): the limit a client sees is that much lower, and named as
-    // such.
-    let limit = shared.db.options().max_value_bytes - with_deadline(vec![0], deadline).len();
-    let mut batch = WriteBatch::new();
-    for kv in pairs.chunks(2) {
-        check_user_key(&kv[0]).map_err(Reply::error)?;
-        if kv[1].len() > limit {
-            return Err(Reply::error(crate::KvError::ValueTooLarge {
-                len: kv[1].len(),
-                limit,
-            }));
-        }
-        batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
-    }
-    store::write(shared, batch)
 }

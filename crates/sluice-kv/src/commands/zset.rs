@@ -9,8 +9,9 @@
 use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, HashMap};
 
+use super::delete::make_collection;
+use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::string::{not_integer, parse_i64};
 use super::value::{read, run, Typed};
 use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta, WRONGTYPE};
 use crate::resp::Reply;
@@ -155,6 +156,7 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         let (f, pairs) = parse_zadd(&args[1..])?;
         let _lock = store::lock(shared, [key.as_slice()]);
         let existing = meta_with_deadline(shared, key)?;
+        let created = existing.is_none();
         let Some((mut meta, deadline)) = existing.or_else(|| (!f.xx).then(|| (ZsetMeta::fresh(), None))) else {
             return Ok(if f.incr { Reply::Bulk(None) } else { Reply::Integer(0) });
         };
@@ -207,6 +209,9 @@ pub(super) fn zadd(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             batch.put(meta.score_key(now, member), Vec::new());
         }
         if !batch.is_empty() {
+            if created {
+                make_collection(shared, key, &mut batch)?;
+            }
             batch.put(key.clone(), with_deadline(meta.encode(), deadline));
             store::write(shared, batch)?;
         }
@@ -589,21 +594,6 @@ fn lex_range(mut all: Entries, min: &LexBound, max: &LexBound, o: &RangeOptions)
         .take_while(|(_, m)| inside(m))
         .take(count)
         .collect()
-}
-
-/// Deletes every member entry of the set at `key` (for DEL), into `batch`.
-pub(super) fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
-    let meta = ZsetMeta::decode(body).ok_or_else(|| Reply::error("damaged sorted set header"))?;
-    for kind in [b'm', b's'] {
-        let entries = shared
-            .db
-            .scan(&meta.prefix(kind), Some(&meta.end_of(kind)), usize::MAX)
-            .map_err(Reply::error)?;
-        for (k, _) in entries {
-            batch.delete(k);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
