@@ -15,6 +15,12 @@
 #                     limiter instead of the three-sample model
 #   PLAIN=1           also run a sluice proxy with the paper's model alone
 #                     (no refinement of the matching point)
+#   REFINE3=1         also run sluice proxies whose refinement measures 3C
+#                     as well as C and 2C ([optimizer.model]
+#                     refine_multiples = 3): sluice-r3, and with TXN=1
+#                     sluice-txn-r3
+#   BOUNCER_POOLS="24 32"  also run PgBouncer with each of these pool sizes
+#                     (pgbouncer-pN), for PgBouncer's best pool in the run
 #   THREADS=1         also run a sluice proxy with this many worker threads
 #                     (sluice-1t; with LOCAL=1 also sluice-local-1t)
 #   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
@@ -146,11 +152,11 @@ fi
 
 echo '"postgres" ""' >"$work/users.txt"
 # start_bouncer NAME PORT [EXTRA_INI]: PgBouncer in transaction mode with
-# pool 16 in front of PostgreSQL (at $BOUNCER_HOST, 127.0.0.1 by default);
-# its pid is in bouncer_pid.
+# pool $POOL (16 by default) in front of PostgreSQL (at $BOUNCER_HOST,
+# 127.0.0.1 by default); its pid is in bouncer_pid.
 start_bouncer() {
     local name=$1 port=$2 extra=${3:-}
-    echo "== $name on port $port (transaction pooling, pool 16)"
+    echo "== $name on port $port (transaction pooling, pool ${POOL:-16})"
     cat >"$work/$name.ini" <<INI
 [databases]
 postgres = host=${BOUNCER_HOST:-127.0.0.1} port=$PG_PORT dbname=postgres
@@ -161,7 +167,7 @@ unix_socket_dir = ${BOUNCER_SOCKET_DIR:-}
 auth_type = trust
 auth_file = $work/users.txt
 pool_mode = transaction
-default_pool_size = 16
+default_pool_size = ${POOL:-16}
 max_client_conn = $((2000 + ${IDLE_CLIENTS:-0}))
 logfile = $work/$name.log
 $extra
@@ -304,6 +310,20 @@ else
     if [[ -n "${PLAIN:-}" ]]; then
         start_sluice sluice-plain $((SLUICE_PORT + 9)) "" '[optimizer.model]\nrefine = false\n'
     fi
+    if [[ -n "${REFINE3:-}" ]]; then
+        start_sluice sluice-r3 $((SLUICE_PORT + 40)) "" '[optimizer.model]\nrefine_multiples = 3\n'
+        if [[ -n "${TXN:-}" ]]; then
+            PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
+                start_sluice sluice-txn-r3 $((SLUICE_PORT + 41)) "" '[optimizer.model]\nrefine_multiples = 3\n'
+        fi
+    fi
+    i=50
+    for pool in ${BOUNCER_POOLS:-}; do
+        POOL=$pool start_bouncer "pgbouncer-p$pool" $((BOUNCER_PORT + i))
+        targets+=",pgbouncer-p$pool=127.0.0.1:$((BOUNCER_PORT + i))"
+        cpu_args+=",pgbouncer-p$pool=$bouncer_pid"
+        i=$((i + 1))
+    done
     i=11
     for p in ${SWEEP:-}; do
         start_sluice "sluice-p$p" $((SLUICE_PORT + i)) "" "parallelism = $p\n[optimizer]\nparallelism = \"fixed\"\n"

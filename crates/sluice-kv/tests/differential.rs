@@ -90,10 +90,13 @@ impl Redis {
             if child.try_wait().unwrap().is_some() {
                 return None;
             }
-            if TcpStream::connect(addr).is_ok() {
-                let info = Conn::connect(addr).call(&words(&["INFO", "server"]));
+            if let Ok(stream) = TcpStream::connect(addr) {
+                // Whatever else holds the port may answer anything, or
+                // drop the connection.
+                let info = Conn::on(stream).try_call(&words(&["INFO", "server"]));
                 let ours = format!("process_id:{}\r\n", child.id());
-                if matches!(&info, Reply::Bulk(Some(text)) if text.windows(ours.len()).any(|w| w == ours.as_bytes())) {
+                if matches!(&info, Ok(Reply::Bulk(Some(text))) if text.windows(ours.len()).any(|w| w == ours.as_bytes()))
+                {
                     return Some(Redis { child, addr, _dir: dir });
                 }
                 let _ = child.kill();
@@ -134,7 +137,10 @@ struct Conn {
 
 impl Conn {
     fn connect(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect(addr).unwrap();
+        Conn::on(TcpStream::connect(addr).unwrap())
+    }
+
+    fn on(stream: TcpStream) -> Conn {
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         Conn {
             stream,
@@ -143,17 +149,27 @@ impl Conn {
     }
 
     fn call(&mut self, args: &[String]) -> Reply {
+        match self.try_call(args) {
+            Ok(reply) => reply,
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    /// The reply to `args`, or why none came.
+    fn try_call(&mut self, args: &[String]) -> std::io::Result<Reply> {
         let mut wire = Vec::new();
         encode_command(args, &mut wire);
-        self.stream.write_all(&wire).unwrap();
+        self.stream.write_all(&wire)?;
         loop {
-            if let Some((reply, n)) = parse_reply(&self.buf, &Limits::default()).unwrap() {
+            if let Some((reply, n)) = parse_reply(&self.buf, &Limits::default()).map_err(std::io::Error::other)? {
                 self.buf.drain(..n);
-                return reply;
+                return Ok(reply);
             }
             let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).unwrap();
-            assert!(n > 0, "the server closed the connection after {args:?}");
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
