@@ -132,8 +132,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
     );
     ensure!(!args.policies.is_empty(), "--policies is empty");
     for p in &args.policies {
-        p.parse::<sluice_core::PolicySpec>()
-            .with_context(|| format!("--policies: `{p}`"))?;
+        shards::policy_variant(p).with_context(|| format!("--policies: `{p}`"))?;
     }
     let tmp;
     let dir = match &args.dir {

@@ -47,19 +47,21 @@ impl Shards {
         })
     }
 
-    /// (Re)starts every shard with I/O policy `policy`.
+    /// (Re)starts every shard with I/O policy `policy` ([`policy_variant`]'s
+    /// form).
     pub fn start(&mut self, policy: &str) -> Result<()> {
         self.stop();
         let runtime = self.dir.join(format!("runtime-{policy}.toml"));
+        let (name, starvation_ms) = policy_variant(policy)?;
         std::fs::write(
             &runtime,
             format!(
-                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{policy}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
+                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{name}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
                 ch = self.device.channels,
                 r = self.device.read_us,
                 // C̄ for slack (traqios): a read, as the device serves it.
                 c = self.device.read_us / 1e3,
-                s = self.device.coop_starvation_ms
+                s = starvation_ms.unwrap_or(self.device.coop_starvation_ms)
             ),
         )?;
         for (i, port) in self.ports.iter().enumerate() {
@@ -221,5 +223,42 @@ pub(crate) fn info(port: u16) -> Result<String> {
         let n = stream.read(&mut chunk)?;
         ensure!(n > 0, "sluice serve on port {port} closed the connection during INFO");
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A policy as `--policies` names it: a sluice-core policy, or `coop@MS`,
+/// coop with its starvation guard at MS milliseconds in place of
+/// `--coop-starvation-ms`, so that guards can be compared in one run.
+pub fn policy_variant(policy: &str) -> Result<(&str, Option<f64>)> {
+    let Some((name, ms)) = policy.split_once('@') else {
+        policy.parse::<sluice_core::PolicySpec>()?;
+        return Ok((policy, None));
+    };
+    ensure!(name == "coop", "`{policy}`: only coop takes @MS (its starvation guard)");
+    let ms: f64 = ms
+        .parse()
+        .ok()
+        .filter(|ms: &f64| ms.is_finite() && *ms > 0.0)
+        .with_context(|| format!("`{policy}`: the guard after @ must be a positive number of milliseconds"))?;
+    Ok((name, Some(ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coop_variant_names_its_guard_and_bad_ones_are_refused() {
+        assert_eq!(policy_variant("fifo").unwrap(), ("fifo", None));
+        assert_eq!(policy_variant("coop@5000").unwrap(), ("coop", Some(5000.0)));
+        for (bad, says) in [
+            ("fifo@10", "only coop takes @MS"),
+            ("coop@", "positive number of milliseconds"),
+            ("coop@-1", "positive number of milliseconds"),
+            ("nosuch", "nosuch"),
+        ] {
+            let err = format!("{:#}", policy_variant(bad).unwrap_err());
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 }

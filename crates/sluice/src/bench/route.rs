@@ -29,7 +29,8 @@ use sluice_bench::route::{RouteBench, TenantBudget};
     Example: sluice bench route --policies fifo,edf,atc --tenants gold:250:32,bronze:500:32"
 )]
 pub struct RouteArgs {
-    /// Shard I/O policies, comma-separated; the first is the baseline
+    /// Shard I/O policies, comma-separated; the first is the baseline. `coop@MS` is coop with
+    /// its starvation guard at MS ms instead of --coop-starvation-ms
     #[arg(long, value_delimiter = ',', default_value = "fifo,fair,coop")]
     pub policies: Vec<String>,
     #[arg(long, default_value_t = 4)]
