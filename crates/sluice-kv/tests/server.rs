@@ -848,6 +848,14 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     assert_eq!(c.call(&["LMOVE", "src", "dst", "LEFT", "LEFT"]), "$1\r\na\r\n");
     assert_eq!(internal(), 1);
     assert_eq!(c.call(&["LRANGE", "dst", "0", "-1"]), "*1\r\n$1\r\na\r\n");
+    // Inside a transaction, members its own commands added go too.
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    c.call(&["ZADD", "t", "1", "a", "2", "b"]);
+    c.call(&["SET", "t", "v"]);
+    c.call(&["ZADD", "u", "1", "a"]);
+    c.call(&["DEL", "u"]);
+    assert_eq!(c.call(&["EXEC"]), "*4\r\n:2\r\n+OK\r\n:1\r\n:1\r\n");
+    assert_eq!(internal(), 1, "dst's one element alone");
     // A second server on the same store knows from the start that it
     // holds a list.
     let server = Server::bind("127.0.0.1:0", db.clone(), ServerOptions::default()).unwrap();

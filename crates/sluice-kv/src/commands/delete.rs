@@ -81,10 +81,9 @@ pub(crate) fn del(shared: &Shared, keys: &[Vec<u8>]) -> Reply {
 fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
     let meta = ZsetMeta::decode(body).ok_or_else(|| Reply::error("damaged sorted set header"))?;
     for kind in [b'm', b's'] {
-        let entries = shared
-            .db
-            .scan(&meta.prefix(kind), Some(&meta.end_of(kind)), usize::MAX)
-            .map_err(Reply::error)?;
+        // Through the store's scan, which inside a transaction also sees
+        // the members its earlier commands added.
+        let entries = store::scan(shared, &meta.prefix(kind), Some(&meta.end_of(kind)), usize::MAX)?;
         for (k, _) in entries {
             batch.delete(k);
         }
