@@ -124,8 +124,9 @@ pub(super) fn setex(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
 /// SET's write, under the key's stripe: GET's old value is read in the
 /// same hold as the write, and KEEPTTL keeps the deadline of whatever the
 /// key held, of any type, as Redis does. A SET without NX, XX, GET or
-/// KEEPTTL does not read the key: the plain SET that redis-benchmark and
-/// YCSB send stays one write.
+/// KEEPTTL does not read the key while the store holds no set or list
+/// (`delete::clear_entries`): the plain SET that redis-benchmark sends
+/// stays one write.
 fn save(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Reply, Reply> {
     let _lock = store::lock(shared, [key]);
     let current = if o.nx || o.xx || o.get || o.keep_ttl {
