@@ -50,7 +50,7 @@ use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use list::End;
-use string::write_strings;
+use string::{write_strings, Over};
 use transaction::Exec;
 use value::{read, read_many, run, string, Typed};
 
@@ -330,7 +330,7 @@ fn get(shared: &Shared, key: &[u8]) -> Reply {
 
 fn mset(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
     let _locks = store::lock(shared, pairs.iter().step_by(2).map(Vec::as_slice));
-    run(|| write_strings(shared, pairs, None).map(|()| Reply::ok()))
+    run(|| write_strings(shared, pairs, None, Over::Unread).map(|()| Reply::ok()))
 }
 
 fn exists(shared: &Shared, keys: &[Vec<u8>]) -> Reply {

@@ -152,14 +152,39 @@ fn save(shared: &Shared, key: &[u8], value: &[u8], o: &SetOptions) -> Result<Rep
     if (o.nx && found) || (o.xx && !found) {
         return Ok(done(false));
     }
-    write_strings(shared, &[key.to_vec(), value.to_vec()], deadline)?;
+    let over = match current {
+        Typed::Found(Tag::String, ..) => Over::LiveString,
+        _ => Over::Unread,
+    };
+    write_strings(shared, &[key.to_vec(), value.to_vec()], deadline, over)?;
     Ok(done(true))
+}
+
+/// What the caller of [`write_strings`] knows of the values it writes over.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Over {
+    /// Nothing: a set or list may be there, its entries to delete.
+    Unread,
+    /// Every key holds a live string, read under the stripe the caller
+    /// still holds: no entries to look for, so the key is not read again.
+    LiveString,
+}
+
+/// What a read of the string at a key (`value::string_with_deadline`)
+/// tells [`write_strings`]: a string found is live; none found may still
+/// be a set or list that expired, with entries left to delete.
+fn over<T>(read: &Option<T>) -> Over {
+    match read {
+        Some(_) => Over::LiveString,
+        None => Over::Unread,
+    }
 }
 
 /// Writes string `pairs` (key, value, key, value, ...) in one batch, each
 /// to expire at `deadline`, the entries of a set or list they replace
-/// deleted with it; the caller holds their keys' stripes.
-pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline) -> Result<(), Reply> {
+/// deleted with it (unless `over` says there is none); the caller holds
+/// their keys' stripes.
+pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadline, over: Over) -> Result<(), Reply> {
     // The stored value is longer than the client's by its tag (and its
     // deadline): the limit a client sees is that much lower, and named as
     // such.
@@ -173,7 +198,9 @@ pub(crate) fn write_strings(shared: &Shared, pairs: &[Vec<u8>], deadline: Deadli
                 limit,
             }));
         }
-        clear_entries(shared, &kv[0], &mut batch)?;
+        if over == Over::Unread {
+            clear_entries(shared, &kv[0], &mut batch)?;
+        }
         batch.put(kv[0].clone(), with_deadline(tagged(Tag::String, &kv[1]), deadline));
     }
     store::write(shared, batch)
@@ -203,10 +230,12 @@ pub(super) fn append(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let key = &args[0];
         let _lock = store::lock(shared, [key.as_slice()]);
-        let (mut value, deadline) = string_with_deadline(shared, key)?.unwrap_or_default();
+        let current = string_with_deadline(shared, key)?;
+        let over = over(&current);
+        let (mut value, deadline) = current.unwrap_or_default();
         value.extend_from_slice(&args[1]);
         let len = value.len() as i64;
-        write_strings(shared, &[key.clone(), value], deadline)?;
+        write_strings(shared, &[key.clone(), value], deadline, over)?;
         Ok(Reply::Integer(len))
     })
 }
@@ -257,7 +286,7 @@ pub(super) fn getex(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         };
         match new {
             Some(at) if at <= now_ms() => store::delete(shared, key)?,
-            _ if new != deadline => write_strings(shared, &[key.clone(), value.clone()], new)?,
+            _ if new != deadline => write_strings(shared, &[key.clone(), value.clone()], new, Over::LiveString)?,
             _ => {}
         }
         Ok(Reply::Bulk(Some(value)))
@@ -285,14 +314,16 @@ pub(super) fn incr_by(shared: &Shared, key: &[u8], by: Result<i64, Reply>) -> Re
     run(|| {
         let by = by?;
         let _lock = store::lock(shared, [key]);
-        let (current, deadline) = match string_with_deadline(shared, key)? {
+        let stored = string_with_deadline(shared, key)?;
+        let over = over(&stored);
+        let (current, deadline) = match stored {
             None => (0, None),
             Some((v, deadline)) => (parse_i64(&v).ok_or_else(not_integer)?, deadline),
         };
         let next = current
             .checked_add(by)
             .ok_or_else(|| Reply::error("increment or decrement would overflow"))?;
-        write_strings(shared, &[key.to_vec(), next.to_string().into_bytes()], deadline)?;
+        write_strings(shared, &[key.to_vec(), next.to_string().into_bytes()], deadline, over)?;
         Ok(Reply::Integer(next))
     })
 }
@@ -304,7 +335,9 @@ pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         let key = &args[0];
         let _lock = store::lock(shared, [key.as_slice()]);
         let not_float = || Reply::error("value is not a valid float");
-        let (current, deadline) = match string_with_deadline(shared, key)? {
+        let stored = string_with_deadline(shared, key)?;
+        let over = over(&stored);
+        let (current, deadline) = match stored {
             None => (long_double::parse(b"0"), None),
             Some((v, deadline)) => (long_double::parse(&v), deadline),
         };
@@ -315,7 +348,7 @@ pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             .filter(|v: &LongDouble| v.is_finite())
             .ok_or_else(|| Reply::error("increment would produce NaN or Infinity"))?;
         let text = next.to_human().into_bytes();
-        write_strings(shared, &[key.clone(), text.clone()], deadline)?;
+        write_strings(shared, &[key.clone(), text.clone()], deadline, over)?;
         Ok(Reply::Bulk(Some(text)))
     })
 }
