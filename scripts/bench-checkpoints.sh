@@ -89,6 +89,7 @@ TOML
 [postgres.background]
 conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
 state_file = "$work/steering.json"
+trace_file = "$work/steering.trace"
 [postgres.background.checkpoint]
 max_recovery_wal_mib = 128
 TOML
@@ -174,6 +175,9 @@ run() {
     echo "$round $config $row $steal" | tee -a "$work/runs"
     if [[ $config == steered ]]; then
         echo "   (steered: the last decision reached PostgreSQL's reload in $apply_ms ms)"
+        # The run's decisions, decided again from its observations.
+        cp "$work/steering.trace" "$dir/steering.trace"
+        echo "   (replayed: $("$sluice" replay "$dir/steering.trace" 2>&1))"
     fi
 }
 
@@ -189,5 +193,10 @@ echo
 mkdir -p results/checkpoints
 cp "$work/runs" results/checkpoints/runs.txt
 cp "$work/sluice-steered.log" results/checkpoints/
-for d in "$work"/run-*; do cp "$d/pg.log" "results/checkpoints/$(basename "$d")-pg.log"; done
-echo "rows, the steered proxy's decisions and PostgreSQL's logs kept in results/checkpoints/"
+for d in "$work"/run-*; do
+    cp "$d/pg.log" "results/checkpoints/$(basename "$d")-pg.log"
+    if [[ -f $d/steering.trace ]]; then
+        cp "$d/steering.trace" "results/checkpoints/$(basename "$d")-steering.trace"
+    fi
+done
+echo "rows, the steered proxy's decisions and traces and PostgreSQL's logs kept in results/checkpoints/"

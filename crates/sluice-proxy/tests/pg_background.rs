@@ -57,13 +57,15 @@ fn settings_text(pg: &PgServer, conninfo_user: &str, port: u16, state_file: &Pat
         [postgres.background]
         conninfo = "host=127.0.0.1 port={port} user={conninfo_user} dbname=postgres"
         state_file = "{state}"
+        trace_file = "{trace}"
         interval_ms = 100
         [postgres.background.checkpoint]
         max_recovery_wal_mib = 190
         timeout_s = 120
         "#,
         upstream = pg.addr(),
-        state = state_file.display()
+        state = state_file.display(),
+        trace = state_file.with_extension("trace").display()
     )
 }
 
@@ -140,6 +142,20 @@ fn steers_checkpoints_and_gives_every_setting_back() {
     service.stop();
     assert_eq!(steered(&pg), BEFORE, "a clean stop gives every setting back");
     assert!(!state.exists(), "and removes the state file");
+    replays_as_it_ran(&state.with_extension("trace"));
+}
+
+/// The run's trace decides again, interval by interval, as it ran.
+fn replays_as_it_ran(path: &Path) {
+    let file = std::fs::File::open(path).expect("the run was traced");
+    let trace = sluice_sim::replay::Trace::read(std::io::BufReader::new(file)).unwrap();
+    assert!(!trace.steps.is_empty(), "an interval was traced");
+    assert!(trace.steps[0]
+        .decided
+        .iter()
+        .any(|d| d.knob == "postgres.max_wal_size" && d.value == 190.0));
+    let done = trace.replay().unwrap();
+    assert_eq!(done.steps, trace.steps.len());
 }
 
 /// The Grafana dashboard draws only metrics the admin port serves (with

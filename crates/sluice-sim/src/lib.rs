@@ -5,10 +5,11 @@
 //! seek disk through a `sluice-core` stage ([`run`]), experiment files and
 //! sweeps ([`experiment`], [`sweep`]), and their reports ([`report`]);
 //! requests that fan out over shards, each shard a device and a queue
-//! ([`fanout`]: the setting of cooperative request-order scheduling); and
+//! ([`fanout`]: the setting of cooperative request-order scheduling);
 //! AppleS's gate and optimizer in front of a simulated database
 //! ([`apples`]), run side by side from scenario files
-//! ([`apples_scenario`]).
+//! ([`apples_scenario`]); and a controller's recorded run decided again
+//! from its observations ([`replay`]).
 //!
 //! Every random draw comes from a seeded generator, and each transaction
 //! draws from a stream of its own, so a seed fixes the workload exactly:
@@ -48,6 +49,7 @@ pub mod apples_scenario;
 pub mod engine;
 pub mod experiment;
 pub mod fanout;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod sweep;

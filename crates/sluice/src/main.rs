@@ -8,14 +8,16 @@
 //! shards, in the simulator, under each shard policy), all four
 //! `sluice_bench`; `serve` (the sluice-kv store over RESP, `sluice_kv`),
 //! `proxy` (AppleS admission in front of PostgreSQL or Redis,
-//! `sluice_proxy`) and `route` (the router in front of shards,
-//! `sluice_route`).
+//! `sluice_proxy`), `route` (the router in front of shards,
+//! `sluice_route`) and `replay` (a controller's recorded run decided
+//! again, `sluice_sim`).
 
 mod bench;
 mod demo;
 mod fanout;
 mod model;
 mod proxy;
+mod replay;
 mod route;
 mod serve;
 mod sim;
@@ -54,6 +56,7 @@ enum Command {
     Route(route::RouteArgs),
     Model(model::ModelArgs),
     Fanout(fanout::FanoutArgs),
+    Replay(replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Route(args) => route::run(args),
         Command::Model(args) => model::run(args),
         Command::Fanout(args) => fanout::run(args),
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

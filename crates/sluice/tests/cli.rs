@@ -245,3 +245,47 @@ fn serve_stops_a_script_at_its_time_limit() {
         "{reply}"
     );
 }
+
+#[test]
+fn replay_decides_a_trace_again_and_names_where_it_parts() {
+    use sluice_core::controller::trace::{CheckpointStep, TraceHeader};
+    use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
+
+    let dir = scratch("replay");
+    let config = CheckpointControllerConfig::default();
+    let mut live = CheckpointController::new(config).unwrap();
+    let mut lines = vec![serde_json::to_string(&TraceHeader::checkpoint(config)).unwrap()];
+    for i in 0..30u64 {
+        let observation = CheckpointObservation {
+            foreground_rate: if i < 15 { 800.0 } else { 40.0 },
+            wal_since_redo: i << 24,
+            checkpoint_running: false,
+            since_checkpoint_start: i * 1_000_000_000,
+        };
+        let step = CheckpointStep::new(observation, &live.decide(observation), true);
+        lines.push(serde_json::to_string(&step).unwrap());
+    }
+    let trace = dir.join("run.trace");
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let out = sluice(&["replay", trace.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("30 intervals") && said.contains("the same"), "{said}");
+
+    // The rest fell at interval 15: a replay that sees the load stay up
+    // keeps the busy target where the live run hurried.
+    lines[16] = lines[16].replace("\"foreground_rate\":40.0", "\"foreground_rate\":800.0");
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let out = sluice(&["replay", trace.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("interval 15 (line 17) decided otherwise"), "{err}");
+    assert!(
+        err.contains("recorded:\n  postgres.checkpoint_completion_target = 0.5"),
+        "{err}"
+    );
+
+    let out = sluice(&["replay", dir.join("missing.trace").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot open"), "{err}");
+}

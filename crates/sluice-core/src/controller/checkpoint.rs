@@ -168,7 +168,8 @@ impl CheckpointControllerConfig {
 }
 
 /// What the driver observes each interval.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CheckpointObservation {
     /// Foreground requests per second over the interval.
     pub foreground_rate: f64,

@@ -12,6 +12,9 @@
 //! | round quota ζ from unfairness and latency variability | [`quota`] | AppleS §4.3.2 |
 //! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Envoy adaptive concurrency, Netflix gradient limiters |
 //! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
+//!
+//! A driver may record a controller's run ([`trace`]); a replay decides it
+//! again from the same observations and must decide the same.
 
 pub mod background;
 pub mod checkpoint;
@@ -22,6 +25,7 @@ pub mod model_search;
 pub mod optimizer;
 pub mod quota;
 pub mod slo;
+pub mod trace;
 
 /// Checks a setting that must be a finite number above zero, naming it in
 /// the error.

@@ -52,7 +52,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
+use sluice_core::controller::trace::{CheckpointStep, TraceHeader};
+use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, Decision};
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
 
@@ -85,6 +86,10 @@ pub struct BackgroundConfig {
     /// The controller's rules: `[postgres.background.checkpoint]`.
     #[serde(default)]
     pub checkpoint: CheckpointControllerConfig,
+    /// If set, each interval's observation and decisions are appended here
+    /// (JSON lines, made anew at each start), for `sluice replay`.
+    #[serde(default)]
+    pub trace_file: Option<PathBuf>,
 }
 
 fn default_interval_ms() -> u64 {
@@ -100,6 +105,7 @@ impl std::fmt::Debug for BackgroundConfig {
             .field("state_file", &self.state_file)
             .field("interval_ms", &self.interval_ms)
             .field("checkpoint", &self.checkpoint)
+            .field("trace_file", &self.trace_file)
             .finish()
     }
 }
@@ -112,6 +118,9 @@ impl BackgroundConfig {
             .map_err(|e| field(format!("conninfo: {e}")))?;
         if self.state_file.as_os_str().is_empty() {
             return Err(field("state_file must name a file".into()));
+        }
+        if self.trace_file.as_ref().is_some_and(|t| t.as_os_str().is_empty()) {
+            return Err(field("trace_file must name a file (or be left out)".into()));
         }
         if !(100..=60_000).contains(&self.interval_ms) {
             return Err(field(format!(
@@ -237,6 +246,36 @@ struct Steering {
     client: Option<Client>,
     controller: CheckpointController,
     recorded: Recorded,
+    trace: Option<TraceFile>,
+}
+
+/// The controller's run as `sluice replay` reads it (sluice-core's
+/// `controller::trace`): a header line, then a line per interval, each
+/// written whole in one call so that a crash leaves at most the last cut.
+struct TraceFile {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl TraceFile {
+    fn create(path: &Path, config: CheckpointControllerConfig) -> Result<TraceFile, String> {
+        let mut trace = TraceFile {
+            file: std::fs::File::create(path)
+                .map_err(|e| format!("cannot create the trace file {}: {e}", path.display()))?,
+            path: path.to_owned(),
+        };
+        trace.line(&TraceHeader::checkpoint(config))?;
+        Ok(trace)
+    }
+
+    fn line(&mut self, record: &impl Serialize) -> Result<(), String> {
+        use std::io::Write;
+        let mut text = serde_json::to_vec(record).expect("a trace record is plain data");
+        text.push(b'\n');
+        self.file
+            .write_all(&text)
+            .map_err(|e| format!("cannot write the trace file {}: {e}", self.path.display()))
+    }
 }
 
 /// Connects (retrying every interval while the server is unreachable),
@@ -254,6 +293,16 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             return None;
         }
     };
+    let trace = match config.trace_file.as_deref() {
+        None => None,
+        Some(path) => match TraceFile::create(path, config.checkpoint) {
+            Ok(trace) => Some(trace),
+            Err(e) => {
+                refuse(e);
+                return None;
+            }
+        },
+    };
     let client = loop {
         match connect(&config.conninfo).await {
             Ok(c) => break c,
@@ -269,6 +318,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             client: Some(client),
             controller,
             recorded,
+            trace,
         }),
         Err(e) => {
             refuse(e);
@@ -517,6 +567,7 @@ impl Steering {
         });
         let decisions = self.controller.decide(obs);
         if decisions.is_empty() {
+            self.record(obs, &decisions, true);
             return Ok(());
         }
         let decided = Instant::now();
@@ -534,6 +585,7 @@ impl Steering {
             execute(client, "SELECT pg_reload_conf()").await
         }
         .await;
+        self.record(obs, &decisions, applied.is_ok());
         if let Err(e) = applied {
             self.controller.forget_applied();
             return Err(e);
@@ -549,6 +601,16 @@ impl Steering {
             log.record(d.knob.to_string(), d.value, d.why);
         }
         Ok(())
+    }
+
+    /// Appends the interval to the trace, if there is one; a trace that
+    /// cannot be written is given up with a warning, and steering goes on.
+    fn record(&mut self, obs: CheckpointObservation, decisions: &[Decision], applied: bool) {
+        let Some(trace) = &mut self.trace else { return };
+        if let Err(e) = trace.line(&CheckpointStep::new(obs, decisions, applied)) {
+            tracing::warn!("postgres.background: {e}; no more of this run is traced");
+            self.trace = None;
+        }
     }
 
     /// Restores the originals and removes the state file.
