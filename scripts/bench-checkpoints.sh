@@ -165,7 +165,7 @@ run() {
     local apply_ms="-"
     if [[ $config == steered ]]; then
         apply_ms=$(curl -s "http://127.0.0.1:$ADMIN_PORT/stats" |
-            python3 -c 'import json,sys; print(json.load(sys.stdin)["postgres_background"]["last_apply_ms"])')
+            python3 -c 'import json,sys; print(round(json.load(sys.stdin)["postgres_background"]["last_apply_ms"], 1))')
     fi
     kill "$sampler"
     wait "$sampler" 2>/dev/null || true

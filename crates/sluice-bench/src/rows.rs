@@ -157,7 +157,7 @@ impl Rows {
                     let mut row = group.clone();
                     row.extend([target.to_string(), metric.clone(), spread(Spread::of(mine))]);
                     row.push(ratio(&ratios));
-                    row.push(ratios.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "));
+                    row.push(ratios.iter().map(|&x| by_round(x)).collect::<Vec<_>>().join(" "));
                     if let Some(d) = difference_to {
                         let differences = paired_differences(&runs, target, d, value);
                         row.push(if differences.is_empty() {
@@ -187,13 +187,26 @@ impl Rows {
     }
 }
 
-/// A median and range of ratios, or a dash for none.
+/// A median and range of ratios, or a dash for none; a ratio to a
+/// baseline of 0 has no value, and says so.
 fn ratio(ratios: &[f64]) -> String {
     if ratios.is_empty() {
         return "–".into();
     }
+    if ratios.iter().any(|x| !x.is_finite()) {
+        return "– (the baseline is 0)".into();
+    }
     let s = Spread::of(ratios.iter().copied());
     format!("{:.3} ({:.2}–{:.2})", s.median, s.min, s.max)
+}
+
+/// One round's ratio.
+fn by_round(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.2}")
+    } else {
+        "–".into()
+    }
 }
 
 fn spread(s: Spread) -> String {
@@ -261,6 +274,17 @@ round target test requests/s p50_ms steal
         );
         assert!(
             text.contains("| mget | route | requests/s | 8000 (8000–8000) | 0.800 (0.80–0.80) | 0.80 | – |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_ratio_to_a_baseline_of_zero_says_so() {
+        let runs =
+            "round target checkpoints steal\n1 defaults 0 0.0\n1 steered 8 0.0\n2 defaults 0 0.0\n2 steered 0 0.0\n";
+        let text = Rows::parse(runs, &[]).unwrap().summary(None, None, 0.10).unwrap();
+        assert!(
+            text.contains("| steered | checkpoints | 8.00 (0.000–8.00) | – (the baseline is 0) | – – |"),
             "{text}"
         );
     }
