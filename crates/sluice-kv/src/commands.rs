@@ -16,7 +16,7 @@
 //! Lists (`commands/list.rs`; which list commands are offered and why:
 //! `keyspace.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
 //! `commands/script.rs`). Deleting a value of any type, or writing another
-//! over it: `commands/delete.rs`.
+//! over it, and FLUSHALL and FLUSHDB: `commands/delete.rs`.
 //!
 //! Every command is a row of one table ([`COMMANDS`]): its name, the
 //! argument counts it takes, and how it runs. A command is refused by
@@ -125,6 +125,8 @@ const COMMANDS: &[Command] = &[
     command("expire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
     command("expireat", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
     command("expiretime", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command("flushall", |_| true, |s, _, _, r| delete::flush(s, r)),
+    command("flushdb", |_| true, |s, _, _, r| delete::flush(s, r)),
     command("get", |n| n == 1, |s, _, _, r| get(s, &r[0])),
     command("getdel", |n| n == 1, |s, _, _, r| string::getdel(s, &r[0])),
     command("getex", |n| n >= 1, |s, _, _, r| string::getex(s, r)),

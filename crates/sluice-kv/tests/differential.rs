@@ -377,6 +377,7 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         key.clone().prop_map(|k| words(&["TTL", k])),
         key.clone().prop_map(|k| words(&["PERSIST", k])),
         key.clone().prop_map(|k| words(&["KEYS", &format!("{k}*")])),
+        any::<bool>().prop_map(|all| words(&[if all { "FLUSHALL" } else { "FLUSHDB" }])),
         (key.clone(), getex_opt).prop_map(move |(k, o)| [words(&["GETEX", k]), split(o)].concat()),
         (key.clone(), lex.clone(), lex.clone(), any::<bool>()).prop_map(|(k, a, b, rev)| {
             let mut c = words(&["ZRANGE", k, a, b, "BYLEX"]);

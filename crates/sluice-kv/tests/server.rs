@@ -866,6 +866,52 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     assert_eq!(internal(), 0);
 }
 
+/// FLUSHALL and FLUSHDB delete every key with every set's and list's
+/// entries, abort a WATCH of a deleted key, flush inside MULTI with the
+/// transaction's own writes, and refuse what Redis refuses.
+#[test]
+fn flushall_deletes_every_key_and_its_entries() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    let mut watcher = Client::connect(addr);
+    let everything = || db.scan(&[], None, usize::MAX).unwrap().len();
+    // More keys than the flush reads at a time.
+    for chunk in 0..10 {
+        let pairs: Vec<String> = (chunk * 500..(chunk + 1) * 500)
+            .flat_map(|i| [format!("s{i}"), "v".to_string()])
+            .collect();
+        let mut mset = vec!["MSET"];
+        mset.extend(pairs.iter().map(String::as_str));
+        assert_eq!(c.call(&mset), "+OK\r\n");
+    }
+    c.call(&["HSET", "h", "f", "v"]);
+    c.call(&["ZADD", "z", "1", "a", "2", "b"]);
+    c.call(&["RPUSH", "l", "a", "b", "c"]);
+    c.call(&["SET", "gone", "v", "PX", "1"]);
+    assert!(everything() > 5004);
+    assert_eq!(watcher.call(&["WATCH", "s17"]), "+OK\r\n");
+    assert_eq!(c.call(&["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(everything(), 0, "nothing is left, internal entries included");
+    assert_eq!(c.call(&["KEYS", "*"]), "*0\r\n");
+    assert_eq!(watcher.call(&["MULTI"]), "+OK\r\n");
+    watcher.call(&["SET", "s17", "again"]);
+    assert_eq!(watcher.call(&["EXEC"]), "*-1\r\n", "the watched key was deleted");
+
+    c.call(&["SET", "before", "v"]);
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    c.call(&["ZADD", "t", "1", "a"]);
+    c.call(&["FLUSHDB", "async"]);
+    c.call(&["SET", "after", "v"]);
+    assert_eq!(c.call(&["EXEC"]), "*3\r\n:1\r\n+OK\r\n+OK\r\n");
+    assert_eq!(c.call(&["KEYS", "*"]), "*1\r\n$5\r\nafter\r\n");
+    assert_eq!(everything(), 1);
+
+    assert_eq!(c.call(&["FLUSHALL", "SYNC"]), "+OK\r\n");
+    assert_eq!(c.call(&["FLUSHALL", "now"]), "-ERR syntax error\r\n");
+    assert_eq!(c.call(&["FLUSHDB", "ASYNC", "SYNC"]), "-ERR syntax error\r\n");
+    assert_eq!(c.call(&["FLUSHALL"]), "+OK\r\n", "an empty store flushes too");
+}
+
 /// The expiry sweeper deletes values past their deadline that nobody
 /// touches again, a sorted set's members with them, and counts them in
 /// INFO as Redis's active expiry does; its knobs are CONFIG's.

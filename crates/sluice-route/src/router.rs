@@ -378,7 +378,7 @@ impl Router {
                 count = limit.to_string().into_bytes();
                 self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
-            Route::Every => self.scatter(&whole()),
+            Route::Every | Route::Everywhere => self.scatter(&whole()),
             Route::Scan => return self.scan(args, origin).await,
             Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")).into(),
             Route::Unknown => {
@@ -421,6 +421,7 @@ impl Router {
             Route::Keys { merge, .. } => merge_parts(merge, &parts, replies, (args.len() - 1) / merge_step(merge)),
             Route::Range => merge_ranges(replies, limit).into(),
             Route::Every => join_arrays(replies),
+            Route::Everywhere => same_everywhere(replies),
             _ => Answer::Raw(replies.into_iter().next().unwrap_or_default()),
         };
         self.stats.latency.record(started.elapsed());
@@ -772,6 +773,19 @@ fn join_arrays(replies: Vec<Vec<u8>>) -> Answer {
         }
     }
     Reply::Array(all).into()
+}
+
+/// The one reply every shard gave; else a shard's error, or an error
+/// saying they differ.
+fn same_everywhere(mut replies: Vec<Vec<u8>>) -> Answer {
+    if let Some(e) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+        return Answer::Raw(e.clone());
+    }
+    match replies.pop() {
+        Some(last) if replies.iter().all(|r| *r == last) => Answer::Raw(last),
+        Some(_) => Reply::error("the shards answered differently").into(),
+        None => Reply::error("no shard to send it to").into(),
+    }
 }
 
 /// The sorted key-value pairs of every shard, merged and cut to `count`.

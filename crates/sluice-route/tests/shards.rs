@@ -132,6 +132,10 @@ fn keys_land_on_their_slot_s_shard_and_multi_key_commands_merge() {
     assert_eq!(c.call(&["DEL", "a", "b", "c", "key0"]), Reply::Integer(4));
     assert_eq!(c.call(&["HSET", "{u}h", "f", "x"]), Reply::Integer(1));
     assert_eq!(c.call(&["HGET", "{u}h", "f"]), bulk("x"));
+    // FLUSHALL empties every shard, and answers as one.
+    assert_eq!(c.call(&["FLUSHALL"]), Reply::Simple("OK".into()));
+    assert_eq!(c.call(&["KEYS", "*"]), Reply::Array(Vec::new()));
+    assert!(error_text(c.call(&["FLUSHDB", "LATER"])).contains("syntax error"));
 }
 
 #[test]
@@ -141,7 +145,7 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     let (router, _) = start_router(&[shard, other], "");
     let mut c = Client::connect(router);
     assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
-    assert!(error_text(c.call(&["FLUSHALL"])).contains("whole key space"));
+    assert!(error_text(c.call(&["DBSIZE"])).contains("whole key space"));
     assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
     assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
     // "foo" and "bar" are on different shards of two.

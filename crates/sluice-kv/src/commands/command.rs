@@ -175,6 +175,20 @@ pub(super) const INFO: &[Info] = &[
         &["@keyspace", "@read", "@fast"],
     ),
     info(
+        "flushall",
+        -1,
+        &["write"],
+        [0, 0, 0],
+        &["@keyspace", "@write", "@slow", "@dangerous"],
+    ),
+    info(
+        "flushdb",
+        -1,
+        &["write"],
+        [0, 0, 0],
+        &["@keyspace", "@write", "@slow", "@dangerous"],
+    ),
+    info(
         "get",
         2,
         &["readonly", "fast"],

@@ -1,5 +1,6 @@
 //! Deleting a value of any type: a sorted set's members and a list's
-//! elements go with it, whether the value is deleted or written over.
+//! elements go with it, whether the value is deleted or written over; and
+//! deleting every value (FLUSHALL).
 
 use std::sync::atomic::Ordering;
 
@@ -9,6 +10,56 @@ use crate::keyspace::{is_live, now_ms, ListMeta, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
+
+/// Entries FLUSHALL reads from the store at a time.
+const FLUSH_CHUNK: usize = 4096;
+
+/// `FLUSHALL [ASYNC|SYNC]` and `FLUSHDB [ASYNC|SYNC]` (the server has one
+/// database): deletes every key, with every set's members and list's
+/// elements, as one transaction: it holds every key stripe, readers see
+/// the store whole or empty, a crash leaves it whole or empty, and every
+/// WATCH of a key it deleted aborts. The deletes are kept until the
+/// batch is written, so a flush needs memory for every key's name. ASYNC
+/// is taken as SYNC: either way the space comes back at compaction, and
+/// the reply comes once no key is left to read.
+pub(crate) fn flush(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        match args {
+            [] => {}
+            [mode] if mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync") => {}
+            _ => return Err(Reply::error("syntax error")),
+        }
+        if store::in_transaction() {
+            delete_everything(shared)?;
+        } else {
+            store::atomically(shared, &mut shared.locks.lock_all(), || delete_everything(shared))??;
+        }
+        Ok(Reply::ok())
+    })
+}
+
+/// Deletes every entry of the store, user keys and internal entries
+/// alike, inside the running transaction.
+fn delete_everything(shared: &Shared) -> Result<(), Reply> {
+    let mut start = Vec::new();
+    loop {
+        let entries = store::scan(shared, &start, None, FLUSH_CHUNK)?;
+        let Some((last, _)) = entries.last() else {
+            return Ok(());
+        };
+        // The smallest key after `last`: the next chunk starts there.
+        start = last.clone();
+        start.push(0);
+        // Inside a transaction this locks nothing: it names the stripes
+        // written, for WATCH.
+        let _lock = store::lock(shared, entries.iter().map(|(k, _)| k.as_slice()));
+        let mut batch = WriteBatch::new();
+        for (key, _) in entries {
+            batch.delete(key);
+        }
+        store::write(shared, batch)?;
+    }
+}
 
 /// Deletes the value `tag`, `body` stored at `key` (a sorted set's
 /// members with it) into `batch`.
