@@ -6,7 +6,7 @@
 //! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
-//! ECHO, INFO (its sections: `commands/info.rs`), AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
+//! ECHO, TIME, INFO (its sections: `commands/info.rs`), AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
 //! and SET (the background tasks' knobs: `commands/config.rs`), and
 //! COMMAND (what clients read about each command: `commands/command.rs`). `RANGE start end [count]` scans string keys
 //! `start <= key < end` (an empty `end` is unbounded) and replies with a
@@ -210,6 +210,7 @@ const COMMANDS: &[Command] = &[
     command("setex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
+    command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
     command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
@@ -324,6 +325,16 @@ fn exec(shared: &Shared, session: &mut Session) -> Reply {
             .collect()
     };
     store::atomically(shared, &mut all, run).map_or_else(|refused| refused, Reply::Array)
+}
+
+/// `TIME`: the server's clock, seconds and microseconds since the Unix
+/// epoch, as two bulk strings.
+fn time() -> Reply {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let bulk = |n: u64| Reply::Bulk(Some(n.to_string().into_bytes()));
+    Reply::Array(vec![bulk(since.as_secs()), bulk(u64::from(since.subsec_micros()))])
 }
 
 fn get(shared: &Shared, key: &[u8]) -> Reply {

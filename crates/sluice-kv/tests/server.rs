@@ -105,6 +105,16 @@ fn commands_answer_as_redis_does() {
     assert!(info.contains("tenant_alice:ops="), "{info}");
     assert!(info.contains("flush:bytes="), "{info}");
     assert!(info.contains("level0:tables="), "{info}");
+    let time = c.call(&["TIME"]);
+    let fields: Vec<&str> = time.split("\r\n").collect();
+    assert_eq!(fields[0], "*2", "{time}");
+    let secs: u64 = fields[2].parse().unwrap();
+    let micros: u64 = fields[4].parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(secs.abs_diff(now) <= 1 && micros < 1_000_000, "{time}");
     assert_eq!(c.call(&["QUIT"]), "+OK\r\n");
 }
 

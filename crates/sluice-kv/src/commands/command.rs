@@ -466,6 +466,7 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@read", "@string", "@fast"],
     ),
+    info("time", 1, &["loading", "stale", "fast"], [0, 0, 0], &["@fast"]),
     info(
         "ttl",
         2,
