@@ -6,6 +6,11 @@
 # [exception]/[skip]/[ignore] counts of each run and the tests that fail
 # only through the proxy. Not run in CI: about 10 minutes on 2 cores.
 #
+# RUNS=serve runs it against `sluice serve` instead, which has one
+# database (the suite runs with --singledb) and no FUNCTION (the suite's
+# FUNCTION FLUSH before each unit is skipped there): a unit stops at the
+# first command the server does not have, and the summary names it.
+#
 #   scripts/redis-suite.sh [REDIS_SRC]
 #
 # REDIS_SRC (argument or environment): a checkout of the Redis repository
@@ -62,7 +67,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 SLUICE=${SLUICE:-}
-if [[ " $RUNS " == *" proxy "* && -z "$SLUICE" ]]; then
+if [[ " $RUNS " == *" proxy "* || " $RUNS " == *" serve "* ]] && [[ -z "$SLUICE" ]]; then
     SLUICE=target/release/sluice
     if [[ ! -x "$SLUICE" ]]; then
         ensure_rust
@@ -93,6 +98,11 @@ for b in redis-server redis-cli redis-benchmark; do
     ln -s "$(command -v $b)" "$suite/src/$b"
 done
 units=${UNITS:-$(cd "$suite" && ./runtest --list-tests)}
+# What sluice serve lacks before a unit can start: a second copy of the
+# suite, whose setup does not stop at FUNCTION FLUSH.
+cp -r "$suite" "$work/suite-serve"
+sed -i 's/^    r function flush$/    catch {r function flush}/' "$work/suite-serve/tests/support/server.tcl"
+run_args=()
 
 # Tests that read the replication stream: they send SYNC on a socket of
 # their own and read the RDB payload and the commands after it. That is not
@@ -197,7 +207,7 @@ run_suite() {
         rc=0
         # shellcheck disable=SC2086
         (cd "$suite" && TERM=dumb ./runtest --host 127.0.0.1 --port "$port" --clients 1 \
-            --durable --timeout "$TIMEOUT" --tags "$TAGS" --skipfile "$skipfile" --single "$unit" ${RUNTEST_ARGS:-}) \
+            --durable --timeout "$TIMEOUT" --tags "$TAGS" --skipfile "$skipfile" --single "$unit" "${run_args[@]}" ${RUNTEST_ARGS:-}) \
             >"$log" 2>&1 </dev/null || rc=$?
         printf '%s rc=%s %ss ok=%s err=%s\n' "$unit" "$rc" "$(($(date +%s) - start))" \
             "$(grep -c '^\[ok\]:' "$log" || true)" "$(grep -c '^\[err\]:' "$log" || true)" \
@@ -255,6 +265,20 @@ for run in $RUNS; do
             stop "$proxy_pid"
             stop "$redis_pid"
             ;;
+        serve)
+            free_port
+            mkdir -p "$work/serve"
+            "$SLUICE" serve --dir "$work/serve" --port "$port" --no-sync 2>"$OUT/serve-sluice.log" &
+            serve_pid=$!
+            pids+=("$serve_pid")
+            wait_port "$port"
+            (
+                suite="$work/suite-serve"
+                run_args=(--singledb)
+                run_suite serve "$port" "$port"
+            )
+            stop "$serve_pid"
+            ;;
         *) echo "unknown run $run" >&2; exit 2 ;;
     esac
 done
@@ -263,7 +287,7 @@ done
     echo
     echo "Redis $version external-server suite (tags: $TAGS; logs: $OUT)"
     printf '%-8s %6s %6s %10s %6s %7s\n' run ok err exception skip ignore
-    for run in direct proxy; do
+    for run in direct proxy serve; do
         [[ -f "$OUT/$run.counts" ]] || continue
         printf '%-8s %6s %6s %10s %6s %7s\n' "$run" "$(count "$run" ok)" "$(count "$run" err)" \
             "$(count "$run" exception)" "$(count "$run" skip)" "$(count "$run" ignore)"
@@ -279,5 +303,13 @@ done
         comm -23 "$OUT/direct.sorted" "$OUT/proxy.sorted" | sed 's/^/  /'
         echo "Failing both ways:"
         comm -12 "$OUT/direct.sorted" "$OUT/proxy.sorted" | sed 's/^/  /'
+    fi
+    if [[ -f "$OUT/serve.counts" ]]; then
+        echo
+        echo "sluice serve: where each unit stopped"
+        for log in "$OUT"/serve/*.log; do
+            printf '  %-32s ok=%-4s %s\n' "$(basename "$log" .log)" "$(grep -c '^\[ok\]:' "$log" || true)" \
+                "$(grep -m1 '^\[exception\]' "$log" | sed 's/^\[exception\]: Executing test client: //')"
+        done
     fi
 } | tee "$OUT/summary.txt"

@@ -2,8 +2,8 @@
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
 //! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, STRLEN,
 //! APPEND, GETDEL and the counters in `commands/string.rs`), hashes
-//! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS and SCAN
-//! (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
+//! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS, SCAN and
+//! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
 //! ECHO, TIME, INFO (its sections: `commands/info.rs`), AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
@@ -91,6 +91,7 @@ const COMMANDS: &[Command] = &[
     command("client", |n| n >= 1, |_, c, _, r| client::client(c, r)),
     command("command", |_| true, |_, _, _, r| command::command(r)),
     command("config", |n| n >= 1, |s, _, _, r| config::config(s, r)),
+    command("dbsize", |n| n == 0, |s, _, _, _| keys::dbsize(s)),
     command("decr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(-1))),
     command(
         "decrby",

@@ -876,7 +876,7 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     assert_eq!(internal(), 0);
 }
 
-/// FLUSHALL and FLUSHDB delete every key with every set's and list's
+/// DBSIZE counts the live keys. FLUSHALL and FLUSHDB delete every key with every set's and list's
 /// entries, abort a WATCH of a deleted key, flush inside MULTI with the
 /// transaction's own writes, and refuse what Redis refuses.
 #[test]
@@ -899,9 +899,12 @@ fn flushall_deletes_every_key_and_its_entries() {
     c.call(&["RPUSH", "l", "a", "b", "c"]);
     c.call(&["SET", "gone", "v", "PX", "1"]);
     assert!(everything() > 5004);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(c.call(&["DBSIZE"]), ":5003\r\n", "every live key, the expired one not");
     assert_eq!(watcher.call(&["WATCH", "s17"]), "+OK\r\n");
     assert_eq!(c.call(&["FLUSHALL"]), "+OK\r\n");
     assert_eq!(everything(), 0, "nothing is left, internal entries included");
+    assert_eq!(c.call(&["DBSIZE"]), ":0\r\n");
     assert_eq!(c.call(&["KEYS", "*"]), "*0\r\n");
     assert_eq!(watcher.call(&["MULTI"]), "+OK\r\n");
     watcher.call(&["SET", "s17", "again"]);

@@ -5,7 +5,7 @@
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
 //! TOUCH) are split, one sub-request per shard; commands over two keys
 //! (RENAME, LMOVE, SMOVE, ...) go to their shard if the keys share a slot. A range scan (`RANGE`)
-//! and KEYS go to every shard, and so do FLUSHALL and FLUSHDB; SCAN walks the shards one after another. Scripts go where their keys are, if they are all in
+//! and KEYS go to every shard, and so do FLUSHALL, FLUSHDB and DBSIZE; SCAN walks the shards one after another. Scripts go where their keys are, if they are all in
 //! one slot. MULTI, EXEC and DISCARD are the client's session's: commands
 //! are queued at the router and sent together to the shard of their keys,
 //! which must share a slot ([`keys_of`] finds them). A command that is
@@ -50,6 +50,8 @@ pub enum Route {
     /// To every shard, one answer for all: the shards' own if they all gave
     /// the same, else the first error (FLUSHALL, FLUSHDB).
     Everywhere,
+    /// To every shard, the integers they answer added (DBSIZE).
+    Sum,
     /// `SCAN cursor ...`: to the shard the router's cursor stands for
     /// (see `scan.rs`).
     Scan,
@@ -172,10 +174,6 @@ const LOCAL: &[&str] = &[
 /// whole key space, and so cannot be split.
 const REFUSED: &[(&str, &str)] = &[
     (
-        "dbsize",
-        "commands over the whole key space are not supported through sluice route",
-    ),
-    (
         "randomkey",
         "commands over the whole key space are not supported through sluice route",
     ),
@@ -241,6 +239,7 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
     table.insert("keys", Route::Every);
     table.insert("flushall", Route::Everywhere);
     table.insert("flushdb", Route::Everywhere);
+    table.insert("dbsize", Route::Sum);
     table.insert("scan", Route::Scan);
     table
 });
@@ -278,7 +277,7 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
         // UNWATCH is queued, as Redis queues it, and does nothing there.
         Route::Local if matches!(name, "ping" | "echo" | "unwatch") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),
-        Route::Range | Route::Every | Route::Everywhere | Route::Scan => Err(format!(
+        Route::Range | Route::Every | Route::Everywhere | Route::Sum | Route::Scan => Err(format!(
             "'{name}' spans every shard: not inside MULTI through sluice route"
         )),
         Route::Refused(why) => Err(format!("'{name}': {why}")),

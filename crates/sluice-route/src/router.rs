@@ -378,7 +378,7 @@ impl Router {
                 count = limit.to_string().into_bytes();
                 self.scatter(&[&args[0], &args[1], &args[2], &count])
             }
-            Route::Every | Route::Everywhere => self.scatter(&whole()),
+            Route::Every | Route::Everywhere | Route::Sum => self.scatter(&whole()),
             Route::Scan => return self.scan(args, origin).await,
             Route::Refused(why) => return Reply::Error(format!("ERR '{name}': {why}")).into(),
             Route::Unknown => {
@@ -422,6 +422,7 @@ impl Router {
             Route::Range => merge_ranges(replies, limit).into(),
             Route::Every => join_arrays(replies),
             Route::Everywhere => same_everywhere(replies),
+            Route::Sum => sum_integers(replies),
             _ => Answer::Raw(replies.into_iter().next().unwrap_or_default()),
         };
         self.stats.latency.record(started.elapsed());
@@ -786,6 +787,19 @@ fn same_everywhere(mut replies: Vec<Vec<u8>>) -> Answer {
         Some(_) => Reply::error("the shards answered differently").into(),
         None => Reply::error("no shard to send it to").into(),
     }
+}
+
+/// The integers every shard answered, added; else a shard's error.
+fn sum_integers(replies: Vec<Vec<u8>>) -> Answer {
+    let mut sum = 0i64;
+    for raw in replies {
+        match parse_reply(&raw, &Limits::relay()) {
+            Ok(Some((Reply::Integer(n), _))) => sum = sum.saturating_add(n),
+            Ok(Some((e @ Reply::Error(_), _))) => return e.into(),
+            _ => return Reply::error("a shard answered with something other than an integer").into(),
+        }
+    }
+    Reply::Integer(sum).into()
 }
 
 /// The sorted key-value pairs of every shard, merged and cut to `count`.

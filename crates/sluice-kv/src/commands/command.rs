@@ -69,6 +69,13 @@ pub(super) const INFO: &[Info] = &[
     ),
     info("config", -2, &[], [0, 0, 0], &["@slow"]),
     info(
+        "dbsize",
+        1,
+        &["readonly", "fast"],
+        [0, 0, 0],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
         "decr",
         2,
         &["write", "denyoom", "fast"],

@@ -1,4 +1,5 @@
-//! The keyspace commands KEYS and SCAN, with Redis's glob patterns.
+//! The keyspace commands KEYS, SCAN and DBSIZE, with Redis's glob
+//! patterns.
 //!
 //! Both walk the user keys in the store's order, which ends before the
 //! reserved prefix (`keyspace::RESERVED`), so a sorted set's member
@@ -168,23 +169,40 @@ fn after(mut key: Vec<u8>) -> Vec<u8> {
     key
 }
 
+/// Calls `f` with every user key, in key order, a page at a time.
+fn every_key(shared: &Shared, mut f: impl FnMut(Vec<u8>)) -> Result<(), Reply> {
+    let mut from = Vec::new();
+    loop {
+        let Page { keys, last } = user_keys(shared, &from, KEYS_CHUNK)?;
+        keys.into_iter().for_each(|(k, _)| f(k));
+        match last {
+            Some(last) => from = after(last),
+            None => return Ok(()),
+        }
+    }
+}
+
 /// `KEYS pattern`: every key that matches, in key order.
 pub(super) fn keys(shared: &Shared, pattern: &[u8]) -> Reply {
     run(|| {
         let mut out = Vec::new();
-        let mut from = Vec::new();
-        loop {
-            let Page { keys, last } = user_keys(shared, &from, KEYS_CHUNK)?;
-            out.extend(
-                keys.into_iter()
-                    .filter(|(k, _)| glob_match(pattern, k))
-                    .map(|(k, _)| Reply::Bulk(Some(k))),
-            );
-            match last {
-                Some(last) => from = after(last),
-                None => return Ok(Reply::Array(out)),
+        every_key(shared, |k| {
+            if glob_match(pattern, &k) {
+                out.push(Reply::Bulk(Some(k)));
             }
-        }
+        })?;
+        Ok(Reply::Array(out))
+    })
+}
+
+/// `DBSIZE`: the number of keys. The store keeps no count (a SET does not
+/// read whether its key existed), so this walks every key as KEYS does:
+/// O(N), where Redis's DBSIZE is O(1).
+pub(super) fn dbsize(shared: &Shared) -> Reply {
+    run(|| {
+        let mut n = 0;
+        every_key(shared, |_| n += 1)?;
+        Ok(Reply::Integer(n))
     })
 }
 
