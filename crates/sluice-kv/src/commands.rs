@@ -1,7 +1,8 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
-//! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, STRLEN,
-//! APPEND, GETDEL and the counters in `commands/string.rs`), hashes
+//! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, MSETNX,
+//! STRLEN, APPEND, SETRANGE, GETRANGE, GETDEL and the counters in
+//! `commands/string.rs`), RENAME and RENAMENX (`commands/rename.rs`), hashes
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS, SCAN and
 //! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
@@ -34,6 +35,7 @@ mod integer;
 mod keys;
 mod list;
 mod long_double;
+mod rename;
 mod script;
 mod session;
 mod store;
@@ -131,6 +133,7 @@ const COMMANDS: &[Command] = &[
     command("get", |n| n == 1, |s, _, _, r| get(s, &r[0])),
     command("getdel", |n| n == 1, |s, _, _, r| string::getdel(s, &r[0])),
     command("getex", |n| n >= 1, |s, _, _, r| string::getex(s, r)),
+    command("getrange", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
     command("getset", |n| n == 2, |s, _, _, r| string::getset(s, r)),
     command("hdel", |n| n >= 2, |s, _, _, r| hash::hdel(s, r)),
     command("hello", |_| true, |s, c, _, r| hello(s, c, r)),
@@ -165,6 +168,7 @@ const COMMANDS: &[Command] = &[
     command("ltrim", |n| n == 3, |s, _, _, r| list::ltrim(s, r)),
     command("mget", |n| n >= 1, |s, _, _, r| mget(s, r)),
     command("mset", |n| n >= 2 && n % 2 == 0, |s, _, _, r| mset(s, r)),
+    command("msetnx", |n| n >= 2 && n % 2 == 0, |s, _, _, r| string::msetnx(s, r)),
     command("multi", |n| n == 0, |_, c, _, _| c.transaction.multi()),
     command("persist", |n| n == 1, |s, _, _, r| expire::persist(s, &r[0])),
     command("pexpire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
@@ -189,6 +193,8 @@ const COMMANDS: &[Command] = &[
         },
     ),
     command("range", |n| (2..=3).contains(&n), |s, _, _, r| range(s, r)),
+    command("rename", |n| n == 2, |s, _, _, r| rename::rename(s, r, false)),
+    command("renamenx", |n| n == 2, |s, _, _, r| rename::rename(s, r, true)),
     command("rpop", |n| n == 1 || n == 2, |s, _, _, r| list::pop(s, r, End::Right)),
     command(
         "rpoplpush",
@@ -210,6 +216,7 @@ const COMMANDS: &[Command] = &[
     command("set", |n| n >= 2, |s, _, _, r| string::set(s, r)),
     command("setex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
+    command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
     command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),

@@ -378,6 +378,15 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         key.clone().prop_map(|k| words(&["PERSIST", k])),
         key.clone().prop_map(|k| words(&["KEYS", &format!("{k}*")])),
         any::<bool>().prop_map(|all| words(&[if all { "FLUSHALL" } else { "FLUSHDB" }])),
+        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["GETRANGE", k, a, b])),
+        (key.clone(), range.clone(), value.clone()).prop_map(|(k, o, v)| words(&["SETRANGE", k, o, v])),
+        (key.clone(), value.clone(), key.clone(), value.clone())
+            .prop_map(|(k, v, l, w)| words(&["MSETNX", k, v, l, w])),
+        (key.clone(), key.clone(), any::<bool>()).prop_map(|(k, l, nx)| words(&[
+            if nx { "RENAMENX" } else { "RENAME" },
+            k,
+            l
+        ])),
         (key.clone(), getex_opt).prop_map(move |(k, o)| [words(&["GETEX", k]), split(o)].concat()),
         (key.clone(), lex.clone(), lex.clone(), any::<bool>()).prop_map(|(k, a, b, rev)| {
             let mut c = words(&["ZRANGE", k, a, b, "BYLEX"]);

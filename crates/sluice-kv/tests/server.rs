@@ -876,6 +876,34 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     assert_eq!(internal(), 0);
 }
 
+/// RENAME moves a sorted set's or list's header alone (its entries are
+/// keyed by its version) with its expiry, and deletes the entries of a
+/// set or list it writes over.
+#[test]
+fn rename_moves_the_header_and_takes_the_destinations_entries() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
+    c.call(&["ZADD", "z", "1", "a", "2", "b"]);
+    c.call(&["RPUSH", "l", "x", "y", "z"]);
+    c.call(&["EXPIRE", "z", "100"]);
+    let before = internal();
+    assert_eq!(c.call(&["RENAME", "z", "z2"]), "+OK\r\n");
+    assert_eq!(internal(), before, "no entry moved");
+    assert_eq!(c.call(&["ZRANGE", "z2", "0", "-1"]), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+    assert!(c.call(&["TTL", "z2"]).starts_with(":"), "the expiry moved with it");
+    assert_ne!(c.call(&["TTL", "z2"]), ":-1\r\n");
+    assert_eq!(c.call(&["EXISTS", "z"]), ":0\r\n");
+    // Over the list: its three elements go.
+    assert_eq!(c.call(&["RENAMENX", "z2", "l"]), ":0\r\n");
+    assert_eq!(c.call(&["RENAME", "z2", "l"]), "+OK\r\n");
+    assert_eq!(internal(), before - 3);
+    assert_eq!(c.call(&["TYPE", "l"]), "+zset\r\n");
+    assert_eq!(c.call(&["RENAME", "missing", "x"]), "-ERR no such key\r\n");
+    assert_eq!(c.call(&["RENAME", "l", "l"]), "+OK\r\n");
+    assert_eq!(c.call(&["ZCARD", "l"]), ":2\r\n");
+}
+
 /// DBSIZE counts the live keys. FLUSHALL and FLUSHDB delete every key with every set's and list's
 /// entries, abort a WATCH of a deleted key, flush inside MULTI with the
 /// transaction's own writes, and refuse what Redis refuses.

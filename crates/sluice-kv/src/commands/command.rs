@@ -216,6 +216,7 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@write", "@string", "@fast"],
     ),
+    info("getrange", 4, &["readonly"], [1, 1, 1], &["@read", "@string", "@slow"]),
     info(
         "getset",
         3,
@@ -357,6 +358,13 @@ pub(super) const INFO: &[Info] = &[
         &["@write", "@string", "@slow"],
     ),
     info(
+        "msetnx",
+        -3,
+        &["write", "denyoom"],
+        [1, -1, 2],
+        &["@write", "@string", "@slow"],
+    ),
+    info(
         "multi",
         1,
         &["noscript", "loading", "stale", "fast", "allow_busy"],
@@ -414,6 +422,14 @@ pub(super) const INFO: &[Info] = &[
         &["@fast", "@connection"],
     ),
     info("range", -3, &["readonly"], [0, 0, 0], &["@read", "@slow"]),
+    info("rename", 3, &["write"], [1, 2, 1], &["@keyspace", "@write", "@slow"]),
+    info(
+        "renamenx",
+        3,
+        &["write", "fast"],
+        [1, 2, 1],
+        &["@keyspace", "@write", "@fast"],
+    ),
     info("rpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
     info(
         "rpoplpush",
@@ -465,6 +481,13 @@ pub(super) const INFO: &[Info] = &[
         &["write", "denyoom", "fast"],
         [1, 1, 1],
         &["@write", "@string", "@fast"],
+    ),
+    info(
+        "setrange",
+        4,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@string", "@slow"],
     ),
     info(
         "strlen",

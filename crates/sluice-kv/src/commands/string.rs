@@ -1,8 +1,9 @@
 //! String commands that read before they write: SET with its options
 //! (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL), SETEX, PSETEX, GETSET,
-//! SETNX, APPEND, GETDEL, GETEX, STRLEN, and the counters INCR, INCRBY, DECR,
-//! DECRBY, INCRBYFLOAT. As in Redis, a SET drops the key's expiry unless
-//! KEEPTTL, and APPEND and the counters keep it.
+//! SETNX, MSETNX, APPEND, SETRANGE, GETRANGE, GETDEL, GETEX, STRLEN, and the
+//! counters INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT. As in Redis, a SET
+//! drops the key's expiry unless KEEPTTL, and APPEND, SETRANGE and the
+//! counters keep it.
 //!
 //! The store has no compare-and-set, so a read-modify-write holds its
 //! key's stripe lock (`KeyLocks`) from the read to the write; every other
@@ -14,7 +15,7 @@ use super::delete::clear_entries;
 use super::integer::{not_integer, parse_i64};
 use super::long_double::{self, LongDouble};
 use super::store;
-use super::value::{read, run, string, string_with_deadline, Typed};
+use super::value::{read, read_many, run, string, string_with_deadline, Typed};
 use crate::keyspace::{check_user_key, now_ms, tagged, with_deadline, Deadline, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -220,6 +221,80 @@ pub(super) fn setnx(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// `MSETNX key value [key value ...]`: sets every pair and answers 1 if
+/// none of the keys exists (of any type), else sets nothing and answers 0.
+pub(super) fn msetnx(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let keys: Vec<Vec<u8>> = args.iter().step_by(2).cloned().collect();
+        let _lock = store::lock(shared, keys.iter().map(Vec::as_slice));
+        if read_many(shared, &keys)?.iter().any(|t| matches!(t, Typed::Found(..))) {
+            return Ok(Reply::Integer(0));
+        }
+        write_strings(shared, args, None, Over::Unread)?;
+        Ok(Reply::Integer(1))
+    })
+}
+
+/// The longest string Redis builds (`proto-max-bulk-len`), which SETRANGE
+/// checks before it pads.
+const MAX_STRING: u64 = 512 << 20;
+
+/// `SETRANGE key offset value`: writes `value` into the string at `offset`,
+/// padding with zero bytes; answers the new length. An empty `value`
+/// changes nothing (no key is made), and the expiry is kept.
+pub(super) fn setrange(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let (key, value) = (&args[0], &args[2]);
+        let offset = parse_i64(&args[1]).ok_or_else(not_integer)?;
+        let offset = u64::try_from(offset).map_err(|_| Reply::error("offset is out of range"))?;
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let current = string_with_deadline(shared, key)?;
+        if value.is_empty() {
+            return Ok(Reply::Integer(current.map_or(0, |(v, _)| v.len() as i64)));
+        }
+        let end = offset + value.len() as u64;
+        if end > MAX_STRING {
+            return Err(Reply::error("string exceeds maximum allowed size (proto-max-bulk-len)"));
+        }
+        let over = over(&current);
+        let (mut stored, deadline) = current.unwrap_or_default();
+        let (offset, end) = (offset as usize, end as usize);
+        if stored.len() < end {
+            stored.resize(end, 0);
+        }
+        stored[offset..end].copy_from_slice(value);
+        let len = stored.len() as i64;
+        write_strings(shared, &[key.clone(), stored], deadline, over)?;
+        Ok(Reply::Integer(len))
+    })
+}
+
+/// `GETRANGE key start end`: the bytes of the string from `start` to `end`
+/// inclusive, negative offsets counted from its end, as Redis cuts them;
+/// empty for a missing key.
+pub(super) fn getrange(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let start = parse_i64(&args[1]).ok_or_else(not_integer)?;
+        let end = parse_i64(&args[2]).ok_or_else(not_integer)?;
+        let value = string(shared, &args[0])?.unwrap_or_default();
+        Ok(Reply::Bulk(Some(cut(&value, start, end).to_vec())))
+    })
+}
+
+/// GETRANGE's bytes of `value`, by Redis's `getrangeCommand`.
+fn cut(value: &[u8], start: i64, end: i64) -> &[u8] {
+    let len = value.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return &[];
+    }
+    let from_end = |i: i64| if i < 0 { len.saturating_add(i).max(0) } else { i };
+    let (start, end) = (from_end(start), from_end(end).min(len - 1));
+    if start > end || len == 0 {
+        return &[];
+    }
+    &value[start as usize..=end as usize]
+}
+
 /// `STRLEN key`: 0 for a missing key.
 pub(super) fn strlen(shared: &Shared, key: &[u8]) -> Reply {
     run(|| Ok(Reply::Integer(string(shared, key)?.map_or(0, |v| v.len() as i64))))
@@ -356,6 +431,25 @@ pub(super) fn incrbyfloat(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn getrange_cuts_as_redis_does() {
+        let v = b"Hello World";
+        for (start, end, want) in [
+            (0, 3, &b"Hell"[..]),
+            (-3, -1, b"rld"),
+            (0, -1, b"Hello World"),
+            (10, 100, b"d"),
+            (11, 20, b""),
+            (5, 3, b""),
+            (-1, -5, b""),
+            (-100, 2, b"Hel"),
+            (i64::MIN, i64::MAX, b"Hello World"),
+        ] {
+            assert_eq!(cut(v, start, end), want, "{start} {end}");
+        }
+        assert_eq!(cut(b"", 0, -1), b"");
+    }
 
     #[test]
     fn integers_are_read_as_string2ll_reads_them() {
