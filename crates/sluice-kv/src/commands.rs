@@ -432,7 +432,12 @@ fn auth(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         Some(want) if want.as_bytes() != password.as_slice() => {
             return Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
         }
-        None if user.is_none() => return Reply::error("AUTH <password> called without any password configured"),
+        None if user.is_none() => {
+            return Reply::error(
+                "AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            )
+        }
         _ => {}
     }
     session.authenticated = true;

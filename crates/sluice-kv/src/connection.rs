@@ -121,11 +121,13 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
         let own = shared.tenant(&format!("client-{id}"));
+        let mut session = Session::new(id, own, shared.options.password.is_none());
+        session.addresses = stream.peer_addr().ok().zip(stream.local_addr().ok());
         Ok(Connection {
             stream,
             own,
             state: Mutex::new(State {
-                session: Session::new(id, own, shared.options.password.is_none()),
+                session,
                 buffers: Buffers::default(),
                 eof: false,
                 fresh: false,

@@ -99,6 +99,12 @@ fn commands_answer_as_redis_does() {
         c.call(&["NOPE"]),
         "-ERR unknown command 'NOPE', with args beginning with: \r\n"
     );
+    assert_eq!(
+        c.call(&["AUTH", "secret"]),
+        "-ERR AUTH <password> called without any password configured for the default user. \
+         Are you sure your configuration is correct?\r\n",
+        "redis-py reads this text as an authentication error"
+    );
     assert_eq!(c.call(&["AUTH", "alice", "secret"]), "+OK\r\n");
     c.call(&["SET", "k", "v"]);
     let info = c.call(&["INFO"]);
@@ -1458,9 +1464,10 @@ fn client_names_answer_as_redis_does() {
     );
     let info = c.call(&["CLIENT", "INFO"]);
     let n = id.trim_start_matches(':').trim_end();
+    let peer = c.writer.local_addr().unwrap();
     assert!(
         info.contains(&format!(
-            "id={n} name=gold db=0 multi=-1 resp=2 lib-name=redis-py lib-ver=5.0.1"
+            "id={n} addr={peer} laddr={addr} name=gold db=0 multi=-1 resp=2 lib-name=redis-py lib-ver=5.0.1"
         )),
         "{info}"
     );

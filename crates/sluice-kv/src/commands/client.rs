@@ -44,8 +44,11 @@ pub(crate) fn client(session: &mut Session, args: &[Vec<u8>]) -> Reply {
 /// This connection's line of `CLIENT INFO`, with the fields Sluice keeps.
 fn info(session: &Session) -> String {
     let names = &session.client;
+    let addresses = session
+        .addresses
+        .map_or(String::new(), |(peer, local)| format!("addr={peer} laddr={local} "));
     format!(
-        "id={} name={} db=0 multi={} resp={} lib-name={} lib-ver={}\n",
+        "id={} {addresses}name={} db=0 multi={} resp={} lib-name={} lib-ver={}\n",
         session.id,
         names.name.as_deref().unwrap_or(""),
         session.transaction.queued().map_or(-1, |n| n as i64),

@@ -687,6 +687,15 @@ fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
     if !fits(info, rest.len() + 1) {
         return Reply::error("Invalid number of arguments specified for command");
     }
+    if info.flags.contains(&"movablekeys") {
+        // EVAL's keys follow their count; a count that does not fit names
+        // none, and a script may have none (Redis's no_mandatory_keys).
+        let count = rest
+            .get(1)
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
+        let keys = count.and_then(|n| rest.get(2..2 + n)).unwrap_or_default();
+        return Reply::Array(keys.iter().map(|k| Reply::Bulk(Some(k.clone()))).collect());
+    }
     let keys: Vec<Reply> = key_positions(info, rest.len() + 1)
         .map(|p| Reply::Bulk(Some(rest[p - 1].clone())))
         .collect();
@@ -817,5 +826,13 @@ mod tests {
             Reply::error("Invalid number of arguments specified for command")
         );
         assert_eq!(getkeys(b"nosuch", &[]), Reply::error("Invalid command specified"));
+        // EVAL's keys follow their count; a bad count names none.
+        assert_eq!(
+            getkeys(b"eval", &args(&["return 1", "2", "a", "b", "c"])),
+            Reply::Array(["a", "b"].map(|k| Reply::Bulk(Some(k.into()))).to_vec())
+        );
+        for bad in [&["x", "5", "a"][..], &["x", "0"], &["x", "abc", "a"], &["x", "-1", "a"]] {
+            assert_eq!(getkeys(b"evalsha", &args(bad)), Reply::Array(Vec::new()), "{bad:?}");
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! `INFO [section...]`: Redis's `key:value` sections that clients and
-//! tools read (server, clients, persistence, stats), and Sluice's own: the
+//! tools read (server, clients, persistence, stats, cluster), and Sluice's own: the
 //! tenants (requests, errors, latency and deadlines missed), the
 //! background tasks (work done, backlog, knobs) and the store's levels.
 //! With no section, or `default`, `all` or `everything`, every section; a
@@ -21,6 +21,7 @@ const SECTIONS: &[(&str, &str, Section)] = &[
     ("clients", "Clients", clients),
     ("persistence", "Persistence", persistence),
     ("stats", "Stats", stats),
+    ("cluster", "Cluster", cluster),
     ("tenants", "Tenants", tenants),
     ("background", "Background", background),
     ("store", "Store", store),
@@ -51,11 +52,19 @@ pub(super) fn info(shared: &Shared, asked: &[Vec<u8>]) -> String {
 fn server(shared: &Shared, s: &mut String) {
     let _ = write!(
         s,
-        "redis_version:{REDIS_VERSION}\r\nsluice_version:{}\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n",
+        "redis_version:{REDIS_VERSION}\r\nsluice_version:{}\r\nredis_mode:standalone\r\narch_bits:{}\r\n\
+         process_id:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
+        usize::BITS,
         std::process::id(),
         shared.started.elapsed().as_secs()
     );
+}
+
+/// One server, not a Redis Cluster node (`sluice route` is the cluster's
+/// front; clients that read this decide how to connect).
+fn cluster(_: &Shared, s: &mut String) {
+    s.push_str("cluster_enabled:0\r\n");
 }
 
 fn clients(shared: &Shared, s: &mut String) {

@@ -1,6 +1,8 @@
 //! One connection's state: who it is, what it named itself, the protocol
-//! it speaks, its transaction, and the request of several commands it is
-//! in the middle of.
+//! it speaks, its transaction, the request of several commands it is in
+//! the middle of, and where it connects from.
+
+use std::net::SocketAddr;
 
 use sluice_core::Ctx;
 
@@ -22,6 +24,9 @@ pub(crate) struct Session {
     /// with I/Os left: its I/O policies count it in the system until its
     /// last command, a command of another request, or the connection's end.
     pub open: Option<Ctx>,
+    /// The client's address and the server's, for `CLIENT INFO`; none for
+    /// the server's own sessions.
+    pub addresses: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl Session {
@@ -34,6 +39,7 @@ impl Session {
             resp3: false,
             transaction: Transaction::default(),
             client: Names::default(),
+            addresses: None,
             open: None,
         }
     }
