@@ -4,13 +4,15 @@
 //! Single-key commands go to the shard of their key. Multi-key commands
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
 //! TOUCH) are split, one sub-request per shard; commands over two keys
-//! (RENAME, LMOVE, SMOVE, ...) go to their shard if the keys share a slot. A range scan (`RANGE`)
-//! and KEYS go to every shard, and so do FLUSHALL, FLUSHDB and DBSIZE; SCAN walks the shards one after another. Scripts go where their keys are, if they are all in
-//! one slot. MULTI, EXEC and DISCARD are the client's session's: commands
-//! are queued at the router and sent together to the shard of their keys,
-//! which must share a slot ([`keys_of`] finds them). A command that is
-//! neither answered here nor in the table is
-//! refused with an error naming it: guessing its key would send a write to
+//! (RENAME, LMOVE, SMOVE, ...) and MSETNX, which is all or nothing, go to
+//! their shard if the keys share a slot. A range scan (`RANGE`) and KEYS
+//! go to every shard, and so do FLUSHALL, FLUSHDB and DBSIZE; SCAN walks
+//! the shards one after another. Scripts go where their keys are, if they
+//! are all in one slot. MULTI, EXEC and DISCARD are the client's
+//! session's: commands are queued at the router and sent together to the
+//! shard of their keys, which must share a slot ([`keys_of`] finds them).
+//! A command that is neither answered here nor in the table is refused
+//! with an error naming it: guessing its key would send a write to
 //! the wrong shard.
 
 use std::collections::HashMap;
@@ -43,6 +45,10 @@ pub enum Route {
     /// Two keys at indexes 1 and 2 (RENAME, LMOVE, ...): to their shard;
     /// they must share a slot, as Redis Cluster requires.
     Pair,
+    /// Keys at indexes 1, 3, 5, ... with a value after each (MSETNX): to
+    /// their shard whole, since the command is all or nothing; they must
+    /// share a slot.
+    Together,
     /// `RANGE start end [count]`: to every shard, the sorted parts merged.
     Range,
     /// To every shard, the arrays they answer joined (KEYS).
@@ -235,6 +241,7 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
     for name in ["rename", "renamenx", "copy", "smove", "lmove", "rpoplpush"] {
         table.insert(name, Route::Pair);
     }
+    table.insert("msetnx", Route::Together);
     table.insert("range", Route::Range);
     table.insert("keys", Route::Every);
     table.insert("flushall", Route::Everywhere);
@@ -274,6 +281,10 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
             .get(1..3)
             .map(|k| k.iter().map(Vec::as_slice).collect())
             .ok_or_else(arity),
+        Route::Together if args.len() >= 3 && !args.len().is_multiple_of(2) => {
+            Ok(args[1..].iter().step_by(2).map(Vec::as_slice).collect())
+        }
+        Route::Together => Err(arity()),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
         Route::Local if matches!(name, "ping" | "echo" | "unwatch") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),

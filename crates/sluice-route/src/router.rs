@@ -355,6 +355,20 @@ impl Router {
                     Err(e) => return e.into(),
                 },
             },
+            Route::Together => {
+                if args.len() < 3 || args.len().is_multiple_of(2) {
+                    return arity();
+                }
+                let keys: Vec<Vec<u8>> = args[1..].iter().step_by(2).cloned().collect();
+                match self.place(&keys) {
+                    Ok(slot) => vec![Part {
+                        slot,
+                        args: whole(),
+                        positions: Vec::new(),
+                    }],
+                    Err(e) => return e.into(),
+                }
+            }
             Route::Script => match script_keys(args) {
                 Err(e) => return Reply::Error(e).into(),
                 Ok(keys) => match self.place(keys) {

@@ -159,6 +159,10 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
     assert!(error_text(c.call(&["EVAL", "return 1", "2", "foo", "bar"])).starts_with("CROSSSLOT"));
     assert!(error_text(c.call(&["LMOVE", "foo", "bar", "LEFT", "LEFT"])).starts_with("CROSSSLOT"));
+    assert!(error_text(c.call(&["MSETNX", "foo", "1", "bar", "2"])).starts_with("CROSSSLOT"));
+    assert_eq!(c.call(&["MSETNX", "{m}a", "1", "{m}b", "2"]), Reply::Integer(1));
+    assert_eq!(c.call(&["MSETNX", "{m}b", "3", "{m}c", "4"]), Reply::Integer(0));
+    assert!(error_text(c.call(&["MSETNX", "{m}a", "1", "{m}b"])).contains("wrong number of arguments"));
     assert!(error_text(c.call(&["RPOPLPUSH", "foo"])).contains("wrong number of arguments"));
     // Two keys of one slot go to its shard.
     assert_eq!(c.call(&["RPUSH", "{q}in", "job"]), Reply::Integer(1));
