@@ -1,7 +1,8 @@
 //! The commands `sluice serve` answers, with Redis's replies and error
 //! texts where Redis has the command: strings (GET, SET, DEL, EXISTS,
-//! MGET, MSET, TYPE; SET's options, SETEX, PSETEX, GETSET, SETNX, MSETNX,
-//! STRLEN, APPEND, SETRANGE, GETRANGE, GETDEL and the counters in
+//! MGET, MSET, TYPE, UNLINK (DEL: the space comes back at compaction
+//! either way); SET's options, SETEX, PSETEX, GETSET, SETNX, MSETNX,
+//! STRLEN, APPEND, SETRANGE, GETRANGE (and its old name SUBSTR), GETDEL and the counters in
 //! `commands/string.rs`), RENAME and RENAMENX (`commands/rename.rs`), hashes
 //! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS, SCAN and
 //! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
@@ -218,9 +219,11 @@ const COMMANDS: &[Command] = &[
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
     command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
+    command("substr", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
     command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
+    command("unlink", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
     command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
     command("watch", |n| n >= 1, |s, c, _, r| watch(s, c, r)),
     command("zadd", |n| n >= 3, |s, _, _, r| zset::zadd(s, r)),

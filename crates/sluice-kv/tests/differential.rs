@@ -378,7 +378,13 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         key.clone().prop_map(|k| words(&["PERSIST", k])),
         key.clone().prop_map(|k| words(&["KEYS", &format!("{k}*")])),
         any::<bool>().prop_map(|all| words(&[if all { "FLUSHALL" } else { "FLUSHDB" }])),
-        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["GETRANGE", k, a, b])),
+        (key.clone(), range.clone(), range.clone(), any::<bool>()).prop_map(|(k, a, b, old)| words(&[
+            if old { "SUBSTR" } else { "GETRANGE" },
+            k,
+            a,
+            b
+        ])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["UNLINK", k, l])),
         (key.clone(), range.clone(), value.clone()).prop_map(|(k, o, v)| words(&["SETRANGE", k, o, v])),
         (key.clone(), value.clone(), key.clone(), value.clone())
             .prop_map(|(k, v, l, w)| words(&["MSETNX", k, v, l, w])),

@@ -496,6 +496,7 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@read", "@string", "@fast"],
     ),
+    info("substr", 4, &["readonly"], [1, 1, 1], &["@read", "@string", "@slow"]),
     info("time", 1, &["loading", "stale", "fast"], [0, 0, 0], &["@fast"]),
     info(
         "ttl",
@@ -510,6 +511,13 @@ pub(super) const INFO: &[Info] = &[
         &["readonly", "fast"],
         [1, 1, 1],
         &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "unlink",
+        -2,
+        &["write", "fast"],
+        [1, -1, 1],
+        &["@keyspace", "@write", "@fast"],
     ),
     info(
         "unwatch",
