@@ -271,13 +271,8 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
         Ok(keys) => keys,
         Err(why) => return refused(t, Reply::Error(format!("ERR {why}"))),
     };
-    let together: Vec<Vec<u8>> = t
-        .first_key
-        .iter()
-        .cloned()
-        .chain(keys.iter().map(|k| k.to_vec()))
-        .collect();
-    if let Err(crossslot) = router.place(&together) {
+    let together = t.first_key.iter().map(Vec::as_slice).chain(keys.iter().copied());
+    if let Err(crossslot) = router.place(together) {
         return refused(t, crossslot);
     }
     if t.first_key.is_none() {
@@ -294,13 +289,12 @@ async fn watch(router: &Router, session: &mut Session, args: &[Vec<u8>], origin:
         return Reply::error("wrong number of arguments for 'watch' command").into();
     }
     let keys = &args[1..];
-    let together: Vec<Vec<u8>> = session
+    let together = session
         .watched
         .iter()
-        .map(|w| w.key.clone())
-        .chain(keys.iter().cloned())
-        .collect();
-    if let Err(crossslot) = router.place(&together) {
+        .map(|w| w.key.as_slice())
+        .chain(keys.iter().map(Vec::as_slice));
+    if let Err(crossslot) = router.place(together) {
         return crossslot.into();
     }
     let (mut watched, fresh) = match session.watched.take() {

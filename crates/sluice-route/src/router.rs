@@ -344,23 +344,22 @@ impl Router {
                 }
                 self.split(args, step)
             }
-            Route::Pair => match args.get(1..3) {
-                None => return arity(),
-                Some(keys) => match self.place(keys) {
-                    Ok(slot) => vec![Part {
-                        slot,
-                        args: whole(),
-                        positions: Vec::new(),
-                    }],
-                    Err(e) => return e.into(),
-                },
-            },
-            Route::Together => {
-                if args.len() < 3 || args.len().is_multiple_of(2) {
-                    return arity();
-                }
-                let keys: Vec<Vec<u8>> = args[1..].iter().step_by(2).cloned().collect();
-                match self.place(&keys) {
+            Route::Pair | Route::Together | Route::Script => {
+                let placed = match route {
+                    Route::Pair => match args.get(1..3) {
+                        Some(keys) => self.place(keys.iter().map(Vec::as_slice)),
+                        None => return arity(),
+                    },
+                    Route::Together if args.len() >= 3 && !args.len().is_multiple_of(2) => {
+                        self.place(args[1..].iter().step_by(2).map(Vec::as_slice))
+                    }
+                    Route::Together => return arity(),
+                    _ => match script_keys(args) {
+                        Ok(keys) => self.place(keys.iter().map(Vec::as_slice)),
+                        Err(e) => return Reply::Error(e).into(),
+                    },
+                };
+                match placed {
                     Ok(slot) => vec![Part {
                         slot,
                         args: whole(),
@@ -369,17 +368,6 @@ impl Router {
                     Err(e) => return e.into(),
                 }
             }
-            Route::Script => match script_keys(args) {
-                Err(e) => return Reply::Error(e).into(),
-                Ok(keys) => match self.place(keys) {
-                    Ok(slot) => vec![Part {
-                        slot,
-                        args: whole(),
-                        positions: Vec::new(),
-                    }],
-                    Err(e) => return e.into(),
-                },
-            },
             Route::Range => {
                 if !(3..=4).contains(&args.len()) {
                     return arity();
@@ -588,20 +576,21 @@ impl Router {
     /// The slot that stands for `keys`: they must share a shard (in cluster
     /// mode a slot), as Redis Cluster requires of a script's or a
     /// transaction's keys.
-    pub fn place(&self, keys: &[Vec<u8>]) -> Result<u16, Reply> {
-        let Some(first) = keys.first() else {
+    pub fn place<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<u16, Reply> {
+        let mut keys = keys.into_iter();
+        let Some(first) = keys.next() else {
             return Ok(0);
         };
         let s = slot(first);
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
-        let same = |k: &Vec<u8>| {
+        let same = |k: &[u8]| {
             let other = slot(k);
             match self.cluster {
                 Some(_) => other == s,
                 None => t.owner[other as usize] == t.owner[s as usize],
             }
         };
-        if keys.iter().all(same) {
+        if keys.all(same) {
             Ok(s)
         } else {
             Err(Reply::Error(

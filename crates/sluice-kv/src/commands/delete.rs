@@ -29,11 +29,7 @@ pub(crate) fn flush(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             [mode] if mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync") => {}
             _ => return Err(Reply::error("syntax error")),
         }
-        if store::in_transaction() {
-            delete_everything(shared)?;
-        } else {
-            store::atomically(shared, &mut shared.locks.lock_all(), || delete_everything(shared))??;
-        }
+        store::as_one(shared, || delete_everything(shared))??;
         Ok(Reply::ok())
     })
 }

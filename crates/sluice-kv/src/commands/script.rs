@@ -87,12 +87,8 @@ pub(super) fn eval(shared: &Shared, session: &mut Session, name: &str, args: &[V
         (sha, args[0].clone())
     };
     let read_only = name.ends_with("_ro");
-    let mut run = || run_script(shared, session, &sha, &body, keys, argv, read_only, call);
-    if store::in_transaction() {
-        // Inside EXEC, which holds every stripe and gathers the writes.
-        return run();
-    }
-    store::atomically(shared, &mut shared.locks.lock_all(), run).unwrap_or_else(|refused| refused)
+    let run = || run_script(shared, session, &sha, &body, keys, argv, read_only, call);
+    store::as_one(shared, run).unwrap_or_else(|refused| refused)
 }
 
 fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {

@@ -209,6 +209,16 @@ pub(crate) fn atomically<R>(shared: &Shared, all: &mut AllHeld<'_>, f: impl FnOn
     Ok(out)
 }
 
+/// Runs `f` as one transaction holding every stripe ([`atomically`]), or,
+/// inside a running transaction (EXEC, a script), as part of that one,
+/// which already holds them and gathers the writes.
+pub(crate) fn as_one<R>(shared: &Shared, f: impl FnOnce() -> R) -> Result<R, Reply> {
+    if in_transaction() {
+        return Ok(f());
+    }
+    atomically(shared, &mut shared.locks.lock_all(), f)
+}
+
 /// Runs `f` with `state` set afresh on this thread; returns what `f`
 /// returned and what the state held at its end. The state is cleared even
 /// if `f` unwinds, so the thread's next command does not run inside it.
