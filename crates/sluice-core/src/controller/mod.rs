@@ -5,6 +5,7 @@
 //! | controller | file | source |
 //! |---|---|---|
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
+//! | when each shard compacts: synchronized or staggered, from the fan-out | [`compaction_schedule`] | programmable background tasks §VI; "The Tail at Scale" |
 //! | PostgreSQL's checkpoint pacing from foreground load and recovery debt | [`checkpoint`] | programmable background tasks §V-B, §VI; SILK |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
 //! | when to sample, which P, what to hold: the search around the model | [`model_search`] | AppleS §4.3.1 |
@@ -18,6 +19,7 @@
 
 pub mod background;
 pub mod checkpoint;
+pub mod compaction_schedule;
 pub mod decision;
 pub mod gradient;
 pub mod matching_point;
@@ -39,6 +41,7 @@ pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
 
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
 pub use checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, CheckpointSettings};
+pub use compaction_schedule::{CompactionSchedule, CompactionScheduleConfig, Schedule};
 pub use decision::{Decision, Knob};
 pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
