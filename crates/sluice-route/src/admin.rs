@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::routing::get;
 use serde::Serialize;
 
+use crate::compaction::{ShardSteering, SteeringSnapshot};
 use crate::router::Router;
 use crate::stats::Summary;
 
@@ -25,6 +26,8 @@ pub struct Snapshot {
     /// Of requests split over more than one shard.
     pub gap: Summary,
     pub shards: Vec<ShardSnapshot>,
+    /// The steering of the shards' compactions, if configured.
+    pub compaction: Option<SteeringSnapshot>,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,6 +64,7 @@ pub fn snapshot(router: &Router) -> Snapshot {
                 gate_wait: shard.stats.gate_wait.summary(),
             })
             .collect(),
+        compaction: router.compaction.as_ref().map(|c| c.snapshot(router)),
     }
 }
 
@@ -133,7 +137,45 @@ pub fn metrics(snap: &Snapshot) -> String {
         let labels = format!("shard=\"{}\"", label(&s.name));
         summary(&mut out, "sluice_route_shard_seconds", &labels, &s.latency);
     }
+    if let Some(c) = &snap.compaction {
+        compaction_metrics(&mut out, c);
+    }
     out
+}
+
+fn compaction_metrics(out: &mut String, c: &SteeringSnapshot) {
+    let gauge = |out: &mut String, name: &str, help: &str, value: &dyn Fn(&ShardSteering) -> Option<u64>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for s in &c.shards {
+            if let Some(v) = value(s) {
+                let _ = writeln!(out, "{name}{{shard=\"{}\"}} {v}", label(&s.name));
+            }
+        }
+    };
+    gauge(
+        out,
+        "sluice_shard_compaction_debt_bytes",
+        "Bytes the shard's levels hold beyond their targets, as last read.",
+        &|s| s.debt_bytes,
+    );
+    gauge(
+        out,
+        "sluice_shard_compaction_paused",
+        "1 while the shard's compaction is paused.",
+        &|s| s.paused.map(u64::from),
+    );
+    let name = "sluice_controller_decisions_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Decisions of the router's controllers.\n# TYPE {name} counter"
+    );
+    for (shard, why, paused, n) in &c.totals {
+        let _ = writeln!(
+            out,
+            "{name}{{controller=\"compaction_schedule\",knob=\"compaction_paused\",shard=\"{}\",value=\"{paused}\",reason=\"{why}\"}} {n}",
+            label(shard)
+        );
+    }
 }
 
 /// A label value as Prometheus's text format writes it.
@@ -178,6 +220,36 @@ mod tests {
         }
         assert!(
             text.contains("sluice_route_shard_in_flight{shard=\"b\\\"c\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_compaction_steering_has_its_gauges_and_decision_counters() {
+        use sluice_core::controller::compaction_schedule::{Schedule, Why};
+        let snap = Snapshot {
+            compaction: Some(SteeringSnapshot {
+                schedule: Schedule::Synchronized,
+                window: None,
+                width: Some(4.0),
+                shards: vec![ShardSteering {
+                    name: "a".into(),
+                    debt_bytes: Some(7),
+                    paused: Some(true),
+                }],
+                decisions: Vec::new(),
+                totals: vec![("a".into(), Why::Window, false, 3)],
+            }),
+            ..Snapshot::default()
+        };
+        let text = metrics(&snap);
+        assert!(
+            text.contains("sluice_shard_compaction_debt_bytes{shard=\"a\"} 7"),
+            "{text}"
+        );
+        assert!(text.contains("sluice_shard_compaction_paused{shard=\"a\"} 1"), "{text}");
+        assert!(
+            text.contains("sluice_controller_decisions_total{controller=\"compaction_schedule\",knob=\"compaction_paused\",shard=\"a\",value=\"false\",reason=\"window\"} 3"),
             "{text}"
         );
     }

@@ -25,6 +25,9 @@
 //! [[tenant]]                      # a client that names itself "gold" (CLIENT SETNAME, HELLO ... SETNAME)
 //! name = "gold"
 //! budget_ms = 20.0                # each of its requests has this long: the shards' deadline policies see it
+//!
+//! [compaction]                    # optional: the router decides when the shards compact
+//! schedule = "auto"               # "synchronized", "staggered", "auto" (from the fan-out) or "per-node"
 //! ```
 //!
 //! or, in front of a Redis Cluster, `[cluster] seeds = ["127.0.0.1:7000"]`
@@ -44,6 +47,7 @@
 use std::str::FromStr;
 
 use serde::Deserialize;
+use sluice_core::controller::compaction_schedule::{CompactionSchedule, CompactionScheduleConfig, Schedule};
 use sluice_core::policy::PolicySpec;
 
 use crate::slot::SLOTS;
@@ -147,6 +151,47 @@ pub struct Config {
     /// `proto-max-bulk-len` is 512).
     #[serde(default = "default_max_request_mb")]
     pub max_request_mb: usize,
+    /// The router steers its shards' compactions; absent, each shard
+    /// compacts when it wants.
+    pub compaction: Option<CompactionConfig>,
+}
+
+/// `[compaction]`: when the `sluice serve` shards compact, decided by the
+/// router from every shard's debt and the width of the requests it splits
+/// (sluice-core's compaction schedule).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    pub schedule: Schedule,
+    /// How often the shards are read and the schedule decides.
+    pub interval_ms: u64,
+    /// Debt (MiB) from which a shard compacts whatever the schedule.
+    pub debt_bound_mb: u64,
+    /// Mean shards per request from which `auto` synchronizes.
+    pub sync_width: f64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        let core = CompactionScheduleConfig::default();
+        CompactionConfig {
+            schedule: core.schedule,
+            interval_ms: 250,
+            debt_bound_mb: core.debt_bound >> 20,
+            sync_width: core.sync_width,
+        }
+    }
+}
+
+impl CompactionConfig {
+    /// The controller's settings.
+    pub fn schedule(&self) -> CompactionScheduleConfig {
+        CompactionScheduleConfig {
+            schedule: self.schedule,
+            debt_bound: self.debt_bound_mb << 20,
+            sync_width: self.sync_width,
+        }
+    }
 }
 
 fn default_max_request_mb() -> usize {
@@ -196,6 +241,9 @@ impl Config {
             ));
         }
         self.order()?;
+        if let Some(c) = &self.compaction {
+            self.check_compaction(c)?;
+        }
         let budgets = std::iter::once(("pool.budget_ms".to_string(), self.pool.budget_ms)).chain(
             self.tenants
                 .iter()
@@ -220,6 +268,36 @@ impl Config {
             }
         }
         self.slot_owners().map(drop)
+    }
+
+    /// `[compaction]` steers `sluice serve` shards only: Redis has no such knob.
+    fn check_compaction(&self, c: &CompactionConfig) -> Result<(), ConfigError> {
+        if self.cluster.is_some() {
+            return invalid(
+                "[compaction] steers sluice serve shards; a Redis Cluster's nodes have no compaction to steer",
+            );
+        }
+        if let Some(s) = self.shards.iter().find(|s| s.kind != ShardKind::Sluice) {
+            return invalid(format!(
+                "[compaction] steers sluice serve shards; shard {:?} is kind = \"redis\"",
+                s.name
+            ));
+        }
+        if !(10..=60_000).contains(&c.interval_ms) {
+            return invalid(format!(
+                "compaction.interval_ms must lie in 10..=60000, not {}",
+                c.interval_ms
+            ));
+        }
+        if !(1..=1 << 20).contains(&c.debt_bound_mb) {
+            return invalid(format!(
+                "compaction.debt_bound_mb must lie in 1..=1048576, not {}",
+                c.debt_bound_mb
+            ));
+        }
+        CompactionSchedule::new(c.schedule())
+            .map(drop)
+            .map_err(|e| ConfigError::Invalid(format!("compaction.{e}")))
     }
 
     /// The policy that orders waiting sub-requests at each shard.

@@ -21,6 +21,7 @@
 //! | a shard: its connections (a pool, or one pipeline to Redis), gate and statistics | `shard.rs`, `pipeline.rs`, `gate.rs` |
 //! | a client's connection | `client.rs` |
 //! | what is measured; the admin port | `stats.rs`, `admin.rs` |
+//! | when the shards compact (`[compaction]`) | `compaction.rs` |
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,6 +43,7 @@
 pub mod admin;
 pub mod client;
 pub mod command;
+pub mod compaction;
 pub mod config;
 pub mod gate;
 mod pipeline;
@@ -89,6 +91,9 @@ impl Bound {
 
     /// Accepts clients until the task is dropped.
     pub async fn serve(self) {
+        if let Some(steering) = &self.router.compaction {
+            tokio::spawn(steering.clone().run(self.router.clone()));
+        }
         if let Some(admin) = self.admin {
             let router = self.router.clone();
             tokio::spawn(async move {

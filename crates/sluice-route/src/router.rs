@@ -20,6 +20,7 @@ use sluice_core::{Ctx, Nanos, TenantId};
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
 use crate::command::{script_keys, Merge, Route};
+use crate::compaction::Steering;
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
 use crate::scan::ScanCursors;
@@ -75,6 +76,8 @@ pub struct Router {
     /// SCAN's cursors, each a shard and its cursor.
     scans: ScanCursors,
     pub stats: RequestStats,
+    /// The shards' compactions, if `[compaction]` steers them.
+    pub compaction: Option<Arc<Steering>>,
 }
 
 /// One part of a request: a shard (by the slot that chose it) and the
@@ -175,11 +178,20 @@ impl Router {
             refreshed: std::sync::Mutex::new(None),
             scans: ScanCursors::default(),
             stats: RequestStats::default(),
+            compaction: match &config.compaction {
+                Some(c) => Some(Arc::new(Steering::new(c.clone()).map_err(ConfigError::Invalid)?)),
+                None => None,
+            },
         });
         if router.cluster.is_some() {
             router.refresh_slots().await.map_err(ConfigError::Invalid)?;
         }
         Ok(router)
+    }
+
+    /// Time since the router started.
+    pub fn uptime(&self) -> Duration {
+        self.epoch.elapsed()
     }
 
     /// The shards, in configuration order (in cluster mode, as found).

@@ -56,6 +56,8 @@ pub struct Shard {
     idle: Mutex<Vec<Conn>>,
     /// A Redis shard's pipelined connection, once opened.
     pipeline: tokio::sync::Mutex<Option<Arc<Pipeline>>>,
+    /// The router's own connection, for its control loop.
+    control: tokio::sync::Mutex<Option<Conn>>,
     pub stats: ShardStats,
 }
 
@@ -87,6 +89,7 @@ impl Shard {
             gate,
             idle: Mutex::new(Vec::new()),
             pipeline: tokio::sync::Mutex::new(None),
+            control: tokio::sync::Mutex::new(None),
             stats: ShardStats::default(),
         }
     }
@@ -198,14 +201,43 @@ impl Shard {
         result
     }
 
-    /// [`Shard::call`] parsed, for the router's own commands.
-    pub async fn call_parsed(&self, ctx: Ctx, args: &[&[u8]]) -> Result<Reply, ShardError> {
-        let raw = self.call(ctx, None, None, args, Asking::No).await?;
-        parse_reply(&raw, &Limits::relay())
+    /// A command of the router's control loop (INFO, CONFIG SET), parsed:
+    /// on a connection of its own, outside the gate and the shard's
+    /// statistics, so that it waits behind none of the sub-requests it is
+    /// about. A shard silent for `connect_timeout` fails it.
+    pub async fn control(&self, args: &[&[u8]]) -> Result<Reply, ShardError> {
+        let mut slot = self.control.lock().await;
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        let timeout = self.options.connect_timeout;
+        let raw = talk(&mut conn, &out, 1, timeout).await.map_err(|e| match e {
+            Exchange::TimedOut => self.error(format!(
+                "did not answer the router's {} within {} ms",
+                String::from_utf8_lossy(args.first().copied().unwrap_or_default()),
+                timeout.as_millis()
+            )),
+            broken => self.failure(broken),
+        })?;
+        *slot = Some(conn);
+        self.parsed(&raw)
+    }
+
+    fn parsed(&self, raw: &[u8]) -> Result<Reply, ShardError> {
+        parse_reply(raw, &Limits::relay())
             .ok()
             .flatten()
             .map(|(reply, _)| reply)
             .ok_or_else(|| self.error("sent a reply that does not parse"))
+    }
+
+    /// [`Shard::call`] parsed, for the router's own commands.
+    pub async fn call_parsed(&self, ctx: Ctx, args: &[&[u8]]) -> Result<Reply, ShardError> {
+        let raw = self.call(ctx, None, None, args, Asking::No).await?;
+        self.parsed(&raw)
     }
 
     async fn exchange(

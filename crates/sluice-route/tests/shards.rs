@@ -12,29 +12,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_io::{Runtime, RuntimeConfig};
-use sluice_kv::{Db, Options, Server, ServerOptions};
 use sluice_resp::{Limits, Reply};
 use sluice_route::slot::slot;
 use sluice_route::Router;
-use support::{bulk, start_router_from, under_ci, Client};
-
-/// A `sluice serve` on `addr` (port 0: any), serving from a thread.
-fn start_shard(addr: &str) -> (SocketAddr, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(
-        Db::open(
-            Runtime::new(RuntimeConfig::default()).unwrap(),
-            dir.path(),
-            Options::default(),
-        )
-        .unwrap(),
-    );
-    let server = Server::bind(addr, db, ServerOptions::default()).unwrap();
-    let addr = server.local_addr().unwrap();
-    std::thread::spawn(move || server.run());
-    (addr, dir)
-}
+use support::{bulk, start_router_from, start_shard, under_ci, Client};
 
 /// A router over `shards`, slots split evenly in order.
 fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>) {

@@ -3,9 +3,13 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use sluice_route::compaction::Steering;
 use sluice_route::config::{ClusterConfig, Config, PoolConfig};
+use tokio::signal::unix::{signal, SignalKind};
 
 /// A router for sharded stores: hash slots, multi-key commands split by shard, request order sent to every shard
 #[derive(Args)]
@@ -19,6 +23,9 @@ use sluice_route::config::{ClusterConfig, Config, PoolConfig};
     Quick start, in front of a Redis Cluster: sluice route --listen 127.0.0.1:6390 --cluster 127.0.0.1:7000\n\
     With a file of shards and their slots: sluice route --config route.toml \
     (every setting: docs/route.example.toml).\n\
+    With [compaction] in the file, the router also decides when the shards compact: together \
+    when requests span the shards, one after another when they do not (schedule = \"auto\"), \
+    and resumes every shard's compaction when it stops.\n\
     The admin port, if configured (--admin), serves /stats (JSON) and /metrics (Prometheus).")]
 pub struct RouteArgs {
     /// Configuration file (TOML): listen, admin, [[shard]] or [cluster], [pool]
@@ -53,9 +60,17 @@ pub fn run(args: RouteArgs) -> Result<()> {
                 .unwrap_or_default(),
             bound.router.shards().len()
         );
+        let router = bound.router.clone();
+        let mut terminate = signal(SignalKind::terminate())?;
         tokio::select! {
             _ = bound.serve() => {}
-            _ = tokio::signal::ctrl_c() => eprintln!("sluice route: stopping"),
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        eprintln!("sluice route: stopping");
+        if router.compaction.is_some() {
+            // No shard is left with its compaction paused by a router that is gone.
+            Steering::resume_all(&router, Duration::from_secs(2)).await;
         }
         Ok(())
     })
@@ -83,6 +98,7 @@ fn config(args: &RouteArgs) -> Result<Config> {
                 pool: PoolConfig::default(),
                 tenants: Vec::new(),
                 max_request_mb: 512,
+                compaction: None,
             }
         }
     };

@@ -145,7 +145,7 @@ pub struct ScheduleObservation<'a> {
 }
 
 /// Why a shard's compaction is paused or resumed (a metric's label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Why {
     /// `per-node`: the shard decides for itself.
@@ -246,7 +246,11 @@ impl CompactionSchedule {
                 .map(|i| match debt(i) {
                     Some(d) if d >= bound => (false, Why::DebtBound, format!("debt {} ≥ bound {}", mib(d), mib(bound))),
                     _ if self.open[i] => (false, opened.unwrap_or(Why::Window), self.because(debt(i))),
-                    _ => (true, Why::Outside, format!("no window for it; debt {}", mib(debt(i).unwrap_or(0)))),
+                    _ => (
+                        true,
+                        Why::Outside,
+                        format!("no window for it; debt {}", mib(debt(i).unwrap_or(0))),
+                    ),
                 })
                 .collect()
         };
@@ -315,7 +319,9 @@ impl CompactionSchedule {
     }
 
     fn because(&self, debt: Option<u64>) -> String {
-        let width = self.width.map_or("no requests yet".into(), |w| format!("mean width {w:.1}"));
+        let width = self
+            .width
+            .map_or("no requests yet".into(), |w| format!("mean width {w:.1}"));
         let schedule = self.window.map_or("no".into(), |s| s.to_string());
         format!("{schedule} window; debt {}; {width}", mib(debt.unwrap_or(0)))
     }
@@ -369,7 +375,10 @@ mod tests {
         assert!(step(&mut c, &mut s, 3).is_empty());
         s[1].paused = true;
         let d = step(&mut c, &mut s, 3);
-        assert_eq!((d.len(), d[0].shard, d[0].paused, d[0].why), (1, 1, false, Why::PerNode));
+        assert_eq!(
+            (d.len(), d[0].shard, d[0].paused, d[0].why),
+            (1, 1, false, Why::PerNode)
+        );
     }
 
     #[test]
@@ -470,7 +479,13 @@ mod tests {
     #[test]
     fn an_unread_shard_is_left_alone_and_does_not_hold_a_window() {
         let mut c = schedule(Schedule::Synchronized);
-        let seen = [Some(ShardState { debt: 4 * MB, paused: true }), None];
+        let seen = [
+            Some(ShardState {
+                debt: 4 * MB,
+                paused: true,
+            }),
+            None,
+        ];
         let d = c.decide(&ScheduleObservation {
             shards: &seen,
             requests: 0,
@@ -496,8 +511,16 @@ mod tests {
         let d = CompactionScheduleConfig::default();
         assert!(bad(CompactionScheduleConfig { sync_width: 0.0, ..d }).contains("sync_width"));
         assert!(bad(CompactionScheduleConfig { debt_bound: 0, ..d }).contains("debt_bound"));
-        assert!("nightly".parse::<Schedule>().unwrap_err().contains("per-node, synchronized"));
-        for s in [Schedule::PerNode, Schedule::Synchronized, Schedule::Staggered, Schedule::Auto] {
+        assert!("nightly"
+            .parse::<Schedule>()
+            .unwrap_err()
+            .contains("per-node, synchronized"));
+        for s in [
+            Schedule::PerNode,
+            Schedule::Synchronized,
+            Schedule::Staggered,
+            Schedule::Auto,
+        ] {
             assert_eq!(s.to_string().parse::<Schedule>(), Ok(s));
         }
     }

@@ -1,5 +1,6 @@
 //! What the router's integration tests share: a RESP client over a plain
-//! socket, the router started from a configuration, free ports.
+//! socket, `sluice serve` shards and the router started from a
+//! configuration, free ports.
 
 // Each test file uses only part of it.
 #![allow(dead_code)]
@@ -9,9 +10,26 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_io::{Runtime, RuntimeConfig};
+use sluice_kv::{Db, Options, Server, ServerOptions};
 use sluice_resp::{encode_command, parse_reply, Limits, Reply};
 use sluice_route::config::Config;
 use sluice_route::Router;
+
+/// A `sluice serve` on `addr` (port 0: any), serving from a thread.
+pub fn start_shard(addr: &str) -> (SocketAddr, tempfile::TempDir) {
+    start_shard_with(addr, Options::default())
+}
+
+/// [`start_shard`] with the store's `options`.
+pub fn start_shard_with(addr: &str, options: Options) -> (SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(Runtime::new(RuntimeConfig::default()).unwrap(), dir.path(), options).unwrap());
+    let server = Server::bind(addr, db, ServerOptions::default()).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    (addr, dir)
+}
 
 /// The router from `toml`, serving from a thread of its own.
 pub fn start_router_from(toml: &str) -> (SocketAddr, Arc<Router>) {
