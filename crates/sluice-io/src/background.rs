@@ -87,6 +87,9 @@ pub struct Background {
     bytes: AtomicU64,
     ios: AtomicU64,
     backlog: AtomicU64,
+    /// Holders of [`Background::urgent`]'s guard: while any, its I/O runs
+    /// unthrottled and unpaused.
+    urgent: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,6 +110,7 @@ impl Background {
             bytes: AtomicU64::new(0),
             ios: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
+            urgent: AtomicU64::new(0),
         }
     }
 
@@ -127,6 +131,16 @@ impl Background {
 
     pub fn set_knobs(&self, knobs: Knobs) {
         *lock(&self.knobs) = knobs;
+    }
+
+    /// The task's I/O runs unthrottled and unpaused until the guard drops,
+    /// whatever its knobs say: for the work that the owner itself would
+    /// otherwise stop on (a store's compaction once L0 reaches the count at
+    /// which writes stop), when those it stops may not be requests that
+    /// inheritance could lift it with.
+    pub fn urgent(self: &Arc<Self>) -> UrgentGuard {
+        self.urgent.fetch_add(1, Ordering::Relaxed);
+        UrgentGuard(self.clone())
     }
 
     /// The task reports the work it still has (bytes to flush or compact).
@@ -155,7 +169,7 @@ impl Background {
     pub(crate) fn throttle(&self, task: &Task, inheritance: bool, bytes: u64) {
         loop {
             let knobs = self.knobs();
-            if knobs.critical || task.is_critical(inheritance) {
+            if knobs.critical || task.is_critical(inheritance) || self.urgent.load(Ordering::Relaxed) > 0 {
                 return;
             }
             let wait = if knobs.paused {
@@ -224,6 +238,15 @@ pub(crate) fn set_background(bg: Option<Arc<Background>>) -> Option<Arc<Backgrou
     BACKGROUND.with(|b| std::mem::replace(&mut *b.borrow_mut(), bg))
 }
 
+/// Ends [`Background::urgent`] when dropped.
+pub struct UrgentGuard(Arc<Background>);
+
+impl Drop for UrgentGuard {
+    fn drop(&mut self) {
+        self.0.urgent.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +279,27 @@ mod tests {
         let start = Instant::now();
         bg.throttle(&Task::current(), true, 1 << 20);
         assert!(start.elapsed() < Duration::from_millis(50));
+    }
+
+    #[test]
+    fn urgent_work_runs_through_a_pause_until_its_guard_drops() {
+        let bg = Arc::new(Background::new("c".into(), TaskKind::Compaction));
+        bg.set_knobs(Knobs {
+            paused: true,
+            ..Knobs::default()
+        });
+        let urgent = bg.urgent();
+        let start = Instant::now();
+        bg.throttle(&Task::current(), true, 1 << 20);
+        assert!(start.elapsed() < Duration::from_millis(50));
+        drop(urgent);
+        let held = std::thread::spawn({
+            let bg = bg.clone();
+            move || bg.throttle(&Task::current(), true, 4096)
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!held.is_finished(), "paused again once the guard dropped");
+        bg.set_knobs(Knobs::default());
+        held.join().unwrap();
     }
 }

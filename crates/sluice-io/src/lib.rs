@@ -100,7 +100,7 @@ pub mod sync;
 pub mod task;
 mod writeback;
 
-pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind};
+pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind, UrgentGuard};
 pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};
 pub use control::ControlLoop;
 pub use device::AlignedBuf;

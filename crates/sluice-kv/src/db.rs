@@ -48,6 +48,10 @@ use crate::{compaction, flush, recovery, Value};
 /// that a full disk is not hammered.
 const RETRY_PAUSE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(5));
 
+/// How often a paused compaction worker looks at its knobs again: a
+/// controller's resume takes effect within this.
+const PAUSED_RECHECK: Duration = Duration::from_millis(10);
+
 /// Sizes per level and of the memtables, for reports and controllers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stats {
@@ -460,8 +464,20 @@ impl Inner {
     }
 
     /// The compaction worker's step; writes stopped by a compaction resume
-    /// once it succeeds.
+    /// once it succeeds. While the task is paused it picks nothing, so that
+    /// the compaction that runs on resuming takes all of L0 that gathered
+    /// meanwhile (fewer, larger merges: L1 is rewritten once for all of
+    /// it). Once L0 reaches its stop trigger, writers wait for compaction:
+    /// it then runs whatever its knobs say, since a pause (left by a
+    /// controller that died, say) must not stop writes for good.
     fn compaction_step(&self) -> Result<bool> {
+        let knobs = self.compaction_task.knobs();
+        let stopped = self.state.lock().version.levels[0].len() >= self.options.l0_stop_trigger;
+        if knobs.paused && !knobs.critical && !stopped {
+            std::thread::sleep(PAUSED_RECHECK);
+            return Ok(false);
+        }
+        let _urgent = stopped.then(|| self.compaction_task.urgent());
         let compacted = compaction::compact_one(self)?;
         self.state.lock().resume(&[Failed::Compaction]);
         Ok(compacted)

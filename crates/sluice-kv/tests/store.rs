@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use proptest::prelude::*;
-use sluice_io::{Runtime, RuntimeConfig};
+use sluice_io::{Knobs, Runtime, RuntimeConfig};
 use sluice_kv::{Db, KvError, Options, WriteBatch};
 
 /// Tiny sizes so that a few hundred operations flush, stall and compact
@@ -157,6 +157,52 @@ fn background_flush_and_compaction_keep_every_write() {
     drop(db);
     let db = open(dir.path(), false);
     assert_eq!(db.scan(b"", None, usize::MAX).unwrap().len(), 8000);
+}
+
+#[test]
+fn a_paused_compaction_waits_until_writers_would_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let options = Options {
+        l0_slowdown_trigger: 6,
+        l0_stop_trigger: 8,
+        ..tiny(true)
+    };
+    let db = Db::open(rt, dir.path(), options).unwrap();
+    let task = db.compaction_task().clone();
+    task.set_knobs(Knobs {
+        paused: true,
+        ..task.knobs()
+    });
+    let l0 = |db: &Db| db.stats().levels[0].0;
+    let mut i = 0;
+    while l0(&db) < 5 {
+        db.put(&key(i), &[7; 64]).unwrap();
+        i += 1;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(task.stats().bytes, 0, "a paused compaction ran below the stop trigger");
+    assert!(l0(&db) >= 5);
+    // Writes go on past the stop trigger: the compaction that their stall
+    // waits for runs, paused or not.
+    for _ in 0..2000 {
+        db.put(&key(i % 300), &[8; 64]).unwrap();
+        i += 1;
+    }
+    assert!(task.stats().bytes > 0, "the stop trigger did not lift the pause");
+    task.set_knobs(Knobs {
+        paused: false,
+        ..task.knobs()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while l0(&db) >= 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "resumed, L0 stayed at {}",
+            l0(&db)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[test]

@@ -10,6 +10,11 @@
 //! ([`writer`]); the table gives each policy's ratios to the first, paired
 //! by round.
 //!
+//! With schedules (`--schedules per-node,synchronized,staggered`), the
+//! router decides when the shards compact (its `[compaction]` steering),
+//! and each policy runs under each schedule; `--writer` with `--write-all`
+//! gives every shard compactions to place.
+//!
 //! With tenants (`--tenants gold:20:32,bronze:200:32`), the users are the
 //! tenants', each client named after its tenant, and the router gives each
 //! tenant's requests its budget (TraQIOS's SLA deadline, sent with every
@@ -17,16 +22,19 @@
 //! a second table gives each tenant's miss ratio (scans slower than its
 //! budget, measured at the client) under each policy.
 
+mod compactions;
 pub(crate) mod shards;
 mod writer;
 
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
+use sluice_core::controller::compaction_schedule::Schedule;
 use sluice_core::metrics::LatencyHistogram;
 
 use crate::driver::{load, run as run_users, TenantSpec};
 use crate::harness::{markdown_table, median, paired_ratios, split_by_steal, Spread};
+use crate::route::compactions::{Overlap, Sampler};
 use crate::route::shards::{Device, Shards};
 use crate::route::writer::Writer;
 use crate::steal;
@@ -55,6 +63,12 @@ pub struct RouteBench {
     pub coop_starvation_ms: f64,
     /// Writes per second to the first shard during every run; 0: none.
     pub writer: f64,
+    /// The writer's keys spread over every shard instead of the first.
+    pub write_all: bool,
+    /// When the shards compact (the router's `[compaction]` schedule); each
+    /// policy runs under each, and with more than one the runs are named
+    /// `policy/schedule`.
+    pub schedules: Vec<Schedule>,
     /// Runs whose CPU steal exceeds this fraction are set aside.
     pub max_steal: f64,
     /// Where the shards keep their data (default: a temporary directory).
@@ -109,6 +123,8 @@ struct Run {
     missed: Vec<f64>,
     /// Per tenant, in order: its scans per second.
     served: Vec<f64>,
+    /// When the shards compacted.
+    overlap: Overlap,
 }
 
 impl crate::harness::Run for Run {
@@ -131,6 +147,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
         "--shards, --users and --rounds must be at least 1"
     );
     ensure!(!args.policies.is_empty(), "--policies is empty");
+    ensure!(!args.schedules.is_empty(), "--schedules is empty");
     for p in &args.policies {
         shards::policy_variant(p).with_context(|| format!("--policies: `{p}`"))?;
     }
@@ -158,7 +175,24 @@ pub fn run(args: &RouteBench) -> Result<String> {
     let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device, users_total)?;
     shards.start(&args.policies[0])?;
     let budgets: Vec<(&str, f64)> = args.tenants.iter().map(|t| (t.name.as_str(), t.budget_ms)).collect();
-    let (addr, router) = shards.router(users_total, &budgets)?;
+    let steered = args.schedules.iter().any(|&s| s != Schedule::PerNode);
+    let (addr, router) = shards.router(users_total, &budgets, steered)?;
+    // Each run: a policy at the shards and a schedule at the router.
+    let runs_of_round: Vec<(String, &str, Schedule)> = args
+        .policies
+        .iter()
+        .flat_map(|p| {
+            args.schedules.iter().map(move |&s| {
+                let label = if args.schedules.len() > 1 {
+                    format!("{p}/{s}")
+                } else {
+                    p.clone()
+                };
+                (label, p.as_str(), s)
+            })
+        })
+        .collect();
+    let labels: Vec<String> = runs_of_round.iter().map(|r| r.0.clone()).collect();
     let workload = Workload {
         name: "scan".into(),
         read: 0.0,
@@ -198,20 +232,25 @@ pub fn run(args: &RouteBench) -> Result<String> {
         // Odd rounds in the given order, even rounds reversed, so that no
         // policy always runs first after a restart of the bench or last
         // before the next round.
-        let mut order: Vec<&String> = args.policies.iter().collect();
+        let mut order: Vec<&(String, &str, Schedule)> = runs_of_round.iter().collect();
         if round % 2 == 0 {
             order.reverse();
         }
-        for policy in order {
+        for (label, policy, schedule) in order {
             shards.start(policy)?;
-            let writer = Writer::start(addr, args.shards, args.writer);
+            if let Some(steering) = &router.compaction {
+                steering.set_schedule(*schedule);
+            }
+            let writer = Writer::start(addr, args.shards, args.writer, args.write_all);
             run_users(&target, &users, args.warmup, round as u64 * 1000, &mut |_| {})?;
             router.stats.gap.reset();
             for shard in router.shards() {
                 shard.stats.latency.reset();
             }
+            let sampler = Sampler::start(shards.ports.clone());
             let (results, steal) =
                 steal::during(|| run_users(&target, &users, args.seconds, round as u64, &mut |_| {}));
+            let overlap = sampler.stop();
             let results = results?;
             drop(writer);
             let mut all = LatencyHistogram::default();
@@ -232,7 +271,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 .collect();
             let r = Run {
                 round,
-                policy: policy.clone(),
+                policy: label.clone(),
                 ops_per_sec: all.count() as f64 / args.seconds,
                 p50_ms: all.quantile(0.5) as f64 / 1e6,
                 p99_ms: all.quantile(0.99) as f64 / 1e6,
@@ -241,6 +280,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 steal,
                 missed,
                 served,
+                overlap,
             };
             // Each shard's sub-request latency at the router: where the
             // gap comes from (a shard that is slower than the others).
@@ -256,7 +296,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 .map(|(t, (m, n))| format!("  {} missed {:.1}% of {n:.1}/s", t.name, m * 100.0))
                 .collect();
             eprintln!(
-                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  steal {:.1}%{}",
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  compacting {:.0}% of the time, {:.1} shards at once  steal {:.1}%{}",
                 r.policy,
                 r.ops_per_sec,
                 r.p50_ms,
@@ -264,15 +304,17 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 r.gap_p50_ms,
                 r.gap_p99_ms,
                 shard_p50.join("/"),
+                r.overlap.any_share() * 100.0,
+                r.overlap.at_once(),
                 r.steal * 100.0,
                 missed.concat()
             );
             runs.push(r);
         }
     }
-    let mut out = table(&runs, &args.policies, args.max_steal);
+    let mut out = table(&runs, &labels, args.max_steal);
     if !args.tenants.is_empty() {
-        out += &tenant_table(&runs, &args.policies, &args.tenants, args.max_steal);
+        out += &tenant_table(&runs, &labels, &args.tenants, args.max_steal);
     }
     Ok(out)
 }
@@ -323,6 +365,12 @@ fn table(runs: &[Run], policies: &[String], max_steal: f64) -> String {
     for metric in ["p99", "gap p99", "scans/s", "p50"] {
         header.push(format!("{metric} / {baseline}"));
     }
+    // Where shards compacted during the runs: how much of the time, and
+    // how many at once.
+    let compacted = kept.iter().any(|r| r.overlap.any_share() > 0.0);
+    if compacted {
+        header.extend(["compacting % of time", "shards at once"].map(String::from));
+    }
     let mut rows = Vec::new();
     for p in policies {
         let mine: Vec<&Run> = kept.iter().copied().filter(|r| &r.policy == p).collect();
@@ -334,7 +382,7 @@ fn table(runs: &[Run], policies: &[String], max_steal: f64) -> String {
             let s = Spread::of(paired_ratios(&kept, p, baseline, |r| Some(f(r))));
             format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max)
         };
-        rows.push(vec![
+        let mut row = vec![
             p.clone(),
             med(|r| r.ops_per_sec),
             med(|r| r.p50_ms),
@@ -344,7 +392,15 @@ fn table(runs: &[Run], policies: &[String], max_steal: f64) -> String {
             ratio(|r| r.gap_p99_ms),
             ratio(|r| r.ops_per_sec),
             ratio(|r| r.p50_ms),
-        ]);
+        ];
+        if compacted {
+            row.push(format!(
+                "{:.0}",
+                median(mine.iter().map(|r| 100.0 * r.overlap.any_share()))
+            ));
+            row.push(format!("{:.1}", median(mine.iter().map(|r| r.overlap.at_once()))));
+        }
+        rows.push(row);
     }
     let steals = Spread::of(runs.iter().map(|r| r.steal * 100.0));
     format!(
@@ -376,6 +432,7 @@ mod tests {
             steal,
             missed: vec![0.1],
             served: vec![40.0],
+            overlap: Overlap::default(),
         };
         let runs = vec![
             run(1, "fifo", 10.0, 0.0),

@@ -92,7 +92,9 @@ impl Shards {
     /// The router, serving from a thread of its own, with the slots split
     /// evenly over the shards and a connection a user to each.
     /// `tenants` are names with the budget of each request, ms.
-    pub fn router(&self, users: usize, tenants: &[(&str, f64)]) -> Result<(SocketAddr, Arc<Router>)> {
+    /// With `steered`, the router steers the shards' compactions
+    /// (`[compaction]`, per-node until the bench sets a schedule).
+    pub fn router(&self, users: usize, tenants: &[(&str, f64)], steered: bool) -> Result<(SocketAddr, Arc<Router>)> {
         let per = 16384 / self.ports.len();
         let mut toml = format!("listen = \"127.0.0.1:0\"\n[pool]\nsize = {}\n", users.max(1) + 8);
         for (i, port) in self.ports.iter().enumerate() {
@@ -108,6 +110,9 @@ impl Shards {
         }
         for (name, budget_ms) in tenants {
             toml.push_str(&format!("[[tenant]]\nname = \"{name}\"\nbudget_ms = {budget_ms}\n"));
+        }
+        if steered {
+            toml.push_str("[compaction]\nschedule = \"per-node\"\n");
         }
         Ok(sluice_route::spawn(Config::from_toml(&toml)?)?)
     }

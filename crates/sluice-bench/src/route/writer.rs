@@ -1,6 +1,6 @@
-//! A client writing 4 KiB values to keys of the first shard at a steady
-//! rate, so that it flushes and compacts while `sluice bench route`'s
-//! scans run (`--writer`).
+//! A client writing 4 KiB values at a steady rate to keys of the first
+//! shard, or of every shard, so that they flush and compact while `sluice
+//! bench route`'s scans run (`--writer`, `--write-all`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,17 +17,19 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// `per_sec` writes a second through `router` to the first of `shards`
-    /// shards; none if `per_sec` is not above 0.
-    pub fn start(router: SocketAddr, shards: usize, per_sec: f64) -> Option<Writer> {
+    /// shards, or to all of them (`all`); none if `per_sec` is not above 0.
+    pub fn start(router: SocketAddr, shards: usize, per_sec: f64, all: bool) -> Option<Writer> {
         if per_sec <= 0.0 {
             return None;
         }
-        // A hash tag whose slot is in the first shard's range.
+        // A hash tag whose slot is in the first shard's range; none: the
+        // keys' own slots, spread over every shard.
         let first_shard_slots = 16384 / shards as u16;
         let tag = (0u32..)
             .map(|i| format!("w{i}"))
             .find(|t| sluice_route::slot::slot(t.as_bytes()) < first_shard_slots)
             .expect("some tag hashes into the first shard");
+        let tag = if all { String::new() } else { format!("{{{tag}}}") };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -43,7 +45,7 @@ impl Writer {
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
-                let key = format!("{{{tag}}}{}", n % 1_000_000);
+                let key = format!("{tag}w{}", n % 1_000_000);
                 if client.write(key.as_bytes(), &value).is_err() {
                     return;
                 }

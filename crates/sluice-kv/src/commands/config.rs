@@ -5,6 +5,11 @@
 //! their I/O as foreground work), and, read-only, the few of Redis's parameters that tools ask
 //! for on connecting (`appendonly`, `appendfsync`, `save`, `databases`).
 //!
+//! A paused compaction starts no merge and holds a running one between its
+//! I/Os, until L0 reaches the count at which writes stop: then it runs
+//! whatever its knobs say, so that a pause left behind cannot stop writes
+//! for good.
+//!
 //! As in Redis 7: GET takes several glob patterns (case-insensitive) and
 //! answers a map (a flat list in RESP2); SET takes several parameters and
 //! applies all of them or, if any is refused, none.

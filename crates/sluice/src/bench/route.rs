@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use sluice_bench::route::{RouteBench, TenantBudget};
+use sluice_core::controller::compaction_schedule::Schedule;
 
 /// Range scans through sluice route over sluice serve shards, per shard policy
 #[derive(Args)]
@@ -19,14 +20,17 @@ use sluice_bench::route::{RouteBench, TenantBudget};
     seconds (not measured) and --seconds (measured). Reports per policy the scan latency \
     (p50, p99), the sub-request gap measured at the router, throughput, and paired ratios to the \
     first policy. --writer adds a client writing to the first shard throughout, so that it \
-    flushes and compacts while the scans run.\n\n\
+    flushes and compacts while the scans run (--write-all: every shard does). --schedules lets \
+    the router decide when the shards compact (per-node: each when it wants; synchronized: all \
+    at once; staggered: one at a time) and runs every policy under each.\n\n\
     --tenants replaces --users with tenants, each with a budget per request and its own users \
     (named after it): the router sends each scan's deadline to the shards, and a second table gives \
     each tenant's miss ratio (scans slower than its budget) and scans/s under each policy; compare \
     fifo with a deadline policy (edf, traqios, atc: atc lets the tighter budget go first when \
     many miss).\n\n\
     Example: sluice bench route --policies fifo,fair,coop --rounds 5\n\
-    Example: sluice bench route --policies fifo,edf,atc --tenants gold:250:32,bronze:500:32"
+    Example: sluice bench route --policies fifo,edf,atc --tenants gold:250:32,bronze:500:32\n\
+    Example: sluice bench route --policies coop --schedules per-node,synchronized,staggered --writer 400 --write-all"
 )]
 pub struct RouteArgs {
     /// Shard I/O policies, comma-separated; the first is the baseline. `coop@MS` is coop with
@@ -63,6 +67,13 @@ pub struct RouteArgs {
     /// Writes per second to the first shard during every run (4 KiB each); 0: none
     #[arg(long, default_value_t = 0.0)]
     pub writer: f64,
+    /// Spread --writer's keys over every shard, so that each compacts
+    #[arg(long)]
+    pub write_all: bool,
+    /// When the shards compact, decided by the router (its [compaction] schedule): per-node,
+    /// synchronized, staggered or auto, comma-separated; every policy runs under each
+    #[arg(long, value_delimiter = ',', default_value = "per-node")]
+    pub schedules: Vec<Schedule>,
     /// Set aside rounds whose CPU steal exceeds this fraction
     #[arg(long, default_value_t = 0.10)]
     pub max_steal: f64,
@@ -90,6 +101,8 @@ pub fn run(a: RouteArgs) -> Result<()> {
             rounds: a.rounds,
             coop_starvation_ms: a.coop_starvation_ms,
             writer: a.writer,
+            write_all: a.write_all,
+            schedules: a.schedules,
             max_steal: a.max_steal,
             dir: a.dir,
             serve: std::env::current_exe()?,
