@@ -143,7 +143,7 @@ impl Server {
         )?;
         let port = free_port()?;
         let log = store.with_extension("log");
-        let child = spawn_serve(exe, port, store, &runtime, 0, WORKERS, &log)?;
+        let child = spawn_serve(exe, port, store, &runtime, 0, WORKERS, None, &log)?;
         let server = Server { child, port };
         wait_listening(port)?;
         // The device is the transactions' alone: the sweeper would walk

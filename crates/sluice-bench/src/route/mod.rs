@@ -65,6 +65,8 @@ pub struct RouteBench {
     pub writer: f64,
     /// The writer's keys spread over every shard instead of the first.
     pub write_all: bool,
+    /// Each shard's memtable, MiB; `None`: `sluice serve`'s default.
+    pub memtable_mb: Option<u32>,
     /// When the shards compact (the router's `[compaction]` schedule); each
     /// policy runs under each, and with more than one the runs are named
     /// `policy/schedule`.
@@ -173,6 +175,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
         args.tenants.iter().map(|t| t.users).sum()
     };
     let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device, users_total)?;
+    shards.memtable_mb = args.memtable_mb;
     shards.start(&args.policies[0])?;
     let budgets: Vec<(&str, f64)> = args.tenants.iter().map(|t| (t.name.as_str(), t.budget_ms)).collect();
     let steered = args.schedules.iter().any(|&s| s != Schedule::PerNode);
@@ -237,10 +240,16 @@ pub fn run(args: &RouteBench) -> Result<String> {
             order.reverse();
         }
         for (label, policy, schedule) in order {
+            let steering = router.compaction.as_ref();
+            steering.inspect(|s| s.set_schedule(Schedule::PerNode));
             shards.start(policy)?;
-            if let Some(steering) = &router.compaction {
-                steering.set_schedule(*schedule);
+            if args.writer > 0.0 {
+                // Every run starts with no compaction owed: what a run's
+                // writes leave is the next run's debt otherwise, and each
+                // schedule would pay for its predecessor.
+                shards.settle()?;
             }
+            steering.inspect(|s| s.set_schedule(*schedule));
             let writer = Writer::start(addr, args.shards, args.writer, args.write_all);
             run_users(&target, &users, args.warmup, round as u64 * 1000, &mut |_| {})?;
             router.stats.gap.reset();

@@ -32,6 +32,9 @@ pub(crate) struct Shards {
     /// the router sends can be in the shard's I/O queues at once, for the
     /// policy to order.
     pub workers: usize,
+    /// Each shard's memtable, MiB (`sluice serve --memtable-mb`); `None`:
+    /// its default.
+    pub memtable_mb: Option<u32>,
     children: Vec<Child>,
 }
 
@@ -43,6 +46,7 @@ impl Shards {
             ports: (0..shards).map(|_| free_port()).collect::<Result<_>>()?,
             device,
             workers,
+            memtable_mb: None,
             children: Vec::new(),
         })
     }
@@ -72,6 +76,7 @@ impl Shards {
                 &runtime,
                 1,
                 self.workers,
+                self.memtable_mb,
                 &self.dir.join(format!("shard-{i}.log")),
             )?;
             self.children.push(child);
@@ -141,8 +146,8 @@ impl Shards {
             if backlog == 0 {
                 // The load and its compactions left dirty pages that the
                 // kernel writes back over minutes, taking the real disk from
-                // the emulated devices' reads at random: written now, once.
-                eprintln!("writing the load's dirty pages back (sync)");
+                // the emulated devices' reads at random: written now.
+                eprintln!("writing dirty pages back (sync)");
                 // SAFETY: sync(2) takes no arguments and cannot fail.
                 unsafe { libc::sync() };
                 return Ok(());
@@ -167,8 +172,9 @@ impl Drop for Shards {
 
 /// Starts `sluice serve` (the binary `exe`) without syncing its WAL, on
 /// `port` and the store in `dir`, with the sluice-io configuration
-/// `runtime`, a block cache of `block_cache_mb` and `workers` workers;
-/// its log goes to `log`.
+/// `runtime`, a block cache of `block_cache_mb`, `workers` workers and
+/// memtables of `memtable_mb` (its default if `None`); its log goes to
+/// `log`.
 pub(crate) fn spawn_serve(
     exe: &Path,
     port: u16,
@@ -176,10 +182,12 @@ pub(crate) fn spawn_serve(
     runtime: &Path,
     block_cache_mb: u32,
     workers: usize,
+    memtable_mb: Option<u32>,
     log: &Path,
 ) -> Result<Child> {
     Command::new(exe)
         .args(["serve", "--port", &port.to_string(), "--no-sync"])
+        .args(memtable_mb.map(|mb| format!("--memtable-mb={mb}")))
         .args(["--block-cache-mb", &block_cache_mb.to_string()])
         .args(["--workers", &workers.clamp(1, u16::MAX.into()).to_string()])
         .arg("--dir")

@@ -20,7 +20,8 @@ use sluice_core::controller::compaction_schedule::Schedule;
     seconds (not measured) and --seconds (measured). Reports per policy the scan latency \
     (p50, p99), the sub-request gap measured at the router, throughput, and paired ratios to the \
     first policy. --writer adds a client writing to the first shard throughout, so that it \
-    flushes and compacts while the scans run (--write-all: every shard does). --schedules lets \
+    flushes and compacts while the scans run (--write-all: every shard does; each run then starts \
+    with no compaction owed). --schedules lets \
     the router decide when the shards compact (per-node: each when it wants; synchronized: all \
     at once; staggered: one at a time) and runs every policy under each.\n\n\
     --tenants replaces --users with tenants, each with a budget per request and its own users \
@@ -70,6 +71,9 @@ pub struct RouteArgs {
     /// Spread --writer's keys over every shard, so that each compacts
     #[arg(long)]
     pub write_all: bool,
+    /// Each shard's memtable, MiB (default: sluice serve's); smaller flushes and compacts more often
+    #[arg(long)]
+    pub memtable_mb: Option<u32>,
     /// When the shards compact, decided by the router (its [compaction] schedule): per-node,
     /// synchronized, staggered or auto, comma-separated; every policy runs under each
     #[arg(long, value_delimiter = ',', default_value = "per-node")]
@@ -102,6 +106,7 @@ pub fn run(a: RouteArgs) -> Result<()> {
             coop_starvation_ms: a.coop_starvation_ms,
             writer: a.writer,
             write_all: a.write_all,
+            memtable_mb: a.memtable_mb,
             schedules: a.schedules,
             max_steal: a.max_steal,
             dir: a.dir,
