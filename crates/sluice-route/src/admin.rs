@@ -64,7 +64,10 @@ pub fn snapshot(router: &Router) -> Snapshot {
                 gate_wait: shard.stats.gate_wait.summary(),
             })
             .collect(),
-        compaction: router.compaction.as_ref().map(|c| c.snapshot(router)),
+        compaction: router
+            .compaction
+            .as_ref()
+            .map(|c| c.snapshot(router.shards().iter().map(|s| s.name.clone()).collect())),
     }
 }
 

@@ -19,7 +19,6 @@
 //! stops.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ use sluice_core::controller::compaction_schedule::{
 use sluice_resp::Reply;
 
 use crate::config::CompactionConfig;
-use crate::router::Router;
+use crate::shard::Shard;
 
 /// Decisions kept for `/stats`.
 const LOG: usize = 200;
@@ -121,23 +120,17 @@ impl Steering {
         }
     }
 
-    /// Reads the shards and applies the schedule's decisions, every
-    /// `interval_ms`, for as long as the task runs.
-    pub async fn run(self: Arc<Self>, router: Arc<Router>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(self.config.interval_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            self.step(&router).await;
-        }
+    /// How often the router calls [`Steering::step`].
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.config.interval_ms)
     }
 
-    /// One decision: read, decide, apply, log.
-    pub async fn step(&self, router: &Router) {
-        let shards = router.shards();
+    /// One decision: read the `shards`, decide with the router's request
+    /// counts so far (`requests`, `sub_requests`), apply, log at `uptime`.
+    pub async fn step(&self, shards: &[Arc<Shard>], requests: u64, sub_requests: u64, uptime: Duration) {
         let mut seen = Vec::with_capacity(shards.len());
-        for shard in &shards {
-            let read = match shard.control(&[b"INFO", b"store", b"background"]).await {
+        for shard in shards {
+            let read = match shard.control(&[&b"INFO"[..], b"store", b"background"]).await {
                 Ok(Reply::Bulk(Some(text))) => read_state(&String::from_utf8_lossy(&text)),
                 Ok(other) => Err(format!("answered INFO with {other:?}")),
                 Err(e) => Err(e.to_string()),
@@ -147,8 +140,6 @@ impl Steering {
                     .ok(),
             );
         }
-        let requests = router.stats.requests.load(Ordering::Relaxed);
-        let sub_requests = router.stats.sub_requests.load(Ordering::Relaxed);
         let decisions = {
             let mut inner = self.lock();
             let obs = ScheduleObservation {
@@ -165,7 +156,7 @@ impl Steering {
             let shard = &shards[d.shard];
             let value: &[u8] = if d.paused { b"yes" } else { b"no" };
             match shard.control(&[b"CONFIG", b"SET", b"compaction-paused", value]).await {
-                Ok(Reply::Simple(_)) => self.record(router, &shard.name, d),
+                Ok(Reply::Simple(_)) => self.record(uptime, &shard.name, d),
                 Ok(other) => tracing::warn!(
                     "compaction steering: shard {} refused CONFIG SET: {other:?}",
                     shard.name
@@ -175,7 +166,7 @@ impl Steering {
         }
     }
 
-    fn record(&self, router: &Router, shard: &str, d: PauseDecision) {
+    fn record(&self, uptime: Duration, shard: &str, d: PauseDecision) {
         tracing::info!(
             "compaction steering: shard {shard} {} ({}: {})",
             if d.paused { "paused" } else { "resumed" },
@@ -191,7 +182,7 @@ impl Steering {
             inner.log.pop_front();
         }
         inner.log.push_back(Logged {
-            at_ms: router.uptime().as_millis() as u64,
+            at_ms: uptime.as_millis() as u64,
             shard: shard.to_string(),
             paused: d.paused,
             why: d.why,
@@ -201,9 +192,9 @@ impl Steering {
 
     /// Resumes every shard's compaction, waiting at most `within` in all:
     /// the router leaves no shard paused behind it.
-    pub async fn resume_all(router: &Router, within: Duration) {
+    pub async fn resume_all(shards: &[Arc<Shard>], within: Duration) {
         let deadline = Instant::now() + within;
-        for shard in router.shards() {
+        for shard in shards {
             let resume = shard.control(&[b"CONFIG", b"SET", b"compaction-paused", b"no"]);
             match tokio::time::timeout_at(deadline.into(), resume).await {
                 Ok(Ok(Reply::Simple(_))) => {}
@@ -214,9 +205,10 @@ impl Steering {
         }
     }
 
-    pub fn snapshot(&self, router: &Router) -> SteeringSnapshot {
+    /// The state as of the last decision; `names` are the shards', in
+    /// order.
+    pub fn snapshot(&self, names: Vec<String>) -> SteeringSnapshot {
         let inner = self.lock();
-        let names = router.shards().iter().map(|s| s.name.clone()).collect::<Vec<_>>();
         SteeringSnapshot {
             schedule: inner.schedule.config().schedule,
             window: inner.schedule.window(),

@@ -91,8 +91,8 @@ impl Bound {
 
     /// Accepts clients until the task is dropped.
     pub async fn serve(self) {
-        if let Some(steering) = &self.router.compaction {
-            tokio::spawn(steering.clone().run(self.router.clone()));
+        if let Some(steering) = self.router.compaction.clone() {
+            tokio::spawn(steer(steering, self.router.clone()));
         }
         if let Some(admin) = self.admin {
             let router = self.router.clone();
@@ -115,6 +115,24 @@ impl Bound {
                 }
             }
         }
+    }
+}
+
+/// Steers the shards' compactions every interval, for as long as the
+/// task runs.
+async fn steer(steering: Arc<compaction::Steering>, router: Arc<Router>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut tick = tokio::time::interval(steering.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (requests, sub_requests) = (
+            router.stats.requests.load(Relaxed),
+            router.stats.sub_requests.load(Relaxed),
+        );
+        steering
+            .step(&router.shards(), requests, sub_requests, router.uptime())
+            .await;
     }
 }
 

@@ -92,7 +92,11 @@ fn a_synchronized_schedule_holds_compaction_until_every_shard_has_debt() {
         let (sa, sb) = (state(a), state(b));
         sa == (0, true) && sb == (0, true)
     });
-    let snap = router.compaction.as_ref().unwrap().snapshot(&router);
+    let snap = router
+        .compaction
+        .as_ref()
+        .unwrap()
+        .snapshot(vec!["a".into(), "b".into()]);
     for shard in ["a", "b"] {
         assert!(
             snap.decisions
@@ -132,7 +136,7 @@ fn a_stopping_router_resumes_every_shard() {
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(Steering::resume_all(&router, Duration::from_secs(2)));
+    runtime.block_on(Steering::resume_all(&router.shards(), Duration::from_secs(2)));
     assert!(!state(a).1 && !state(b).1, "a shard left paused");
 }
 

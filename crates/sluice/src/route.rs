@@ -70,7 +70,7 @@ pub fn run(args: RouteArgs) -> Result<()> {
         eprintln!("sluice route: stopping");
         if router.compaction.is_some() {
             // No shard is left with its compaction paused by a router that is gone.
-            Steering::resume_all(&router, Duration::from_secs(2)).await;
+            Steering::resume_all(&router.shards(), Duration::from_secs(2)).await;
         }
         Ok(())
     })

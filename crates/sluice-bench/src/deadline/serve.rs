@@ -43,7 +43,7 @@ use sluice_sim::workload::Generator;
 use sluice_sim::TraqiosWorkload;
 
 use super::wall::{fine_timer, seek_disk, Measured, LEAD};
-use crate::route::shards::{free_port, info, spawn_serve, wait_listening};
+use crate::route::shards::{free_port, info, spawn_serve, wait_listening, ServeProcess};
 use crate::target::{Resp, RespClient};
 
 /// Bytes of a data block around its one entry: the entry's two lengths
@@ -143,7 +143,14 @@ impl Server {
         )?;
         let port = free_port()?;
         let log = store.with_extension("log");
-        let child = spawn_serve(exe, port, store, &runtime, 0, WORKERS, None, &log)?;
+        let process = ServeProcess {
+            exe,
+            runtime: &runtime,
+            block_cache_mb: 0,
+            workers: WORKERS,
+            memtable_mb: None,
+        };
+        let child = spawn_serve(&process, port, store, &log)?;
         let server = Server { child, port };
         wait_listening(port)?;
         // The device is the transactions' alone: the sweeper would walk

@@ -69,14 +69,17 @@ impl Shards {
             ),
         )?;
         for (i, port) in self.ports.iter().enumerate() {
+            let process = ServeProcess {
+                exe: &self.exe,
+                runtime: &runtime,
+                block_cache_mb: 1,
+                workers: self.workers,
+                memtable_mb: self.memtable_mb,
+            };
             let child = spawn_serve(
-                &self.exe,
+                &process,
                 *port,
                 &self.dir.join(format!("shard-{i}")),
-                &runtime,
-                1,
-                self.workers,
-                self.memtable_mb,
                 &self.dir.join(format!("shard-{i}.log")),
             )?;
             self.children.push(child);
@@ -170,30 +173,30 @@ impl Drop for Shards {
     }
 }
 
-/// Starts `sluice serve` (the binary `exe`) without syncing its WAL, on
-/// `port` and the store in `dir`, with the sluice-io configuration
-/// `runtime`, a block cache of `block_cache_mb`, `workers` workers and
-/// memtables of `memtable_mb` (its default if `None`); its log goes to
-/// `log`.
-pub(crate) fn spawn_serve(
-    exe: &Path,
-    port: u16,
-    dir: &Path,
-    runtime: &Path,
-    block_cache_mb: u32,
-    workers: usize,
-    memtable_mb: Option<u32>,
-    log: &Path,
-) -> Result<Child> {
-    Command::new(exe)
+/// How a `sluice serve` process is started ([`spawn_serve`]).
+pub(crate) struct ServeProcess<'a> {
+    /// The `sluice` binary.
+    pub exe: &'a Path,
+    /// Its sluice-io configuration.
+    pub runtime: &'a Path,
+    pub block_cache_mb: u32,
+    pub workers: usize,
+    /// Memtables, MiB; `None`: its default.
+    pub memtable_mb: Option<u32>,
+}
+
+/// Starts `sluice serve` as `p` says, without syncing its WAL, on `port`
+/// and the store in `dir`; its log goes to `log`.
+pub(crate) fn spawn_serve(p: &ServeProcess, port: u16, dir: &Path, log: &Path) -> Result<Child> {
+    Command::new(p.exe)
         .args(["serve", "--port", &port.to_string(), "--no-sync"])
-        .args(memtable_mb.map(|mb| format!("--memtable-mb={mb}")))
-        .args(["--block-cache-mb", &block_cache_mb.to_string()])
-        .args(["--workers", &workers.clamp(1, u16::MAX.into()).to_string()])
+        .args(p.memtable_mb.map(|mb| format!("--memtable-mb={mb}")))
+        .args(["--block-cache-mb", &p.block_cache_mb.to_string()])
+        .args(["--workers", &p.workers.clamp(1, u16::MAX.into()).to_string()])
         .arg("--dir")
         .arg(dir)
         .arg("--runtime")
-        .arg(runtime)
+        .arg(p.runtime)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
