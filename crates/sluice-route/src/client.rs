@@ -326,6 +326,14 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -
     match (name, rest) {
         ("ping", []) => Reply::Simple("PONG".into()),
         ("ping", [msg]) | ("echo", [msg]) => Reply::Bulk(Some(msg.clone())),
+        // The router's clock: a Redis Cluster client sends TIME to any node.
+        ("time", []) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let bulk = |n: u64| Reply::Bulk(Some(n.to_string().into_bytes()));
+            Reply::Array(vec![bulk(now.as_secs()), bulk(now.subsec_micros().into())])
+        }
         ("select", [db]) if db.as_slice() == b"0" => Reply::ok(),
         ("select", [_]) => Reply::error("SELECT is not allowed in cluster mode"),
         ("quit", _) => {

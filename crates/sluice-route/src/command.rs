@@ -173,7 +173,7 @@ const FIRST_KEY: &[&str] = &[
 /// the watch).
 const LOCAL: &[&str] = &[
     "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info", "multi", "exec",
-    "discard", "watch", "unwatch",
+    "discard", "watch", "unwatch", "time",
 ];
 
 /// Commands that need one connection's state across commands, or the
@@ -252,18 +252,18 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
 });
 
 /// The keys of a script call (`EVAL script numkeys key... arg...`), or an
-/// error in Redis's words.
+/// error in Redis's words (without its `ERR `).
 pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
     let numkeys = args
         .get(2)
         .and_then(|n| std::str::from_utf8(n).ok())
         .and_then(|n| n.parse::<i64>().ok())
-        .ok_or("ERR value is not an integer or out of range")?;
+        .ok_or("value is not an integer or out of range")?;
     if numkeys < 0 {
-        return Err("ERR Number of keys can't be negative".into());
+        return Err("Number of keys can't be negative".into());
     }
     args.get(3..3 + numkeys as usize)
-        .ok_or_else(|| "ERR Number of keys can't be greater than number of args".into())
+        .ok_or_else(|| "Number of keys can't be greater than number of args".into())
 }
 
 /// The keys of a command queued inside MULTI, routed by `route`, or why
@@ -286,7 +286,7 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
         }
         Route::Together => Err(arity()),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
-        Route::Local if matches!(name, "ping" | "echo" | "unwatch") => Ok(Vec::new()),
+        Route::Local if matches!(name, "ping" | "echo" | "unwatch" | "time") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),
         Route::Range | Route::Every | Route::Everywhere | Route::Sum | Route::Scan => Err(format!(
             "'{name}' spans every shard: not inside MULTI through sluice route"

@@ -368,7 +368,7 @@ impl Router {
                     Route::Together => return arity(),
                     _ => match script_keys(args) {
                         Ok(keys) => self.place(keys.iter().map(Vec::as_slice)),
-                        Err(e) => return Reply::Error(e).into(),
+                        Err(e) => return Reply::Error(format!("ERR {e}")).into(),
                     },
                 };
                 match placed {

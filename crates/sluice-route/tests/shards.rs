@@ -461,6 +461,15 @@ fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
     let (other, _dir2) = start_shard("127.0.0.1:0");
     let (router, _) = start_router(&[shard, other], "");
     let mut c = Client::connect(router);
+    // TIME is the router's: seconds and microseconds, as Redis answers it.
+    let Reply::Array(time) = c.call(&["TIME"]) else {
+        panic!("TIME")
+    };
+    let number = |r: &Reply| match r {
+        Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).parse::<u64>().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(time.len() == 2 && number(&time[0]) > 1_700_000_000 && number(&time[1]) < 1_000_000);
     assert!(error_text(c.call(&["EXEC"])).contains("EXEC without MULTI"));
     assert!(error_text(c.call(&["DISCARD"])).contains("DISCARD without MULTI"));
     assert_eq!(c.call(&["MULTI"]), Reply::ok());
@@ -489,6 +498,10 @@ fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
     assert_eq!(c.call(&["SET", "foo", "1"]), queued);
     assert!(error_text(c.call(&["SET", "bar", "1"])).starts_with("CROSSSLOT"));
     assert!(error_text(c.call(&["RANGE", "a", "z"])).contains("spans every shard"));
+    assert_eq!(
+        error_text(c.call(&["EVAL", "return 1", "x"])),
+        "ERR value is not an integer or out of range"
+    );
     assert!(error_text(c.call(&["EXEC"])).starts_with("EXECABORT"));
     assert_eq!(c.call(&["GET", "foo"]), Reply::Bulk(None), "nothing of it ran");
 

@@ -65,6 +65,8 @@ pub struct RouteBench {
     pub writer: f64,
     /// The writer's keys spread over every shard instead of the first.
     pub write_all: bool,
+    /// RCP's mechanisms at the shards (`false`: one FIFO path for all I/O).
+    pub rcp: bool,
     /// Each shard's memtable, MiB; `None`: `sluice serve`'s default.
     pub memtable_mb: Option<u32>,
     /// When the shards compact (the router's `[compaction]` schedule); each
@@ -168,6 +170,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
         read_us: args.read_us,
         channels: args.channels,
         coop_starvation_ms: args.coop_starvation_ms,
+        rcp: args.rcp,
     };
     let users_total = if args.tenants.is_empty() {
         args.users

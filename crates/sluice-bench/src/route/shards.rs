@@ -19,6 +19,9 @@ pub(crate) struct Device {
     pub channels: u32,
     /// coop's starvation guard, ms.
     pub coop_starvation_ms: f64,
+    /// RCP's mechanisms on (the default): without them every I/O takes one
+    /// FIFO path, and background I/O holds the device as long as a read.
+    pub rcp: bool,
 }
 
 /// The shard processes, stopped when dropped.
@@ -60,9 +63,10 @@ impl Shards {
         std::fs::write(
             &runtime,
             format!(
-                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\npolicy = \"{name}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
+                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\nenabled = {rcp}\npolicy = \"{name}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
                 ch = self.device.channels,
                 r = self.device.read_us,
+                rcp = self.device.rcp,
                 // C̄ for slack (traqios): a read, as the device serves it.
                 c = self.device.read_us / 1e3,
                 s = starvation_ms.unwrap_or(self.device.coop_starvation_ms)

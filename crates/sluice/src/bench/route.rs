@@ -71,6 +71,10 @@ pub struct RouteArgs {
     /// Spread --writer's keys over every shard, so that each compacts
     #[arg(long)]
     pub write_all: bool,
+    /// Shards without RCP's mechanisms: all I/O on one FIFO path, background I/O as long as it
+    /// comes (as a store that does not tell compaction from reads)
+    #[arg(long)]
+    pub no_rcp: bool,
     /// Each shard's memtable, MiB (default: sluice serve's); smaller flushes and compacts more often
     #[arg(long)]
     pub memtable_mb: Option<u32>,
@@ -107,6 +111,7 @@ pub fn run(a: RouteArgs) -> Result<()> {
             writer: a.writer,
             write_all: a.write_all,
             memtable_mb: a.memtable_mb,
+            rcp: !a.no_rcp,
             schedules: a.schedules,
             max_steal: a.max_steal,
             dir: a.dir,
