@@ -413,6 +413,26 @@ mod tests {
         let config = Config::from_toml(text).unwrap();
         assert_eq!((config.shards.len(), config.pool.size), (2, 64));
         assert_eq!(config.admin.as_deref(), Some("127.0.0.1:6391"));
+        assert!(config.compaction.is_none(), "steering is opt-in");
+        // The commented [compaction] block, taken in, gives the defaults.
+        let (head, block) = text.split_at(text.find("# [compaction]").unwrap());
+        let block: String = block
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(setting) if setting.starts_with('[') || setting.contains(" = ") => setting,
+                _ => "",
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = Config::from_toml(&format!("{head}{block}"))
+            .unwrap()
+            .compaction
+            .unwrap();
+        let d = CompactionConfig::default();
+        assert_eq!(
+            (c.schedule, c.interval_ms, c.debt_bound_mb, c.sync_width),
+            (d.schedule, d.interval_ms, d.debt_bound_mb, d.sync_width)
+        );
     }
 
     #[test]
