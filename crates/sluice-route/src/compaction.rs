@@ -47,6 +47,10 @@ struct Inner {
     sub_requests: u64,
     /// Each shard as last read.
     seen: Vec<Option<ShardState>>,
+    /// Why each shard could not be read at the last decision, if it
+    /// could not: a warning is logged when this changes, not every
+    /// interval.
+    unread: Vec<Option<String>>,
     log: VecDeque<Logged>,
     /// Decisions by shard, reason and direction.
     totals: BTreeMap<(String, Why, bool), u64>,
@@ -96,6 +100,7 @@ impl Steering {
                 requests: 0,
                 sub_requests: 0,
                 seen: Vec::new(),
+                unread: Vec::new(),
                 log: VecDeque::new(),
                 totals: BTreeMap::new(),
             }),
@@ -128,18 +133,16 @@ impl Steering {
     /// One decision: read the `shards`, decide with the router's request
     /// counts so far (`requests`, `sub_requests`), apply, log at `uptime`.
     pub async fn step(&self, shards: &[Arc<Shard>], requests: u64, sub_requests: u64, uptime: Duration) {
-        let mut seen = Vec::with_capacity(shards.len());
+        let mut reads = Vec::with_capacity(shards.len());
         for shard in shards {
-            let read = match shard.control(&[&b"INFO"[..], b"store", b"background"]).await {
+            reads.push(match shard.control(&[&b"INFO"[..], b"store", b"background"]).await {
                 Ok(Reply::Bulk(Some(text))) => read_state(&String::from_utf8_lossy(&text)),
                 Ok(other) => Err(format!("answered INFO with {other:?}")),
                 Err(e) => Err(e.to_string()),
-            };
-            seen.push(
-                read.inspect_err(|e| tracing::warn!("compaction steering: shard {}: {e}", shard.name))
-                    .ok(),
-            );
+            });
         }
+        self.note_unread(shards, &reads);
+        let seen: Vec<Option<ShardState>> = reads.into_iter().map(Result::ok).collect();
         let decisions = {
             let mut inner = self.lock();
             let obs = ScheduleObservation {
@@ -163,6 +166,20 @@ impl Steering {
                 ),
                 Err(e) => tracing::warn!("compaction steering: {e}"),
             }
+        }
+    }
+
+    /// Logs a shard that can no longer be read, and one that can again.
+    fn note_unread(&self, shards: &[Arc<Shard>], reads: &[Result<ShardState, String>]) {
+        let mut inner = self.lock();
+        inner.unread.resize(shards.len(), None);
+        for (i, (shard, read)) in shards.iter().zip(reads).enumerate() {
+            match (read, &inner.unread[i]) {
+                (Err(e), None) => tracing::warn!("compaction steering: shard {}: {e}; it is left as it is", shard.name),
+                (Ok(_), Some(_)) => tracing::warn!("compaction steering: shard {} can be read again", shard.name),
+                _ => {}
+            }
+            inner.unread[i] = read.as_ref().err().cloned();
         }
     }
 
@@ -235,24 +252,28 @@ impl Steering {
     }
 }
 
-/// A shard's debt (`pending_compaction_bytes`) and knob (`paused=` on the
-/// `compaction:` line) from its INFO text.
+/// A shard's debt (`pending_compaction_bytes`), knob (`paused=` on the
+/// `compaction:` line) and room in L0 (`l0_slowdown_tables` less
+/// `level0:tables=`) from its INFO text.
 fn read_state(info: &str) -> Result<ShardState, String> {
-    let debt = info
-        .lines()
-        .find_map(|l| l.strip_prefix("pending_compaction_bytes:"))
-        .ok_or("no pending_compaction_bytes in its INFO: is it sluice serve?")?
-        .trim()
-        .parse()
-        .map_err(|e| format!("pending_compaction_bytes: {e}"))?;
-    let paused = info
-        .lines()
-        .find_map(|l| l.strip_prefix("compaction:"))
+    let field = |prefix: &str| info.lines().find_map(|l| l.strip_prefix(prefix));
+    let number = |name: &str, text: Option<&str>| -> Result<u64, String> {
+        text.ok_or(format!("no {name} in its INFO: is it sluice serve?"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{name}: {e}"))
+    };
+    let debt = number("pending_compaction_bytes", field("pending_compaction_bytes:"))?;
+    let paused = field("compaction:")
         .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("paused=")))
         .ok_or("no compaction task in its INFO")?;
+    let tables = field("level0:tables=").and_then(|l| l.split(',').next());
+    let tables = number("level0 tables", tables)?;
+    let slowdown = number("l0_slowdown_tables", field("l0_slowdown_tables:"))?;
     Ok(ShardState {
         debt,
         paused: paused.trim() == "true",
+        stall_in: slowdown.saturating_sub(tables).try_into().unwrap_or(u32::MAX),
     })
 }
 
@@ -262,24 +283,22 @@ mod tests {
 
     #[test]
     fn a_shards_state_is_read_from_its_info() {
-        let info = "# Store\r\nlevel0:tables=4,bytes=1\r\npending_compaction_bytes:16777216\r\n\
+        let info =
+            "# Store\r\nlevel0:tables=5,bytes=1\r\nl0_slowdown_tables:8\r\npending_compaction_bytes:16777216\r\n\
                     # Background\r\nflush:bytes=0,ios=0,backlog_bytes=0,rate_bytes=unlimited,paused=false\r\n\
                     compaction:bytes=5,ios=1,backlog_bytes=0,rate_bytes=unlimited,paused=true\r\n";
         assert_eq!(
             read_state(info),
             Ok(ShardState {
                 debt: 16 << 20,
-                paused: true
+                paused: true,
+                stall_in: 3
             })
         );
-        assert!(read_state("redis_version:7.0.15\r\n")
-            .unwrap_err()
-            .contains("sluice serve"));
-        assert!(read_state("pending_compaction_bytes:x\r\n")
-            .unwrap_err()
-            .contains("pending_compaction_bytes"));
-        assert!(read_state("pending_compaction_bytes:1\r\n")
-            .unwrap_err()
-            .contains("compaction task"));
+        let refused = |text: &str| read_state(text).unwrap_err();
+        assert!(refused("redis_version:7.0.15\r\n").contains("sluice serve"));
+        assert!(refused("pending_compaction_bytes:x\r\n").contains("pending_compaction_bytes"));
+        assert!(refused("pending_compaction_bytes:1\r\n").contains("compaction task"));
+        assert!(refused(&info.replace("l0_slowdown_tables:8\r\n", "")).contains("l0_slowdown_tables"));
     }
 }

@@ -27,8 +27,9 @@
 //!   (shards on one host share its CPU and disk). The default, 2, assumes
 //!   s < 2.
 //!
-//! Whatever the schedule, a shard whose debt reaches `debt_bound` compacts:
-//! the bound on debt always wins, since past it the store slows writes.
+//! Whatever the schedule, a shard compacts once its debt reaches
+//! `debt_bound`, or once its L0 is within [`STALL_MARGIN`] tables of the
+//! count at which it slows writes: the bound on debt always wins.
 //!
 //! The controller decides and nothing else: the driver (the router) reads
 //! each shard's debt and whether its compaction is paused, calls
@@ -45,12 +46,12 @@
 //!     ..CompactionScheduleConfig::default()
 //! })
 //! .unwrap();
-//! let shard = |debt| Some(ShardState { debt, paused: false });
+//! let shard = |debt| Some(ShardState { debt, paused: false, stall_in: 8 });
 //! // Only one shard has debt: every compaction waits for the window.
 //! let first = c.decide(&ScheduleObservation { shards: &[shard(4 << 20), shard(0)], requests: 10, sub_requests: 20 });
 //! assert!(first.iter().all(|d| d.paused));
 //! // Both have debt: the window opens on both at once.
-//! let paused = |debt| Some(ShardState { debt, paused: true });
+//! let paused = |debt| Some(ShardState { debt, paused: true, stall_in: 8 });
 //! let next = c.decide(&ScheduleObservation { shards: &[paused(4 << 20), paused(1 << 20)], requests: 10, sub_requests: 20 });
 //! assert_eq!(next.len(), 2);
 //! assert!(next.iter().all(|d| !d.paused && d.why == Why::Window));
@@ -131,7 +132,14 @@ pub struct ShardState {
     pub debt: u64,
     /// Whether its compaction is paused now.
     pub paused: bool,
+    /// L0 tables it can still take before it slows writes.
+    pub stall_in: u32,
 }
+
+/// A shard this close to slowing writes (in L0 tables, each a flush away)
+/// compacts whatever the schedule: the driver reads it only every
+/// interval, and a compaction takes a while to bring L0 down.
+pub const STALL_MARGIN: u32 = 2;
 
 /// What the controller sees at one decision.
 #[derive(Clone, Copy, Debug)]
@@ -243,8 +251,17 @@ impl CompactionSchedule {
             let opened = self.advance(obs);
             let bound = self.config.debt_bound;
             (0..obs.shards.len())
-                .map(|i| match debt(i) {
-                    Some(d) if d >= bound => (false, Why::DebtBound, format!("debt {} ≥ bound {}", mib(d), mib(bound))),
+                .map(|i| match obs.shards[i] {
+                    Some(s) if s.debt >= bound => (
+                        false,
+                        Why::DebtBound,
+                        format!("debt {} ≥ bound {}", mib(s.debt), mib(bound)),
+                    ),
+                    Some(s) if s.stall_in <= STALL_MARGIN => (
+                        false,
+                        Why::DebtBound,
+                        format!("{} L0 tables from slowing writes", s.stall_in),
+                    ),
                     _ if self.open[i] => (false, opened.unwrap_or(Why::Window), self.because(debt(i))),
                     _ => (
                         true,
@@ -292,7 +309,7 @@ impl CompactionSchedule {
         match schedule {
             Schedule::Synchronized => {
                 let every = !read.is_empty() && read.iter().all(|&i| debt(i) > 0);
-                let forced = read.iter().any(|&i| debt(i) >= self.config.debt_bound);
+                let forced = read.iter().any(|&i| obs.shards[i].is_some_and(|s| self.forced(s)));
                 // Once a window runs, or one shard's debt forces its
                 // compaction, every shard with debt compacts with it.
                 if self.window.is_some() || every || forced {
@@ -316,6 +333,11 @@ impl CompactionSchedule {
             }
             Schedule::PerNode | Schedule::Auto => None,
         }
+    }
+
+    /// Whether the debt bound makes `s` compact whatever the schedule.
+    fn forced(&self, s: ShardState) -> bool {
+        s.debt >= self.config.debt_bound || s.stall_in <= STALL_MARGIN
     }
 
     fn because(&self, debt: Option<u64>) -> String {
@@ -361,7 +383,14 @@ mod tests {
     }
 
     fn shards(debts: &[u64]) -> Vec<ShardState> {
-        debts.iter().map(|&debt| ShardState { debt, paused: false }).collect()
+        debts
+            .iter()
+            .map(|&debt| ShardState {
+                debt,
+                paused: false,
+                stall_in: 8,
+            })
+            .collect()
     }
 
     fn running(shards: &[ShardState]) -> Vec<bool> {
@@ -420,6 +449,23 @@ mod tests {
         let d = step(&mut c, &mut s, 3);
         assert_eq!(running(&s), [true, true, false]);
         assert_eq!(d.iter().find(|d| d.shard == 0).unwrap().why, Why::DebtBound);
+    }
+
+    #[test]
+    fn a_shard_near_slowing_writes_compacts_whatever_its_debt() {
+        let mut c = schedule(Schedule::Synchronized);
+        let mut s = shards(&[4 * MB, 0]);
+        s[0].paused = true;
+        s[0].stall_in = STALL_MARGIN + 1;
+        step(&mut c, &mut s, 2);
+        assert_eq!(running(&s), [false, false]);
+        s[0].stall_in = STALL_MARGIN;
+        let d = step(&mut c, &mut s, 2);
+        assert_eq!(running(&s), [true, false]);
+        assert_eq!(
+            (d[0].why, d[0].detail.as_str()),
+            (Why::DebtBound, "2 L0 tables from slowing writes")
+        );
     }
 
     #[test]
@@ -483,6 +529,7 @@ mod tests {
             Some(ShardState {
                 debt: 4 * MB,
                 paused: true,
+                stall_in: 8,
             }),
             None,
         ];

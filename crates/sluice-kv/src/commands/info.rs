@@ -128,7 +128,10 @@ fn store(shared: &Shared, s: &mut String) {
     }
     let _ = write!(
         s,
-        "memtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\ndevice_held_us:{}\r\n",
+        "l0_slowdown_tables:{}\r\nmemtable_bytes:{}\r\nimmutable_memtables:{}\r\npending_compaction_bytes:{}\r\ndevice_held_us:{}\r\n",
+        // From this many L0 tables on, writes are slowed: what a controller
+        // that holds compaction back must stay under.
+        shared.db.options().l0_slowdown_trigger,
         stats.memtable_bytes,
         stats.immutables,
         stats.pending_compaction_bytes,
