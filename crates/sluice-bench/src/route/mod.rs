@@ -260,9 +260,11 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 shard.stats.latency.reset();
             }
             let sampler = Sampler::start(shards.ports.clone());
+            let decided_before = decisions(&router);
             let (results, steal) =
                 steal::during(|| run_users(&target, &users, args.seconds, round as u64, &mut |_| {}));
             let overlap = sampler.stop();
+            let decided = decisions(&router) - decided_before;
             let results = results?;
             drop(writer);
             let mut all = LatencyHistogram::default();
@@ -308,7 +310,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 .map(|(t, (m, n))| format!("  {} missed {:.1}% of {n:.1}/s", t.name, m * 100.0))
                 .collect();
             eprintln!(
-                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  compacting {:.0}% of the time, {:.1} shards at once  steal {:.1}%{}",
+                "round {round}  {:<6} {:>7.1} scans/s  p50 {:>7.1} ms  p99 {:>7.1} ms  gap p50 {:>6.1} p99 {:>6.1} ms  shards' p50 {} ms  compacting {:.0}% of the time, {:.1} shards at once ({decided} decisions)  steal {:.1}%{}",
                 r.policy,
                 r.ops_per_sec,
                 r.p50_ms,
@@ -329,6 +331,15 @@ pub fn run(args: &RouteBench) -> Result<String> {
         out += &tenant_table(&runs, &labels, &args.tenants, args.max_steal);
     }
     Ok(out)
+}
+
+/// Decisions the router's compaction steering has applied so far.
+fn decisions(router: &sluice_route::Router) -> u64 {
+    let names = router.shards().iter().map(|s| s.name.clone()).collect();
+    router
+        .compaction
+        .as_ref()
+        .map_or(0, |c| c.snapshot(names).totals.iter().map(|t| t.3).sum())
 }
 
 /// Each tenant's miss ratio and scans per second under each policy: the
