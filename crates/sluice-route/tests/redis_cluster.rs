@@ -33,11 +33,18 @@ impl Drop for Cluster {
     }
 }
 
-/// A port free now whose cluster bus port (port + 10000) is free too.
+/// A port free now whose cluster bus port (port + 10000) is free too, and
+/// neither handed out before in this process: the tests run at once, and
+/// a port the kernel gives twice would put one test's node in the other's
+/// cluster.
 fn free_port() -> u16 {
+    static HANDED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed = HANDED.lock().unwrap();
     loop {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+        let taken = |p: u16| handed.iter().any(|&h| h == p || h + 10000 == p || h == p + 10000);
+        if port < 55000 && !taken(port) && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            handed.push(port);
             return port;
         }
     }
