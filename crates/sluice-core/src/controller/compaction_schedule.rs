@@ -25,7 +25,7 @@
 //!   time spent compacting); under synchronized about s·c, where s ≥ 1 is
 //!   how much longer a window lasts when every shard compacts at once
 //!   (shards on one host share its CPU and disk). The default, 2, assumes
-//!   s < 2.
+//!   s < 2. Before the first request there is no width, and no window.
 //!
 //! Whatever the schedule, a shard compacts once its debt reaches
 //! `debt_bound`, or once its L0 is within [`STALL_MARGIN`] tables of the
@@ -301,10 +301,14 @@ impl CompactionSchedule {
             self.window = None;
         }
         let read: Vec<usize> = (0..n).filter(|&i| obs.shards[i].is_some()).collect();
-        let schedule = self.window.unwrap_or(match self.config.schedule {
-            Schedule::Auto if self.width.unwrap_or(1.0) >= self.config.sync_width => Schedule::Synchronized,
-            Schedule::Auto => Schedule::Staggered,
-            s => s,
+        // Before its first request, `auto` has no width to choose by: it
+        // opens no window (the debt bound still holds), since a window's
+        // schedule is kept until the window ends.
+        let schedule = self.window.unwrap_or(match (self.config.schedule, self.width) {
+            (Schedule::Auto, None) => return None,
+            (Schedule::Auto, Some(w)) if w >= self.config.sync_width => Schedule::Synchronized,
+            (Schedule::Auto, Some(_)) => Schedule::Staggered,
+            (s, _) => s,
         });
         match schedule {
             Schedule::Synchronized => {
@@ -500,6 +504,26 @@ mod tests {
         step(&mut narrow, &mut s, 1);
         assert_eq!(narrow.window(), Some(Schedule::Staggered));
         assert_eq!(running(&s), [true, false]);
+    }
+
+    #[test]
+    fn auto_waits_for_a_request_before_it_opens_a_window() {
+        let mut c = schedule(Schedule::Auto);
+        let mut s = shards(&[4 * MB, 4 * MB]);
+        let seen: Vec<Option<ShardState>> = s.iter().copied().map(Some).collect();
+        let idle = ScheduleObservation {
+            shards: &seen,
+            requests: 0,
+            sub_requests: 0,
+        };
+        assert!(c.decide(&idle).iter().all(|d| d.paused && d.why == Why::Outside));
+        assert_eq!(c.window(), None);
+        step(&mut c, &mut s, 2);
+        assert_eq!(
+            c.window(),
+            Some(Schedule::Synchronized),
+            "a wide request came: synchronized"
+        );
     }
 
     #[test]
