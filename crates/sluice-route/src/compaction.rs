@@ -12,11 +12,11 @@
 //! or one after another; the module doc of [`CompactionSchedule`] has the
 //! rule.
 //!
-//! A paused compaction is never the store's only guard: a writer that
-//! sluice-kv stalls for it lifts the pause through priority inheritance.
-//! Still, a schedule should not outlive its router: [`Steering::resume_all`]
-//! resumes every shard's compaction, and `sluice route` calls it when it
-//! stops.
+//! A paused compaction is never the store's only guard: once its L0
+//! reaches the count at which writes stop, sluice-kv compacts whatever the
+//! knob says. Still, a schedule should not outlive its router:
+//! [`Steering::resume_all`] resumes every shard's compaction, and `sluice
+//! route` calls it when it stops.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
