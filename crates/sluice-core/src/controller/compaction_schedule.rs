@@ -248,22 +248,17 @@ impl CompactionSchedule {
                 .map(|_| (false, Why::PerNode, "the shard compacts when it wants".into()))
                 .collect()
         } else {
-            let opened = self.advance(obs);
-            let bound = self.config.debt_bound;
+            self.advance(obs);
+            let turn = if self.window == Some(Schedule::Staggered) {
+                Why::Turn
+            } else {
+                Why::Window
+            };
             (0..obs.shards.len())
-                .map(|i| match obs.shards[i] {
-                    Some(s) if s.debt >= bound => (
-                        false,
-                        Why::DebtBound,
-                        format!("debt {} ≥ bound {}", mib(s.debt), mib(bound)),
-                    ),
-                    Some(s) if s.stall_in <= STALL_MARGIN => (
-                        false,
-                        Why::DebtBound,
-                        format!("{} L0 tables from slowing writes", s.stall_in),
-                    ),
-                    _ if self.open[i] => (false, opened.unwrap_or(Why::Window), self.because(debt(i))),
-                    _ => (
+                .map(|i| match obs.shards[i].and_then(|s| self.bound(s)) {
+                    Some(detail) => (false, Why::DebtBound, detail),
+                    None if self.open[i] => (false, turn, self.because(debt(i))),
+                    None => (
                         true,
                         Why::Outside,
                         format!("no window for it; debt {}", mib(debt(i).unwrap_or(0))),
@@ -286,9 +281,8 @@ impl CompactionSchedule {
     }
 
     /// Closes the window's shards whose debt is paid, ends it when none is
-    /// left, and opens the next if its schedule says so; the reason the
-    /// window's shards are open.
-    fn advance(&mut self, obs: &ScheduleObservation) -> Option<Why> {
+    /// left, and opens the next if its schedule says so.
+    fn advance(&mut self, obs: &ScheduleObservation) {
         let debt = |i: usize| obs.shards[i].map_or(0, |s| s.debt);
         let n = obs.shards.len();
         for i in 0..n {
@@ -305,7 +299,7 @@ impl CompactionSchedule {
         // opens no window (the debt bound still holds), since a window's
         // schedule is kept until the window ends.
         let schedule = self.window.unwrap_or(match (self.config.schedule, self.width) {
-            (Schedule::Auto, None) => return None,
+            (Schedule::Auto, None) => return,
             (Schedule::Auto, Some(w)) if w >= self.config.sync_width => Schedule::Synchronized,
             (Schedule::Auto, Some(_)) => Schedule::Staggered,
             (s, _) => s,
@@ -313,7 +307,9 @@ impl CompactionSchedule {
         match schedule {
             Schedule::Synchronized => {
                 let every = !read.is_empty() && read.iter().all(|&i| debt(i) > 0);
-                let forced = read.iter().any(|&i| obs.shards[i].is_some_and(|s| self.forced(s)));
+                let forced = read
+                    .iter()
+                    .any(|&i| obs.shards[i].and_then(|s| self.bound(s)).is_some());
                 // Once a window runs, or one shard's debt forces its
                 // compaction, every shard with debt compacts with it.
                 if self.window.is_some() || every || forced {
@@ -324,7 +320,6 @@ impl CompactionSchedule {
                 if self.open.contains(&true) {
                     self.window = Some(Schedule::Synchronized);
                 }
-                Some(Why::Window)
             }
             Schedule::Staggered => {
                 if self.window.is_none() {
@@ -333,15 +328,22 @@ impl CompactionSchedule {
                         self.window = Some(Schedule::Staggered);
                     }
                 }
-                Some(Why::Turn)
             }
-            Schedule::PerNode | Schedule::Auto => None,
+            Schedule::PerNode | Schedule::Auto => {}
         }
     }
 
-    /// Whether the debt bound makes `s` compact whatever the schedule.
-    fn forced(&self, s: ShardState) -> bool {
-        s.debt >= self.config.debt_bound || s.stall_in <= STALL_MARGIN
+    /// Why the debt bound makes `s` compact whatever the schedule, if it
+    /// does.
+    fn bound(&self, s: ShardState) -> Option<String> {
+        let bound = self.config.debt_bound;
+        if s.debt >= bound {
+            Some(format!("debt {} ≥ bound {}", mib(s.debt), mib(bound)))
+        } else if s.stall_in <= STALL_MARGIN {
+            Some(format!("{} L0 tables from slowing writes", s.stall_in))
+        } else {
+            None
+        }
     }
 
     fn because(&self, debt: Option<u64>) -> String {
