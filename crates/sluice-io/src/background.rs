@@ -164,12 +164,20 @@ impl Background {
         self.ios.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether the task's knobs bind its work now: neither raised to
+    /// critical nor under an [`Background::urgent`] guard. A task may also
+    /// ask this before it starts a piece of work, to leave a paused one
+    /// unstarted.
+    pub fn bound_by_knobs(&self) -> bool {
+        !self.knobs().critical && self.urgent.load(Ordering::Relaxed) == 0
+    }
+
     /// Holds the calling thread while the task is paused or over its rates,
     /// unless the thread is critical.
     pub(crate) fn throttle(&self, task: &Task, inheritance: bool, bytes: u64) {
         loop {
             let knobs = self.knobs();
-            if knobs.critical || task.is_critical(inheritance) || self.urgent.load(Ordering::Relaxed) > 0 {
+            if !self.bound_by_knobs() || task.is_critical(inheritance) {
                 return;
             }
             let wait = if knobs.paused {

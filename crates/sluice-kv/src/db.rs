@@ -471,13 +471,13 @@ impl Inner {
     /// it then runs whatever its knobs say, since a pause (left by a
     /// controller that died, say) must not stop writes for good.
     fn compaction_step(&self) -> Result<bool> {
-        let knobs = self.compaction_task.knobs();
+        let task = &self.compaction_task;
         let stopped = self.state.lock().version.levels[0].len() >= self.options.l0_stop_trigger;
-        if knobs.paused && !knobs.critical && !stopped {
+        let _urgent = stopped.then(|| task.urgent());
+        if task.knobs().paused && task.bound_by_knobs() {
             std::thread::sleep(PAUSED_RECHECK);
             return Ok(false);
         }
-        let _urgent = stopped.then(|| self.compaction_task.urgent());
         let compacted = compaction::compact_one(self)?;
         self.state.lock().resume(&[Failed::Compaction]);
         Ok(compacted)
