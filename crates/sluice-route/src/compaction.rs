@@ -222,6 +222,11 @@ impl Steering {
         }
     }
 
+    /// Decisions applied since start.
+    pub fn applied(&self) -> u64 {
+        self.lock().totals.values().sum()
+    }
+
     /// The state as of the last decision; `names` are the shards', in
     /// order.
     pub fn snapshot(&self, names: Vec<String>) -> SteeringSnapshot {

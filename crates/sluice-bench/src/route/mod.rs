@@ -244,7 +244,9 @@ pub fn run(args: &RouteBench) -> Result<String> {
         }
         for (label, policy, schedule) in order {
             let steering = router.compaction.as_ref();
-            steering.inspect(|s| s.set_schedule(Schedule::PerNode));
+            if let Some(s) = steering {
+                s.set_schedule(Schedule::PerNode);
+            }
             shards.start(policy)?;
             if args.writer > 0.0 {
                 // Every run starts with no compaction owed: what a run's
@@ -252,7 +254,9 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 // schedule would pay for its predecessor.
                 shards.settle()?;
             }
-            steering.inspect(|s| s.set_schedule(*schedule));
+            if let Some(s) = steering {
+                s.set_schedule(*schedule);
+            }
             let writer = Writer::start(addr, args.shards, args.writer, args.write_all);
             run_users(&target, &users, args.warmup, round as u64 * 1000, &mut |_| {})?;
             router.stats.gap.reset();
@@ -260,11 +264,12 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 shard.stats.latency.reset();
             }
             let sampler = Sampler::start(shards.ports.clone());
-            let decided_before = decisions(&router);
+            let applied = || router.compaction.as_ref().map_or(0, |c| c.applied());
+            let decided_before = applied();
             let (results, steal) =
                 steal::during(|| run_users(&target, &users, args.seconds, round as u64, &mut |_| {}));
             let overlap = sampler.stop();
-            let decided = decisions(&router) - decided_before;
+            let decided = applied() - decided_before;
             let results = results?;
             drop(writer);
             let mut all = LatencyHistogram::default();
@@ -331,15 +336,6 @@ pub fn run(args: &RouteBench) -> Result<String> {
         out += &tenant_table(&runs, &labels, &args.tenants, args.max_steal);
     }
     Ok(out)
-}
-
-/// Decisions the router's compaction steering has applied so far.
-fn decisions(router: &sluice_route::Router) -> u64 {
-    let names = router.shards().iter().map(|s| s.name.clone()).collect();
-    router
-        .compaction
-        .as_ref()
-        .map_or(0, |c| c.snapshot(names).totals.iter().map(|t| t.3).sum())
 }
 
 /// Each tenant's miss ratio and scans per second under each policy: the

@@ -24,12 +24,16 @@ impl Writer {
         }
         // A hash tag whose slot is in the first shard's range; none: the
         // keys' own slots, spread over every shard.
-        let first_shard_slots = 16384 / shards as u16;
-        let tag = (0u32..)
-            .map(|i| format!("w{i}"))
-            .find(|t| sluice_route::slot::slot(t.as_bytes()) < first_shard_slots)
-            .expect("some tag hashes into the first shard");
-        let tag = if all { String::new() } else { format!("{{{tag}}}") };
+        let tag = if all {
+            String::new()
+        } else {
+            let first_shard_slots = 16384 / shards as u16;
+            let tag = (0u32..)
+                .map(|i| format!("w{i}"))
+                .find(|t| sluice_route::slot::slot(t.as_bytes()) < first_shard_slots)
+                .expect("some tag hashes into the first shard");
+            format!("{{{tag}}}")
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
