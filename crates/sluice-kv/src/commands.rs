@@ -4,7 +4,8 @@
 //! either way); SET's options, SETEX, PSETEX, GETSET, SETNX, MSETNX,
 //! STRLEN, APPEND, SETRANGE, GETRANGE (and its old name SUBSTR), GETDEL and the counters in
 //! `commands/string.rs`), RENAME and RENAMENX (`commands/rename.rs`), hashes
-//! (`commands/hash.rs`), sorted sets (`commands/zset.rs`), KEYS, SCAN and
+//! (`commands/hash.rs`), sets (`commands/set.rs`), sorted sets
+//! (`commands/zset.rs`), KEYS, SCAN and
 //! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
@@ -39,6 +40,7 @@ mod long_double;
 mod rename;
 mod script;
 mod session;
+mod set;
 mod store;
 mod string;
 mod transaction;
@@ -204,8 +206,12 @@ const COMMANDS: &[Command] = &[
     ),
     command("rpush", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, false)),
     command("rpushx", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Right, true)),
+    command("sadd", |n| n >= 2, |s, _, _, r| set::sadd(s, r)),
     command("scan", |n| n >= 1, |s, _, _, r| keys::scan(s, r)),
+    command("scard", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
     command("script", |n| n >= 1, |s, _, _, r| script::script(s, r)),
+    command("sdiff", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
+    command("sdiffstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
     command(
         "select",
         |n| n == 1,
@@ -218,8 +224,20 @@ const COMMANDS: &[Command] = &[
     command("setex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
     command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
+    command("sinter", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
+    command("sinterstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
+    command("sismember", |n| n == 2, |s, _, name, r| set::read_set(s, name, r)),
+    command("smembers", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
+    command("smismember", |n| n >= 2, |s, _, name, r| set::read_set(s, name, r)),
+    command("smove", |n| n == 3, |s, _, _, r| set::smove(s, r)),
+    command("spop", |n| n >= 1, |s, _, _, r| set::spop(s, r)),
+    command("srandmember", |n| n >= 1, |s, _, _, r| set::srandmember(s, r)),
+    command("srem", |n| n >= 2, |s, _, _, r| set::srem(s, r)),
+    command("sscan", |n| n >= 2, |s, _, _, r| set::sscan(s, r)),
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
     command("substr", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
+    command("sunion", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
+    command("sunionstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
     command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
@@ -381,10 +399,7 @@ fn type_of(shared: &Shared, key: &[u8]) -> Reply {
     run(|| {
         let name = match read(shared, key)? {
             Typed::Absent => "none",
-            Typed::Found(Tag::String, ..) => "string",
-            Typed::Found(Tag::Hash, ..) => "hash",
-            Typed::Found(Tag::Zset, ..) => "zset",
-            Typed::Found(Tag::List, ..) => "list",
+            Typed::Found(tag, ..) => tag.name(),
         };
         Ok(Reply::Simple(name.into()))
     })

@@ -22,6 +22,13 @@
 //!   a list (LINSERT, LREM) would rewrite every element after the point,
 //!   so they are not offered; nor are the blocking pops, which would hold
 //!   a worker while they wait.
+//! - A set is a header like a sorted set's (tag, version, cardinality)
+//!   plus one empty store entry per member under `0xFF`, keyed by a hash
+//!   of the member and then the member itself. Membership is one lookup;
+//!   and because members lie in hash order, a point in the hash space is
+//!   a position in the set: SSCAN's cursor is that number, as Redis's is
+//!   a position in its hash table, and a random point is where SPOP and
+//!   SRANDMEMBER start to read in a large set (`commands/set.rs`).
 //! - A value that expires starts with `x` and its deadline (unix time in
 //!   milliseconds, 8 bytes big-endian) before its tag: the expiry is read
 //!   with the value, so a read never costs a second lookup, and a value
@@ -30,7 +37,7 @@
 //!   it (strings and hashes) or when the expiry sweeper reaches it
 //!   (`crate::sweeper`, Redis's active expiry), whichever is first.
 //!
-//! The version is fresh for each new set or list, so entries of an
+//! The version is fresh for each new set, sorted set or list, so entries of an
 //! earlier one at the same key are never read as the new one's. Entries
 //! leave the store with their header: `DEL` and the expiry sweeper delete
 //! them with it, and a write that puts another value in its place (`SET`
@@ -58,6 +65,21 @@ pub enum Tag {
     Hash = b'h' as isize,
     Zset = b'z' as isize,
     List = b'l' as isize,
+    /// `S`: `s` is a string's.
+    Set = b'S' as isize,
+}
+
+impl Tag {
+    /// The type's name, as TYPE answers it and SCAN's TYPE option names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tag::String => "string",
+            Tag::Hash => "hash",
+            Tag::Zset => "zset",
+            Tag::List => "list",
+            Tag::Set => "set",
+        }
+    }
 }
 
 /// `body` behind `tag`, as the value to store.
@@ -76,6 +98,7 @@ pub fn untag(value: &[u8]) -> Option<(Tag, &[u8])> {
         b'h' => Tag::Hash,
         b'z' => Tag::Zset,
         b'l' => Tag::List,
+        b'S' => Tag::Set,
         _ => return None,
     };
     Some((tag, &value[1..]))
@@ -251,6 +274,84 @@ impl ZsetMeta {
         k.extend_from_slice(&self.version.to_be_bytes());
         k
     }
+}
+
+/// A set's header: the version its members are keyed by, and how many
+/// there are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetMeta {
+    pub version: u64,
+    pub card: u64,
+}
+
+impl SetMeta {
+    /// A new, empty set.
+    pub fn fresh() -> Self {
+        SetMeta {
+            version: fresh_version(),
+            card: 0,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Tag::Set as u8];
+        out.extend_from_slice(&self.version.to_be_bytes());
+        out.extend_from_slice(&self.card.to_be_bytes());
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Option<Self> {
+        Some(SetMeta {
+            version: u64::from_be_bytes(body.get(..8)?.try_into().ok()?),
+            card: u64::from_be_bytes(body.get(8..16)?.try_into().ok()?),
+        })
+    }
+
+    /// Key of `member`'s entry: where its hash puts it.
+    pub fn member_key(&self, member: &[u8]) -> Vec<u8> {
+        let mut k = self.position(member_hash(member));
+        k.extend_from_slice(member);
+        k
+    }
+
+    /// Where the members whose hashes are `hash` or more begin.
+    pub fn position(&self, hash: u64) -> Vec<u8> {
+        let mut k = self.prefix();
+        k.extend_from_slice(&hash.to_be_bytes());
+        k
+    }
+
+    /// The hash and the member of an entry key of this set.
+    pub fn parse_member_key(&self, key: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let rest = key.strip_prefix(self.prefix().as_slice())?;
+        let hash = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+        Some((hash, rest[8..].to_vec()))
+    }
+
+    /// Where this set's members begin.
+    pub fn prefix(&self) -> Vec<u8> {
+        let mut k = vec![RESERVED, b'S'];
+        k.extend_from_slice(&self.version.to_be_bytes());
+        k
+    }
+
+    /// One past every member of this set, and before those of any set of a
+    /// later version.
+    pub fn end(&self) -> Vec<u8> {
+        match self.version.checked_add(1) {
+            Some(next) => SetMeta { version: next, card: 0 }.prefix(),
+            None => vec![RESERVED, b'S' + 1],
+        }
+    }
+}
+
+/// Where a member lies in its set: SipHash-1-3 with fixed keys, a hash
+/// its crate promises not to change, since the position is on disk.
+pub fn member_hash(member: &[u8]) -> u64 {
+    use siphasher::sip::SipHasher13;
+    let mut h = SipHasher13::new_with_keys(0x736c_7569_6365, 0x7365_7473);
+    h.write(member);
+    h.finish()
 }
 
 /// A version no earlier set or list of this process or, as long as the
@@ -478,6 +579,26 @@ mod tests {
     }
 
     #[test]
+    fn set_members_lie_in_hash_order_inside_their_set() {
+        let m = SetMeta { version: 7, card: 0 };
+        let k = m.member_key(b"member");
+        assert_eq!(m.parse_member_key(&k), Some((member_hash(b"member"), b"member".to_vec())));
+        assert!(k.as_slice() >= m.position(member_hash(b"member")).as_slice());
+        assert!(k.as_slice() >= m.prefix().as_slice() && k.as_slice() < m.end().as_slice());
+        let other = SetMeta { version: 8, card: 0 };
+        assert_eq!(other.parse_member_key(&k), None);
+        assert!(other.prefix().as_slice() >= m.end().as_slice());
+        let last = SetMeta {
+            version: u64::MAX,
+            card: 0,
+        };
+        assert!(last.end().as_slice() > last.position(u64::MAX).as_slice());
+        assert_eq!(SetMeta::decode(&m.encode()[1..]), Some(m));
+        // On disk: a member's hash never changes.
+        assert_eq!(member_hash(b"member"), 14_012_760_665_837_294_768);
+    }
+
+    #[test]
     fn deadlines_travel_with_values() {
         let v = with_deadline(tagged(Tag::String, b"body"), Some(1_000));
         assert_eq!(decode_value(&v), Some((Tag::String, &b"body"[..], Some(1_000))));
@@ -510,6 +631,8 @@ mod tests {
         fn decoding_arbitrary_bytes_never_panics(body in any::<Vec<u8>>()) {
             let _ = decode_hash(&body);
             let _ = ZsetMeta::decode(&body);
+            let _ = SetMeta::decode(&body);
+            let _ = SetMeta { version: 1, card: 0 }.parse_member_key(&body);
             let _ = ZsetMeta { version: 1, card: 0 }.parse_score_key(&body);
         }
     }

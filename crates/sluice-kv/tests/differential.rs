@@ -1,8 +1,10 @@
 //! `sluice serve` against Redis 7, reply for reply: random sequences of
-//! string, counter, hash, sorted-set and expiry commands (errors included)
-//! go to both, over RESP2 and RESP3, and every reply must be the same.
-//! Where Redis's order is its hash table's (KEYS, HGETALL), both replies
-//! are sorted before they are compared. Time enters as relative expiries
+//! string, counter, hash, set, sorted-set, list and expiry commands
+//! (errors included) go to both, over RESP2 and RESP3, and every reply
+//! must be the same. Where Redis's order is its hash table's (KEYS,
+//! HGETALL, SMEMBERS, SSCAN's page), both replies are sorted before they
+//! are compared; SRANDMEMBER's members are random, so only how many come
+//! back is compared, and SPOP pops with a count that takes every member. Time enters as relative expiries
 //! of 100 s or more, read back by TTL (whose seconds may round apart by
 //! one when the two reads straddle a boundary), and as absolute ones far
 //! in the future or long past (EXPIREAT 1), which GT and LT compare: two
@@ -177,7 +179,20 @@ impl Conn {
 
 /// The reply with Redis's hash-table orders taken out.
 fn normalized(command: &str, reply: Reply) -> Reply {
+    let sorted = |mut items: Vec<Reply>| {
+        items.sort_by_key(|k| format!("{k:?}"));
+        items
+    };
     match (command, reply) {
+        ("SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP", Reply::Set(items)) => Reply::Set(sorted(items)),
+        ("SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP", Reply::Array(items)) => Reply::Array(sorted(items)),
+        ("SRANDMEMBER", Reply::Array(items)) => Reply::Integer(items.len() as i64),
+        ("SSCAN", Reply::Array(mut page)) if page.len() == 2 => {
+            if let Reply::Array(items) = page.pop().unwrap() {
+                page.push(Reply::Array(sorted(items)));
+            }
+            Reply::Array(page)
+        }
         ("KEYS", Reply::Array(mut keys)) => {
             keys.sort_by_key(|k| format!("{k:?}"));
             Reply::Array(keys)
@@ -243,6 +258,7 @@ fn command() -> impl Strategy<Value = Vec<String>> {
     ]);
     let field = prop::sample::select(vec!["f", "g", "h"]);
     let member = prop::sample::select(vec!["m", "n", "o", "p"]);
+    let set_member = prop::sample::select(vec!["m", "n", "o", "1", "2"]);
     let score = prop::sample::select(vec!["0", "1", "-1", "2.5", "+inf", "-inf", "1e3", "x"]);
     let range = prop::sample::select(vec!["0", "1", "-1", "-2", "5", "x"]);
     let bound = prop::sample::select(vec!["-inf", "+inf", "0", "(1", "2.5", "x", "1"]);
@@ -428,6 +444,36 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         (key.clone(), script, value.clone()).prop_map(|(k, body, v)| words(&["EVAL", body, "1", k, v])),
         prop::sample::select(vec!["MULTI", "EXEC", "DISCARD", "UNWATCH", "PING"]).prop_map(|c| words(&[c])),
         key.clone().prop_map(|k| words(&["WATCH", k])),
+        (key.clone(), set_member.clone(), set_member.clone()).prop_map(|(k, m, n)| words(&["SADD", k, m, n])),
+        (key.clone(), set_member.clone()).prop_map(|(k, m)| words(&["SADD", k, m])),
+        (key.clone(), set_member.clone(), set_member.clone()).prop_map(|(k, m, n)| words(&["SREM", k, m, n])),
+        key.clone().prop_map(|k| words(&["SCARD", k])),
+        key.clone().prop_map(|k| words(&["SMEMBERS", k])),
+        (key.clone(), set_member.clone()).prop_map(|(k, m)| words(&["SISMEMBER", k, m])),
+        (key.clone(), set_member.clone(), set_member.clone()).prop_map(|(k, m, n)| words(&["SMISMEMBER", k, m, n])),
+        (
+            prop::sample::select(vec!["SINTER", "SUNION", "SDIFF"]),
+            key.clone(),
+            key.clone()
+        )
+            .prop_map(|(c, k, l)| words(&[c, k, l])),
+        (
+            prop::sample::select(vec!["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]),
+            key.clone(),
+            key.clone(),
+            key.clone()
+        )
+            .prop_map(|(c, d, k, l)| words(&[c, d, k, l])),
+        (key.clone(), key.clone(), set_member.clone()).prop_map(|(k, l, m)| words(&["SMOVE", k, l, m])),
+        (key.clone(), prop::sample::select(vec!["9", "0", "-1", "x"])).prop_map(|(k, n)| words(&["SPOP", k, n])),
+        (key.clone(), count.clone()).prop_map(|(k, n)| words(&["SRANDMEMBER", k, n])),
+        (key.clone(), any::<bool>()).prop_map(|(k, m)| {
+            let mut c = words(&["SSCAN", k, "0", "COUNT", "100"]);
+            if m {
+                c.extend(words(&["MATCH", "[mn]*"]));
+            }
+            c
+        }),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

@@ -833,6 +833,8 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
         (vec!["ZADD", "k", "1", "a"], vec!["MSET", "j", "w", "k", "v"]),
         (vec!["RPUSH", "k", "a"], vec!["SETEX", "k", "100", "v"]),
         (vec!["ZADD", "k", "1", "a"], vec!["SET", "k", "v", "XX"]),
+        (vec!["SADD", "k", "a", "b"], vec!["SET", "k", "v"]),
+        (vec!["SADD", "k", "a"], vec!["MSET", "k", "v"]),
     ] {
         assert!(c.call(&make).starts_with(':'), "{make:?}");
         assert!(internal() > 0);
@@ -846,6 +848,11 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     expire_now(&mut c, "k");
     assert_eq!(c.call(&["ZADD", "k", "3", "c"]), ":1\r\n");
     assert_eq!(internal(), 2, "the new member's two entries alone");
+    assert_eq!(c.call(&["DEL", "k"]), ":1\r\n");
+    c.call(&["SADD", "k", "a", "b"]);
+    expire_now(&mut c, "k");
+    assert_eq!(c.call(&["SADD", "k", "c"]), ":1\r\n");
+    assert_eq!(internal(), 1, "the new member's entry alone");
     assert_eq!(c.call(&["DEL", "k"]), ":1\r\n");
     c.call(&["RPUSH", "k", "a", "b"]);
     expire_now(&mut c, "k");
@@ -879,6 +886,86 @@ fn a_value_written_over_a_set_or_list_takes_its_entries_with_it() {
     std::thread::spawn(move || server.run());
     let mut c = Client::connect(second);
     assert_eq!(c.call(&["SET", "dst", "v"]), "+OK\r\n");
+    assert_eq!(internal(), 0);
+}
+
+/// SPOP and SRANDMEMBER pick among every member of a small set, evenly,
+/// and from a random point of a large one; SSCAN walks a set whole while
+/// it is written; a set's members leave the store with it (SPOP of the
+/// last, SREM, SMOVE, a STORE over it, DEL).
+#[test]
+fn sets_sample_scan_and_free_their_members() {
+    let (addr, db, _dir) = start_with_db();
+    let mut c = Client::connect(addr);
+    let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
+    let members = |reply: String| -> Vec<String> {
+        reply.split("\r\n").skip(1).skip(1).step_by(2).map(str::to_string).collect()
+    };
+    // Small: each of three members about a third of 3,000 draws.
+    assert_eq!(c.call(&["SADD", "small", "a", "b", "c"]), ":3\r\n");
+    let mut seen = std::collections::HashMap::new();
+    for m in members(c.call(&["SRANDMEMBER", "small", "-3000"])) {
+        *seen.entry(m).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.values().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+    // Large (past the size read whole): distinct members of the set.
+    let all: Vec<String> = (0..3000).map(|i| format!("m{i}")).collect();
+    for chunk in all.chunks(500) {
+        let mut args = vec!["SADD", "large"];
+        args.extend(chunk.iter().map(String::as_str));
+        assert_eq!(c.call(&args), ":500\r\n");
+    }
+    let some = members(c.call(&["SRANDMEMBER", "large", "10"]));
+    let distinct: std::collections::HashSet<&String> = some.iter().collect();
+    assert_eq!((some.len(), distinct.len()), (10, 10));
+    assert!(some.iter().all(|m| all.contains(m)), "{some:?}");
+    assert_eq!(members(c.call(&["SRANDMEMBER", "large", "-20"])).len(), 20);
+    // SSCAN while every third member is removed: each member present
+    // throughout comes back exactly once.
+    let (mut cursor, mut walked) = ("0".to_string(), Vec::new());
+    let mut removed = 0;
+    loop {
+        let reply = c.call(&["SSCAN", "large", &cursor, "COUNT", "100"]);
+        let (next, page) = scan_page(&reply);
+        walked.extend(page);
+        if removed < 1000 {
+            c.call(&["SREM", "large", &format!("m{}", 3 * removed)]);
+            removed += 1;
+        }
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    for i in (0..3000).filter(|i| i % 3 != 0 || i / 3 >= removed) {
+        assert_eq!(walked.iter().filter(|m| **m == format!("m{i}")).count(), 1, "m{i}");
+    }
+    // SPOP takes every member once, and the last takes the key.
+    let left: u64 = c.call(&["SCARD", "large"])[1..].trim().parse().unwrap();
+    let mut popped = std::collections::HashSet::new();
+    loop {
+        let reply = c.call(&["SPOP", "large", "333"]);
+        let page = members(reply);
+        if page.is_empty() {
+            break;
+        }
+        for m in page {
+            assert!(popped.insert(m.clone()), "{m} popped twice");
+        }
+    }
+    assert_eq!(popped.len() as u64, left);
+    assert_eq!(c.call(&["EXISTS", "large"]), ":0\r\n");
+    assert_eq!(internal(), 3, "small's three members alone");
+    assert_eq!(c.call(&["SADD", "other", "c", "d"]), ":2\r\n");
+    assert_eq!(c.call(&["SUNIONSTORE", "small", "small", "other"]), ":4\r\n");
+    assert_eq!(internal(), 6, "the old version's members went");
+    assert_eq!(c.call(&["SMOVE", "other", "small", "d"]), ":1\r\n");
+    assert_eq!(c.call(&["SMOVE", "other", "small", "c"]), ":1\r\n");
+    assert_eq!(c.call(&["EXISTS", "other"]), ":0\r\n");
+    assert_eq!(internal(), 4);
+    assert_eq!(c.call(&["TYPE", "small"]), "+set\r\n");
+    assert_eq!(c.call(&["DEL", "small"]), ":1\r\n");
     assert_eq!(internal(), 0);
 }
 
@@ -960,7 +1047,7 @@ fn flushall_deletes_every_key_and_its_entries() {
 }
 
 /// The expiry sweeper deletes values past their deadline that nobody
-/// touches again, a sorted set's members with them, and counts them in
+/// touches again, a set's or sorted set's members with them, and counts them in
 /// INFO as Redis's active expiry does; its knobs are CONFIG's.
 #[test]
 fn the_sweeper_reclaims_expired_keys_nobody_touches() {
@@ -976,6 +1063,8 @@ fn the_sweeper_reclaims_expired_keys_nobody_touches() {
     }
     c.call(&["ZADD", "z", "1", "a", "2", "b"]);
     c.call(&["PEXPIRE", "z", "1"]);
+    c.call(&["SADD", "set", "a", "b", "c"]);
+    c.call(&["PEXPIRE", "set", "1"]);
     c.call(&["SET", "kept", "v"]);
     let expired = |c: &mut Client| -> u64 {
         let info = c.call(&["INFO", "stats"]);
@@ -987,17 +1076,17 @@ fn the_sweeper_reclaims_expired_keys_nobody_touches() {
     };
     // The sweeper's first walk starts a second after the server.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while expired(&mut c) < 51 && std::time::Instant::now() < deadline {
+    while expired(&mut c) < 52 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(expired(&mut c), 51, "every expired value deleted, once");
+    assert_eq!(expired(&mut c), 52, "every expired value deleted, once");
     let stored: Vec<Vec<u8>> = db
         .scan(&[], None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    assert_eq!(stored, vec![b"kept".to_vec()], "the sorted set's members went too");
+    assert_eq!(stored, vec![b"kept".to_vec()], "the sets' members went too");
     let info = c.call(&["INFO", "background"]);
     assert!(info.contains("expiry:") && info.contains("paused=false"), "{info}");
     assert_eq!(c.call(&["CONFIG", "SET", "expiry-paused", "yes"]), "+OK\r\n");

@@ -26,6 +26,9 @@ pub enum Reply {
     /// A floating-point number as the server writes it out (Redis: `%.17g`,
     /// `inf`, `-inf`): a double in RESP3, a bulk string in RESP2.
     Double(Vec<u8>),
+    /// Distinct elements in no particular order (SMEMBERS, SINTER): a set
+    /// in RESP3, an array in RESP2.
+    Set(Vec<Reply>),
 }
 
 impl Reply {
@@ -58,7 +61,13 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
             }
             Reply::Double(text) => wire::bulk(out, text),
-            Reply::Array(items) => {
+            Reply::Set(items) if resp3 => {
+                wire::header(out, b'~', items.len());
+                for i in items {
+                    i.encode_as(out, resp3);
+                }
+            }
+            Reply::Array(items) | Reply::Set(items) => {
                 wire::header(out, b'*', items.len());
                 for i in items {
                     i.encode_as(out, resp3);
@@ -106,7 +115,8 @@ const MAX_REPLY_DEPTH: usize = 64;
 /// strings (`max_bulk`), the elements of each array (`max_args`) and its
 /// lines (`max_inline`). RESP2's null array (`*-1`) reads as
 /// [`Reply::NullArray`], RESP3's null (`_`) as a null bulk, its map
-/// (`%`) as [`Reply::Map`] and its double (`,`) as [`Reply::Double`]; other
+/// (`%`) as [`Reply::Map`], its set (`~`) as [`Reply::Set`] and its double
+/// (`,`) as [`Reply::Double`]; other
 /// RESP3 types are refused, as Sluice never asks a server for them.
 pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
     // A large reply arrives in many reads: the scanner finds it whole first
@@ -147,8 +157,12 @@ fn read(buf: &[u8], limits: &Limits, depth: usize) -> Result<Option<(Reply, usiz
             };
             return Ok(Some((Reply::Bulk(Some(payload.to_vec())), next + len + 2)));
         }
-        b'*' | b'%' => {
-            let what = if tag == b'%' { "map" } else { "array" };
+        b'*' | b'%' | b'~' => {
+            let what = match tag {
+                b'%' => "map",
+                b'~' => "set",
+                _ => "array",
+            };
             let Some(count) = length(text, what, limits.max_args)? else {
                 return Ok(Some((Reply::NullArray, next)));
             };
@@ -163,15 +177,17 @@ fn read(buf: &[u8], limits: &Limits, depth: usize) -> Result<Option<(Reply, usiz
                 items.push(item);
                 at += len;
             }
-            let reply = if tag == b'%' {
-                let mut items = items.into_iter();
-                Reply::Map(std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect())
-            } else {
-                Reply::Array(items)
+            let reply = match tag {
+                b'%' => {
+                    let mut items = items.into_iter();
+                    Reply::Map(std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect())
+                }
+                b'~' => Reply::Set(items),
+                _ => Reply::Array(items),
             };
             return Ok(Some((reply, at)));
         }
-        b'!' | b'=' | b'~' | b'>' | b'|' | b'#' | b'(' => return Err(ProtocolError::Unsupported(tag)),
+        b'!' | b'=' | b'>' | b'|' | b'#' | b'(' => return Err(ProtocolError::Unsupported(tag)),
         other => return Err(ProtocolError::UnknownType(other)),
     };
     Ok(Some((reply, next)))

@@ -139,8 +139,8 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
 
 /// A shard's RESP2 reply to `args` as a RESP3 client expects it, the
 /// shapes Redis 7 gives in RESP3: nulls as nulls, HGETALL's pairs as a
-/// map, scores as doubles, and WITHSCORES as [member, score] pairs (what
-/// redis-py, RESP3 by default, unpacks).
+/// map, a set's members as a set, scores as doubles, and WITHSCORES as
+/// [member, score] pairs (what redis-py, RESP3 by default, unpacks).
 fn resp3(args: &[Vec<u8>], raw: &[u8]) -> Reply {
     let reply = match parse_reply(raw, &Limits::relay()) {
         Ok(Some((reply, _))) => reply,
@@ -154,6 +154,7 @@ fn resp3(args: &[Vec<u8>], raw: &[u8]) -> Reply {
     };
     match (name.as_slice(), reply) {
         (b"hgetall", Reply::Array(items)) => Reply::Map(pairs(items)),
+        (b"smembers" | b"sinter" | b"sunion" | b"sdiff" | b"spop", Reply::Array(items)) => Reply::Set(items),
         (b"zscore" | b"zincrby", r) => double(r),
         (b"zadd", r) if has(b"incr") => double(r),
         (b"zmscore", Reply::Array(items)) => Reply::Array(items.into_iter().map(double).collect()),

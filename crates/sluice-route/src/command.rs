@@ -4,8 +4,9 @@
 //! Single-key commands go to the shard of their key. Multi-key commands
 //! whose reply can be put back together (MGET, MSET, DEL, EXISTS, UNLINK,
 //! TOUCH) are split, one sub-request per shard; commands over two keys
-//! (RENAME, LMOVE, SMOVE, ...) and MSETNX, which is all or nothing, go to
-//! their shard if the keys share a slot. A range scan (`RANGE`) and KEYS
+//! (RENAME, LMOVE, SMOVE, ...), MSETNX, which is all or nothing, and the
+//! set operations (SINTER, SUNIONSTORE, ...), which read their keys as
+//! one, go to their shard if the keys share a slot. A range scan (`RANGE`) and KEYS
 //! go to every shard, and so do FLUSHALL, FLUSHDB and DBSIZE; SCAN walks
 //! the shards one after another. Scripts go where their keys are, if they
 //! are all in one slot. MULTI, EXEC and DISCARD are the client's
@@ -45,10 +46,11 @@ pub enum Route {
     /// Two keys at indexes 1 and 2 (RENAME, LMOVE, ...): to their shard;
     /// they must share a slot, as Redis Cluster requires.
     Pair,
-    /// Keys at indexes 1, 3, 5, ... with a value after each (MSETNX): to
-    /// their shard whole, since the command is all or nothing; they must
-    /// share a slot.
-    Together,
+    /// Keys from index 1, each followed by `step - 1` values (MSETNX: a
+    /// value after each; SINTER, SUNIONSTORE, ...: keys alone): to their
+    /// shard whole, since the command is all or nothing or reads its keys
+    /// as one; they must share a slot.
+    Together { step: usize },
     /// `RANGE start end [count]`: to every shard, the sorted parts merged.
     Range,
     /// To every shard, the arrays they answer joined (KEYS).
@@ -241,7 +243,10 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
     for name in ["rename", "renamenx", "copy", "smove", "lmove", "rpoplpush"] {
         table.insert(name, Route::Pair);
     }
-    table.insert("msetnx", Route::Together);
+    table.insert("msetnx", Route::Together { step: 2 });
+    for name in ["sinter", "sunion", "sdiff", "sinterstore", "sunionstore", "sdiffstore"] {
+        table.insert(name, Route::Together { step: 1 });
+    }
     table.insert("range", Route::Range);
     table.insert("keys", Route::Every);
     table.insert("flushall", Route::Everywhere);
@@ -266,6 +271,13 @@ pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
         .ok_or_else(|| "Number of keys can't be greater than number of args".into())
 }
 
+/// The keys of a [`Route::Together`] command, `None` if its arguments do
+/// not come in whole groups of `step`.
+pub fn together(args: &[Vec<u8>], step: usize) -> Option<impl Iterator<Item = &[u8]>> {
+    (args.len() > step && (args.len() - 1).is_multiple_of(step))
+        .then(|| args[1..].iter().step_by(step).map(Vec::as_slice))
+}
+
 /// The keys of a command queued inside MULTI, routed by `route`, or why
 /// it cannot be queued: a transaction runs on one shard.
 pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<&'a [u8]>, String> {
@@ -281,10 +293,9 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
             .get(1..3)
             .map(|k| k.iter().map(Vec::as_slice).collect())
             .ok_or_else(arity),
-        Route::Together if args.len() >= 3 && !args.len().is_multiple_of(2) => {
-            Ok(args[1..].iter().step_by(2).map(Vec::as_slice).collect())
-        }
-        Route::Together => Err(arity()),
+        Route::Together { step } => together(args, step)
+            .map(|keys| keys.collect())
+            .ok_or_else(arity),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
         Route::Local if matches!(name, "ping" | "echo" | "unwatch" | "time") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),

@@ -19,7 +19,7 @@ use sluice_core::time::from_ms;
 use sluice_core::{Ctx, Nanos, TenantId};
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
-use crate::command::{script_keys, Merge, Route};
+use crate::command::{script_keys, together, Merge, Route};
 use crate::compaction::Steering;
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
@@ -356,16 +356,16 @@ impl Router {
                 }
                 self.split(args, step)
             }
-            Route::Pair | Route::Together | Route::Script => {
+            Route::Pair | Route::Together { .. } | Route::Script => {
                 let placed = match route {
                     Route::Pair => match args.get(1..3) {
                         Some(keys) => self.place(keys.iter().map(Vec::as_slice)),
                         None => return arity(),
                     },
-                    Route::Together if args.len() >= 3 && !args.len().is_multiple_of(2) => {
-                        self.place(args[1..].iter().step_by(2).map(Vec::as_slice))
-                    }
-                    Route::Together => return arity(),
+                    Route::Together { step } => match together(args, step) {
+                        Some(keys) => self.place(keys),
+                        None => return arity(),
+                    },
                     _ => match script_keys(args) {
                         Ok(keys) => self.place(keys.iter().map(Vec::as_slice)),
                         Err(e) => return Reply::Error(format!("ERR {e}")).into(),

@@ -145,6 +145,12 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert_eq!(c.call(&["MSETNX", "{m}b", "3", "{m}c", "4"]), Reply::Integer(0));
     assert!(error_text(c.call(&["MSETNX", "{m}a", "1", "{m}b"])).contains("wrong number of arguments"));
     assert!(error_text(c.call(&["RPOPLPUSH", "foo"])).contains("wrong number of arguments"));
+    assert!(error_text(c.call(&["SUNIONSTORE", "foo", "bar"])).starts_with("CROSSSLOT"));
+    assert_eq!(c.call(&["SADD", "{s}a", "x", "y"]), Reply::Integer(2));
+    assert_eq!(c.call(&["SADD", "{s}b", "y"]), Reply::Integer(1));
+    assert_eq!(c.call(&["SINTER", "{s}a", "{s}b"]), Reply::Array(vec![bulk("y")]));
+    assert_eq!(c.call(&["SDIFFSTORE", "{s}c", "{s}a", "{s}b"]), Reply::Integer(1));
+    assert!(error_text(c.call(&["SINTER"])).contains("wrong number of arguments"));
     // Two keys of one slot go to its shard.
     assert_eq!(c.call(&["RPUSH", "{q}in", "job"]), Reply::Integer(1));
     assert_eq!(c.call(&["LMOVE", "{q}in", "{q}out", "LEFT", "RIGHT"]), bulk("job"));
@@ -257,6 +263,10 @@ for kwargs in ({}, {"protocol": 2}):
     replies = p.execute()
     assert replies[-1] == [str(i).encode() for i in range(100)]
     assert r.delete(*[f"k{i}" for i in range(100)]) == 100
+    r.sadd("s", "x", "y")
+    assert r.smembers("s") == {b"x", b"y"}, r.smembers("s")
+    assert r.sunion("s", "{s}none") == {b"x", b"y"}
+    r.delete("s")
     r.zadd("z", {"a": 1.5, "b": 2})
     assert r.zscore("z", "a") == 1.5
     assert [(m, s) for m, s in r.zrange("z", 0, -1, withscores=True)] == [(b"a", 1.5), (b"b", 2.0)]

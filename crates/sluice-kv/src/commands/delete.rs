@@ -1,12 +1,12 @@
-//! Deleting a value of any type: a sorted set's members and a list's
-//! elements go with it, whether the value is deleted or written over; and
+//! Deleting a value of any type: a set's or sorted set's members and a
+//! list's elements go with it, whether the value is deleted or written over; and
 //! deleting every value (FLUSHALL).
 
 use std::sync::atomic::Ordering;
 
 use super::store;
 use super::value::{read_stored, run};
-use crate::keyspace::{is_live, now_ms, ListMeta, Tag, ZsetMeta};
+use crate::keyspace::{is_live, now_ms, ListMeta, SetMeta, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -69,14 +69,15 @@ pub(crate) fn delete_value(
     match tag {
         Tag::Zset => delete_members(shared, body, batch)?,
         Tag::List => delete_elements(body, batch)?,
+        Tag::Set => delete_set_members(shared, body, batch)?,
         Tag::String | Tag::Hash => {}
     }
     batch.delete(key.to_vec());
     Ok(())
 }
 
-/// Deletes into `batch` the members or elements of the sorted set or list
-/// at `key`, expired or not, which a write is about to put another value
+/// Deletes into `batch` the members or elements of the set, sorted set or
+/// list at `key`, expired or not, which a write is about to put another value
 /// in place of: no header would name them again. Reads the key only while
 /// the store may hold a set or a list (`Shared::collections`), so that
 /// a store of strings keeps a plain SET one write. The caller holds the
@@ -88,11 +89,12 @@ pub(crate) fn clear_entries(shared: &Shared, key: &[u8], batch: &mut WriteBatch)
     match read_stored(shared, key)? {
         Some((Tag::Zset, body, _)) => delete_members(shared, &body, batch),
         Some((Tag::List, body, _)) => delete_elements(&body, batch),
+        Some((Tag::Set, body, _)) => delete_set_members(shared, &body, batch),
         _ => Ok(()),
     }
 }
 
-/// Readies `key` for a sorted set or list made new by the caller: the
+/// Readies `key` for a set, sorted set or list made new by the caller: the
 /// store may hold collections from now on, and the entries of one that
 /// expired at `key` unseen go into `batch` with the new header.
 pub(crate) fn make_collection(shared: &Shared, key: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
@@ -134,6 +136,16 @@ fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Resul
         for (k, _) in entries {
             batch.delete(k);
         }
+    }
+    Ok(())
+}
+
+/// Deletes every member entry of the set whose header is `body`, into
+/// `batch`.
+fn delete_set_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    let meta = SetMeta::decode(body).ok_or_else(|| Reply::error("damaged set header"))?;
+    for (k, _) in store::scan(shared, &meta.prefix(), Some(&meta.end()), usize::MAX)? {
+        batch.delete(k);
     }
     Ok(())
 }

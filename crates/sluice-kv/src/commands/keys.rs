@@ -130,15 +130,6 @@ fn glob(mut p: &[u8], mut s: &[u8], skip_longer: &mut bool, nesting: u32) -> boo
     p.is_empty() && s.is_empty()
 }
 
-fn type_name(tag: Tag) -> &'static str {
-    match tag {
-        Tag::String => "string",
-        Tag::Hash => "hash",
-        Tag::Zset => "zset",
-        Tag::List => "list",
-    }
-}
-
 /// User keys with their types, and the last key examined if the store
 /// may have more after it.
 struct Page {
@@ -206,6 +197,55 @@ pub(super) fn dbsize(shared: &Shared) -> Reply {
     })
 }
 
+/// A SCAN-like command's options after its cursor.
+pub(super) struct ScanOptions<'a> {
+    /// `None` for every key (`*` included: Redis skips the matching too).
+    pub pattern: Option<&'a [u8]>,
+    pub count: usize,
+    /// SCAN's TYPE, lower case.
+    pub type_filter: Option<Vec<u8>>,
+}
+
+/// The cursor and options of `SCAN cursor [MATCH pattern] [COUNT count]
+/// [TYPE type]` (SSCAN's, without TYPE, if not `with_type`), refused as
+/// Redis refuses them.
+pub(super) fn scan_options(args: &[Vec<u8>], with_type: bool) -> Result<(u64, ScanOptions<'_>), Reply> {
+    // Read as Redis reads it (C's strtoul): an empty cursor is 0.
+    let cursor: u64 = match args[0].as_slice() {
+        b"" => 0,
+        text => std::str::from_utf8(text)
+            .ok()
+            .filter(|t| !t.starts_with(|c: char| c.is_ascii_whitespace()))
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| Reply::error("invalid cursor"))?,
+    };
+    let mut options = ScanOptions {
+        pattern: None,
+        count: DEFAULT_SCAN_COUNT,
+        type_filter: None,
+    };
+    let mut rest = &args[1..];
+    while let [option, value, tail @ ..] = rest {
+        match option.to_ascii_lowercase().as_slice() {
+            b"count" => {
+                let n = parse_i64(value).ok_or_else(not_integer)?;
+                options.count = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| Reply::error("syntax error"))?;
+            }
+            b"match" => options.pattern = Some(value.as_slice()).filter(|p| *p != b"*"),
+            b"type" if with_type => options.type_filter = Some(value.to_ascii_lowercase()),
+            _ => return Err(Reply::error("syntax error")),
+        }
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(Reply::error("syntax error"));
+    }
+    Ok((cursor, options))
+}
+
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: examines up to
 /// COUNT keys after the cursor's and replies with the next cursor ("0"
 /// when the keys ran out) and those of them that match the pattern and
@@ -213,40 +253,10 @@ pub(super) fn dbsize(shared: &Shared) -> Reply {
 /// empty while the cursor goes on.
 pub(super) fn scan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let invalid = || Reply::error("invalid cursor");
-        // Read as Redis reads it (C's strtoul): an empty cursor is 0.
-        let token: u64 = match args[0].as_slice() {
-            b"" => 0,
-            text => std::str::from_utf8(text)
-                .ok()
-                .filter(|t| !t.starts_with(|c: char| c.is_ascii_whitespace()))
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(invalid)?,
-        };
-        let (mut pattern, mut count, mut type_filter) = (None, DEFAULT_SCAN_COUNT, None);
-        let mut rest = &args[1..];
-        while let [option, value, tail @ ..] = rest {
-            match option.to_ascii_lowercase().as_slice() {
-                b"count" => {
-                    let n = parse_i64(value).ok_or_else(not_integer)?;
-                    count = usize::try_from(n)
-                        .ok()
-                        .filter(|&n| n >= 1)
-                        .ok_or_else(|| Reply::error("syntax error"))?;
-                }
-                // "*" matches every key; Redis skips the matching too.
-                b"match" => pattern = Some(value).filter(|p| p.as_slice() != b"*"),
-                b"type" => type_filter = Some(value.to_ascii_lowercase()),
-                _ => return Err(Reply::error("syntax error")),
-            }
-            rest = tail;
-        }
-        if !rest.is_empty() {
-            return Err(Reply::error("syntax error"));
-        }
+        let (token, ScanOptions { pattern, count, type_filter }) = scan_options(args, true)?;
         let from = match token {
             0 => Vec::new(),
-            t => after(shared.cursors.resolve(t).ok_or_else(invalid)?),
+            t => after(shared.cursors.resolve(t).ok_or_else(|| Reply::error("invalid cursor"))?),
         };
         let Page { keys, last } = user_keys(shared, &from, count)?;
         let next = last.map_or(0, |last| shared.cursors.issue(last));
@@ -254,15 +264,20 @@ pub(super) fn scan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             .into_iter()
             .filter(|(k, tag)| {
                 pattern.is_none_or(|p| glob_match(p, k))
-                    && type_filter.as_deref().is_none_or(|t| t == type_name(*tag).as_bytes())
+                    && type_filter.as_deref().is_none_or(|t| t == Tag::name(*tag).as_bytes())
             })
             .map(|(k, _)| Reply::Bulk(Some(k)))
             .collect();
-        Ok(Reply::Array(vec![
-            Reply::Bulk(Some(next.to_string().into_bytes())),
-            Reply::Array(page),
-        ]))
+        Ok(scan_reply(next, page))
     })
+}
+
+/// A SCAN-like command's reply: the next cursor ("0": done) and a page.
+pub(super) fn scan_reply(next: u64, page: Vec<Reply>) -> Reply {
+    Reply::Array(vec![
+        Reply::Bulk(Some(next.to_string().into_bytes())),
+        Reply::Array(page),
+    ])
 }
 
 #[cfg(test)]

@@ -51,6 +51,15 @@ fn replies_parse_back_and_malformed_ones_are_named() {
     map.encode_as(&mut out, true);
     assert_eq!(out, b"%1\r\n+proto\r\n:3\r\n");
     assert_eq!(parse_reply(&out, &l).unwrap(), Some((map, out.len())));
+    let set = Reply::Set(vec![Reply::Bulk(Some(b"m".to_vec()))]);
+    let (mut three, mut two) = (Vec::new(), Vec::new());
+    set.encode_as(&mut three, true);
+    set.encode_as(&mut two, false);
+    assert_eq!(
+        (three.as_slice(), two.as_slice()),
+        (&b"~1\r\n$1\r\nm\r\n"[..], &b"*1\r\n$1\r\nm\r\n"[..])
+    );
+    assert_eq!(parse_reply(&three, &l).unwrap(), Some((set, three.len())));
     assert_eq!(parse_reply(b"*-1\r\n", &l).unwrap(), Some((Reply::NullArray, 5)));
     let (mut two, mut three) = (Vec::new(), Vec::new());
     Reply::NullArray.encode_as(&mut two, false);
