@@ -17,7 +17,7 @@
 //! how commands reach it, inside a transaction or not: `commands/store.rs`.
 //!
 //! Lists (`commands/list.rs`; which list commands are offered and why:
-//! `keyspace.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
+//! `keyspace.rs`; the blocking pops: `commands/blocking.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
 //! `commands/script.rs`). Deleting a value of any type, or writing another
 //! over it, and FLUSHALL and FLUSHDB: `commands/delete.rs`.
 //!
@@ -26,6 +26,7 @@
 //! name before it runs (unknown, or the wrong number of arguments), which
 //! is also what `MULTI` checks before it queues one.
 
+mod blocking;
 mod client;
 mod command;
 mod config;
@@ -49,7 +50,7 @@ mod zset;
 
 pub(crate) use delete::delete_value;
 pub(crate) use session::Session;
-pub(crate) use store::deferring;
+pub(crate) use store::{deferring, take_written};
 
 use crate::keyspace::{decode_value, is_live, now_ms, Tag, RESERVED};
 use crate::resp::Reply;
@@ -93,6 +94,10 @@ fn zrange(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) 
 const COMMANDS: &[Command] = &[
     command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
     command("auth", |n| n >= 1, |s, c, _, r| auth(s, c, r)),
+    command("blmove", |n| n == 5, blocking::bmove),
+    command("blpop", |n| n >= 2, blocking::bpop),
+    command("brpop", |n| n >= 2, blocking::bpop),
+    command("brpoplpush", |n| n == 3, blocking::bmove),
     command("client", |n| n >= 1, |_, c, _, r| client::client(c, r)),
     command("command", |_| true, |_, _, _, r| command::command(r)),
     command("config", |n| n >= 1, |s, _, _, r| config::config(s, r)),
@@ -211,7 +216,11 @@ const COMMANDS: &[Command] = &[
     command("scard", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
     command("script", |n| n >= 1, |s, _, _, r| script::script(s, r)),
     command("sdiff", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
-    command("sdiffstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
+    command(
+        "sdiffstore",
+        |n| n >= 2,
+        |s, _, name, r| set::store_combined(s, name, r),
+    ),
     command(
         "select",
         |n| n == 1,
@@ -225,7 +234,11 @@ const COMMANDS: &[Command] = &[
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
     command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
     command("sinter", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
-    command("sinterstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
+    command(
+        "sinterstore",
+        |n| n >= 2,
+        |s, _, name, r| set::store_combined(s, name, r),
+    ),
     command("sismember", |n| n == 2, |s, _, name, r| set::read_set(s, name, r)),
     command("smembers", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
     command("smismember", |n| n >= 2, |s, _, name, r| set::read_set(s, name, r)),
@@ -237,7 +250,11 @@ const COMMANDS: &[Command] = &[
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
     command("substr", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
     command("sunion", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
-    command("sunionstore", |n| n >= 2, |s, _, name, r| set::store_combined(s, name, r)),
+    command(
+        "sunionstore",
+        |n| n >= 2,
+        |s, _, name, r| set::store_combined(s, name, r),
+    ),
     command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),

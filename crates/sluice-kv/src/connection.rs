@@ -24,6 +24,11 @@
 //!   stops reading, and TCP holds the client back. A request still
 //!   arriving is bounded by [`crate::resp::Limits`] instead: it is not run
 //!   before it is whole.
+//! - **A blocked client** (BLPOP on empty lists) holds no worker: its
+//!   connection parks (`crate::blocked`), reads on up to the same bound,
+//!   and runs nothing until a write or its deadline wakes it. A client
+//!   that leaves while blocked is closed without its command running
+//!   again, so no element is popped for a client that cannot receive it.
 
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -34,6 +39,7 @@ use std::sync::{Mutex, MutexGuard};
 use rustix::buffer::spare_capacity;
 use rustix::io::Errno;
 
+use crate::blocked::ConnKey;
 use crate::commands::Session;
 use crate::request::{run_requests, Buffers};
 use crate::shared::Shared;
@@ -88,6 +94,9 @@ pub(crate) enum Next {
         tenant: u32,
         answered: usize,
     },
+    /// Parks the connection, blocked: as `Wait`, armed through
+    /// [`Connection::arm_parked`] so that a wake is never lost.
+    Park { read: bool, write: bool },
     /// Forgets the connection: the client left, or the session ended and
     /// its last replies are written.
     Close,
@@ -95,6 +104,8 @@ pub(crate) enum Next {
 
 pub(crate) struct Connection {
     pub stream: TcpStream,
+    /// Its key in the poller, which the blocked clients' registry names.
+    pub key: ConnKey,
     /// The tenant the connection is, forgotten when it closes.
     pub own: u32,
     /// Taken by one worker at a time: the poller hands a connection to one
@@ -112,11 +123,18 @@ struct State {
     fresh: bool,
     /// The last run stopped for unsent replies, with requests left.
     stalled: bool,
+    /// Blocked and registered with the waiters; cleared by the next step
+    /// or a wake.
+    parked: bool,
+    /// Parked and waiting in the poller: a wake re-arms it.
+    armed: bool,
+    /// A write or the deadline woke the blocked request: it runs again.
+    woken: bool,
 }
 
 impl Connection {
     /// A new client's connection, as a tenant of its own.
-    pub fn new(shared: &Shared, stream: TcpStream) -> io::Result<Connection> {
+    pub fn new(shared: &Shared, stream: TcpStream, key: ConnKey) -> io::Result<Connection> {
         stream.set_nonblocking(true)?;
         let _ = stream.set_nodelay(true);
         let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
@@ -125,6 +143,7 @@ impl Connection {
         session.addresses = stream.peer_addr().ok().zip(stream.local_addr().ok());
         Ok(Connection {
             stream,
+            key,
             own,
             state: Mutex::new(State {
                 session,
@@ -132,6 +151,9 @@ impl Connection {
                 eof: false,
                 fresh: false,
                 stalled: false,
+                parked: false,
+                armed: false,
+                woken: false,
             }),
         })
     }
@@ -144,6 +166,10 @@ impl Connection {
     /// runs whole requests, writes their replies.
     pub fn step(&self, shared: &Shared) -> Next {
         let mut st = self.state();
+        st.armed = false;
+        if std::mem::take(&mut st.parked) {
+            shared.waiters.forget(self.key);
+        }
         let held = st.held();
         if st.reads(held) {
             let input = &mut st.buffers.input;
@@ -155,13 +181,17 @@ impl Connection {
                 Err(_) => return Next::Close,
             }
         }
-        if (st.fresh || st.stalled) && !st.session.quit && st.buffers.unsent() < held.output {
+        if st.eof && st.session.block.is_some() {
+            return Next::Close;
+        }
+        if (st.fresh || st.stalled || st.woken) && !st.session.quit && st.buffers.unsent() < held.output {
             let State { session, buffers, .. } = &mut *st;
             let Ok(ran) = catch_unwind(AssertUnwindSafe(|| run_requests(shared, session, buffers, held.output))) else {
                 tracing::error!("a request of client {} panicked; closing the connection", session.id);
                 return Next::Close;
             };
             st.fresh = false;
+            st.woken = false;
             st.stalled = ran.stalled;
             if !ran.unsynced.is_empty() {
                 return Next::Sync {
@@ -171,33 +201,62 @@ impl Connection {
                 };
             }
         }
-        self.settle(&mut st)
+        self.settle(shared, &mut st)
     }
 
     /// Goes on once the writes of [`Next::Sync`] are synced, or, if they
     /// could not be (`Err`), drops the replies they would have acknowledged
     /// and closes, as a crash would: no write acknowledged that may not
     /// survive one.
-    pub fn synced(&self, outcome: Result<(), String>, answered: usize) -> Next {
+    pub fn synced(&self, shared: &Shared, outcome: Result<(), String>, answered: usize) -> Next {
         let mut st = self.state();
         if let Err(e) = outcome {
             tracing::warn!("a connection's writes could not be made durable: {e}; closing it unanswered");
             st.buffers.output.truncate(answered);
             st.session.quit = true;
         }
-        self.settle(&mut st)
+        self.settle(shared, &mut st)
+    }
+
+    /// Arms a connection [`Next::Park`] parked, with `arm(read, write)`,
+    /// under its lock, so that a wake comes before (then it runs at once)
+    /// or after (then the wake re-arms it), never in between.
+    pub fn arm_parked(
+        &self,
+        read: bool,
+        write: bool,
+        arm: impl FnOnce(bool, bool) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut st = self.state();
+        st.armed = st.parked;
+        arm(read, write || st.woken)
+    }
+
+    /// Wakes the connection if it is parked: its blocked request runs
+    /// again on the next step, which `arm` (for the socket's writability)
+    /// brings at once if the connection waits in the poller.
+    pub fn wake(&self, arm: impl FnOnce() -> io::Result<()>) {
+        let mut st = self.state();
+        if !std::mem::take(&mut st.parked) {
+            return;
+        }
+        st.woken = true;
+        if st.armed {
+            let _ = arm();
+        }
     }
 
     /// The connection is gone: a request of several commands it left open
     /// ends now.
     pub fn closed(&self, shared: &Shared) {
+        shared.waiters.forget(self.key);
         if let Some(open) = self.state().session.open.take() {
             shared.db.runtime().request_finished(&open);
         }
     }
 
     /// Writes what the socket takes; then closes, or waits for the socket.
-    fn settle(&self, st: &mut State) -> Next {
+    fn settle(&self, shared: &Shared, st: &mut State) -> Next {
         let b = &mut st.buffers;
         while b.unsent() > 0 {
             match (&self.stream).write(&b.output[b.sent..]) {
@@ -212,6 +271,24 @@ impl Connection {
         if (st.session.quit || st.eof) && !unsent {
             let _ = self.stream.shutdown(Shutdown::Write);
             return Next::Close;
+        }
+        if let Some(block) = &st.session.block {
+            if shared
+                .waiters
+                .park(self.key, &block.keys, block.deadline, block.generation)
+            {
+                st.parked = true;
+                return Next::Park {
+                    read: st.reads(st.held()),
+                    write: unsent,
+                };
+            }
+            // A key was written since the request looked: it runs again.
+            st.woken = true;
+            return Next::Wait {
+                read: st.reads(st.held()),
+                write: true,
+            };
         }
         Next::Wait {
             read: st.reads(st.held()),
@@ -234,6 +311,7 @@ impl State {
     /// Whether to read: stalled on its replies, the connection reads on up
     /// to its bound.
     fn reads(&self, held: Held) -> bool {
-        !self.eof && !self.session.quit && (!self.stalled || self.buffers.unrun() < held.input)
+        let running = !self.stalled && self.session.block.is_none();
+        !self.eof && !self.session.quit && (running || self.buffers.unrun() < held.input)
     }
 }

@@ -20,8 +20,8 @@
 //!   popping at either end, reading by index and reading a range are one
 //!   operation each, as in Kvrocks. Commands that insert or remove inside
 //!   a list (LINSERT, LREM) would rewrite every element after the point,
-//!   so they are not offered; nor are the blocking pops, which would hold
-//!   a worker while they wait.
+//!   so they are not offered. (The blocking pops are pops that wait:
+//!   `crate::blocked`.)
 //! - A set is a header like a sorted set's (tag, version, cardinality)
 //!   plus one empty store entry per member under `0xFF`, keyed by a hash
 //!   of the member and then the member itself. Membership is one lookup;
@@ -582,7 +582,10 @@ mod tests {
     fn set_members_lie_in_hash_order_inside_their_set() {
         let m = SetMeta { version: 7, card: 0 };
         let k = m.member_key(b"member");
-        assert_eq!(m.parse_member_key(&k), Some((member_hash(b"member"), b"member".to_vec())));
+        assert_eq!(
+            m.parse_member_key(&k),
+            Some((member_hash(b"member"), b"member".to_vec()))
+        );
         assert!(k.as_slice() >= m.position(member_hash(b"member")).as_slice());
         assert!(k.as_slice() >= m.prefix().as_slice() && k.as_slice() < m.end().as_slice());
         let other = SetMeta { version: 8, card: 0 };

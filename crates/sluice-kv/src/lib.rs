@@ -29,6 +29,7 @@
 //! store.
 
 mod batch;
+mod blocked;
 mod codec;
 mod commands;
 mod committer;

@@ -128,6 +128,28 @@ impl Poller {
         };
         let next = conn.step(&self.shared);
         self.follow(key, &conn, next);
+        let written = crate::commands::take_written();
+        if !written.is_empty() {
+            for blocked in self.shared.waiters.take(written.iter().map(Vec::as_slice)) {
+                self.wake(blocked);
+            }
+        }
+    }
+
+    /// Wakes the blocked connection at `key`, if it is still there.
+    pub fn wake(&self, key: usize) {
+        let Some(conn) = lock(&self.connections).live.get(key).cloned() else {
+            return;
+        };
+        conn.wake(|| {
+            epoll::modify(
+                &self.epoll,
+                &conn.stream,
+                EventData::new_u64(key as u64),
+                one_shot(true, true),
+            )
+            .map_err(io::Error::from)
+        });
     }
 
     /// Does what a step of the connection at `key` decided.
@@ -152,10 +174,24 @@ impl Poller {
             } => {
                 let (poller, conn) = (self.clone(), conn.clone());
                 let then = move |outcome| {
-                    let next = conn.synced(outcome, answered);
+                    let next = conn.synced(&poller.shared, outcome, answered);
                     poller.follow(key, &conn, next);
                 };
                 self.committer.sync(unsynced, tenant, Box::new(then));
+            }
+            Next::Park { read, write } => {
+                let armed = conn.arm_parked(read, write, |read, write| {
+                    epoll::modify(
+                        &self.epoll,
+                        &conn.stream,
+                        EventData::new_u64(key as u64),
+                        one_shot(read, write),
+                    )
+                    .map_err(io::Error::from)
+                });
+                if armed.is_err() {
+                    self.close(key, conn);
+                }
             }
             Next::Close => self.close(key, conn),
         }
@@ -225,13 +261,15 @@ impl Poller {
 
     /// Makes an accepted stream a connection the workers serve.
     fn register(&self, stream: std::net::TcpStream) -> io::Result<()> {
-        let conn = Arc::new(Connection::new(&self.shared, stream)?);
-        let key = {
+        let (key, conn) = {
             let mut c = lock(&self.connections);
-            let key = c.live.insert(conn.clone());
+            let entry = c.live.vacant_entry();
+            let key = entry.key();
+            let conn = Arc::new(Connection::new(&self.shared, stream, key)?);
+            entry.insert(conn.clone());
             self.shared.clients.store(c.live.len() as u64, Ordering::Relaxed);
             c.peak = c.peak.max(c.live.len());
-            key
+            (key, conn)
         };
         let added = epoll::add(
             &self.epoll,

@@ -101,21 +101,34 @@ pub(crate) fn run_requests(shared: &Shared, session: &mut Session, b: &mut Buffe
             } else {
                 shared.options.limits.before_auth()
             };
-            let args = match b.parser.parse(&b.input[b.start..], &limits) {
-                Ok(Some((args, n))) => {
-                    b.start += n;
-                    args
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    Reply::error(e).encode(&mut b.output);
-                    session.quit = true;
-                    break;
-                }
+            // A blocked request runs again before anything sent after it.
+            let args = match &session.block {
+                Some(block) => block.request.clone(),
+                None => match b.parser.parse(&b.input[b.start..], &limits) {
+                    Ok(Some((args, n))) => {
+                        b.start += n;
+                        args
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        Reply::error(e).encode(&mut b.output);
+                        session.quit = true;
+                        break;
+                    }
+                },
             };
-            if !args.is_empty() {
-                run_request(shared, session, &args).encode_as(&mut b.output, session.resp3);
+            if args.is_empty() {
+                continue;
             }
+            let reply = run_request(shared, session, &args);
+            if let Some(block) = &mut session.block {
+                // Blocked: no reply yet, and nothing after it runs.
+                if block.request.is_empty() {
+                    block.request = args;
+                }
+                break;
+            }
+            reply.encode_as(&mut b.output, session.resp3);
         }
         false
     });

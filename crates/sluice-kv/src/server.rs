@@ -10,6 +10,7 @@
 //! | its requests, each inside its request context | `request.rs` |
 //! | group commit across connections | `committer.rs` |
 //! | values past their deadline deleted in the background | `sweeper.rs` |
+//! | clients blocked in BLPOP and the like, and what wakes them | `blocked.rs` |
 //!
 //! A connection costs its socket and a few hundred bytes, not a thread, so
 //! thousands of idle clients hold little. The store blocks in its I/O and
@@ -53,7 +54,11 @@ impl Server {
     pub fn run(self) -> io::Result<()> {
         let workers = self.shared.options.workers.max(1);
         crate::sweeper::spawn(self.shared.clone())?;
-        let poller = Arc::new(Poller::new(self.listener, self.shared)?);
+        let poller = Arc::new(Poller::new(self.listener, self.shared.clone())?);
+        let timeouts = poller.clone();
+        std::thread::Builder::new()
+            .name("sluice-kv timeouts".into())
+            .spawn(move || self.shared.waiters.run_timeouts(|key| timeouts.wake(key)))?;
         for _ in 1..workers {
             let poller = poller.clone();
             std::thread::Builder::new()

@@ -11,6 +11,7 @@ use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_io::{Background, TaskKind};
 
+use crate::blocked::Waiters;
 use crate::cursors::Cursors;
 use crate::io_estimate::IoEstimates;
 use crate::keyspace::{KeyLocks, RESERVED};
@@ -96,6 +97,8 @@ pub(crate) struct Shared {
     /// made. Only then does a write that replaces a value read it first,
     /// for the entries to delete with it (`commands/delete.rs`).
     pub collections: AtomicBool,
+    /// Clients blocked in a blocking pop.
+    pub waiters: Waiters,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,6 +125,7 @@ impl Shared {
             scripts: Mutex::new(HashMap::new()),
             // A store that cannot be read here is assumed to hold some.
             collections: AtomicBool::new(db.scan(&[RESERVED], None, 1).map_or(true, |e| !e.is_empty())),
+            waiters: Waiters::default(),
             db,
         }
     }

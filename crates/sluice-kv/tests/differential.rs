@@ -1,5 +1,6 @@
 //! `sluice serve` against Redis 7, reply for reply: random sequences of
-//! string, counter, hash, set, sorted-set, list and expiry commands
+//! string, counter, hash, set, sorted-set, list (blocking pops with a
+//! short timeout included) and expiry commands
 //! (errors included) go to both, over RESP2 and RESP3, and every reply
 //! must be the same. Where Redis's order is its hash table's (KEYS,
 //! HGETALL, SMEMBERS, SSCAN's page), both replies are sorted before they
@@ -474,6 +475,15 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             }
             c
         }),
+        (
+            prop::sample::select(vec!["BLPOP", "BRPOP"]),
+            key.clone(),
+            key.clone(),
+            prop::sample::select(vec!["0.01", "x", "-1"])
+        )
+            .prop_map(|(c, k, l, t)| words(&[c, k, l, t])),
+        (key.clone(), key.clone(), end.clone()).prop_map(|(k, l, a)| words(&["BLMOVE", k, l, a, "RIGHT", "0.01"])),
+        (key.clone(), key.clone()).prop_map(|(k, l)| words(&["BRPOPLPUSH", k, l, "0.01"])),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

@@ -899,7 +899,13 @@ fn sets_sample_scan_and_free_their_members() {
     let mut c = Client::connect(addr);
     let internal = || db.scan(&[0xff], None, usize::MAX).unwrap().len();
     let members = |reply: String| -> Vec<String> {
-        reply.split("\r\n").skip(1).skip(1).step_by(2).map(str::to_string).collect()
+        reply
+            .split("\r\n")
+            .skip(1)
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
     };
     // Small: each of three members about a third of 3,000 draws.
     assert_eq!(c.call(&["SADD", "small", "a", "b", "c"]), ":3\r\n");
@@ -1313,6 +1319,16 @@ for kwargs in ({}, {"protocol": 2}):
     assert r.lmove("jobs", "done", "RIGHT", "LEFT") == b"c"
     assert r.rpop("jobs", 5) == [b"a", b"b"] and r.rpop("jobs") is None
     assert r.llen("done") == 1 and r.lindex("done", -1) == b"c"
+    r.rpush("queue", "job")
+    assert tuple(r.blpop(["empty", "queue"], timeout=1)) == (b"queue", b"job")
+    assert r.brpop("queue", timeout=0.05) is None
+    r.delete("tags", "more")
+    assert r.sadd("tags", "a", "b", "c") == 3 and r.sadd("tags", "a") == 0
+    assert r.smembers("tags") == {b"a", b"b", b"c"} and r.sismember("tags", "b")
+    r.sadd("more", "c", "d")
+    assert r.sinter("tags", "more") == {b"c"} and r.sunion("tags", "more") == {b"a", b"b", b"c", b"d"}
+    assert sorted(r.sscan_iter("tags", count=1)) == [b"a", b"b", b"c"]
+    assert r.spop("more", 2) is not None and r.scard("more") == 0
     r.delete("resource")
     lock = r.lock("resource", timeout=10)
     assert lock.acquire(blocking=False)
@@ -1839,4 +1855,90 @@ fn a_runaway_script_is_stopped() {
     assert!(reply.contains("time limit"), "{reply}");
     assert_eq!(c.call(&["GET", "before"]), "$1\r\n1\r\n");
     assert_eq!(c.call(&["SET", "after", "2"]), "+OK\r\n", "writers go on");
+}
+
+/// A command as RESP, for clients that send without waiting for a reply.
+fn resp(args: &[&str]) -> String {
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    req
+}
+
+/// Blocked clients hold no worker: with two workers, 20 clients block in
+/// BLPOP and others are still served; 20 pushes serve each blocked client
+/// one element, and what a blocked client pipelined behind its BLPOP
+/// runs after it. A timeout answers nil; a client that leaves while
+/// blocked takes no element; inside MULTI a blocking pop does not wait.
+#[test]
+fn blocking_pops_wait_without_a_worker_and_each_element_goes_once() {
+    let (addr, _dir) = start_with(
+        Options::default(),
+        ServerOptions {
+            workers: 2,
+            ..ServerOptions::default()
+        },
+    );
+    let mut c = Client::connect(addr);
+    let started = std::time::Instant::now();
+    assert_eq!(c.call(&["BLPOP", "q", "0.1"]), "*-1\r\n");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+    assert_eq!(
+        c.call(&["BRPOPLPUSH", "q", "r", "0.05"]),
+        "*-1\r\n",
+        "a timeout is the null array"
+    );
+    // A client left blocked fails the test instead of hanging it.
+    let bounded = || {
+        let c = Client::connect(addr);
+        c.writer
+            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        c
+    };
+    let mut blocked: Vec<Client> = (0..20).map(|_| bounded()).collect();
+    for (i, b) in blocked.iter_mut().enumerate() {
+        let tail = if i % 2 == 0 { "q" } else { "other" };
+        b.send_raw(format!("{}{}", resp(&["BLPOP", "other", tail, "0"]), resp(&["PING"])).as_bytes());
+    }
+    let all_blocked = |c: &mut Client| c.call(&["INFO", "clients"]).contains("blocked_clients:20");
+    while !all_blocked(&mut c) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "not all blocked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(c.call(&["PING"]), "+PONG\r\n", "served while 20 wait");
+    // One leaves while blocked: nothing is popped for it.
+    let mut gone = Client::connect(addr);
+    gone.send_raw(resp(&["BLPOP", "other", "0"]).as_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(gone);
+    for i in 0..20 {
+        assert!(c.call(&["RPUSH", "other", &format!("e{i}")]).starts_with(':'));
+    }
+    let mut got = Vec::new();
+    for b in &mut blocked {
+        let reply = b.reply();
+        assert!(reply.starts_with("*2\r\n$5\r\nother\r\n"), "{reply}");
+        got.push(reply.lines().last().unwrap().to_string());
+        assert_eq!(b.reply(), "+PONG\r\n", "the pipelined PING after");
+    }
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 20, "each element to one client");
+    assert_eq!(c.call(&["LLEN", "other"]), ":0\r\n");
+    assert!(c.call(&["INFO", "clients"]).contains("blocked_clients:0"));
+    // BLMOVE wakes on a push to its source, from another client.
+    let mut mover = bounded();
+    mover.send_raw(resp(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "5"]).as_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(c.call(&["LPUSH", "src", "job"]), ":1\r\n");
+    assert_eq!(mover.reply(), "$3\r\njob\r\n");
+    assert_eq!(c.call(&["LRANGE", "dst", "0", "-1"]), "*1\r\n$3\r\njob\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["BLPOP", "empty", "0"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n*-1\r\n");
 }

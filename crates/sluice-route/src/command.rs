@@ -190,6 +190,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("publish", "pub/sub is not supported through sluice route"),
     ("blpop", "blocking commands are not supported through sluice route"),
     ("brpop", "blocking commands are not supported through sluice route"),
+    ("blmove", "blocking commands are not supported through sluice route"),
+    ("brpoplpush", "blocking commands are not supported through sluice route"),
     ("bzpopmin", "blocking commands are not supported through sluice route"),
     ("bzpopmax", "blocking commands are not supported through sluice route"),
     (
@@ -293,9 +295,7 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<
             .get(1..3)
             .map(|k| k.iter().map(Vec::as_slice).collect())
             .ok_or_else(arity),
-        Route::Together { step } => together(args, step)
-            .map(|keys| keys.collect())
-            .ok_or_else(arity),
+        Route::Together { step } => together(args, step).map(|keys| keys.collect()).ok_or_else(arity),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
         Route::Local if matches!(name, "ping" | "echo" | "unwatch" | "time") => Ok(Vec::new()),
         Route::Local => Err(format!("'{name}' is not allowed inside MULTI through sluice route")),

@@ -69,6 +69,7 @@ fn cluster(_: &Shared, s: &mut String) {
 
 fn clients(shared: &Shared, s: &mut String) {
     let _ = write!(s, "connected_clients:{}\r\n", shared.clients.load(Ordering::Relaxed));
+    let _ = write!(s, "blocked_clients:{}\r\n", shared.waiters.blocked());
 }
 
 fn persistence(shared: &Shared, s: &mut String) {

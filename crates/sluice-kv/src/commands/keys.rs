@@ -253,10 +253,22 @@ pub(super) fn scan_options(args: &[Vec<u8>], with_type: bool) -> Result<(u64, Sc
 /// empty while the cursor goes on.
 pub(super) fn scan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let (token, ScanOptions { pattern, count, type_filter }) = scan_options(args, true)?;
+        let (
+            token,
+            ScanOptions {
+                pattern,
+                count,
+                type_filter,
+            },
+        ) = scan_options(args, true)?;
         let from = match token {
             0 => Vec::new(),
-            t => after(shared.cursors.resolve(t).ok_or_else(|| Reply::error("invalid cursor"))?),
+            t => after(
+                shared
+                    .cursors
+                    .resolve(t)
+                    .ok_or_else(|| Reply::error("invalid cursor"))?,
+            ),
         };
         let Page { keys, last } = user_keys(shared, &from, count)?;
         let next = last.map_or(0, |last| shared.cursors.issue(last));

@@ -1,5 +1,6 @@
 //! List commands: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP and RPOP (with a
-//! count), LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE and RPOPLPUSH. A list
+//! count), LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE and RPOPLPUSH (and,
+//! waiting for an element, `commands/blocking.rs`). A list
 //! is a header under the user's key and one store entry per element (see
 //! `keyspace`), so each of these touches only the elements it returns or
 //! writes; a write holds the list's stripe lock and commits its elements
@@ -23,7 +24,7 @@ pub(super) enum End {
 }
 
 impl End {
-    fn parse(arg: &[u8]) -> Result<End, Reply> {
+    pub(super) fn parse(arg: &[u8]) -> Result<End, Reply> {
         match arg.to_ascii_lowercase().as_slice() {
             b"left" => Ok(End::Left),
             b"right" => Ok(End::Right),

@@ -1,8 +1,10 @@
 //! One connection's state: who it is, what it named itself, the protocol
 //! it speaks, its transaction, the request of several commands it is in
-//! the middle of, and where it connects from.
+//! the middle of, where it connects from, and the blocking pop it waits
+//! in.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use sluice_core::Ctx;
 
@@ -27,6 +29,20 @@ pub(crate) struct Session {
     /// The client's address and the server's, for `CLIENT INFO`; none for
     /// the server's own sessions.
     pub addresses: Option<(SocketAddr, SocketAddr)>,
+    /// The blocking pop the connection waits in (`crate::blocked`).
+    pub block: Option<Block>,
+}
+
+/// A blocking pop that found its keys empty: the connection waits until
+/// one of them is written or the deadline passes, then runs it again.
+pub(crate) struct Block {
+    pub keys: Vec<Vec<u8>>,
+    /// None: no timeout.
+    pub deadline: Option<Instant>,
+    /// The waiters' generation before the command last looked at its keys.
+    pub generation: u64,
+    /// The request as the client sent it, run again when woken.
+    pub request: Vec<Vec<u8>>,
 }
 
 impl Session {
@@ -41,6 +57,7 @@ impl Session {
             client: Names::default(),
             addresses: None,
             open: None,
+            block: None,
         }
     }
 }

@@ -48,9 +48,9 @@ fn damaged() -> Reply {
 fn meta_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(SetMeta, Deadline)>, Reply> {
     match read(shared, key)? {
         Typed::Absent => Ok(None),
-        Typed::Found(Tag::Set, body, deadline) => SetMeta::decode(&body)
-            .map(|m| Some((m, deadline)))
-            .ok_or_else(damaged),
+        Typed::Found(Tag::Set, body, deadline) => {
+            SetMeta::decode(&body).map(|m| Some((m, deadline))).ok_or_else(damaged)
+        }
         Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
     }
 }
@@ -218,7 +218,11 @@ fn combine(shared: &Shared, op: Op, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Re
             let mut seen = HashSet::new();
             let mut out = Vec::new();
             for meta in metas.iter().flatten() {
-                out.extend(members(shared, Some(meta))?.into_iter().filter(|m| seen.insert(m.clone())));
+                out.extend(
+                    members(shared, Some(meta))?
+                        .into_iter()
+                        .filter(|m| seen.insert(m.clone())),
+                );
             }
             Ok(out)
         }
@@ -252,6 +256,11 @@ pub(super) fn store_combined(shared: &Shared, name: &str, args: &[Vec<u8>]) -> R
         let (destination, sources) = (&args[0], &args[1..]);
         let _lock = store::lock(shared, args.iter().map(Vec::as_slice));
         let result = combine(shared, Op::of(name), sources)?;
+        // Nothing to store where nothing is: no write, as in Redis, so a
+        // WATCH of the destination holds.
+        if result.is_empty() && store::get(shared, destination)?.is_none() {
+            return Ok(Reply::Integer(0));
+        }
         let mut batch = WriteBatch::new();
         make_collection(shared, destination, &mut batch)?;
         let mut meta = SetMeta::fresh();
@@ -408,10 +417,12 @@ pub(super) fn srandmember(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 /// member shares its 64-bit hash.
 pub(super) fn sscan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
-        let (cursor, ScanOptions { pattern, count, .. }) = scan_options(&args[1..], false)?;
+        // Redis reads the cursor, then the key, then the options.
+        scan_options(&args[1..2], false)?;
         let Some(meta) = meta(shared, &args[0])? else {
             return Ok(scan_reply(0, Vec::new()));
         };
+        let (cursor, ScanOptions { pattern, count, .. }) = scan_options(&args[1..], false)?;
         let mut page = members_from(shared, &meta, cursor, count.saturating_add(1))?;
         let next = if page.len() > count {
             page.pop().map_or(0, |(hash, _)| hash)

@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::thread::LocalKey;
 
-use crate::keyspace::{AllHeld, Held};
+use crate::keyspace::{AllHeld, Held, RESERVED};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::{Unsynced, WriteBatch};
@@ -33,6 +33,8 @@ thread_local! {
     static UNSYNCED: RefCell<Option<Vec<Unsynced>>> = const { RefCell::new(None) };
     /// The command holding a [`Lock`] on this thread has written.
     static WROTE: Cell<bool> = const { Cell::new(false) };
+    /// User keys written while a client was blocked ([`take_written`]).
+    static WRITTEN: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// What a running transaction has written so far.
@@ -68,8 +70,12 @@ pub(crate) fn get_many(shared: &Shared, keys: &[&[u8]]) -> Result<Vec<Option<Vec
     }))
 }
 
-/// Writes `batch` at once, or into the running transaction.
+/// Writes `batch` at once, or into the running transaction. An empty
+/// batch writes nothing, so it moves no WATCH count (DEL of missing keys).
 pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
+    if batch.is_empty() {
+        return Ok(());
+    }
     let batch = PENDING.with_borrow_mut(|p| match p {
         Some(p) => {
             // Refused now, by the command that wrote it, not at the end.
@@ -90,6 +96,14 @@ pub(crate) fn write(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
 /// [`deferring`].
 fn commit(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
     WROTE.set(true);
+    if shared.waiters.wrote() {
+        let keys = batch
+            .ops
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.first() != Some(&RESERVED));
+        WRITTEN.with_borrow_mut(|w| w.extend(keys.cloned()));
+    }
     let deferred = UNSYNCED.with_borrow(Option::is_some);
     if !deferred {
         return shared.db.write(batch).map_err(Reply::error);
@@ -98,6 +112,13 @@ fn commit(shared: &Shared, batch: WriteBatch) -> Result<(), Reply> {
         UNSYNCED.with_borrow_mut(|u| unsynced.merge_into(u.get_or_insert_with(Vec::new)));
     }
     Ok(())
+}
+
+/// The user keys this thread wrote while a client was blocked: the
+/// poller wakes the clients waiting for them once the writer's step is
+/// done (`crate::blocked`).
+pub(crate) fn take_written() -> Vec<Vec<u8>> {
+    WRITTEN.take()
 }
 
 /// Runs `f` with the writes of its commands applied but not yet made
