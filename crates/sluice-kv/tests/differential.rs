@@ -484,6 +484,32 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             .prop_map(|(c, k, l, t)| words(&[c, k, l, t])),
         (key.clone(), key.clone(), end.clone()).prop_map(|(k, l, a)| words(&["BLMOVE", k, l, a, "RIGHT", "0.01"])),
         (key.clone(), key.clone()).prop_map(|(k, l)| words(&["BRPOPLPUSH", k, l, "0.01"])),
+        (key.clone(), bound.clone(), bound.clone(), any::<bool>()).prop_map(|(k, a, b, remove)| words(&[
+            if remove { "ZREMRANGEBYSCORE" } else { "ZCOUNT" },
+            k,
+            a,
+            b
+        ])),
+        (key.clone(), lex.clone(), lex.clone(), any::<bool>()).prop_map(|(k, a, b, remove)| words(&[
+            if remove { "ZREMRANGEBYLEX" } else { "ZLEXCOUNT" },
+            k,
+            a,
+            b
+        ])),
+        (key.clone(), range.clone(), range.clone()).prop_map(|(k, a, b)| words(&["ZREMRANGEBYRANK", k, a, b])),
+        (key.clone(), member.clone(), member.clone()).prop_map(|(k, m, n)| words(&["ZMSCORE", k, m, n])),
+        (
+            prop::sample::select(vec!["ZPOPMIN", "ZPOPMAX"]),
+            key.clone(),
+            prop::sample::select(vec!["", "0", "1", "3", "-1", "x"])
+        )
+            .prop_map(move |(c, k, n)| [words(&[c, k]), split(n)].concat()),
+        (
+            prop::sample::select(vec!["BZPOPMIN", "BZPOPMAX"]),
+            key.clone(),
+            key.clone()
+        )
+            .prop_map(|(c, k, l)| words(&[c, k, l, "0.01"])),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

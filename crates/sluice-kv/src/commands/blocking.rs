@@ -1,5 +1,6 @@
-//! The blocking pops: BLPOP, BRPOP, BLMOVE and BRPOPLPUSH. Each tries its
-//! non-blocking form (LPOP, RPOP on each key in turn; LMOVE, RPOPLPUSH);
+//! The blocking pops: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN and
+//! BZPOPMAX. Each tries its non-blocking form (LPOP, RPOP, ZPOPMIN,
+//! ZPOPMAX on each key in turn; LMOVE, RPOPLPUSH);
 //! if every key is empty it leaves a [`Block`] in the session, and the
 //! connection waits without a worker until a key is written or the
 //! timeout passes (`crate::blocked`), then runs the command again. Inside
@@ -11,6 +12,7 @@ use super::list::{self, End};
 use super::session::{Block, Session};
 use super::store;
 use super::value::run;
+use super::zset;
 use crate::resp::Reply;
 use crate::shared::Shared;
 
@@ -95,6 +97,26 @@ pub(super) fn bpop(shared: &Shared, session: &mut Session, name: &str, args: &[V
                     }
                     Reply::Bulk(None) => {}
                     refused => return Err(refused),
+                }
+            }
+            Ok(None)
+        })
+    })
+}
+
+/// `BZPOPMIN key [key ...] timeout`, `BZPOPMAX ...`: `[key, member,
+/// score]` from the first key that has a member, nil once the timeout
+/// passes.
+pub(super) fn bzpop(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let (keys, timeout) = args.split_at(args.len() - 1);
+        let timeout = parse_timeout(&timeout[0])?;
+        let min = name == "bzpopmin";
+        wait(shared, session, keys, timeout, Reply::NullArray, || {
+            for key in keys {
+                if let Some((score, member)) = zset::pop_extremes(shared, key, min, 1)?.pop() {
+                    let [member, score] = zset::scored(score, member);
+                    return Ok(Some(Reply::Array(vec![Reply::Bulk(Some(key.clone())), member, score])));
                 }
             }
             Ok(None)

@@ -1,7 +1,9 @@
 //! Sorted-set commands: ZADD (with NX, XX, GT, LT, CH, INCR), ZINCRBY
-//! (ZADD's INCR, as in Redis), ZREM, ZCARD, ZSCORE, ZRANK, ZREVRANK, and
-//! ZRANGE in its Redis 6.2 form (by rank, BYSCORE or BYLEX, REV, LIMIT,
-//! WITHSCORES) with the older range commands it subsumes. Members are store entries of their own (see
+//! (ZADD's INCR, as in Redis), ZREM, ZCARD, ZSCORE, ZMSCORE, ZRANK,
+//! ZREVRANK, ZPOPMIN, ZPOPMAX, ZRANGE in its Redis 6.2 form (by rank,
+//! BYSCORE or BYLEX, REV, LIMIT, WITHSCORES) with the older range commands
+//! it subsumes, and what counts or removes a range: ZCOUNT, ZLEXCOUNT,
+//! ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZREMRANGEBYRANK. Members are store entries of their own (see
 //! `keyspace`); a write holds the set's stripe lock and commits its
 //! entries and the set's header in one batch. Scores are replied as
 //! text in RESP3 too, where Redis replies doubles: `Reply` has no double.
@@ -245,13 +247,145 @@ pub(super) fn zrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
             }
         }
         meta.card -= removed.min(meta.card);
-        if meta.card == 0 {
-            batch.delete(key.clone());
-        } else {
-            batch.put(key.clone(), with_deadline(meta.encode(), deadline));
-        }
+        put_header(&mut batch, key, &meta, deadline);
         store::write(shared, batch)?;
         Ok(Reply::Integer(removed as i64))
+    })
+}
+
+/// Puts the header of the set at `key` into `batch` as `meta` leaves it,
+/// or deletes the key with the last member.
+fn put_header(batch: &mut WriteBatch, key: &[u8], meta: &ZsetMeta, deadline: Deadline) {
+    if meta.card == 0 {
+        batch.delete(key.to_vec());
+    } else {
+        batch.put(key.to_vec(), with_deadline(meta.encode(), deadline));
+    }
+}
+
+/// Deletes `entries` (score, member) of the set into `batch`, and counts
+/// them out of `meta`.
+fn remove_entries(batch: &mut WriteBatch, meta: &mut ZsetMeta, entries: &Entries) {
+    for (score, member) in entries {
+        batch.delete(meta.member_key(member));
+        batch.delete(meta.score_key(*score, member));
+    }
+    meta.card = meta.card.saturating_sub(entries.len() as u64);
+}
+
+/// `ZMSCORE key member [member ...]`: each member's score, or nil.
+pub(super) fn zmscore(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let meta = meta(shared, &args[0])?;
+        let mut scores = Vec::with_capacity(args.len() - 1);
+        for member in &args[1..] {
+            let score = match &meta {
+                Some(m) => score_of(shared, m, member)?,
+                None => None,
+            };
+            scores.push(score.map_or(Reply::Bulk(None), |s| Reply::Double(format_score(s))));
+        }
+        Ok(Reply::Array(scores))
+    })
+}
+
+/// `ZCOUNT key min max`, `ZLEXCOUNT key min max`, and
+/// `ZREMRANGEBYSCORE`, `ZREMRANGEBYLEX`, `ZREMRANGEBYRANK key start stop`:
+/// how many members the range selects, which the ZREM forms remove (the
+/// set goes with its last member).
+pub(super) fn count_or_remove_range(shared: &Shared, name: &str, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let by = match name {
+            "zcount" | "zremrangebyscore" => By::Score,
+            "zlexcount" | "zremrangebylex" => By::Lex,
+            _ => By::Rank,
+        };
+        let bounds = match by {
+            By::Rank => {
+                let number = |b: &[u8]| parse_i64(b).ok_or_else(not_integer);
+                Bounds::Rank(number(&args[1])?, number(&args[2])?)
+            }
+            By::Score => Bounds::Score(parse_bound(&args[1])?, parse_bound(&args[2])?),
+            By::Lex => Bounds::Lex(parse_lex(&args[1])?, parse_lex(&args[2])?),
+        };
+        let o = RangeOptions {
+            by,
+            rev: false,
+            with_scores: false,
+            offset: 0,
+            count: -1,
+        };
+        let key = &args[0];
+        let remove = name.starts_with("zrem");
+        let _lock = remove.then(|| store::lock(shared, [key.as_slice()]));
+        let Some((mut meta, deadline)) = meta_with_deadline(shared, key)? else {
+            return Ok(Reply::Integer(0));
+        };
+        let entries = select(shared, &meta, &o, bounds)?;
+        if remove && !entries.is_empty() {
+            let mut batch = WriteBatch::new();
+            remove_entries(&mut batch, &mut meta, &entries);
+            put_header(&mut batch, key, &meta, deadline);
+            store::write(shared, batch)?;
+        }
+        Ok(Reply::Integer(entries.len() as i64))
+    })
+}
+
+/// The members ZPOPMIN (`min`) or ZPOPMAX removes from the set at `key`:
+/// up to `count`, lowest or highest first, with their scores; none if the
+/// key is missing. ZPOPMAX reads the whole index, which the store scans
+/// forward only.
+pub(super) fn pop_extremes(shared: &Shared, key: &[u8], min: bool, count: u64) -> Result<Entries, Reply> {
+    let _lock = store::lock(shared, [key]);
+    let Some((mut meta, deadline)) = meta_with_deadline(shared, key)? else {
+        return Ok(Vec::new());
+    };
+    let n = count.min(meta.card) as usize;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let (first, end) = (meta.prefix(b's'), meta.end_of(b's'));
+    let entries = if min {
+        index(shared, &meta, &first, &end, n)?
+    } else {
+        let mut all = index(shared, &meta, &first, &end, usize::MAX)?;
+        let mut top = all.split_off(all.len().saturating_sub(n));
+        top.reverse();
+        top
+    };
+    let mut batch = WriteBatch::new();
+    remove_entries(&mut batch, &mut meta, &entries);
+    put_header(&mut batch, key, &meta, deadline);
+    store::write(shared, batch)?;
+    Ok(entries)
+}
+
+/// A member and its score, as the pops reply them.
+pub(super) fn scored(score: f64, member: Vec<u8>) -> [Reply; 2] {
+    [Reply::Bulk(Some(member)), Reply::Double(format_score(score))]
+}
+
+/// `ZPOPMIN key [count]`, `ZPOPMAX key [count]`: member, score, ...; in
+/// RESP3 with a count, [member, score] pairs, as Redis 7 replies.
+pub(super) fn zpop(shared: &Shared, name: &str, args: &[Vec<u8>], resp3: bool) -> Reply {
+    run(|| {
+        let count = match args {
+            [_] => None,
+            [_, count] => Some(
+                parse_i64(count)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| Reply::error("value is out of range, must be positive"))?,
+            ),
+            _ => return Err(syntax_error()),
+        };
+        let entries = pop_extremes(shared, &args[0], name == "zpopmin", count.unwrap_or(1))?;
+        let pairs = entries.into_iter().map(|(score, member)| scored(score, member));
+        Ok(Reply::Array(if resp3 && count.is_some() {
+            pairs.map(|pair| Reply::Array(pair.to_vec())).collect()
+        } else {
+            pairs.flatten().collect()
+        }))
     })
 }
 
