@@ -19,4 +19,5 @@ apt_install redis-tools redis-server postgresql-15 postgresql-client-15 openssl 
 # redis-py, as a Python user gets it (RESP3 and HELLO by default), for the
 # server's client test.
 pip_install redis 'redis>=5'
+pip_install rq 'rq>=2'
 cargo test --workspace "$@"

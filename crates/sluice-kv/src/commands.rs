@@ -5,7 +5,7 @@
 //! STRLEN, APPEND, SETRANGE, GETRANGE (and its old name SUBSTR), GETDEL and the counters in
 //! `commands/string.rs`), RENAME and RENAMENX (`commands/rename.rs`), hashes
 //! (`commands/hash.rs`), sets (`commands/set.rs`), sorted sets
-//! (`commands/zset.rs`), KEYS, SCAN and
+//! (`commands/zset.rs`), streams (`commands/stream.rs`), KEYS, SCAN and
 //! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
 //! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
@@ -43,6 +43,7 @@ mod script;
 mod session;
 mod set;
 mod store;
+mod stream;
 mod string;
 mod transaction;
 mod value;
@@ -95,6 +96,7 @@ const COMMANDS: &[Command] = &[
     command("append", |n| n == 2, |s, _, _, r| string::append(s, r)),
     command("auth", |n| n >= 1, |s, c, _, r| auth(s, c, r)),
     command("blmove", |n| n == 5, blocking::bmove),
+    command("blmpop", |n| n >= 4, blocking::blmpop),
     command("blpop", |n| n >= 2, blocking::bpop),
     command("brpop", |n| n >= 2, blocking::bpop),
     command("brpoplpush", |n| n == 3, blocking::bmove),
@@ -150,10 +152,17 @@ const COMMANDS: &[Command] = &[
     command("hexists", |n| n == 2, |s, _, name, r| hash::read_hash(s, name, r)),
     command("hget", |n| n == 2, |s, _, name, r| hash::read_hash(s, name, r)),
     command("hgetall", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hincrby", |n| n == 3, |s, _, _, r| hash::hincrby(s, r)),
+    command("hincrbyfloat", |n| n == 3, |s, _, _, r| hash::hincrbyfloat(s, r)),
+    command("hkeys", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
     command("hlen", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
     command("hmget", |n| n >= 2, |s, _, name, r| hash::read_hash(s, name, r)),
     command("hmset", |n| n >= 3 && n % 2 == 1, |s, _, _, r| hash::hset(s, r, true)),
+    command("hscan", |n| n >= 2, |s, _, _, r| hash::hscan(s, r)),
     command("hset", |n| n >= 3 && n % 2 == 1, |s, _, _, r| hash::hset(s, r, false)),
+    command("hsetnx", |n| n == 3, |s, _, _, r| hash::hsetnx(s, r)),
+    command("hstrlen", |n| n == 2, |s, _, name, r| hash::read_hash(s, name, r)),
+    command("hvals", |n| n == 1, |s, _, name, r| hash::read_hash(s, name, r)),
     command("incr", |n| n == 1, |s, _, _, r| string::incr_by(s, &r[0], Ok(1))),
     command(
         "incrby",
@@ -170,10 +179,12 @@ const COMMANDS: &[Command] = &[
     command("lindex", |n| n == 2, |s, _, name, r| list::read_list(s, name, r)),
     command("llen", |n| n == 1, |s, _, name, r| list::read_list(s, name, r)),
     command("lmove", |n| n == 4, |s, _, _, r| list::lmove(s, r, None)),
+    command("lmpop", |n| n >= 3, |s, _, _, r| list::lmpop(s, r)),
     command("lpop", |n| n == 1 || n == 2, |s, _, _, r| list::pop(s, r, End::Left)),
     command("lpush", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Left, false)),
     command("lpushx", |n| n >= 2, |s, _, _, r| list::push(s, r, End::Left, true)),
     command("lrange", |n| n == 3, |s, _, name, r| list::read_list(s, name, r)),
+    command("lrem", |n| n == 3, |s, _, _, r| list::lrem(s, r)),
     command("lset", |n| n == 3, |s, _, _, r| list::lset(s, r)),
     command("ltrim", |n| n == 3, |s, _, _, r| list::ltrim(s, r)),
     command("mget", |n| n >= 1, |s, _, _, r| mget(s, r)),
@@ -236,6 +247,7 @@ const COMMANDS: &[Command] = &[
     command("setnx", |n| n == 2, |s, _, _, r| string::setnx(s, r)),
     command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
     command("sinter", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
+    command("sintercard", |n| n >= 2, |s, _, _, r| set::sintercard(s, r)),
     command(
         "sinterstore",
         |n| n >= 2,
@@ -263,6 +275,13 @@ const COMMANDS: &[Command] = &[
     command("unlink", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
     command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
     command("watch", |n| n >= 1, |s, c, _, r| watch(s, c, r)),
+    command("xadd", |n| n >= 4, |s, _, _, r| stream::xadd(s, r)),
+    command("xdel", |n| n >= 2, |s, _, _, r| stream::xdel(s, r)),
+    command("xlen", |n| n == 1, |s, _, _, r| stream::xlen(s, r)),
+    command("xrange", |n| n >= 3, |s, _, name, r| stream::xrange(s, name, r)),
+    command("xread", |n| n >= 3, stream::xread),
+    command("xrevrange", |n| n >= 3, |s, _, name, r| stream::xrange(s, name, r)),
+    command("xtrim", |n| n >= 3, |s, _, _, r| stream::xtrim(s, r)),
     command("zadd", |n| n >= 3, |s, _, _, r| zset::zadd(s, r)),
     command("zcard", |n| n == 1, |s, _, name, r| zset::read_zset(s, name, r)),
     command(

@@ -18,9 +18,9 @@
 //!   positions of its first element and of one past its last) plus one
 //!   store entry per element under `0xFF`, keyed by position: pushing or
 //!   popping at either end, reading by index and reading a range are one
-//!   operation each, as in Kvrocks. Commands that insert or remove inside
-//!   a list (LINSERT, LREM) would rewrite every element after the point,
-//!   so they are not offered. (The blocking pops are pops that wait:
+//!   operation each, as in Kvrocks. Removing inside a list (LREM) moves
+//!   the elements on the shorter side of the point; inserting inside one
+//!   (LINSERT) is not offered. (The blocking pops are pops that wait:
 //!   `crate::blocked`.)
 //! - A set is a header like a sorted set's (tag, version, cardinality)
 //!   plus one empty store entry per member under `0xFF`, keyed by a hash
@@ -29,6 +29,11 @@
 //!   a position in the set: SSCAN's cursor is that number, as Redis's is
 //!   a position in its hash table, and a random point is where SPOP and
 //!   SRANDMEMBER start to read in a large set (`commands/set.rs`).
+//! - A stream is a header (tag, version, length, last ID) plus one store
+//!   entry per stream entry under `0xFF`, keyed by its ID (milliseconds
+//!   and sequence, big-endian), its fields length-prefixed as a hash's: a
+//!   range of IDs is a range of keys. As in Redis, a stream emptied by
+//!   XDEL or XTRIM stays, with its last ID.
 //! - A value that expires starts with `x` and its deadline (unix time in
 //!   milliseconds, 8 bytes big-endian) before its tag: the expiry is read
 //!   with the value, so a read never costs a second lookup, and a value
@@ -67,6 +72,8 @@ pub enum Tag {
     List = b'l' as isize,
     /// `S`: `s` is a string's.
     Set = b'S' as isize,
+    /// `t`: `x` marks a value with a deadline.
+    Stream = b't' as isize,
 }
 
 impl Tag {
@@ -78,6 +85,7 @@ impl Tag {
             Tag::Zset => "zset",
             Tag::List => "list",
             Tag::Set => "set",
+            Tag::Stream => "stream",
         }
     }
 }
@@ -99,6 +107,7 @@ pub fn untag(value: &[u8]) -> Option<(Tag, &[u8])> {
         b'z' => Tag::Zset,
         b'l' => Tag::List,
         b'S' => Tag::Set,
+        b't' => Tag::Stream,
         _ => return None,
     };
     Some((tag, &value[1..]))
@@ -181,14 +190,20 @@ pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
 pub fn encode_hash(fields: &Fields) -> Vec<u8> {
     let mut out = vec![Tag::Hash as u8];
-    for (f, v) in fields {
-        put_bytes(&mut out, f);
-        put_bytes(&mut out, v);
-    }
+    encode_fields(&mut out, fields);
     out
 }
 
-/// The fields of a hash body; `None` if it is damaged.
+/// Fields and values, length-prefixed: a hash's body, a stream entry's
+/// value.
+pub fn encode_fields(out: &mut Vec<u8>, fields: &[(Vec<u8>, Vec<u8>)]) {
+    for (f, v) in fields {
+        put_bytes(out, f);
+        put_bytes(out, v);
+    }
+}
+
+/// The fields of a hash body or a stream entry; `None` if it is damaged.
 pub fn decode_hash(mut body: &[u8]) -> Option<Fields> {
     let mut fields = Vec::new();
     while !body.is_empty() {
@@ -341,6 +356,82 @@ impl SetMeta {
         match self.version.checked_add(1) {
             Some(next) => SetMeta { version: next, card: 0 }.prefix(),
             None => vec![RESERVED, b'S' + 1],
+        }
+    }
+}
+
+/// A stream entry's ID: milliseconds, then a sequence number.
+pub type StreamId = (u64, u64);
+
+/// A stream's header: the version its entries are keyed by, how many
+/// there are, and the last ID given (which new IDs must exceed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamMeta {
+    pub version: u64,
+    pub len: u64,
+    pub last: StreamId,
+}
+
+impl StreamMeta {
+    /// A new, empty stream.
+    pub fn fresh() -> Self {
+        StreamMeta {
+            version: fresh_version(),
+            len: 0,
+            last: (0, 0),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Tag::Stream as u8];
+        for n in [self.version, self.len, self.last.0, self.last.1] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Option<Self> {
+        let n = |i: usize| Some(u64::from_be_bytes(body.get(8 * i..8 * i + 8)?.try_into().ok()?));
+        Some(StreamMeta {
+            version: n(0)?,
+            len: n(1)?,
+            last: (n(2)?, n(3)?),
+        })
+    }
+
+    /// Key of the entry `id`.
+    pub fn entry_key(&self, id: StreamId) -> Vec<u8> {
+        let mut k = self.prefix();
+        k.extend_from_slice(&id.0.to_be_bytes());
+        k.extend_from_slice(&id.1.to_be_bytes());
+        k
+    }
+
+    /// The ID of an entry key of this stream.
+    pub fn parse_entry_key(&self, key: &[u8]) -> Option<StreamId> {
+        let rest = key.strip_prefix(self.prefix().as_slice())?;
+        let n = |i: usize| Some(u64::from_be_bytes(rest.get(8 * i..8 * i + 8)?.try_into().ok()?));
+        Some((n(0)?, n(1)?))
+    }
+
+    /// Where this stream's entries begin.
+    pub fn prefix(&self) -> Vec<u8> {
+        let mut k = vec![RESERVED, b't'];
+        k.extend_from_slice(&self.version.to_be_bytes());
+        k
+    }
+
+    /// One past every entry of this stream, and before those of any
+    /// stream of a later version.
+    pub fn end(&self) -> Vec<u8> {
+        match self.version.checked_add(1) {
+            Some(next) => StreamMeta {
+                version: next,
+                len: 0,
+                last: (0, 0),
+            }
+            .prefix(),
+            None => vec![RESERVED, b't' + 1],
         }
     }
 }
@@ -602,6 +693,22 @@ mod tests {
     }
 
     #[test]
+    fn stream_entries_lie_in_id_order_inside_their_stream() {
+        let m = StreamMeta {
+            version: 7,
+            len: 2,
+            last: (5, 1),
+        };
+        let (a, b, c) = (m.entry_key((5, 0)), m.entry_key((5, 1)), m.entry_key((6, 0)));
+        assert!(a < b && b < c, "IDs sort as their keys");
+        assert_eq!(m.parse_entry_key(&b), Some((5, 1)));
+        assert!(c.as_slice() < m.end().as_slice() && a.as_slice() > m.prefix().as_slice());
+        assert!(m.entry_key((u64::MAX, u64::MAX)).as_slice() < m.end().as_slice());
+        assert_eq!(StreamMeta::decode(&m.encode()[1..]), Some(m));
+        assert_eq!(untag(&m.encode()).map(|(t, _)| t), Some(Tag::Stream));
+    }
+
+    #[test]
     fn deadlines_travel_with_values() {
         let v = with_deadline(tagged(Tag::String, b"body"), Some(1_000));
         assert_eq!(decode_value(&v), Some((Tag::String, &b"body"[..], Some(1_000))));
@@ -635,6 +742,7 @@ mod tests {
             let _ = decode_hash(&body);
             let _ = ZsetMeta::decode(&body);
             let _ = SetMeta::decode(&body);
+            let _ = StreamMeta::decode(&body);
             let _ = SetMeta { version: 1, card: 0 }.parse_member_key(&body);
             let _ = ZsetMeta { version: 1, card: 0 }.parse_score_key(&body);
         }

@@ -1,15 +1,18 @@
 //! `sluice serve` against Redis 7, reply for reply: random sequences of
-//! string, counter, hash, set, sorted-set, list (blocking pops with a
-//! short timeout included) and expiry commands
+//! string, counter, hash (field counters included), set, sorted-set, list and stream commands
+//! (blocking pops and reads with a short timeout included), and expiry
 //! (errors included) go to both, over RESP2 and RESP3, and every reply
 //! must be the same. Where Redis's order is its hash table's (KEYS,
 //! HGETALL, SMEMBERS, SSCAN's page), both replies are sorted before they
 //! are compared; SRANDMEMBER's members are random, so only how many come
-//! back is compared, and SPOP pops with a count that takes every member. Time enters as relative expiries
-//! of 100 s or more, read back by TTL (whose seconds may round apart by
-//! one when the two reads straddle a boundary), and as absolute ones far
-//! in the future or long past (EXPIREAT 1), which GT and LT compare: two
-//! relative expiries given a moment apart would compare by that moment.
+//! back is compared, and SPOP pops with a count that takes every member.
+//! Stream IDs are given (`*` would take each server's clock) and trims
+//! are exact (`~` is exact here only: `commands/stream.rs`). Time enters
+//! as relative expiries of 100 s or more, read back by TTL (whose seconds
+//! may round apart by one when the two reads straddle a boundary), and as
+//! absolute ones far in the future or long past (EXPIREAT 1), which GT
+//! and LT compare: two relative expiries given a moment apart would
+//! compare by that moment.
 //!
 //! Each case writes keys of its own (a fresh prefix), so the two stores
 //! start every case empty as far as the case can see.
@@ -510,6 +513,95 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             key.clone()
         )
             .prop_map(|(c, k, l)| words(&[c, k, l, "0.01"])),
+        (
+            key.clone(),
+            key.clone(),
+            prop::sample::select(vec!["", "LIMIT 1", "LIMIT -1", "FOO 1"])
+        )
+            .prop_map(move |(k, l, o)| [words(&["SINTERCARD", "2", k, l]), split(o)].concat()),
+        Just(words(&["SINTERCARD", "0", "x"])),
+        Just(words(&["SINTERCARD", "3", "x"])),
+        (
+            key.clone(),
+            key.clone(),
+            end.clone(),
+            prop::sample::select(vec!["", "COUNT 2", "COUNT 0", "COUNT x"])
+        )
+            .prop_map(move |(k, l, e, o)| [words(&["LMPOP", "2", k, l, e]), split(o)].concat()),
+        (key.clone(), end.clone()).prop_map(|(k, e)| words(&["BLMPOP", "0.01", "1", k, e, "COUNT", "2"])),
+        (
+            key.clone(),
+            prop::sample::select(vec![
+                "",
+                "NOMKSTREAM",
+                "MAXLEN = 1",
+                "MAXLEN 2",
+                "MINID 2",
+                "MAXLEN x",
+                "LIMIT 1"
+            ]),
+            prop::sample::select(vec!["1-1", "2", "2-*", "3-5", "0-0", "x", "1"]),
+            field.clone(),
+            value.clone()
+        )
+            .prop_map(move |(k, o, id, f, v)| [words(&["XADD", k]), split(o), words(&[id, f, v])].concat()),
+        (
+            key.clone(),
+            prop::sample::select(vec!["-", "1", "(1-1", "2-0", "x"]),
+            prop::sample::select(vec!["+", "3", "(3-5", "2-0"]),
+            prop::sample::select(vec!["", "COUNT 1", "COUNT 0", "COUNT x"]),
+            any::<bool>()
+        )
+            .prop_map(move |(k, a, b, n, rev)| {
+                let c = if rev {
+                    words(&["XREVRANGE", k, b, a])
+                } else {
+                    words(&["XRANGE", k, a, b])
+                };
+                [c, split(n)].concat()
+            }),
+        key.clone().prop_map(|k| words(&["XLEN", k])),
+        (key.clone(), prop::sample::select(vec!["1-1", "2-0 3-5", "x"])).prop_map(move |(k, ids)| [
+            words(&["XDEL", k]),
+            split(ids)
+        ]
+        .concat()),
+        (
+            key.clone(),
+            prop::sample::select(vec!["MAXLEN 1", "MAXLEN = 0", "MINID 3", "MAXLEN", "FOO 1"])
+        )
+            .prop_map(move |(k, o)| [words(&["XTRIM", k]), split(o)].concat()),
+        (
+            key.clone(),
+            key.clone(),
+            prop::sample::select(vec!["", "COUNT 1", "BLOCK 10", "COUNT x"]),
+            prop::sample::select(vec!["0 0", "1-1 $", "$ $", "0"])
+        )
+            .prop_map(move |(k, l, o, ids)| [
+                words(&["XREAD"]),
+                split(o),
+                words(&["STREAMS", k, l]),
+                split(ids)
+            ]
+            .concat()),
+        (key.clone(), field.clone(), value.clone()).prop_map(|(k, f, v)| words(&["HSETNX", k, f, v])),
+        (key.clone(), field.clone(), int.clone()).prop_map(|(k, f, n)| words(&["HINCRBY", k, f, n])),
+        (key.clone(), field.clone(), float.clone()).prop_map(|(k, f, n)| words(&["HINCRBYFLOAT", k, f, n])),
+        (prop::sample::select(vec!["HKEYS", "HVALS"]), key.clone()).prop_map(|(c, k)| words(&[c, k])),
+        (key.clone(), field.clone()).prop_map(|(k, f)| words(&["HSTRLEN", k, f])),
+        (key.clone(), prop::sample::select(vec!["", "MATCH [fg]", "COUNT 0"])).prop_map(move |(k, o)| [
+            words(&["HSCAN", k, "0"]),
+            split(o)
+        ]
+        .concat()),
+        (
+            key.clone(),
+            prop::sample::select(vec!["0", "1", "-1", "2", "-2", "x"]),
+            value.clone()
+        )
+            .prop_map(|(k, n, v)| words(&["LREM", k, n, v])),
+        (key.clone(), value.clone(), value.clone(), value.clone(), value.clone())
+            .prop_map(|(k, a, b, c, d)| words(&["RPUSH", k, a, b, c, d, a, b])),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

@@ -168,6 +168,12 @@ const FIRST_KEY: &[&str] = &[
     "getbit",
     "setbit",
     "pfadd",
+    "xadd",
+    "xdel",
+    "xlen",
+    "xrange",
+    "xrevrange",
+    "xtrim",
 ];
 
 /// Commands answered by the router (MULTI, EXEC, DISCARD, WATCH and

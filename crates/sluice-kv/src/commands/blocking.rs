@@ -1,6 +1,6 @@
-//! The blocking pops: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN and
-//! BZPOPMAX. Each tries its non-blocking form (LPOP, RPOP, ZPOPMIN,
-//! ZPOPMAX on each key in turn; LMOVE, RPOPLPUSH);
+//! The blocking pops: BLPOP, BRPOP, BLMPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN
+//! and BZPOPMAX. Each tries its non-blocking form (LPOP, RPOP, ZPOPMIN,
+//! ZPOPMAX on each key in turn; LMPOP, LMOVE, RPOPLPUSH);
 //! if every key is empty it leaves a [`Block`] in the session, and the
 //! connection waits without a worker until a key is written or the
 //! timeout passes (`crate::blocked`), then runs the command again. Inside
@@ -17,7 +17,7 @@ use crate::resp::Reply;
 use crate::shared::Shared;
 
 /// A timeout in seconds, as Redis reads one: a float, 0 for none.
-fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
+pub(super) fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
     let seconds: f64 = std::str::from_utf8(arg)
         .ok()
         .and_then(|t| t.parse().ok())
@@ -38,7 +38,7 @@ fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
 /// blocking pop that timed out) once the deadline has passed. The
 /// deadline is set by the command's first run and kept by the runs that
 /// follow a wake.
-fn wait(
+pub(super) fn wait(
     shared: &Shared,
     session: &mut Session,
     keys: &[Vec<u8>],
@@ -72,6 +72,7 @@ fn wait(
                 deadline,
                 generation,
                 request: Vec::new(),
+                since: Vec::new(),
             })
         }
     }
@@ -100,6 +101,18 @@ pub(super) fn bpop(shared: &Shared, session: &mut Session, name: &str, args: &[V
                 }
             }
             Ok(None)
+        })
+    })
+}
+
+/// `BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]`:
+/// LMPOP's reply, nil once the timeout passes.
+pub(super) fn blmpop(shared: &Shared, session: &mut Session, _: &str, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let timeout = parse_timeout(&args[0])?;
+        let (keys, end, count) = list::mpop_args(&args[1..])?;
+        wait(shared, session, keys, timeout, Reply::NullArray, || {
+            list::mpop(shared, keys, end, count)
         })
     })
 }

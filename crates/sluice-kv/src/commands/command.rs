@@ -25,6 +25,21 @@ pub(super) struct Info {
     /// positions counting the name as 0; all 0 for a command of no keys.
     pub keys: [i64; 3],
     pub categories: &'static [&'static str],
+    /// Where a command whose keys move (`movablekeys`) finds them.
+    pub movable: Movable,
+}
+
+/// How a command with `movablekeys` finds its keys.
+#[derive(Clone, Copy)]
+pub(super) enum Movable {
+    /// Its keys are at fixed positions ([`Info::keys`]).
+    No,
+    /// A count of keys at this argument position (the name at 0), the
+    /// keys after it (EVAL's at 2, SINTERCARD's at 1).
+    KeyNum(i64),
+    /// Its keys follow this keyword, as many as the arguments after them
+    /// (XREAD's STREAMS: keys, then one ID each).
+    Keyword(&'static str),
 }
 
 const fn info(
@@ -40,6 +55,14 @@ const fn info(
         flags,
         keys,
         categories,
+        movable: Movable::No,
+    }
+}
+
+impl Info {
+    const fn movable(mut self, movable: Movable) -> Info {
+        self.movable = movable;
+        self
     }
 }
 
@@ -66,6 +89,14 @@ pub(super) const INFO: &[Info] = &[
         [1, 2, 1],
         &["@write", "@list", "@slow", "@blocking"],
     ),
+    info(
+        "blmpop",
+        -5,
+        &["write", "blocking", "movablekeys"],
+        [0, 0, 0],
+        &["@write", "@list", "@slow", "@blocking"],
+    )
+    .movable(Movable::KeyNum(2)),
     info(
         "blpop",
         -3,
@@ -152,7 +183,8 @@ pub(super) const INFO: &[Info] = &[
         &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
         [0, 0, 0],
         &["@slow", "@scripting"],
-    ),
+    )
+    .movable(Movable::KeyNum(2)),
     info(
         "eval_ro",
         -3,
@@ -166,14 +198,16 @@ pub(super) const INFO: &[Info] = &[
         ],
         [0, 0, 0],
         &["@slow", "@scripting"],
-    ),
+    )
+    .movable(Movable::KeyNum(2)),
     info(
         "evalsha",
         -3,
         &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
         [0, 0, 0],
         &["@slow", "@scripting"],
-    ),
+    )
+    .movable(Movable::KeyNum(2)),
     info(
         "evalsha_ro",
         -3,
@@ -187,7 +221,8 @@ pub(super) const INFO: &[Info] = &[
         ],
         [0, 0, 0],
         &["@slow", "@scripting"],
-    ),
+    )
+    .movable(Movable::KeyNum(2)),
     info(
         "exec",
         1,
@@ -290,6 +325,21 @@ pub(super) const INFO: &[Info] = &[
     ),
     info("hgetall", 2, &["readonly"], [1, 1, 1], &["@read", "@hash", "@slow"]),
     info(
+        "hincrby",
+        4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@hash", "@fast"],
+    ),
+    info(
+        "hincrbyfloat",
+        4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@hash", "@fast"],
+    ),
+    info("hkeys", 2, &["readonly"], [1, 1, 1], &["@read", "@hash", "@slow"]),
+    info(
         "hlen",
         2,
         &["readonly", "fast"],
@@ -310,6 +360,7 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@write", "@hash", "@fast"],
     ),
+    info("hscan", -3, &["readonly"], [1, 1, 1], &["@read", "@hash", "@slow"]),
     info(
         "hset",
         -4,
@@ -317,6 +368,21 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@write", "@hash", "@fast"],
     ),
+    info(
+        "hsetnx",
+        4,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@hash", "@fast"],
+    ),
+    info(
+        "hstrlen",
+        3,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@hash", "@fast"],
+    ),
+    info("hvals", 2, &["readonly"], [1, 1, 1], &["@read", "@hash", "@slow"]),
     info(
         "incr",
         2,
@@ -361,6 +427,14 @@ pub(super) const INFO: &[Info] = &[
         [1, 2, 1],
         &["@write", "@list", "@slow"],
     ),
+    info(
+        "lmpop",
+        -4,
+        &["write", "movablekeys"],
+        [0, 0, 0],
+        &["@write", "@list", "@slow"],
+    )
+    .movable(Movable::KeyNum(1)),
     info("lpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
     info(
         "lpush",
@@ -377,6 +451,7 @@ pub(super) const INFO: &[Info] = &[
         &["@write", "@list", "@fast"],
     ),
     info("lrange", 4, &["readonly"], [1, 1, 1], &["@read", "@list", "@slow"]),
+    info("lrem", 4, &["write"], [1, 1, 1], &["@write", "@list", "@slow"]),
     info(
         "lset",
         4,
@@ -555,6 +630,14 @@ pub(super) const INFO: &[Info] = &[
     ),
     info("sinter", -2, &["readonly"], [1, -1, 1], &["@read", "@set", "@slow"]),
     info(
+        "sintercard",
+        -3,
+        &["readonly", "movablekeys"],
+        [0, 0, 0],
+        &["@read", "@set", "@slow"],
+    )
+    .movable(Movable::KeyNum(1)),
+    info(
         "sinterstore",
         -3,
         &["write", "denyoom"],
@@ -633,6 +716,44 @@ pub(super) const INFO: &[Info] = &[
         [1, -1, 1],
         &["@fast", "@transaction"],
     ),
+    info(
+        "xadd",
+        -5,
+        &["write", "denyoom", "fast"],
+        [1, 1, 1],
+        &["@write", "@stream", "@fast"],
+    ),
+    info(
+        "xdel",
+        -3,
+        &["write", "fast"],
+        [1, 1, 1],
+        &["@write", "@stream", "@fast"],
+    ),
+    info(
+        "xlen",
+        2,
+        &["readonly", "fast"],
+        [1, 1, 1],
+        &["@read", "@stream", "@fast"],
+    ),
+    info("xrange", -4, &["readonly"], [1, 1, 1], &["@read", "@stream", "@slow"]),
+    info(
+        "xread",
+        -4,
+        &["readonly", "blocking", "movablekeys"],
+        [0, 0, 0],
+        &["@read", "@stream", "@slow", "@blocking"],
+    )
+    .movable(Movable::Keyword("STREAMS")),
+    info(
+        "xrevrange",
+        -4,
+        &["readonly"],
+        [1, 1, 1],
+        &["@read", "@stream", "@slow"],
+    ),
+    info("xtrim", -4, &["write"], [1, 1, 1], &["@write", "@stream", "@slow"]),
     info(
         "zadd",
         -4,
@@ -851,14 +972,25 @@ fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
     if !fits(info, rest.len() + 1) {
         return Reply::error("Invalid number of arguments specified for command");
     }
-    if info.flags.contains(&"movablekeys") {
-        // EVAL's keys follow their count; a count that does not fit names
-        // none, and a script may have none (Redis's no_mandatory_keys).
-        let count = rest
-            .get(1)
-            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
-        let keys = count.and_then(|n| rest.get(2..2 + n)).unwrap_or_default();
-        return Reply::Array(keys.iter().map(|k| Reply::Bulk(Some(k.clone()))).collect());
+    let bulks = |keys: &[Vec<u8>]| Reply::Array(keys.iter().map(|k| Reply::Bulk(Some(k.clone()))).collect());
+    match info.movable {
+        // Keys after their count; a count that does not fit names none,
+        // and a script may have none (Redis's no_mandatory_keys).
+        Movable::KeyNum(at) => {
+            let at = at as usize - 1;
+            let count = rest
+                .get(at)
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
+            let keys = count.and_then(|n| rest.get(at + 1..at + 1 + n)).unwrap_or_default();
+            return bulks(keys);
+        }
+        // Keys after the keyword: half of what follows it.
+        Movable::Keyword(word) => {
+            let after = rest.iter().position(|a| a.eq_ignore_ascii_case(word.as_bytes()));
+            let keys = after.map(|i| &rest[i + 1..]).unwrap_or_default();
+            return bulks(&keys[..keys.len() / 2]);
+        }
+        Movable::No => {}
     }
     let keys: Vec<Reply> = key_positions(info, rest.len() + 1)
         .map(|p| Reply::Bulk(Some(rest[p - 1].clone())))
@@ -874,65 +1006,66 @@ fn describe(info: &Info) -> Reply {
     let bulk = |s: &str| Reply::Bulk(Some(s.into()));
     let [first, last, step] = info.keys;
     let access = if info.flags.contains(&"write") { "RW" } else { "RO" };
-    let spec = |index: i64, lastkey: i64, keystep: i64| {
+    let map = |pairs: &[(&str, Reply)]| Reply::Map(pairs.iter().map(|(k, v)| (bulk(k), v.clone())).collect());
+    let search = |begin: Reply, find: Reply| {
         Reply::Map(vec![
             (bulk("flags"), words(&[access])),
+            (bulk("begin_search"), begin),
+            (bulk("find_keys"), find),
+        ])
+    };
+    let at_index = |index: i64| {
+        map(&[
+            ("type", bulk("index")),
+            ("spec", map(&[("index", Reply::Integer(index))])),
+        ])
+    };
+    let range = |lastkey: i64, keystep: i64, limit: i64| {
+        map(&[
+            ("type", bulk("range")),
             (
-                bulk("begin_search"),
-                Reply::Map(vec![
-                    (bulk("type"), bulk("index")),
-                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(index))])),
-                ]),
-            ),
-            (
-                bulk("find_keys"),
-                Reply::Map(vec![
-                    (bulk("type"), bulk("range")),
-                    (
-                        bulk("spec"),
-                        Reply::Map(vec![
-                            (bulk("lastkey"), Reply::Integer(lastkey)),
-                            (bulk("keystep"), Reply::Integer(keystep)),
-                            (bulk("limit"), Reply::Integer(0)),
-                        ]),
-                    ),
+                "spec",
+                map(&[
+                    ("lastkey", Reply::Integer(lastkey)),
+                    ("keystep", Reply::Integer(keystep)),
+                    ("limit", Reply::Integer(limit)),
                 ]),
             ),
         ])
     };
-    let specs = match (first, last) {
-        // EVAL's keys: their count at index 2, the keys after it.
-        (0, _) if info.flags.contains(&"movablekeys") => vec![Reply::Map(vec![
-            (bulk("flags"), words(&["RW"])),
-            (
-                bulk("begin_search"),
-                Reply::Map(vec![
-                    (bulk("type"), bulk("index")),
-                    (bulk("spec"), Reply::Map(vec![(bulk("index"), Reply::Integer(2))])),
-                ]),
-            ),
-            (
-                bulk("find_keys"),
-                Reply::Map(vec![
-                    (bulk("type"), bulk("keynum")),
-                    (
-                        bulk("spec"),
-                        Reply::Map(vec![
-                            (bulk("keynumidx"), Reply::Integer(0)),
-                            (bulk("firstkey"), Reply::Integer(1)),
-                            (bulk("keystep"), Reply::Integer(1)),
-                        ]),
-                    ),
-                ]),
-            ),
-        ])],
-        (0, _) => Vec::new(),
+    let spec = |index: i64, lastkey: i64, keystep: i64| search(at_index(index), range(lastkey, keystep, 0));
+    let specs = match (first, last, info.movable) {
+        (_, _, Movable::KeyNum(at)) => vec![search(
+            at_index(at),
+            map(&[
+                ("type", bulk("keynum")),
+                (
+                    "spec",
+                    map(&[
+                        ("keynumidx", Reply::Integer(0)),
+                        ("firstkey", Reply::Integer(1)),
+                        ("keystep", Reply::Integer(1)),
+                    ]),
+                ),
+            ]),
+        )],
+        (_, _, Movable::Keyword(word)) => vec![search(
+            map(&[
+                ("type", bulk("keyword")),
+                (
+                    "spec",
+                    map(&[("keyword", bulk(word)), ("startfrom", Reply::Integer(1))]),
+                ),
+            ]),
+            range(-1, 1, 2),
+        )],
+        (0, ..) => Vec::new(),
         // A destination, then sources up to the end (SINTERSTORE): one
         // specification for each part, as Redis gives them.
-        (1, -1) if info.name.ends_with("store") => vec![spec(1, 0, 1), spec(2, -1, 1)],
+        (1, -1, _) if info.name.ends_with("store") => vec![spec(1, 0, 1), spec(2, -1, 1)],
         // Keys up to the end: one range (Redis counts its last key from
         // the end of the command).
-        (_, last) if last < 0 => vec![spec(first, last, step)],
+        (_, last, _) if last < 0 => vec![spec(first, last, step)],
         // A fixed set of keys (LMOVE's source and destination): one
         // specification each, as Redis gives them.
         _ => (first..=last)

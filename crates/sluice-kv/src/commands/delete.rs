@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::store;
 use super::value::{read_stored, run};
-use crate::keyspace::{is_live, now_ms, ListMeta, SetMeta, Tag, ZsetMeta};
+use crate::keyspace::{is_live, now_ms, ListMeta, SetMeta, StreamMeta, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -70,6 +70,7 @@ pub(crate) fn delete_value(
         Tag::Zset => delete_members(shared, body, batch)?,
         Tag::List => delete_elements(body, batch)?,
         Tag::Set => delete_set_members(shared, body, batch)?,
+        Tag::Stream => delete_stream_entries(shared, body, batch)?,
         Tag::String | Tag::Hash => {}
     }
     batch.delete(key.to_vec());
@@ -90,6 +91,7 @@ pub(crate) fn clear_entries(shared: &Shared, key: &[u8], batch: &mut WriteBatch)
         Some((Tag::Zset, body, _)) => delete_members(shared, &body, batch),
         Some((Tag::List, body, _)) => delete_elements(&body, batch),
         Some((Tag::Set, body, _)) => delete_set_members(shared, &body, batch),
+        Some((Tag::Stream, body, _)) => delete_stream_entries(shared, &body, batch),
         _ => Ok(()),
     }
 }
@@ -144,7 +146,18 @@ fn delete_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Resul
 /// `batch`.
 fn delete_set_members(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
     let meta = SetMeta::decode(body).ok_or_else(|| Reply::error("damaged set header"))?;
-    for (k, _) in store::scan(shared, &meta.prefix(), Some(&meta.end()), usize::MAX)? {
+    delete_between(shared, &meta.prefix(), &meta.end(), batch)
+}
+
+/// Deletes every entry of the stream whose header is `body`, into `batch`.
+fn delete_stream_entries(shared: &Shared, body: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    let meta = StreamMeta::decode(body).ok_or_else(|| Reply::error("damaged stream header"))?;
+    delete_between(shared, &meta.prefix(), &meta.end(), batch)
+}
+
+/// Deletes every entry `from <= key < to` into `batch`.
+fn delete_between(shared: &Shared, from: &[u8], to: &[u8], batch: &mut WriteBatch) -> Result<(), Reply> {
+    for (k, _) in store::scan(shared, from, Some(to), usize::MAX)? {
         batch.delete(k);
     }
     Ok(())

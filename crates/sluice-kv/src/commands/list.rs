@@ -1,6 +1,6 @@
 //! List commands: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP and RPOP (with a
-//! count), LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE and RPOPLPUSH (and,
-//! waiting for an element, `commands/blocking.rs`). A list
+//! count), LMPOP, LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE, RPOPLPUSH and
+//! LREM (and, waiting for an element, `commands/blocking.rs`). A list
 //! is a header under the user's key and one store entry per element (see
 //! `keyspace`), so each of these touches only the elements it returns or
 //! writes; a write holds the list's stripe lock and commits its elements
@@ -158,6 +158,52 @@ pub(super) fn pop(shared: &Shared, args: &[Vec<u8>], end: End) -> Reply {
     })
 }
 
+/// LMPOP's arguments after its count of keys: the keys, the end, and how
+/// many to pop (1 unless `COUNT count`).
+pub(super) fn mpop_args(args: &[Vec<u8>]) -> Result<(&[Vec<u8>], End, u64), Reply> {
+    let (keys, rest) = super::set::counted_keys(args)?;
+    let Some((end, rest)) = rest.split_first() else {
+        return Err(Reply::error("syntax error"));
+    };
+    let end = End::parse(end)?;
+    let count = match rest {
+        [] => 1,
+        [word, n] if word.eq_ignore_ascii_case(b"count") => parse_i64(n)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Reply::error("count should be greater than 0"))?,
+        _ => return Err(Reply::error("syntax error")),
+    };
+    Ok((keys, end, count))
+}
+
+/// LMPOP's pop: `[key, [element ...]]` from the first of `keys` that is
+/// not empty, `None` if all are.
+pub(super) fn mpop(shared: &Shared, keys: &[Vec<u8>], end: End, count: u64) -> Result<Option<Reply>, Reply> {
+    let count = count.to_string().into_bytes();
+    for key in keys {
+        match pop(shared, &[key.clone(), count.clone()], end) {
+            Reply::NullArray => {}
+            Reply::Array(popped) => {
+                return Ok(Some(Reply::Array(vec![
+                    Reply::Bulk(Some(key.clone())),
+                    Reply::Array(popped),
+                ])))
+            }
+            refused => return Err(refused),
+        }
+    }
+    Ok(None)
+}
+
+/// `LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]`.
+pub(super) fn lmpop(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let (keys, end, count) = mpop_args(args)?;
+        Ok(mpop(shared, keys, end, count)?.unwrap_or(Reply::NullArray))
+    })
+}
+
 /// LMOVE `source destination LEFT|RIGHT LEFT|RIGHT`, and RPOPLPUSH (RIGHT
 /// LEFT): the element moved, nil if the source is missing. Both keys are
 /// checked before anything moves; a list moved onto itself rotates.
@@ -267,6 +313,71 @@ pub(super) fn lset(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 
 /// LTRIM `key start stop`: keeps only that range, deleting the elements
 /// outside it (and the list, if none is left).
+/// `LREM key count element`: removes the first `count` elements equal to
+/// `element` (from the tail if `count` is negative, all if 0); how many.
+/// Elements are keyed by position, so the ones between a removed element
+/// and the nearer end move up: the cost is that side's length, which is
+/// small where LREM is most used (a reliable queue's in-flight list, the
+/// element near one end).
+pub(super) fn lrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let count = parse_i64(&args[1]).ok_or_else(not_integer)?;
+        let key = &args[0];
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let Some((mut meta, deadline)) = meta(shared, key)? else {
+            return Ok(Reply::Integer(0));
+        };
+        let elements: Vec<Vec<u8>> = store::scan(shared, &meta.element_key(meta.head), None, meta.len() as usize)?
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        let matches = elements
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| **e == args[2])
+            .map(|(i, _)| i);
+        let limit = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
+        let mut removed: Vec<usize> = match count {
+            0 => matches.collect(),
+            c if c > 0 => matches.take(limit).collect(),
+            _ => matches.rev().take(limit).collect(),
+        };
+        removed.sort_unstable();
+        let (Some(&first), Some(&last)) = (removed.first(), removed.last()) else {
+            return Ok(Reply::Integer(0));
+        };
+        let kept_at = |i: &usize| removed.binary_search(i).is_err();
+        let mut batch = WriteBatch::new();
+        let n = elements.len();
+        if n - first <= last + 1 {
+            // Move the tail side up: what follows the first removed.
+            let kept: Vec<&Vec<u8>> = (first..n).filter(kept_at).map(|i| &elements[i]).collect();
+            for (j, e) in kept.iter().enumerate() {
+                batch.put(meta.element_key(meta.head + (first + j) as u64), (*e).clone());
+            }
+            let new_tail = meta.tail - removed.len() as u64;
+            for position in new_tail..meta.tail {
+                batch.delete(meta.element_key(position));
+            }
+            meta.tail = new_tail;
+        } else {
+            // Move the head side down: what precedes the last removed.
+            let kept: Vec<&Vec<u8>> = (0..=last).filter(kept_at).map(|i| &elements[i]).collect();
+            let new_head = meta.head + removed.len() as u64;
+            for (j, e) in kept.iter().enumerate() {
+                batch.put(meta.element_key(new_head + j as u64), (*e).clone());
+            }
+            for position in meta.head..new_head {
+                batch.delete(meta.element_key(position));
+            }
+            meta.head = new_head;
+        }
+        put_meta(&mut batch, key, &meta, deadline);
+        store::write(shared, batch)?;
+        Ok(Reply::Integer(removed.len() as i64))
+    })
+}
+
 pub(super) fn ltrim(shared: &Shared, args: &[Vec<u8>]) -> Reply {
     run(|| {
         let int = |arg: &[u8]| parse_i64(arg).ok_or_else(not_integer);

@@ -43,6 +43,9 @@ pub(crate) struct Block {
     pub generation: u64,
     /// The request as the client sent it, run again when woken.
     pub request: Vec<Vec<u8>>,
+    /// XREAD's IDs as its first run read them (`$`: the stream's last
+    /// ID then), which the runs after a wake read from.
+    pub since: Vec<(u64, u64)>,
 }
 
 impl Session {

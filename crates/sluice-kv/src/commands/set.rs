@@ -1,6 +1,6 @@
 //! Set commands: SADD, SREM, SCARD, SISMEMBER, SMISMEMBER, SMEMBERS,
-//! SINTER, SUNION and SDIFF with their STORE forms, SMOVE, SPOP,
-//! SRANDMEMBER and SSCAN. Members are store entries of their own, in the
+//! SINTER, SUNION and SDIFF with their STORE forms, SINTERCARD, SMOVE,
+//! SPOP, SRANDMEMBER and SSCAN. Members are store entries of their own, in the
 //! order of their hashes (see `keyspace`); a write holds the stripes of
 //! its keys and commits the members and the set's header in one batch.
 //!
@@ -17,9 +17,6 @@
 //! evenly, but not exact, and the members of one pop are neighbours in
 //! hash order. Redis samples its large hash tables the same way (a
 //! random bucket, then the entries near it).
-//!
-//! Not offered: SINTERCARD (Redis 7), whose keys follow a count, which
-//! `COMMAND`'s key specifications here cannot yet describe.
 
 use std::collections::HashSet;
 
@@ -245,6 +242,38 @@ fn combine(shared: &Shared, op: Op, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Re
 /// `SINTER`, `SUNION`, `SDIFF key [key ...]`.
 pub(super) fn combined(shared: &Shared, name: &str, keys: &[Vec<u8>]) -> Reply {
     run(|| Ok(Reply::Set(bulks(combine(shared, Op::of(name), keys)?))))
+}
+
+/// `SINTERCARD numkeys key [key ...] [LIMIT limit]`: the size of the
+/// intersection, at most `limit` (0: no limit).
+pub(super) fn sintercard(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let (keys, rest) = counted_keys(args)?;
+        let limit = match rest {
+            [] => 0,
+            [word, n] if word.eq_ignore_ascii_case(b"limit") => parse_i64(n)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| Reply::error("LIMIT can't be negative"))?,
+            _ => return Err(Reply::error("syntax error")),
+        };
+        let card = combine(shared, Op::Inter, keys)?.len();
+        Ok(Reply::Integer(if limit > 0 { card.min(limit) } else { card } as i64))
+    })
+}
+
+/// Arguments in two parts.
+type Parts<'a> = (&'a [Vec<u8>], &'a [Vec<u8>]);
+
+/// The keys of a command that counts them first (`numkeys key ...`, as
+/// SINTERCARD and LMPOP take them), and the arguments after them.
+pub(super) fn counted_keys(args: &[Vec<u8>]) -> Result<Parts<'_>, Reply> {
+    let n = parse_i64(&args[0])
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Reply::error("numkeys should be greater than 0"))? as usize;
+    if n > args.len() - 1 {
+        return Err(Reply::error("Number of keys can't be greater than number of args"));
+    }
+    Ok((&args[1..=n], &args[n + 1..]))
 }
 
 /// `SINTERSTORE`, `SUNIONSTORE`, `SDIFFSTORE destination key [key ...]`:
