@@ -152,7 +152,9 @@ impl RespClient {
                 return match reply {
                     Reply::Error(e) => Err(BenchError::Server(e)),
                     Reply::Bulk(None) | Reply::NullArray => Ok(0),
-                    Reply::Array(items) | Reply::Set(items) => Ok(items.len()),
+                    Reply::Array(items) | Reply::Set(items) | Reply::Push(items) | Reply::Many(items) => {
+                        Ok(items.len())
+                    }
                     Reply::Map(pairs) => Ok(2 * pairs.len()),
                     Reply::Simple(_) | Reply::Integer(_) | Reply::Bulk(Some(_)) | Reply::Double(_) => Ok(1),
                 };

@@ -8,7 +8,8 @@
 //! (`commands/zset.rs`), streams (`commands/stream.rs`), KEYS, SCAN and
 //! DBSIZE (`commands/keys.rs`), expiry (`commands/expire.rs`), transactions
 //! (MULTI, EXEC, DISCARD, WATCH, UNWATCH: `commands/transaction.rs`),
-//! CLIENT's own-connection subcommands (`commands/client.rs`), PING,
+//! CLIENT's own-connection subcommands (`commands/client.rs`), pub/sub
+//! (`commands/pubsub.rs`), PING,
 //! ECHO, TIME, INFO (its sections: `commands/info.rs`), AUTH, HELLO (RESP2 or RESP3), SELECT 0, QUIT, CONFIG GET
 //! and SET (the background tasks' knobs: `commands/config.rs`), and
 //! COMMAND (what clients read about each command: `commands/command.rs`). `RANGE start end [count]` scans string keys
@@ -38,6 +39,7 @@ mod integer;
 mod keys;
 mod list;
 mod long_double;
+mod pubsub;
 mod rename;
 mod script;
 mod session;
@@ -50,6 +52,7 @@ mod value;
 mod zset;
 
 pub(crate) use delete::delete_value;
+pub(crate) use pubsub::{leave, take_notified};
 pub(crate) use session::Session;
 pub(crate) use store::{deferring, take_written};
 
@@ -195,16 +198,13 @@ const COMMANDS: &[Command] = &[
     command("pexpire", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
     command("pexpireat", |n| n >= 2, |s, _, name, r| expire::expire(s, name, r)),
     command("pexpiretime", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
-    command(
-        "ping",
-        |n| n <= 1,
-        |_, _, _, r| match r {
-            [msg] => Reply::Bulk(Some(msg.clone())),
-            _ => Reply::Simple("PONG".into()),
-        },
-    ),
+    command("ping", |n| n <= 1, |_, c, _, r| ping(c, r)),
     command("psetex", |n| n == 3, |s, _, name, r| string::setex(s, name, r)),
+    command("psubscribe", |n| n >= 1, pubsub::subscribe),
     command("pttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
+    command("publish", |n| n == 2, |s, _, _, r| pubsub::publish(s, r)),
+    command("pubsub", |n| n >= 1, |s, _, _, r| pubsub::pubsub(s, r)),
+    command("punsubscribe", |_| true, pubsub::unsubscribe),
     command(
         "quit",
         |_| true,
@@ -262,6 +262,7 @@ const COMMANDS: &[Command] = &[
     command("srem", |n| n >= 2, |s, _, _, r| set::srem(s, r)),
     command("sscan", |n| n >= 2, |s, _, _, r| set::sscan(s, r)),
     command("strlen", |n| n == 1, |s, _, _, r| string::strlen(s, &r[0])),
+    command("subscribe", |n| n >= 1, pubsub::subscribe),
     command("substr", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
     command("sunion", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
     command(
@@ -273,6 +274,7 @@ const COMMANDS: &[Command] = &[
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
     command("unlink", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
+    command("unsubscribe", |_| true, pubsub::unsubscribe),
     command("unwatch", |n| n == 0, |_, c, _, _| c.transaction.unwatch()),
     command("watch", |n| n >= 1, |s, c, _, r| watch(s, c, r)),
     command("xadd", |n| n >= 4, |s, _, _, r| stream::xadd(s, r)),
@@ -365,11 +367,27 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     let refusal = match lookup(&name) {
         None => unknown_command(args),
         Some(c) if !(c.arity)(rest.len()) => Reply::error(format!("wrong number of arguments for '{name}' command")),
+        Some(_) if session.subscriptions() > 0 && !session.resp3 && !pubsub::allowed_while_subscribed(&name) => {
+            Reply::error(format!(
+                "Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+            ))
+        }
         Some(_) if session.transaction.queueing() && !transaction::runs_at_once(&name) => {
             return session.transaction.queue(args, transaction::MAX_QUEUED_BYTES)
         }
         Some(c) => return (c.run)(shared, session, &name, rest),
     };
+    // A refused EXEC ends the transaction, and says so, as Redis's does.
+    if name == "exec" {
+        let _ = session.transaction.discard();
+        return match refusal {
+            Reply::Error(e) => Reply::Error(format!(
+                "EXECABORT Transaction discarded because of: {}",
+                e.strip_prefix("ERR ").unwrap_or(&e)
+            )),
+            other => other,
+        };
+    }
     session.transaction.refused();
     refusal
 }
@@ -385,6 +403,19 @@ fn from_script(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Repl
         }
         Some(c) if !(c.arity)(args.len() - 1) => Reply::error("Wrong number of args calling Redis command from script"),
         Some(c) => (c.run)(shared, session, &name, &args[1..]),
+    }
+}
+
+/// `PING [message]`: PONG or the message; on a connection subscribed in
+/// RESP2, the two as a pair, as Redis answers there.
+fn ping(session: &Session, args: &[Vec<u8>]) -> Reply {
+    if session.subscriptions() > 0 && !session.resp3 {
+        let message = args.first().cloned().unwrap_or_default();
+        return Reply::Array(vec![Reply::Bulk(Some(b"pong".to_vec())), Reply::Bulk(Some(message))]);
+    }
+    match args {
+        [msg] => Reply::Bulk(Some(msg.clone())),
+        _ => Reply::Simple("PONG".into()),
     }
 }
 

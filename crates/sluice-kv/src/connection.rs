@@ -29,6 +29,9 @@
 //!   and runs nothing until a write or its deadline wakes it. A client
 //!   that leaves while blocked is closed without its command running
 //!   again, so no element is popped for a client that cannot receive it.
+//!   A subscriber parks the same way between messages (`crate::pubsub`);
+//!   its messages wait in its mailbox while its replies are over the
+//!   bound, and past the mailbox's own bound it is closed.
 
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -40,7 +43,8 @@ use rustix::buffer::spare_capacity;
 use rustix::io::Errno;
 
 use crate::blocked::ConnKey;
-use crate::commands::Session;
+use crate::commands::{leave, Session};
+use crate::pubsub::Mailbox;
 use crate::request::{run_requests, Buffers};
 use crate::shared::Shared;
 use crate::Unsynced;
@@ -141,6 +145,7 @@ impl Connection {
         let own = shared.tenant(&format!("client-{id}"));
         let mut session = Session::new(id, own, shared.options.password.is_none());
         session.addresses = stream.peer_addr().ok().zip(stream.local_addr().ok());
+        session.mailbox = Some(std::sync::Arc::new(Mailbox::new(key)));
         Ok(Connection {
             stream,
             key,
@@ -184,6 +189,14 @@ impl Connection {
         if st.eof && st.session.block.is_some() {
             return Next::Close;
         }
+        if st.buffers.unsent() < held.output && !self.deliver(&mut st) {
+            tracing::warn!(
+                "client {} left {} MiB of published messages unread; closing it",
+                st.session.id,
+                crate::pubsub::MAILBOX_BYTES >> 20
+            );
+            return Next::Close;
+        }
         if (st.fresh || st.stalled || st.woken) && !st.session.quit && st.buffers.unsent() < held.output {
             let State { session, buffers, .. } = &mut *st;
             let Ok(ran) = catch_unwind(AssertUnwindSafe(|| run_requests(shared, session, buffers, held.output))) else {
@@ -218,6 +231,23 @@ impl Connection {
         self.settle(shared, &mut st)
     }
 
+    /// Moves the connection's published messages to its output; false if
+    /// it let them overflow.
+    fn deliver(&self, st: &mut State) -> bool {
+        let Some(mailbox) = &st.session.mailbox else {
+            return true;
+        };
+        match mailbox.take() {
+            Ok(messages) => {
+                for m in messages {
+                    m.encode_as(&mut st.buffers.output, st.session.resp3);
+                }
+                true
+            }
+            Err(()) => false,
+        }
+    }
+
     /// Arms a connection [`Next::Park`] parked, with `arm(read, write)`,
     /// under its lock, so that a wake comes before (then it runs at once)
     /// or after (then the wake re-arms it), never in between.
@@ -250,7 +280,9 @@ impl Connection {
     /// ends now.
     pub fn closed(&self, shared: &Shared) {
         shared.waiters.forget(self.key);
-        if let Some(open) = self.state().session.open.take() {
+        let mut st = self.state();
+        leave(shared, &mut st.session);
+        if let Some(open) = st.session.open.take() {
             shared.db.runtime().request_finished(&open);
         }
     }
@@ -285,6 +317,21 @@ impl Connection {
             }
             // A key was written since the request looked: it runs again.
             st.woken = true;
+            return Next::Wait {
+                read: st.reads(st.held()),
+                write: true,
+            };
+        }
+        if st.session.subscriptions() > 0 {
+            // Checked under the connection's lock, which a publisher's wake
+            // waits for: a message is in the mailbox now, or wakes it.
+            if st.session.mailbox.as_ref().is_some_and(|m| m.is_empty()) {
+                st.parked = true;
+                return Next::Park {
+                    read: st.reads(st.held()),
+                    write: unsent,
+                };
+            }
             return Next::Wait {
                 read: st.reads(st.held()),
                 write: true,

@@ -134,9 +134,13 @@ impl Poller {
                 self.wake(blocked);
             }
         }
+        for subscriber in crate::commands::take_notified() {
+            self.wake(subscriber);
+        }
     }
 
-    /// Wakes the blocked connection at `key`, if it is still there.
+    /// Wakes the parked connection at `key` (blocked, or a subscriber), if
+    /// it is still there.
     pub fn wake(&self, key: usize) {
         let Some(conn) = lock(&self.connections).live.get(key).cloned() else {
             return;

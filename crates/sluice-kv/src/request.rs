@@ -128,6 +128,15 @@ pub(crate) fn run_requests(shared: &Shared, session: &mut Session, b: &mut Buffe
                 }
                 break;
             }
+            // What the command published to this connection itself comes
+            // before its reply, as Redis writes it.
+            if session.subscriptions() > 0 {
+                if let Some(Ok(messages)) = session.mailbox.as_ref().map(|m| m.take()) {
+                    for m in messages {
+                        m.encode_as(&mut b.output, session.resp3);
+                    }
+                }
+            }
             reply.encode_as(&mut b.output, session.resp3);
         }
         false

@@ -15,6 +15,7 @@ use crate::blocked::Waiters;
 use crate::cursors::Cursors;
 use crate::io_estimate::IoEstimates;
 use crate::keyspace::{KeyLocks, RESERVED};
+use crate::pubsub::PubSub;
 use crate::resp::Limits;
 use crate::Db;
 
@@ -99,6 +100,8 @@ pub(crate) struct Shared {
     pub collections: AtomicBool,
     /// Clients blocked in a blocking pop.
     pub waiters: Waiters,
+    /// Subscriptions to channels and patterns.
+    pub pubsub: PubSub,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,6 +129,7 @@ impl Shared {
             // A store that cannot be read here is assumed to hold some.
             collections: AtomicBool::new(db.scan(&[RESERVED], None, 1).map_or(true, |e| !e.is_empty())),
             waiters: Waiters::default(),
+            pubsub: PubSub::default(),
             db,
         }
     }

@@ -1,6 +1,8 @@
 //! `sluice serve` against Redis 7, reply for reply: random sequences of
 //! string, counter, hash (field counters included), set, sorted-set, list and stream commands
-//! (blocking pops and reads with a short timeout included), and expiry
+//! (blocking pops and reads with a short timeout included), pub/sub on
+//! the connection itself (what it publishes to its own channels), and
+//! expiry
 //! (errors included) go to both, over RESP2 and RESP3, and every reply
 //! must be the same. Where Redis's order is its hash table's (KEYS,
 //! HGETALL, SMEMBERS, SSCAN's page), both replies are sorted before they
@@ -166,10 +168,23 @@ impl Conn {
         let mut wire = Vec::new();
         encode_command(args, &mut wire);
         self.stream.write_all(&wire)?;
+        // Messages a command published to this connection itself come
+        // before its reply: they are gathered with it.
+        let mut messages = Vec::new();
         loop {
             if let Some((reply, n)) = parse_reply(&self.buf, &Limits::default()).map_err(std::io::Error::other)? {
                 self.buf.drain(..n);
-                return Ok(reply);
+                let message = matches!(&reply, Reply::Push(p) if matches!(p.first(),
+                    Some(Reply::Bulk(Some(kind))) if kind == b"message" || kind == b"pmessage"));
+                if message {
+                    messages.push(reply);
+                    continue;
+                }
+                if messages.is_empty() {
+                    return Ok(reply);
+                }
+                messages.push(reply);
+                return Ok(Reply::Array(messages));
             }
             let mut chunk = [0u8; 4096];
             let n = self.stream.read(&mut chunk)?;
@@ -602,6 +617,12 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             .prop_map(|(k, n, v)| words(&["LREM", k, n, v])),
         (key.clone(), value.clone(), value.clone(), value.clone(), value.clone())
             .prop_map(|(k, a, b, c, d)| words(&["RPUSH", k, a, b, c, d, a, b])),
+        (
+            prop::sample::select(vec!["SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE", "PUNSUBSCRIBE"]),
+            key.clone()
+        )
+            .prop_map(|(c, k)| words(&[c, k])),
+        (key.clone(), value.clone()).prop_map(|(k, v)| words(&["PUBLISH", k, v])),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

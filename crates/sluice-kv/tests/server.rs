@@ -2000,9 +2000,8 @@ fn streams_block_readers_and_free_their_entries() {
 /// worker waits in its blocking pop is run at once. It exercises what a
 /// job queue needs together: pipelines in MULTI, hashes with counters,
 /// sets and sorted sets for its registries, BLMOVE and LREM for its
-/// reliable queue, streams for results. Not pub/sub: the worker's
-/// control channel (`rq` CLI's remote commands) is not served. RQ must be
-/// there under CI (scripts/test.sh installs it).
+/// reliable queue, streams for results, pub/sub for the worker's control
+/// channel. RQ must be there under CI (scripts/test.sh installs it).
 #[test]
 fn rq_runs_jobs_and_a_waiting_worker_wakes_for_a_new_one() {
     let has_rq = Command::new("python3")
@@ -2046,11 +2045,7 @@ try:
 finally:
     worker.terminate()
     out = worker.communicate(timeout=30)[0].decode()
-# The worker's control channel is pub/sub, which sluice serve does not
-# offer: its listener thread says so once and the worker runs on. Any other
-# command the worker lacks fails the test.
-unknown = [line for line in out.splitlines() if "unknown command" in line]
-assert all("'SUBSCRIBE'" in line for line in unknown), unknown
+assert "unknown command" not in out and "Traceback" not in out, out[-3000:]
 "#;
     let out = Command::new("python3")
         .args(["-c", script, &addr.port().to_string()])
@@ -2064,4 +2059,59 @@ assert all("'SUBSCRIBE'" in line for line in unknown), unknown
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A message published by one client reaches every subscriber of its
+/// channel and of the patterns that match it, in order, each woken
+/// without a worker held between messages; a subscriber that leaves is
+/// forgotten; in RESP2 a subscriber may only (un)subscribe and PING.
+#[test]
+fn published_messages_reach_subscribers_on_other_connections() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    let mut sub = Client::connect(addr);
+    sub.writer
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    assert_eq!(
+        sub.call(&["SUBSCRIBE", "news"]),
+        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    assert_eq!(
+        sub.call(&["PSUBSCRIBE", "n*"]),
+        "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:2\r\n"
+    );
+    assert!(sub.call(&["GET", "k"]).starts_with("-ERR Can't execute 'get'"));
+    assert_eq!(sub.call(&["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    for i in 0..50 {
+        assert_eq!(c.call(&["PUBLISH", "news", &format!("m{i}")]), ":2\r\n");
+    }
+    for i in 0..50 {
+        let m = format!("m{i}");
+        assert_eq!(
+            sub.reply(),
+            format!("*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n${}\r\n{m}\r\n", m.len())
+        );
+        assert_eq!(
+            sub.reply(),
+            format!(
+                "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+    }
+    assert_eq!(
+        c.call(&["PUBSUB", "NUMSUB", "news", "none"]),
+        "*4\r\n$4\r\nnews\r\n:1\r\n$4\r\nnone\r\n:0\r\n"
+    );
+    drop(sub);
+    let started = std::time::Instant::now();
+    while c.call(&["PUBLISH", "news", "x"]) != ":0\r\n" {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the subscriber is not forgotten"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(c.call(&["PUBSUB", "NUMPAT"]), ":0\r\n");
 }

@@ -29,6 +29,13 @@ pub enum Reply {
     /// Distinct elements in no particular order (SMEMBERS, SINTER): a set
     /// in RESP3, an array in RESP2.
     Set(Vec<Reply>),
+    /// Out-of-band data (a published message, SUBSCRIBE's confirmation): a
+    /// push in RESP3, an array in RESP2.
+    Push(Vec<Reply>),
+    /// Several replies in a row, as one command gives them (SUBSCRIBE a b:
+    /// a confirmation each). Not a RESP type: its replies are written one
+    /// after another.
+    Many(Vec<Reply>),
 }
 
 impl Reply {
@@ -67,7 +74,18 @@ impl Reply {
                     i.encode_as(out, resp3);
                 }
             }
-            Reply::Array(items) | Reply::Set(items) => {
+            Reply::Push(items) if resp3 => {
+                wire::header(out, b'>', items.len());
+                for i in items {
+                    i.encode_as(out, resp3);
+                }
+            }
+            Reply::Many(replies) => {
+                for r in replies {
+                    r.encode_as(out, resp3);
+                }
+            }
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
                 wire::header(out, b'*', items.len());
                 for i in items {
                     i.encode_as(out, resp3);
@@ -115,8 +133,8 @@ const MAX_REPLY_DEPTH: usize = 64;
 /// strings (`max_bulk`), the elements of each array (`max_args`) and its
 /// lines (`max_inline`). RESP2's null array (`*-1`) reads as
 /// [`Reply::NullArray`], RESP3's null (`_`) as a null bulk, its map
-/// (`%`) as [`Reply::Map`], its set (`~`) as [`Reply::Set`] and its double
-/// (`,`) as [`Reply::Double`]; other
+/// (`%`) as [`Reply::Map`], its set (`~`) as [`Reply::Set`], its push (`>`)
+/// as [`Reply::Push`] and its double (`,`) as [`Reply::Double`]; other
 /// RESP3 types are refused, as Sluice never asks a server for them.
 pub fn parse_reply(buf: &[u8], limits: &Limits) -> Result<Option<(Reply, usize)>, ProtocolError> {
     // A large reply arrives in many reads: the scanner finds it whole first
@@ -157,10 +175,11 @@ fn read(buf: &[u8], limits: &Limits, depth: usize) -> Result<Option<(Reply, usiz
             };
             return Ok(Some((Reply::Bulk(Some(payload.to_vec())), next + len + 2)));
         }
-        b'*' | b'%' | b'~' => {
+        b'*' | b'%' | b'~' | b'>' => {
             let what = match tag {
                 b'%' => "map",
                 b'~' => "set",
+                b'>' => "push",
                 _ => "array",
             };
             let Some(count) = length(text, what, limits.max_args)? else {
@@ -183,11 +202,12 @@ fn read(buf: &[u8], limits: &Limits, depth: usize) -> Result<Option<(Reply, usiz
                     Reply::Map(std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect())
                 }
                 b'~' => Reply::Set(items),
+                b'>' => Reply::Push(items),
                 _ => Reply::Array(items),
             };
             return Ok(Some((reply, at)));
         }
-        b'!' | b'=' | b'>' | b'|' | b'#' | b'(' => return Err(ProtocolError::Unsupported(tag)),
+        b'!' | b'=' | b'|' | b'#' | b'(' => return Err(ProtocolError::Unsupported(tag)),
         other => return Err(ProtocolError::UnknownType(other)),
     };
     Ok(Some((reply, next)))

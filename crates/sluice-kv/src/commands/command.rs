@@ -525,11 +525,33 @@ pub(super) const INFO: &[Info] = &[
         &["@write", "@string", "@slow"],
     ),
     info(
+        "psubscribe",
+        -2,
+        &["pubsub", "noscript", "loading", "stale"],
+        [0, 0, 0],
+        &["@pubsub", "@slow"],
+    ),
+    info(
         "pttl",
         2,
         &["readonly", "fast"],
         [1, 1, 1],
         &["@keyspace", "@read", "@fast"],
+    ),
+    info(
+        "publish",
+        3,
+        &["pubsub", "loading", "stale", "fast"],
+        [0, 0, 0],
+        &["@pubsub", "@fast"],
+    ),
+    info("pubsub", -2, &[], [0, 0, 0], &["@slow"]),
+    info(
+        "punsubscribe",
+        -1,
+        &["pubsub", "noscript", "loading", "stale"],
+        [0, 0, 0],
+        &["@pubsub", "@slow"],
     ),
     info(
         "quit",
@@ -671,6 +693,13 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@read", "@string", "@fast"],
     ),
+    info(
+        "subscribe",
+        -2,
+        &["pubsub", "noscript", "loading", "stale"],
+        [0, 0, 0],
+        &["@pubsub", "@slow"],
+    ),
     info("substr", 4, &["readonly"], [1, 1, 1], &["@read", "@string", "@slow"]),
     info("sunion", -2, &["readonly"], [1, -1, 1], &["@read", "@set", "@slow"]),
     info(
@@ -701,6 +730,13 @@ pub(super) const INFO: &[Info] = &[
         &["write", "fast"],
         [1, -1, 1],
         &["@keyspace", "@write", "@fast"],
+    ),
+    info(
+        "unsubscribe",
+        -1,
+        &["pubsub", "noscript", "loading", "stale"],
+        [0, 0, 0],
+        &["@pubsub", "@slow"],
     ),
     info(
         "unwatch",

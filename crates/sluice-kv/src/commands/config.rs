@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use sluice_io::{Background, Knobs};
 
-use super::keys::glob_match;
+use crate::glob::glob_match;
 use crate::resp::Reply;
 use crate::shared::Shared;
 

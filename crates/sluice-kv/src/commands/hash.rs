@@ -7,10 +7,11 @@
 
 use super::delete::clear_entries;
 use super::integer::parse_i64;
-use super::keys::{glob_match, scan_options, scan_reply};
+use super::keys::{scan_options, scan_reply};
 use super::long_double;
 use super::store;
 use super::value::{read, run, Typed};
+use crate::glob::glob_match;
 use crate::keyspace::{decode_hash, encode_hash, with_deadline, Deadline, Fields, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;

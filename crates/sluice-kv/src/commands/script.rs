@@ -264,7 +264,9 @@ fn to_lua(lua: &Lua, reply: Reply) -> mlua::Result<Value> {
         Reply::Bulk(None) | Reply::NullArray => Value::Boolean(false),
         Reply::Simple(s) => Value::Table(one_field(lua, "ok", lua.create_string(s)?)?),
         Reply::Error(e) => Value::Table(one_field(lua, "err", lua.create_string(e)?)?),
-        Reply::Array(items) | Reply::Set(items) => {
+        // Scripts cannot call the commands that reply pushes or several
+        // replies (SUBSCRIBE is noscript); read as arrays all the same.
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) | Reply::Many(items) => {
             let t = lua.create_table()?;
             for (i, item) in items.into_iter().enumerate() {
                 t.set(i + 1, to_lua(lua, item)?)?;

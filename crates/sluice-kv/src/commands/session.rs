@@ -1,14 +1,17 @@
 //! One connection's state: who it is, what it named itself, the protocol
 //! it speaks, its transaction, the request of several commands it is in
-//! the middle of, where it connects from, and the blocking pop it waits
-//! in.
+//! the middle of, where it connects from, the blocking pop it waits in,
+//! and what it is subscribed to.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_core::Ctx;
 
 use super::transaction::Transaction;
+use crate::pubsub::Mailbox;
 use crate::resp::Reply;
 
 /// One connection's state.
@@ -31,6 +34,12 @@ pub(crate) struct Session {
     pub addresses: Option<(SocketAddr, SocketAddr)>,
     /// The blocking pop the connection waits in (`crate::blocked`).
     pub block: Option<Block>,
+    /// Where its published messages go; none for the server's own
+    /// sessions, which cannot subscribe.
+    pub mailbox: Option<Arc<Mailbox>>,
+    /// The channels and patterns it is subscribed to (`crate::pubsub`).
+    pub channels: BTreeSet<Vec<u8>>,
+    pub patterns: BTreeSet<Vec<u8>>,
 }
 
 /// A blocking pop that found its keys empty: the connection waits until
@@ -61,7 +70,15 @@ impl Session {
             addresses: None,
             open: None,
             block: None,
+            mailbox: None,
+            channels: BTreeSet::new(),
+            patterns: BTreeSet::new(),
         }
+    }
+
+    /// How many channels and patterns the connection listens to.
+    pub fn subscriptions(&self) -> usize {
+        self.channels.len() + self.patterns.len()
     }
 }
 

@@ -25,9 +25,10 @@ use rand::Rng;
 
 use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
-use super::keys::{glob_match, scan_options, scan_reply, ScanOptions};
+use super::keys::{scan_options, scan_reply, ScanOptions};
 use super::store;
 use super::value::{read, run, Typed};
+use crate::glob::glob_match;
 use crate::keyspace::{with_deadline, Deadline, SetMeta, Tag, WRONGTYPE};
 use crate::resp::Reply;
 use crate::shared::Shared;

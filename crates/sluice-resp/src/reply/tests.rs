@@ -60,6 +60,16 @@ fn replies_parse_back_and_malformed_ones_are_named() {
         (&b"~1\r\n$1\r\nm\r\n"[..], &b"*1\r\n$1\r\nm\r\n"[..])
     );
     assert_eq!(parse_reply(&three, &l).unwrap(), Some((set, three.len())));
+    let push = Reply::Push(vec![Reply::Bulk(Some(b"message".to_vec()))]);
+    let (mut three, mut two) = (Vec::new(), Vec::new());
+    push.encode_as(&mut three, true);
+    push.encode_as(&mut two, false);
+    assert_eq!(three, b">1\r\n$7\r\nmessage\r\n");
+    assert_eq!(two, b"*1\r\n$7\r\nmessage\r\n");
+    assert_eq!(parse_reply(&three, &l).unwrap(), Some((push, three.len())));
+    let mut many = Vec::new();
+    Reply::Many(vec![Reply::Integer(1), Reply::Integer(2)]).encode(&mut many);
+    assert_eq!(many, b":1\r\n:2\r\n", "one reply after another");
     assert_eq!(parse_reply(b"*-1\r\n", &l).unwrap(), Some((Reply::NullArray, 5)));
     let (mut two, mut three) = (Vec::new(), Vec::new());
     Reply::NullArray.encode_as(&mut two, false);
