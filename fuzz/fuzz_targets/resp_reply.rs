@@ -51,10 +51,11 @@ fn round_trips(reply: &Reply) -> bool {
     match reply {
         Reply::Simple(s) | Reply::Error(s) => !s.contains(['\r', '\n']),
         Reply::Double(text) => !text.contains(&b'\r') && !text.contains(&b'\n'),
-        Reply::Array(items) => items.iter().all(round_trips),
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => items.iter().all(round_trips),
         Reply::Map(pairs) => pairs.iter().all(|(k, v)| round_trips(k) && round_trips(v)),
         Reply::Integer(_) | Reply::Bulk(_) => true,
-        Reply::NullArray => false,
+        // Never parsed: several replies are read one by one.
+        Reply::NullArray | Reply::Many(_) => false,
     }
 }
 
