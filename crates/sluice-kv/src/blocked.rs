@@ -10,6 +10,10 @@
 //! runs, and the first to get to the list is served: Redis serves the
 //! longest-blocked client first, which with several workers would cost a
 //! queue per key for an order that the workers' scheduling blurs anyway.
+//! And Redis serves its blocked clients before the writer's next command
+//! runs; here they run once the writer's step (its whole pipeline) is
+//! done, so a read pipelined right after the push may still see the
+//! element that a blocked client is about to take.
 //!
 //! # No wake is lost
 //!

@@ -1948,6 +1948,20 @@ fn blocking_pops_wait_without_a_worker_and_each_element_goes_once() {
     assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
     assert_eq!(c.call(&["BLPOP", "empty", "0"]), "+QUEUED\r\n");
     assert_eq!(c.call(&["EXEC"]), "*1\r\n*-1\r\n");
+    // Woken to find a string where its list was, it waits on.
+    let mut waiter = bounded();
+    waiter.send_raw(resp(&["BLPOP", "turns", "0"]).as_bytes());
+    while !c.call(&["INFO", "clients"]).contains("blocked_clients:1") {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    c.call(&["MULTI"]);
+    c.call(&["LPUSH", "turns", "a"]);
+    c.call(&["DEL", "turns"]);
+    c.call(&["SET", "turns", "foo"]);
+    assert_eq!(c.call(&["EXEC"]), "*3\r\n:1\r\n:1\r\n+OK\r\n");
+    assert_eq!(c.call(&["DEL", "turns"]), ":1\r\n");
+    assert_eq!(c.call(&["LPUSH", "turns", "b"]), ":1\r\n");
+    assert_eq!(waiter.reply(), "*2\r\n$5\r\nturns\r\n$1\r\nb\r\n");
 }
 
 /// XREAD BLOCK with `$` waits for entries added after it blocked, and

@@ -47,7 +47,13 @@ pub(super) fn wait(
     attempt: impl FnOnce() -> Result<Option<Reply>, Reply>,
 ) -> Result<Reply, Reply> {
     let generation = shared.waiters.generation();
-    let found = attempt();
+    let mut found = attempt();
+    // Woken to find a key of another type (a transaction pushed, then set
+    // a string there), it waits on, as Redis's blocked clients do: only
+    // its first look reports WRONGTYPE.
+    if session.block.is_some() && matches!(&found, Err(Reply::Error(e)) if e.starts_with("WRONGTYPE")) {
+        found = Ok(None);
+    }
     if !matches!(found, Ok(None)) {
         session.block = None;
         return found.map(|reply| reply.unwrap_or(Reply::NullArray));
