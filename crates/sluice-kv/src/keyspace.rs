@@ -18,10 +18,9 @@
 //!   positions of its first element and of one past its last) plus one
 //!   store entry per element under `0xFF`, keyed by position: pushing or
 //!   popping at either end, reading by index and reading a range are one
-//!   operation each, as in Kvrocks. Removing inside a list (LREM) moves
-//!   the elements on the shorter side of the point; inserting inside one
-//!   (LINSERT) is not offered. (The blocking pops are pops that wait:
-//!   `crate::blocked`.)
+//!   operation each, as in Kvrocks. Removing or inserting inside a list
+//!   (LREM, LINSERT) moves the elements on the shorter side of the point.
+//!   (The blocking pops are pops that wait: `crate::blocked`.)
 //! - A set is a header like a sorted set's (tag, version, cardinality)
 //!   plus one empty store entry per member under `0xFF`, keyed by a hash
 //!   of the member and then the member itself. Membership is one lookup;

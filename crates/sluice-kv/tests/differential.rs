@@ -623,6 +623,29 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         )
             .prop_map(|(c, k)| words(&[c, k])),
         (key.clone(), value.clone()).prop_map(|(k, v)| words(&["PUBLISH", k, v])),
+        (
+            key.clone(),
+            prop::sample::select(vec!["BEFORE", "AFTER", "UP"]),
+            value.clone(),
+            value.clone()
+        )
+            .prop_map(|(k, w, p, v)| words(&["LINSERT", k, w, p, v])),
+        (
+            key.clone(),
+            value.clone(),
+            prop::sample::select(vec![
+                "",
+                "RANK 2",
+                "RANK -1",
+                "RANK 0",
+                "COUNT 0",
+                "COUNT 2 RANK -2",
+                "MAXLEN 2 COUNT 0",
+                "COUNT -1",
+                "FOO"
+            ])
+        )
+            .prop_map(move |(k, v, o)| [words(&["LPOS", k, v]), split(o)].concat()),
         Just(words(&["NOSUCHCOMMAND", "x"])),
         Just(words(&["GET"])),
         Just(words(&["ECHO", "hi"])),

@@ -1750,10 +1750,17 @@ fn lists_keep_their_elements_as_entries_and_give_them_back() {
         c.call(&["LPUSH", "s", "x"]),
         "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
     );
+    // Inserting inside a list moves the shorter side, each way.
+    c.call(&["RPUSH", "ins", "a", "b", "c", "d", "e"]);
+    assert_eq!(c.call(&["LINSERT", "ins", "AFTER", "a", "x"]), ":6\r\n");
+    assert_eq!(c.call(&["LINSERT", "ins", "BEFORE", "e", "y"]), ":7\r\n");
+    assert_eq!(c.call(&["LREM", "ins", "0", "c"]), ":1\r\n");
     assert_eq!(
-        c.call(&["LINSERT", "l", "BEFORE", "a", "b"]).lines().next().unwrap(),
-        "-ERR unknown command 'LINSERT', with args beginning with: 'l' 'BEFORE' 'a' 'b' "
+        c.call(&["LRANGE", "ins", "0", "-1"]),
+        "*6\r\n$1\r\na\r\n$1\r\nx\r\n$1\r\nb\r\n$1\r\nd\r\n$1\r\ny\r\n$1\r\ne\r\n"
     );
+    assert_eq!(internal(), 6, "one entry per element, none left behind");
+    assert_eq!(c.call(&["LPOS", "ins", "y"]), ":4\r\n");
 }
 
 /// EVAL and its kin answer as Redis 7.0 does (replies checked against

@@ -414,6 +414,13 @@ pub(super) const INFO: &[Info] = &[
     ),
     info("lindex", 3, &["readonly"], [1, 1, 1], &["@read", "@list", "@slow"]),
     info(
+        "linsert",
+        5,
+        &["write", "denyoom"],
+        [1, 1, 1],
+        &["@write", "@list", "@slow"],
+    ),
+    info(
         "llen",
         2,
         &["readonly", "fast"],
@@ -436,6 +443,7 @@ pub(super) const INFO: &[Info] = &[
     )
     .movable(Movable::KeyNum(1)),
     info("lpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
+    info("lpos", -3, &["readonly"], [1, 1, 1], &["@read", "@list", "@slow"]),
     info(
         "lpush",
         -3,

@@ -1,6 +1,7 @@
 //! List commands: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP and RPOP (with a
-//! count), LMPOP, LLEN, LINDEX, LRANGE, LSET, LTRIM, LMOVE, RPOPLPUSH and
-//! LREM (and, waiting for an element, `commands/blocking.rs`). A list
+//! count), LMPOP, LLEN, LINDEX, LPOS, LRANGE, LSET, LTRIM, LMOVE,
+//! RPOPLPUSH, LREM and LINSERT (and, waiting for an element,
+//! `commands/blocking.rs`). A list
 //! is a header under the user's key and one store entry per element (see
 //! `keyspace`), so each of these touches only the elements it returns or
 //! writes; a write holds the list's stripe lock and commits its elements
@@ -313,6 +314,128 @@ pub(super) fn lset(shared: &Shared, args: &[Vec<u8>]) -> Reply {
 
 /// LTRIM `key start stop`: keeps only that range, deleting the elements
 /// outside it (and the list, if none is left).
+/// Every element of the list, in order: what LREM, LINSERT and LPOS
+/// read, one scan.
+fn all_elements(shared: &Shared, meta: &ListMeta) -> Result<Vec<Vec<u8>>, Reply> {
+    let from = meta.element_key(meta.head);
+    Ok(store::scan(shared, &from, None, meta.len() as usize)?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect())
+}
+
+/// `LINSERT key BEFORE|AFTER pivot element`: the list's new length, -1 if
+/// the pivot is not in it, 0 if the key is missing. The elements on the
+/// shorter side of the point move, as LREM's do.
+pub(super) fn linsert(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let before = match args[1].to_ascii_lowercase().as_slice() {
+            b"before" => true,
+            b"after" => false,
+            _ => return Err(Reply::error("syntax error")),
+        };
+        let key = &args[0];
+        let _lock = store::lock(shared, [key.as_slice()]);
+        let Some((mut meta, deadline)) = meta(shared, key)? else {
+            return Ok(Reply::Integer(0));
+        };
+        let elements = all_elements(shared, &meta)?;
+        let Some(pivot) = elements.iter().position(|e| *e == args[2]) else {
+            return Ok(Reply::Integer(-1));
+        };
+        let at = if before { pivot } else { pivot + 1 };
+        let mut batch = WriteBatch::new();
+        if elements.len() - at <= at {
+            // The elements from `at` on move one place towards the tail.
+            for (j, e) in elements.iter().enumerate().skip(at) {
+                batch.put(meta.element_key(meta.head + j as u64 + 1), e.clone());
+            }
+            batch.put(meta.element_key(meta.head + at as u64), args[3].clone());
+            meta.tail += 1;
+        } else {
+            // The elements before `at` move one place towards the head.
+            meta.head -= 1;
+            for (j, e) in elements.iter().enumerate().take(at) {
+                batch.put(meta.element_key(meta.head + j as u64), e.clone());
+            }
+            batch.put(meta.element_key(meta.head + at as u64), args[3].clone());
+        }
+        put_meta(&mut batch, key, &meta, deadline);
+        store::write(shared, batch)?;
+        Ok(Reply::Integer(meta.len() as i64))
+    })
+}
+
+/// `LPOS key element [RANK rank] [COUNT count] [MAXLEN len]`: the index
+/// of the `rank`th match (from the tail if negative), or with COUNT the
+/// indexes of up to that many (0: all), looking at no more than MAXLEN
+/// elements (0: all).
+pub(super) fn lpos(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        let (mut rank, mut count, mut maxlen) = (1i64, None, 0usize);
+        let mut rest = &args[2..];
+        while let [option, value, tail @ ..] = rest {
+            let option = option.to_ascii_lowercase();
+            if !matches!(option.as_slice(), b"rank" | b"count" | b"maxlen") {
+                return Err(Reply::error("syntax error"));
+            }
+            let n = parse_i64(value).ok_or_else(not_integer)?;
+            match option.as_slice() {
+                b"rank" if n == 0 => {
+                    return Err(Reply::error(
+                        "RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
+                    ))
+                }
+                b"rank" => rank = n,
+                _ if n < 0 => {
+                    let name = String::from_utf8_lossy(&option).to_ascii_uppercase();
+                    return Err(Reply::error(format!("{name} can't be negative")));
+                }
+                b"count" => count = Some(n as usize),
+                _ => maxlen = n as usize,
+            }
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(Reply::error("syntax error"));
+        }
+        let none = || {
+            if count.is_some() {
+                Reply::Array(Vec::new())
+            } else {
+                Reply::Bulk(None)
+            }
+        };
+        let Some((meta, _)) = meta(shared, &args[0])? else {
+            return Ok(none());
+        };
+        let elements = all_elements(shared, &meta)?;
+        let n = elements.len();
+        let order: Box<dyn Iterator<Item = usize>> = if rank > 0 {
+            Box::new(0..n)
+        } else {
+            Box::new((0..n).rev())
+        };
+        let looked = if maxlen == 0 { n } else { maxlen.min(n) };
+        let wanted = match count {
+            Some(0) => usize::MAX,
+            Some(c) => c,
+            None => 1,
+        };
+        let found: Vec<Reply> = order
+            .take(looked)
+            .filter(|&i| elements[i] == args[1])
+            .skip(usize::try_from(rank.unsigned_abs() - 1).unwrap_or(usize::MAX))
+            .take(wanted)
+            .map(|i| Reply::Integer(i as i64))
+            .collect();
+        Ok(match count {
+            Some(_) => Reply::Array(found),
+            None => found.into_iter().next().unwrap_or_else(none),
+        })
+    })
+}
+
 /// `LREM key count element`: removes the first `count` elements equal to
 /// `element` (from the tail if `count` is negative, all if 0); how many.
 /// Elements are keyed by position, so the ones between a removed element
@@ -327,10 +450,7 @@ pub(super) fn lrem(shared: &Shared, args: &[Vec<u8>]) -> Reply {
         let Some((mut meta, deadline)) = meta(shared, key)? else {
             return Ok(Reply::Integer(0));
         };
-        let elements: Vec<Vec<u8>> = store::scan(shared, &meta.element_key(meta.head), None, meta.len() as usize)?
-            .into_iter()
-            .map(|(_, e)| e)
-            .collect();
+        let elements = all_elements(shared, &meta)?;
         let matches = elements
             .iter()
             .enumerate()
