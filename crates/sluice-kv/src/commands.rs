@@ -89,6 +89,16 @@ const fn command(
     Command { name, arity, run }
 }
 
+/// SINTERSTORE, SUNIONSTORE, SDIFFSTORE, which need no session.
+fn store_combined(shared: &Shared, _: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
+    set::store_combined(shared, name, args)
+}
+
+/// ZCOUNT, ZLEXCOUNT and the ZREMRANGEBY commands, which need no session.
+fn count_or_remove_range(shared: &Shared, _: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
+    zset::count_or_remove_range(shared, name, args)
+}
+
 /// ZRANGE and its older forms, in the connection's protocol.
 fn zrange(shared: &Shared, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
     zset::zrange(shared, name, args, session.resp3)
@@ -231,11 +241,7 @@ const COMMANDS: &[Command] = &[
     command("scard", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
     command("script", |n| n >= 1, |s, _, _, r| script::script(s, r)),
     command("sdiff", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
-    command(
-        "sdiffstore",
-        |n| n >= 2,
-        |s, _, name, r| set::store_combined(s, name, r),
-    ),
+    command("sdiffstore", |n| n >= 2, store_combined),
     command(
         "select",
         |n| n == 1,
@@ -250,11 +256,7 @@ const COMMANDS: &[Command] = &[
     command("setrange", |n| n == 3, |s, _, _, r| string::setrange(s, r)),
     command("sinter", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
     command("sintercard", |n| n >= 2, |s, _, _, r| set::sintercard(s, r)),
-    command(
-        "sinterstore",
-        |n| n >= 2,
-        |s, _, name, r| set::store_combined(s, name, r),
-    ),
+    command("sinterstore", |n| n >= 2, store_combined),
     command("sismember", |n| n == 2, |s, _, name, r| set::read_set(s, name, r)),
     command("smembers", |n| n == 1, |s, _, name, r| set::read_set(s, name, r)),
     command("smismember", |n| n >= 2, |s, _, name, r| set::read_set(s, name, r)),
@@ -267,11 +269,7 @@ const COMMANDS: &[Command] = &[
     command("subscribe", |n| n >= 1, pubsub::subscribe),
     command("substr", |n| n == 3, |s, _, _, r| string::getrange(s, r)),
     command("sunion", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
-    command(
-        "sunionstore",
-        |n| n >= 2,
-        |s, _, name, r| set::store_combined(s, name, r),
-    ),
+    command("sunionstore", |n| n >= 2, store_combined),
     command("time", |n| n == 0, |_, _, _, _| time()),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
@@ -288,21 +286,13 @@ const COMMANDS: &[Command] = &[
     command("xtrim", |n| n >= 3, |s, _, _, r| stream::xtrim(s, r)),
     command("zadd", |n| n >= 3, |s, _, _, r| zset::zadd(s, r)),
     command("zcard", |n| n == 1, |s, _, name, r| zset::read_zset(s, name, r)),
-    command(
-        "zcount",
-        |n| n == 3,
-        |s, _, name, r| zset::count_or_remove_range(s, name, r),
-    ),
+    command("zcount", |n| n == 3, count_or_remove_range),
     command(
         "zincrby",
         |n| n == 3,
         |s, _, _, r| zset::zadd(s, &[r[0].clone(), b"INCR".to_vec(), r[1].clone(), r[2].clone()]),
     ),
-    command(
-        "zlexcount",
-        |n| n == 3,
-        |s, _, name, r| zset::count_or_remove_range(s, name, r),
-    ),
+    command("zlexcount", |n| n == 3, count_or_remove_range),
     command("zmscore", |n| n >= 2, |s, _, _, r| zset::zmscore(s, r)),
     command("zpopmax", |n| n >= 1, |s, c, name, r| zset::zpop(s, name, r, c.resp3)),
     command("zpopmin", |n| n >= 1, |s, c, name, r| zset::zpop(s, name, r, c.resp3)),
@@ -311,21 +301,9 @@ const COMMANDS: &[Command] = &[
     command("zrangebyscore", |n| n >= 3, zrange),
     command("zrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
     command("zrem", |n| n >= 2, |s, _, _, r| zset::zrem(s, r)),
-    command(
-        "zremrangebylex",
-        |n| n == 3,
-        |s, _, name, r| zset::count_or_remove_range(s, name, r),
-    ),
-    command(
-        "zremrangebyrank",
-        |n| n == 3,
-        |s, _, name, r| zset::count_or_remove_range(s, name, r),
-    ),
-    command(
-        "zremrangebyscore",
-        |n| n == 3,
-        |s, _, name, r| zset::count_or_remove_range(s, name, r),
-    ),
+    command("zremrangebylex", |n| n == 3, count_or_remove_range),
+    command("zremrangebyrank", |n| n == 3, count_or_remove_range),
+    command("zremrangebyscore", |n| n == 3, count_or_remove_range),
     command("zrevrange", |n| n >= 3, zrange),
     command("zrevrangebylex", |n| n >= 3, zrange),
     command("zrevrangebyscore", |n| n >= 3, zrange),
