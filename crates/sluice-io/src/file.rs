@@ -10,9 +10,18 @@ pub(crate) struct FileInner {
     pub(crate) file: std::fs::File,
     /// Buffered writes not yet written back: (offset, len).
     pub(crate) dirty: Mutex<Vec<(u64, u64)>>,
-    /// Outstanding writes: (seq, offset, len).
-    pub(crate) pending: Mutex<Vec<(u64, u64, u64)>>,
+    pub(crate) pending: Mutex<Pending>,
     pub(crate) drained: Condvar,
+}
+
+/// The writes in flight, and who waits for some of them to finish.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// Outstanding writes: (seq, offset, len).
+    pub(crate) writes: Vec<(u64, u64, u64)>,
+    /// Waiters on `drained`: a write that ends with none makes no system
+    /// call (the WAL's every append is such a write).
+    pub(crate) waiting: usize,
 }
 
 impl FileInner {

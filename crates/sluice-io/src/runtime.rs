@@ -94,7 +94,7 @@ impl Runtime {
                 id: self.shared.next_file.fetch_add(1, Ordering::Relaxed),
                 path,
                 file,
-                pending: Mutex::new(Vec::new()),
+                pending: Mutex::default(),
                 dirty: Mutex::new(Vec::new()),
                 drained: Condvar::new(),
             }),
@@ -428,15 +428,19 @@ impl SluiceFile {
     ) -> std::io::Result<()> {
         let s = &self.shared;
         let seq = s.next_seq();
-        lock(&self.inner.pending).push((seq, offset, len));
+        lock(&self.inner.pending).writes.push((seq, offset, len));
         let op = Op {
             kind: OpKind::Write,
             offset: address(self.inner.id, offset),
             len,
         };
         let result = s.io(&self.inner, op, seq, io);
-        lock(&self.inner.pending).retain(|p| p.0 != seq);
-        self.inner.drained.notify_all();
+        let mut pending = lock(&self.inner.pending);
+        pending.writes.retain(|p| p.0 != seq);
+        if pending.waiting > 0 {
+            drop(pending);
+            self.inner.drained.notify_all();
+        }
         result
     }
 
@@ -462,7 +466,7 @@ impl SluiceFile {
     /// a critical caller promotes them first (an I/O dependency).
     fn wait_for_writes(&self, depends: impl Fn(&(u64, u64, u64)) -> bool) {
         let mut pending = lock(&self.inner.pending);
-        let awaited: Vec<u64> = pending.iter().filter(|p| depends(p)).map(|p| p.0).collect();
+        let awaited: Vec<u64> = pending.writes.iter().filter(|p| depends(p)).map(|p| p.0).collect();
         let Some(&last) = awaited.last() else { return };
         let task = Task::current();
         drop(pending);
@@ -473,8 +477,10 @@ impl SluiceFile {
         }
         task.begin_wait(Blocker::Io(self.shared.clone(), last));
         pending = lock(&self.inner.pending);
-        while pending.iter().any(|p| awaited.contains(&p.0)) {
+        while pending.writes.iter().any(|p| awaited.contains(&p.0)) {
+            pending.waiting += 1;
             pending = self.inner.drained.wait(pending).unwrap_or_else(|e| e.into_inner());
+            pending.waiting -= 1;
         }
         drop(pending);
         task.end_wait();

@@ -16,6 +16,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Holders {
     writer: Option<Arc<Task>>,
     readers: Vec<Arc<Task>>,
+    /// Tasks waiting on `released`. A release with none makes no system
+    /// call: notifying a condition variable always enters the kernel, and
+    /// the store takes these locks several times per request.
+    waiting: usize,
 }
 
 impl Holders {
@@ -43,7 +47,9 @@ impl RawInheritRwLock {
             me.begin_wait(Blocker::Task(owner));
             h = lock(&self.holders);
             if !free(&h) {
+                h.waiting += 1;
                 h = self.released.wait(h).unwrap_or_else(|e| e.into_inner());
+                h.waiting -= 1;
             }
             me.end_wait();
         }
@@ -51,8 +57,14 @@ impl RawInheritRwLock {
     }
 
     fn release(&self, f: impl FnOnce(&mut Holders)) {
-        f(&mut lock(&self.holders));
-        self.released.notify_all();
+        let mut h = lock(&self.holders);
+        f(&mut h);
+        // Counted under the same lock a waiter holds until it waits, so a
+        // waiter is either counted here or sees the lock free.
+        if h.waiting > 0 {
+            drop(h);
+            self.released.notify_all();
+        }
     }
 }
 
@@ -70,6 +82,7 @@ unsafe impl lock_api::RawRwLock for RawInheritRwLock {
         holders: Mutex::new(Holders {
             writer: None,
             readers: Vec::new(),
+            waiting: 0,
         }),
         released: Condvar::new(),
     };
