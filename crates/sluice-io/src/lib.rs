@@ -88,6 +88,7 @@
 //! depths above 1 (every model serves in arrival order per channel).
 
 pub mod background;
+mod blocking;
 pub mod config;
 pub mod control;
 pub mod device;
@@ -101,6 +102,7 @@ pub mod task;
 mod writeback;
 
 pub use background::{Background, BackgroundGuard, BackgroundStats, Knobs, TaskKind, UrgentGuard};
+pub use blocking::{before_blocking, blocking};
 pub use config::{DeviceConfig, DeviceKind, RcpConfig, RuntimeConfig};
 pub use control::ControlLoop;
 pub use device::AlignedBuf;

@@ -229,6 +229,7 @@ impl Shared {
         seq: u64,
         mut io: impl FnMut(u64, u64) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
+        crate::blocking();
         let task = Task::current();
         if let Some(bg) = current_background() {
             bg.throttle(&task, self.config.rcp.inheritance, op.len);
@@ -470,6 +471,7 @@ impl SluiceFile {
         let Some(&last) = awaited.last() else { return };
         let task = Task::current();
         drop(pending);
+        crate::blocking();
         if task.is_critical(self.shared.config.rcp.inheritance) {
             for &seq in &awaited {
                 self.shared.promote(seq);

@@ -178,7 +178,7 @@ impl Connection {
         let held = st.held();
         if st.reads(held) {
             let input = &mut st.buffers.input;
-            input.reserve(READ_ROOM);
+            crate::request::reserve(input, READ_ROOM);
             match rustix::io::read(&self.stream, spare_capacity(input)) {
                 Ok(0) => st.eof = true,
                 Ok(_) => st.fresh = true,

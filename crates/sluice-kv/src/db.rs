@@ -25,7 +25,6 @@
 //! the next writer retries. The stop and the resumption are logged.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,7 +39,7 @@ use crate::merge::{MergeIter, Source};
 use crate::options::Options;
 use crate::sstable::BlockCache;
 use crate::state::{Failed, Inner, State};
-use crate::wal::Wal;
+use crate::wal::{Tail, Wal};
 use crate::{compaction, flush, recovery, Value};
 
 /// The pause before retrying a failed write to disk, doubling up to the
@@ -70,7 +69,7 @@ pub struct Unsynced {
     number: u64,
     end: u64,
     file: SluiceFile,
-    appended: Arc<AtomicU64>,
+    tail: Arc<Tail>,
 }
 
 impl Unsynced {
@@ -170,7 +169,7 @@ impl Db {
         // record written over it could leave garbage behind that replay
         // would call corruption. So the store stops taking writes (reads
         // go on), as RocksDB does on a WAL error, until the WAL is replaced.
-        let end = match st.wal.append(seq, &batch) {
+        let end = match st.wal.append(seq, &batch, inner.options.sync) {
             Ok(end) => end,
             Err(e) => {
                 st.stop(Failed::Wal, &e);
@@ -187,7 +186,7 @@ impl Db {
             number: st.wal.number,
             end,
             file: st.wal.file.clone(),
-            appended: st.wal.end.clone(),
+            tail: st.wal.tail.clone(),
         }))
     }
 
@@ -200,7 +199,7 @@ impl Db {
             // After a failed fsync the kernel may have dropped the dirty
             // pages; nothing written since can be trusted to be durable.
             inner
-                .commit(u.number, u.end, &u.file, &u.appended)
+                .commit(u.number, u.end, &u.file, &u.tail)
                 .inspect_err(|e| inner.fail(Failed::Wal, e))?;
         }
         Ok(())
@@ -254,7 +253,10 @@ impl Db {
                 }
             } else if l0 >= o.l0_slowdown_trigger && !delayed {
                 delayed = true;
-                MutexGuard::unlocked(st, || std::thread::sleep(Duration::from_micros(o.slowdown_delay_us)));
+                MutexGuard::unlocked(st, || {
+                    sluice_io::blocking();
+                    std::thread::sleep(Duration::from_micros(o.slowdown_delay_us))
+                });
             } else if st.mem.bytes() >= o.memtable_bytes {
                 inner.freeze(st)?;
             } else {
@@ -401,14 +403,23 @@ impl Inner {
     /// treat every record of a WAL older than the current one as durable.
     pub fn freeze(&self, st: &mut State) -> Result<()> {
         if self.options.sync {
-            if let Err(e) = st.wal.file.sync() {
-                st.stop(Failed::Wal, &e);
-                self.work.notify_all();
-                return Err(e.into());
-            }
-            let old = (st.wal.number, st.wal.end.load(Ordering::Acquire));
+            // Under the sync lock, so that no commit writes the log's
+            // records between this write and this sync.
             let mut synced = self.synced.lock();
-            *synced = (*synced).max(old);
+            let durable = st.wal.tail.write_out().and_then(|end| {
+                st.wal.file.sync()?;
+                Ok(end)
+            });
+            let end = match durable {
+                Ok(end) => end,
+                Err(e) => {
+                    drop(synced);
+                    st.stop(Failed::Wal, &e);
+                    self.work.notify_all();
+                    return Err(e);
+                }
+            };
+            *synced = (*synced).max((st.wal.number, end));
         }
         let number = st.number();
         let wal = Wal::create(&self.rt, &self.dir, number)?;
@@ -419,17 +430,17 @@ impl Inner {
         Ok(())
     }
 
-    /// Group commit: the first writer to arrive syncs the WAL for every
-    /// record appended so far; writers whose records that sync covered
-    /// return without syncing again.
-    fn commit(&self, number: u64, end: u64, file: &SluiceFile, appended: &AtomicU64) -> Result<()> {
+    /// Group commit: the first writer to arrive writes and syncs the WAL's
+    /// every record appended so far; writers whose records that sync
+    /// covered return without syncing again.
+    fn commit(&self, number: u64, end: u64, file: &SluiceFile, tail: &Tail) -> Result<()> {
         let mut synced = self.synced.lock();
         if *synced >= (number, end) {
             return Ok(());
         }
-        let target = (number, appended.load(Ordering::Acquire));
+        let written = tail.write_out()?;
         file.sync()?;
-        *synced = (*synced).max(target);
+        *synced = (*synced).max((number, written));
         Ok(())
     }
 

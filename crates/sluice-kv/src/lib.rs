@@ -55,6 +55,7 @@ mod shared;
 pub mod sstable;
 mod state;
 mod sweeper;
+mod turns;
 mod version;
 mod wal;
 
@@ -63,7 +64,7 @@ pub use db::{Db, Stats, Unsynced};
 pub use error::{KvError, Result};
 pub use options::Options;
 pub use server::{Server, ServerOptions};
-pub use shared::default_workers;
+pub use shared::{cores, default_workers};
 /// The protocol `sluice serve` speaks, re-exported for its callers.
 pub use sluice_resp as resp;
 

@@ -1,14 +1,12 @@
-//! The poller every worker waits on: one epoll instance holding the
-//! listener and every connection, each registered one-shot, so that a
-//! ready socket wakes exactly one waiting worker, which then owns it until
-//! it re-arms it.
+//! The poller the workers share: one epoll instance holding the listener
+//! and every connection, each registered one-shot, so that a ready socket
+//! goes to exactly one worker, which then owns it until it re-arms it.
 //!
-//! The worker that sees a connection ready runs its requests itself, on
-//! its own thread, inside their request contexts: no hand-off between a
-//! network thread and a command thread, so a request costs one wake-up,
-//! as it did with a thread per connection. A worker blocked in the store's
-//! I/O holds only the connection it is serving; the others' sockets wake
-//! the other workers.
+//! A worker serves in turns (`turns.rs`): while it has one, it takes every
+//! socket ready at once (up to [`HARVEST`]) into the ready queue and
+//! serves the queue, one connection after another, each request inside its
+//! request context; before it blocks in the store, or once a step runs
+//! long, its turn passes to another worker, which serves what is queued.
 //!
 //! Written on epoll directly (through `rustix`) because no crate offers a
 //! poller that many threads wait on at once and hand each readiness to one
@@ -24,6 +22,7 @@
 //! close; errors that concern one connection only (aborted before it was
 //! accepted) are retried at once.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
@@ -37,9 +36,14 @@ use slab::Slab;
 use crate::committer::Committer;
 use crate::connection::{Connection, Next};
 use crate::shared::Shared;
+use crate::turns::Turns;
 
 /// The listener's token; connections' are their keys in the slab.
 const LISTENER: u64 = u64::MAX;
+
+/// Sockets a worker takes from the poller at once: enough to take every
+/// ready client of a busy server in one call.
+const HARVEST: usize = 64;
 
 /// Connections accepted per readiness of the listener, so that a flood of
 /// new clients does not hold one worker from the clients already in.
@@ -59,6 +63,10 @@ pub(crate) struct Poller {
     committer: Committer,
     /// Taken only by the worker the listener woke.
     accepting: Mutex<Accepting>,
+    /// Tokens of sockets taken from the poller and not yet served, oldest
+    /// first.
+    ready: Mutex<VecDeque<u64>>,
+    pub turns: Turns,
 }
 
 struct Connections {
@@ -92,37 +100,60 @@ impl Poller {
                 peak: 0,
             }),
             committer: Committer::start(shared.clone())?,
+            turns: Turns::new(shared.options.active_workers),
             shared,
             accepting: Mutex::new(Accepting {
                 pause: ACCEPT_BACKOFF.0,
                 reports: Throttle::new(ACCEPT_REPORT_INTERVAL),
             }),
+            ready: Mutex::new(VecDeque::new()),
         })
     }
 
-    /// A worker: serves whatever becomes ready, for as long as the process
-    /// runs.
+    /// A worker: serves whatever becomes ready, in its turns, for as long
+    /// as the process runs.
     pub fn work(self: &Arc<Self>) -> io::Result<()> {
-        let mut events = [epoll::Event {
-            flags: EventFlags::empty(),
-            data: EventData::new_u64(0),
-        }];
-        loop {
-            let n = match epoll::wait(&self.epoll, &mut events[..], None) {
-                Ok(n) => n,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+        let mut events = vec![
+            epoll::Event {
+                flags: EventFlags::empty(),
+                data: EventData::new_u64(0),
             };
-            for event in &events[..n] {
-                match event.data.u64() {
+            HARVEST
+        ];
+        let me = self.turns.worker();
+        loop {
+            self.turns.take(&me);
+            sluice_io::before_blocking({
+                let (poller, me) = (self.clone(), me.clone());
+                move || poller.turns.give(&me, || !lock(&poller.ready).is_empty())
+            });
+            while me.has_turn() {
+                let token = match self.next_ready() {
+                    Some(token) => token,
+                    None => match epoll::wait(&self.epoll, &mut events[..], None) {
+                        Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                        Ok(n) => {
+                            let mut ready = lock(&self.ready);
+                            ready.extend(events[1..n].iter().map(|e| e.data.u64()));
+                            events[0].data.u64()
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
+                };
+                me.step(|| match token {
                     LISTENER => self.accept(),
-                    key => self.ready(key as usize),
-                }
+                    key => self.serve(key as usize),
+                });
             }
         }
     }
 
-    fn ready(self: &Arc<Self>, key: usize) {
+    fn next_ready(&self) -> Option<u64> {
+        lock(&self.ready).pop_front()
+    }
+
+    /// Serves the connection at `key`: a step, then whom its writes woke.
+    fn serve(self: &Arc<Self>, key: usize) {
         let Some(conn) = lock(&self.connections).live.get(key).cloned() else {
             return;
         };
@@ -246,6 +277,7 @@ impl Poller {
                 );
             }
             if !once {
+                sluice_io::blocking();
                 std::thread::sleep(pause);
                 accepting.pause = (pause * 2).min(ACCEPT_BACKOFF.1);
                 break;

@@ -6,6 +6,7 @@
 //! | piece | file |
 //! |---|---|
 //! | the poller, the workers' loop, accepting | `poller.rs` |
+//! | how many workers serve at once, and when a turn passes on | `turns.rs` |
 //! | a connection: reading, writing, its bounds against a hostile client | `connection.rs` |
 //! | its requests, each inside its request context | `request.rs` |
 //! | group commit across connections | `committer.rs` |
@@ -15,11 +16,13 @@
 //! A connection costs its socket and a few hundred bytes, not a thread, so
 //! thousands of idle clients hold little. The store blocks in its I/O and
 //! sluice-io keeps a request's context on the thread that runs it, so
-//! commands run on the workers, at most [`ServerOptions::workers`] at a
-//! time, each on the worker the connection's readiness woke. Workers never
-//! wait for a sync: a batch's writes are applied, the worker moves on, and
-//! the batch's replies wait for the committer, which syncs once for every
-//! connection ready.
+//! commands run on the workers: one per core at a time serves every ready
+//! connection in turn, as an event loop does, and hands its turn to
+//! another worker when it is about to block (the poller's turns), so that
+//! up to [`ServerOptions::workers`] requests wait on the disk together.
+//! Workers never wait for a sync: a batch's writes are applied, the worker
+//! moves on, and the batch's replies wait for the committer, which syncs
+//! once for every connection ready.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -59,6 +62,10 @@ impl Server {
         std::thread::Builder::new()
             .name("sluice-kv timeouts".into())
             .spawn(move || self.shared.waiters.run_timeouts(|key| timeouts.wake(key)))?;
+        let turns = poller.clone();
+        std::thread::Builder::new()
+            .name("sluice-kv turns".into())
+            .spawn(move || turns.turns.watch())?;
         for _ in 1..workers {
             let poller = poller.clone();
             std::thread::Builder::new()

@@ -28,22 +28,33 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// If set, clients must `AUTH` with it before any other command.
     pub password: Option<String>,
-    /// Worker threads: commands running at once, each on a worker of its
-    /// own; a connection with whole requests waits for a free worker.
+    /// Worker threads: commands in progress at once, each on a worker of
+    /// its own; a connection with whole requests waits for a free worker.
+    /// Workers beyond `active_workers` take over from workers blocked in
+    /// the store, so that requests doing I/O are in flight together.
     pub workers: usize,
+    /// Workers serving connections at once between blocking (see the
+    /// poller's turns): one per core by default, as an event loop per
+    /// core, so that a busy server takes every ready client in one pass
+    /// rather than waking a worker per request.
+    pub active_workers: usize,
     /// Longest a Lua script runs before it is stopped: it holds every
     /// writer while it runs.
     pub script_time_limit: std::time::Duration,
 }
 
-/// Workers by default: four per core. Commands that do not block run
-/// fastest on about as many threads as cores (each more is a context
-/// switch per request: with 64 workers on 2 cores, SET and GET lost a
-/// third against 4 or 8); a few more keep the cores busy while some wait
-/// on the disk. A store on a slow device, whose I/O scheduler needs many
-/// requests in flight to order, wants as many workers as its clients.
+/// Workers by default: four per core. One per core serves at a time
+/// ([`ServerOptions::active_workers`]); the others take over from workers
+/// blocked on the disk, so a few keep the cores busy while some wait. A
+/// store on a slow device, whose I/O scheduler needs many requests in
+/// flight to order, wants as many workers as its clients.
 pub fn default_workers() -> usize {
-    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+    4 * cores()
+}
+
+/// The cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for ServerOptions {
@@ -52,6 +63,7 @@ impl Default for ServerOptions {
             limits: Limits::default(),
             password: None,
             workers: default_workers(),
+            active_workers: cores(),
             script_time_limit: std::time::Duration::from_secs(5),
         }
     }

@@ -33,9 +33,11 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     by AUTH user password. Flush, compaction and the expiry sweeper (which deletes values \
     past their deadline, as Redis's active expiry does) run as background tasks; INFO reports \
     tenants, background tasks and levels.\n\n\
-    A connection costs a few KiB and no thread: a pool of workers (--workers) waits on one \
-    poller and runs the commands of whichever connection is ready. A write is acknowledged once \
-    the WAL is synced; one sync covers every connection waiting.\n\n\
+    A connection costs a few KiB and no thread: one worker per core (--active-workers) takes \
+    every connection ready at once from one poller and runs their commands in turn, as an \
+    event loop does; a worker about to block on the disk or a lock hands its turn to another \
+    of the pool (--workers), so that no client waits on another's I/O. A write is \
+    acknowledged once the WAL is synced; one sync covers every connection waiting.\n\n\
     A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
     retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
     backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
@@ -65,11 +67,15 @@ pub struct ServeArgs {
     /// Acknowledge writes before the WAL is synced
     #[arg(long)]
     pub no_sync: bool,
-    /// Commands run at once, each on a worker thread (connections take no thread of their own);
-    /// default: 4 per core. On a slow device, as many as the clients give the I/O scheduler
-    /// requests to order
+    /// Commands in progress at once, each on a worker thread (connections take no thread of
+    /// their own): the workers beyond --active-workers take over from those blocked on the
+    /// disk; default: 4 per core. On a slow device, as many as the clients give the I/O
+    /// scheduler requests to order
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: Option<u16>,
+    /// Workers serving connections at once while none blocks; default: one per core
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub active_workers: Option<u16>,
     /// Longest a Lua script (EVAL, EVALSHA) runs before it is stopped with an error, in
     /// milliseconds: a script holds every writer while it runs
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -103,6 +109,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server_options = ServerOptions {
         password: args.password,
         workers: args.workers.map_or_else(sluice_kv::default_workers, usize::from),
+        active_workers: args.active_workers.map_or_else(sluice_kv::cores, usize::from),
         script_time_limit: std::time::Duration::from_millis(args.script_time_limit),
         ..ServerOptions::default()
     };

@@ -76,6 +76,7 @@ impl Condvar {
         guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>,
         deadline: Option<Instant>,
     ) -> bool {
+        crate::blocking();
         let me = Task::current();
         let helper = self.helper();
         if let Some(h) = &helper {

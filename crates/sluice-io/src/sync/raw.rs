@@ -44,6 +44,7 @@ impl RawInheritRwLock {
         while !free(&h) {
             let Some(owner) = h.blocker() else { break };
             drop(h);
+            crate::blocking();
             me.begin_wait(Blocker::Task(owner));
             h = lock(&self.holders);
             if !free(&h) {
