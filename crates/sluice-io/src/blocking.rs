@@ -44,3 +44,53 @@ pub fn blocking() {
         f();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{Runtime, RuntimeConfig};
+
+    /// Registers a hook on this thread; returns whether it has been called.
+    fn watch() -> Rc<Cell<bool>> {
+        let called = Rc::new(Cell::new(false));
+        let flag = called.clone();
+        before_blocking(move || flag.set(true));
+        called
+    }
+
+    #[test]
+    fn a_thread_that_waits_for_a_lock_says_so_first_and_one_that_takes_it_free_does_not() {
+        let lock = Arc::new(crate::sync::Mutex::new(0));
+        let called = watch();
+        drop(lock.lock());
+        assert!(!called.get(), "a free lock is no blocking");
+        let held = lock.lock();
+        let (told, hears) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn({
+            let lock = lock.clone();
+            move || {
+                before_blocking(move || told.send(()).unwrap());
+                *lock.lock() += 1;
+            }
+        });
+        let heard = hears.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        waiter.join().unwrap();
+        assert!(heard.is_ok(), "the waiter's hook ran before it waited");
+    }
+
+    #[test]
+    fn an_io_says_so_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+        let file = rt.open(dir.path().join("f"), true).unwrap();
+        file.write_at(b"data", 0).unwrap();
+        let called = watch();
+        let mut buf = [0u8; 4];
+        file.read_at(&mut buf, 0).unwrap();
+        assert!(called.get());
+    }
+}

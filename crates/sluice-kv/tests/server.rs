@@ -2136,3 +2136,58 @@ fn published_messages_reach_subscribers_on_other_connections() {
     }
     assert_eq!(c.call(&["PUBSUB", "NUMPAT"]), ":0\r\n");
 }
+
+/// With one worker serving at a time (`active_workers: 1`), no client
+/// holds the others: a script that runs long loses its turn to the
+/// watchdog (reads go on while it runs), a SET waiting for the script's
+/// locks hands its turn on (before it blocks; the watchdog would take it
+/// otherwise), and a PING sent after both is answered while both still
+/// wait. Once the script is stopped at its time
+/// limit, the SET goes through.
+#[test]
+fn a_long_or_blocked_request_does_not_hold_the_other_clients() {
+    let limit = std::time::Duration::from_millis(1500);
+    let (addr, _dir) = start_with(
+        Options::default(),
+        ServerOptions {
+            workers: 4,
+            active_workers: 1,
+            script_time_limit: limit,
+            ..ServerOptions::default()
+        },
+    );
+    let mut script = Client::connect(addr);
+    script.send_raw(resp(&["EVAL", "while true do end", "0"]).as_bytes());
+    // The script has started once the commands counted outnumber this
+    // client's INFOs (each counted as it starts).
+    let mut reader = Client::connect(addr);
+    let started = std::time::Instant::now();
+    for infos in 1.. {
+        let info = reader.call(&["INFO", "stats"]);
+        let counted: u64 = info
+            .split("total_commands_processed:")
+            .nth(1)
+            .and_then(|rest| rest.split("\r\n").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        if counted > infos {
+            break;
+        }
+        assert!(started.elapsed() < limit, "the script never started");
+    }
+    let mut writer = Client::connect(addr);
+    writer.send_raw(resp(&["SET", "k", "v"]).as_bytes());
+    let mut pinger = Client::connect(addr);
+    pinger.writer.set_read_timeout(Some(limit / 2)).unwrap();
+    assert_eq!(pinger.call(&["PING"]), "+PONG\r\n");
+    writer.writer.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let waiting = writer.writer.peek(&mut byte);
+    assert!(
+        matches!(&waiting, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the SET is answered only once the script stops: {waiting:?}"
+    );
+    writer.writer.set_nonblocking(false).unwrap();
+    assert!(script.reply().contains("time limit"));
+    assert_eq!(writer.reply(), "+OK\r\n");
+}
