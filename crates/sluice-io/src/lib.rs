@@ -79,6 +79,11 @@
 //! in wall time against the simulator's prediction is `sluice bench
 //! deadline` (`docs/reproductions/traqios.md`, "On real I/O").
 //!
+//! A server that runs its requests on a few threads, one per core, learns
+//! from [`before_blocking`] when a thread is about to wait on the device or
+//! a lock, so that it can hand the thread's other clients to another
+//! thread first (`sluice serve`'s turns).
+//!
 //! I/O is a positional `pread`/`pwrite` on the calling thread. An io_uring
 //! path was measured first (`sluice bench io --part uring`, numbers in
 //! `docs/BENCHMARKS.md`): one ring halves the CPU per I/O at depth 32 on a

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::event::EventfdFlags;
 use rustix::fd::OwnedFd;
 use slab::Slab;
 
@@ -41,8 +42,15 @@ use crate::turns::Turns;
 /// The listener's token; connections' are their keys in the slab.
 const LISTENER: u64 = u64::MAX;
 
+/// The doorbell's token: rung when connections wait in the ready queue
+/// and no worker is waiting for a turn to serve them.
+const DOORBELL: u64 = u64::MAX - 1;
+
 /// Sockets a worker takes from the poller at once: enough to take every
-/// ready client of a busy server in one call.
+/// ready client of a busy server in one call. With as many workers serving
+/// as there are (`active_workers` = `workers`), one: each ready socket
+/// wakes a worker of its own, which suits a store whose every request
+/// waits on the device.
 const HARVEST: usize = 64;
 
 /// Connections accepted per readiness of the listener, so that a flood of
@@ -67,6 +75,9 @@ pub(crate) struct Poller {
     /// first.
     ready: Mutex<VecDeque<u64>>,
     pub turns: Turns,
+    doorbell: OwnedFd,
+    /// Sockets a worker takes from the poller at once.
+    harvest: usize,
 }
 
 struct Connections {
@@ -92,6 +103,10 @@ impl Poller {
         listener.set_nonblocking(true)?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(&epoll, &listener, EventData::new_u64(LISTENER), one_shot(true, false))?;
+        let doorbell = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(&epoll, &doorbell, EventData::new_u64(DOORBELL), EventFlags::IN)?;
+        let o = &shared.options;
+        let harvest = if o.active_workers >= o.workers { 1 } else { HARVEST };
         Ok(Poller {
             epoll,
             listener,
@@ -107,6 +122,8 @@ impl Poller {
                 reports: Throttle::new(ACCEPT_REPORT_INTERVAL),
             }),
             ready: Mutex::new(VecDeque::new()),
+            doorbell,
+            harvest,
         })
     }
 
@@ -118,14 +135,14 @@ impl Poller {
                 flags: EventFlags::empty(),
                 data: EventData::new_u64(0),
             };
-            HARVEST
+            self.harvest
         ];
         let me = self.turns.worker();
         loop {
             self.turns.take(&me);
             sluice_io::before_blocking({
                 let (poller, me) = (self.clone(), me.clone());
-                move || poller.turns.give(&me, || !lock(&poller.ready).is_empty())
+                move || poller.turns.give(&me, || poller.queued(), || poller.ring())
             });
             while me.has_turn() {
                 let token = match self.next_ready() {
@@ -142,6 +159,7 @@ impl Poller {
                 };
                 me.step(|| match token {
                     LISTENER => self.accept(),
+                    DOORBELL => self.answer_doorbell(),
                     key => self.serve(key as usize),
                 });
             }
@@ -150,6 +168,22 @@ impl Poller {
 
     fn next_ready(&self) -> Option<u64> {
         lock(&self.ready).pop_front()
+    }
+
+    /// Whether connections wait in the ready queue.
+    pub fn queued(&self) -> bool {
+        !lock(&self.ready).is_empty()
+    }
+
+    /// Wakes a worker waiting on the poller, to serve the ready queue.
+    pub fn ring(&self) {
+        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+    }
+
+    /// Silences the doorbell; the ready queue is served next.
+    fn answer_doorbell(&self) {
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&self.doorbell, &mut count);
     }
 
     /// Serves the connection at `key`: a step, then whom its writes woke.

@@ -65,7 +65,7 @@ impl Server {
         let turns = poller.clone();
         std::thread::Builder::new()
             .name("sluice-kv turns".into())
-            .spawn(move || turns.turns.watch())?;
+            .spawn(move || turns.turns.watch(|| turns.ring()))?;
         for _ in 1..workers {
             let poller = poller.clone();
             std::thread::Builder::new()

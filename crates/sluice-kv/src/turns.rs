@@ -13,9 +13,11 @@
 //! - **Before a worker blocks** in the store (an I/O, a lock: sluice-io
 //!   tells it, [`sluice_io::before_blocking`]) it gives its turn up, and a
 //!   waiting worker takes it if connections wait to be served or no
-//!   worker with a turn is left to wait on the poller. Otherwise nobody is
-//!   woken (a read from the page cache costs no context switch), and the
-//!   blocked worker takes a turn again when it is done. Requests that do
+//!   worker with a turn is left to wait on the poller (with connections
+//!   waiting and no worker waiting, the poller's doorbell wakes a worker
+//!   with a turn). Otherwise nobody is woken (a read from the page cache
+//!   costs no context switch), and the blocked worker takes a turn again
+//!   when it is done. Requests that do
 //!   I/O are thus in flight together, up to the pool's size
 //!   ([`ServerOptions::workers`]), which an I/O scheduler needs to have
 //!   anything to order.
@@ -116,24 +118,30 @@ impl Turns {
         w.turn.store(true, Ordering::Release);
     }
 
-    /// Takes `w`'s turn, if it has one; a waiting worker is woken if no
-    /// worker with a turn is left or `queued` says connections wait.
-    pub fn give(&self, w: &Worker, queued: impl FnOnce() -> bool) {
+    /// Takes `w`'s turn, if it has one. If connections wait to be served
+    /// (`queued`), a waiting worker is woken to take the turn, or, with
+    /// none waiting, `ring` wakes a worker with a turn from the poller; a
+    /// waiting worker is woken too if no worker with a turn is left.
+    pub fn give(&self, w: &Worker, queued: impl FnOnce() -> bool, ring: impl FnOnce()) {
         let mut st = lock(&self.state);
         if !w.turn.swap(false, Ordering::AcqRel) {
             return;
         }
         st.taken -= 1;
-        let wake = st.waiting > 0 && (st.taken == 0 || queued());
+        let queued = queued();
+        let wake = st.waiting > 0 && (st.taken == 0 || queued);
         drop(st);
         if wake {
             self.free.notify_one();
+        } else if queued {
+            ring();
         }
     }
 
     /// The watchdog, for as long as the process runs: a step seen twice
-    /// loses its turn to a waiting worker.
-    pub fn watch(&self) {
+    /// loses its turn to a waiting worker, or, with none waiting, `ring`
+    /// wakes a worker with a turn from the poller.
+    pub fn watch(&self, ring: impl Fn()) {
         let mut seen: Vec<u64> = Vec::new();
         let mut tick = WATCH_TICK;
         loop {
@@ -146,7 +154,7 @@ impl Turns {
                 let in_step = steps % 2 == 1;
                 serving |= in_step;
                 if in_step && steps == *last {
-                    self.give(w, || true);
+                    self.give(w, || true, &ring);
                 }
                 *last = steps;
             }
@@ -165,12 +173,25 @@ mod tests {
         let (a, b) = (turns.worker(), turns.worker());
         turns.take(&a);
         assert!(a.has_turn());
-        turns.give(&a, || true);
-        turns.give(&a, || panic!("given twice"));
+        turns.give(&a, || true, || {});
+        turns.give(&a, || panic!("given twice"), || {});
         assert!(!a.has_turn());
         turns.take(&b);
         assert!(b.has_turn());
         assert_eq!(lock(&turns.state).taken, 1);
+    }
+
+    #[test]
+    fn connections_left_waiting_ring_the_doorbell_when_no_worker_waits() {
+        let turns = Turns::new(2);
+        let (a, b) = (turns.worker(), turns.worker());
+        turns.take(&a);
+        turns.take(&b);
+        let rung = std::cell::Cell::new(0);
+        turns.give(&a, || true, || rung.set(rung.get() + 1));
+        assert_eq!(rung.get(), 1, "b, polling, serves what a left");
+        turns.give(&b, || false, || rung.set(rung.get() + 1));
+        assert_eq!(rung.get(), 1, "nothing left: no wake-up");
     }
 
     #[test]
@@ -185,7 +206,7 @@ mod tests {
         while lock(&turns.state).waiting == 0 {
             std::thread::yield_now();
         }
-        turns.give(&a, || false);
+        turns.give(&a, || false, || panic!("a waiting worker takes the turn"));
         waiter.join().unwrap();
         assert!(b.has_turn() && !a.has_turn());
     }
@@ -197,7 +218,7 @@ mod tests {
         turns.take(&a);
         std::thread::spawn({
             let turns = turns.clone();
-            move || turns.watch()
+            move || turns.watch(|| {})
         });
         // A step that never blocks: it keeps running until b has the turn.
         a.step(|| turns.take(&b));

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sluice_io::{Runtime, SluiceFile};
 
 use crate::batch::WriteBatch;
-use crate::codec::{put_u32, put_u64, Reader};
+use crate::codec::{put_u64, Reader};
 use crate::error::{KvError, Result};
 
 const HEADER: usize = 12;
@@ -123,20 +123,13 @@ impl Wal {
     /// Appends one batch, written at once unless `deferred` (then by
     /// [`Tail::write_out`]); returns the log's end after it.
     pub(crate) fn append(&self, seq: u64, batch: &WriteBatch, deferred: bool) -> Result<u64> {
-        let mut body = Vec::new();
-        put_u64(&mut body, seq);
-        batch.encode(&mut body);
-        let len = (body.len() as u32).to_le_bytes();
-        let mut rec = Vec::with_capacity(HEADER + body.len());
-        rec.extend_from_slice(&len);
-        put_u32(&mut rec, crc32c::crc32c(&len));
-        put_u32(&mut rec, crc32c::crc32c(&body));
-        rec.extend_from_slice(&body);
         let mut tail = self.tail.lock();
         if deferred {
-            tail.records.extend_from_slice(&rec);
+            encode(&mut tail.records, seq, batch);
             return Ok(tail.written + tail.records.len() as u64);
         }
+        let mut rec = Vec::new();
+        encode(&mut rec, seq, batch);
         if let Err(e) = self.file.write_buffered(&rec, tail.written) {
             tail.failed = true;
             return Err(e.into());
@@ -144,6 +137,21 @@ impl Wal {
         tail.written += rec.len() as u64;
         Ok(tail.written)
     }
+}
+
+/// Appends the record of `batch` to `out`, encoded in place (a record per
+/// write: no buffer of its own).
+fn encode(out: &mut Vec<u8>, seq: u64, batch: &WriteBatch) {
+    let start = out.len();
+    out.resize(start + HEADER, 0);
+    put_u64(out, seq);
+    batch.encode(out);
+    let body = &out[start + HEADER..];
+    let len = (body.len() as u32).to_le_bytes();
+    let body_crc = crc32c::crc32c(body).to_le_bytes();
+    out[start..start + 4].copy_from_slice(&len);
+    out[start + 4..start + 8].copy_from_slice(&crc32c::crc32c(&len).to_le_bytes());
+    out[start + 8..start + HEADER].copy_from_slice(&body_crc);
 }
 
 /// Reads a log and hands every whole record to `apply` in order.

@@ -197,6 +197,10 @@ pub(crate) fn spawn_serve(p: &ServeProcess, port: u16, dir: &Path, log: &Path) -
         .args(p.memtable_mb.map(|mb| format!("--memtable-mb={mb}")))
         .args(["--block-cache-mb", &p.block_cache_mb.to_string()])
         .args(["--workers", &p.workers.clamp(1, u16::MAX.into()).to_string()])
+        // Every worker serves at once, each ready socket on a worker of its
+        // own: every request waits on the device, and the shard's I/O
+        // policy needs them all in flight to order.
+        .args(["--active-workers", &p.workers.clamp(1, u16::MAX.into()).to_string()])
         .arg("--dir")
         .arg(dir)
         .arg("--runtime")
