@@ -73,7 +73,9 @@ pub struct ServeArgs {
     /// scheduler requests to order
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: Option<u16>,
-    /// Workers serving connections at once while none blocks; default: one per core
+    /// Workers serving connections at once while none blocks; default: one per core. Set it
+    /// to --workers when every request waits on the device: each ready connection then gets a
+    /// worker of its own at once
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub active_workers: Option<u16>,
     /// Longest a Lua script (EVAL, EVALSHA) runs before it is stopped with an error, in
