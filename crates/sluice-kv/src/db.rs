@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_io::sync::{Condvar, Mutex, MutexGuard};
-use sluice_io::{Background, Runtime, SluiceFile, TaskKind};
+use sluice_io::{Background, Runtime, TaskKind};
 
 use crate::batch::WriteBatch;
 use crate::error::{KvError, Result};
@@ -68,7 +68,6 @@ pub struct Stats {
 pub struct Unsynced {
     number: u64,
     end: u64,
-    file: SluiceFile,
     tail: Arc<Tail>,
 }
 
@@ -185,7 +184,6 @@ impl Db {
         Ok(inner.options.sync.then(|| Unsynced {
             number: st.wal.number,
             end,
-            file: st.wal.file.clone(),
             tail: st.wal.tail.clone(),
         }))
     }
@@ -199,7 +197,7 @@ impl Db {
             // After a failed fsync the kernel may have dropped the dirty
             // pages; nothing written since can be trusted to be durable.
             inner
-                .commit(u.number, u.end, &u.file, &u.tail)
+                .commit(u.number, u.end, &u.tail)
                 .inspect_err(|e| inner.fail(Failed::Wal, e))?;
         }
         Ok(())
@@ -406,11 +404,7 @@ impl Inner {
             // Under the sync lock, so that no commit writes the log's
             // records between this write and this sync.
             let mut synced = self.synced.lock();
-            let durable = st.wal.tail.write_out().and_then(|end| {
-                st.wal.file.sync()?;
-                Ok(end)
-            });
-            let end = match durable {
+            let end = match st.wal.tail.sync() {
                 Ok(end) => end,
                 Err(e) => {
                     drop(synced);
@@ -433,14 +427,13 @@ impl Inner {
     /// Group commit: the first writer to arrive writes and syncs the WAL's
     /// every record appended so far; writers whose records that sync
     /// covered return without syncing again.
-    fn commit(&self, number: u64, end: u64, file: &SluiceFile, tail: &Tail) -> Result<()> {
+    fn commit(&self, number: u64, end: u64, tail: &Tail) -> Result<()> {
         let mut synced = self.synced.lock();
         if *synced >= (number, end) {
             return Ok(());
         }
-        let written = tail.write_out()?;
-        file.sync()?;
-        *synced = (*synced).max((number, written));
+        let durable = tail.sync()?;
+        *synced = (*synced).max((number, durable));
         Ok(())
     }
 

@@ -17,10 +17,9 @@
 //!   waiting and no worker waiting, the poller's doorbell wakes a worker
 //!   with a turn). Otherwise nobody is woken (a read from the page cache
 //!   costs no context switch), and the blocked worker takes a turn again
-//!   when it is done. Requests that do
-//!   I/O are thus in flight together, up to the pool's size
-//!   ([`ServerOptions::workers`]), which an I/O scheduler needs to have
-//!   anything to order.
+//!   when it is done. Requests that do I/O are thus in flight together,
+//!   up to the pool's size ([`ServerOptions::workers`]), which an I/O
+//!   scheduler needs to have anything to order.
 //! - **A step that runs long** without blocking (a long script, `KEYS`
 //!   over millions of keys) loses its turn to the watchdog, which looks
 //!   every [`WATCH_TICK`] (more rarely while no worker serves): a step it
@@ -36,7 +35,7 @@ use std::time::Duration;
 
 /// How often the watchdog looks while workers serve: a step is preempted
 /// after one to two ticks.
-pub(crate) const WATCH_TICK: Duration = Duration::from_millis(10);
+const WATCH_TICK: Duration = Duration::from_millis(10);
 
 /// How rarely the watchdog looks while no worker serves.
 const IDLE_TICK: Duration = Duration::from_millis(80);

@@ -50,13 +50,13 @@ pub(crate) fn numbers(dir: &Path) -> Vec<u64> {
 /// The log being appended to.
 pub(crate) struct Wal {
     pub(crate) number: u64,
-    pub(crate) file: SluiceFile,
     /// Records appended and not yet written, shared with the writers that
     /// wait for a sync (one of which writes them).
     pub(crate) tail: Arc<Tail>,
 }
 
-/// The end of a log: records appended and not yet written to its file.
+/// The end of a log: its file, and records appended and not yet written
+/// to it.
 pub(crate) struct Tail {
     file: SluiceFile,
     state: Mutex<TailState>,
@@ -101,22 +101,28 @@ impl Tail {
             .inspect_err(|_| self.lock().failed = true)?;
         Ok(at + records.len() as u64)
     }
+
+    /// Writes the records appended so far and syncs the log; returns its
+    /// durable length. Called as [`Tail::write_out`] is.
+    pub(crate) fn sync(&self) -> Result<u64> {
+        let end = self.write_out()?;
+        self.file.sync()?;
+        Ok(end)
+    }
 }
 
 impl Wal {
     pub(crate) fn create(rt: &Runtime, dir: &Path, number: u64) -> Result<Wal> {
-        let file = rt.open(path(dir, number), true)?;
         Ok(Wal {
             number,
             tail: Arc::new(Tail {
-                file: file.clone(),
+                file: rt.open(path(dir, number), true)?,
                 state: Mutex::new(TailState {
                     records: Vec::new(),
                     written: 0,
                     failed: false,
                 }),
             }),
-            file,
         })
     }
 
@@ -130,7 +136,7 @@ impl Wal {
         }
         let mut rec = Vec::new();
         encode(&mut rec, seq, batch);
-        if let Err(e) = self.file.write_buffered(&rec, tail.written) {
+        if let Err(e) = self.tail.file.write_buffered(&rec, tail.written) {
             tail.failed = true;
             return Err(e.into());
         }

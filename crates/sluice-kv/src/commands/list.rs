@@ -11,8 +11,8 @@
 use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::value::{read, run, Typed};
-use crate::keyspace::{check_user_key, with_deadline, Deadline, ListMeta, Tag, WRONGTYPE};
+use super::value::{read_header, run};
+use crate::keyspace::{check_user_key, with_deadline, Deadline, ListMeta, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -37,13 +37,7 @@ impl End {
 /// The header of the list at `key` and its deadline, `None` if absent, or
 /// the refusal.
 fn meta(shared: &Shared, key: &[u8]) -> Result<Option<(ListMeta, Deadline)>, Reply> {
-    match read(shared, key)? {
-        Typed::Absent => Ok(None),
-        Typed::Found(Tag::List, body, deadline) => ListMeta::decode(&body)
-            .map(|m| Some((m, deadline)))
-            .ok_or_else(|| Reply::error("damaged list header")),
-        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
-    }
+    read_header(shared, key, Tag::List, "list header", ListMeta::decode)
 }
 
 /// Writes `meta` under `key` into `batch`, or deletes the key if the list

@@ -51,13 +51,19 @@ pub(super) fn subscribe(shared: &Shared, session: &mut Session, name: &str, args
         if set.insert(channel.clone()) {
             shared.pubsub.subscribe(channel, pattern, &mailbox);
         }
-        confirmations.push(Reply::Push(vec![
-            bulk(name.as_bytes()),
-            bulk(channel),
-            Reply::Integer(session.subscriptions() as i64),
-        ]));
+        confirmations.push(confirmation(name, bulk(channel), session));
     }
     Reply::Many(confirmations)
+}
+
+/// What (un)subscribing from `channel` answers: the command, the channel,
+/// and the connection's count of subscriptions after it.
+fn confirmation(name: &str, channel: Reply, session: &Session) -> Reply {
+    Reply::Push(vec![
+        bulk(name.as_bytes()),
+        channel,
+        Reply::Integer(session.subscriptions() as i64),
+    ])
 }
 
 /// UNSUBSCRIBE and PUNSUBSCRIBE (`name`): from the channels named, or
@@ -72,11 +78,7 @@ pub(super) fn unsubscribe(shared: &Shared, session: &mut Session, name: &str, ar
         args.to_vec()
     };
     if names.is_empty() {
-        return Reply::Push(vec![
-            bulk(name.as_bytes()),
-            Reply::Bulk(None),
-            Reply::Integer(session.subscriptions() as i64),
-        ]);
+        return confirmation(name, Reply::Bulk(None), session);
     }
     let key = session.mailbox.as_ref().map(|m| m.key);
     let mut confirmations = Vec::with_capacity(names.len());
@@ -91,11 +93,7 @@ pub(super) fn unsubscribe(shared: &Shared, session: &mut Session, name: &str, ar
                 shared.pubsub.unsubscribe(&channel, pattern, key);
             }
         }
-        confirmations.push(Reply::Push(vec![
-            bulk(name.as_bytes()),
-            bulk(&channel),
-            Reply::Integer(session.subscriptions() as i64),
-        ]));
+        confirmations.push(confirmation(name, bulk(&channel), session));
     }
     Reply::Many(confirmations)
 }

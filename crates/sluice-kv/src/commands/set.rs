@@ -27,9 +27,9 @@ use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
 use super::keys::{scan_options, scan_reply, ScanOptions};
 use super::store;
-use super::value::{read, run, Typed};
+use super::value::{read_header, run};
 use crate::glob::glob_match;
-use crate::keyspace::{with_deadline, Deadline, SetMeta, Tag, WRONGTYPE};
+use crate::keyspace::{with_deadline, Deadline, SetMeta, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -44,13 +44,7 @@ fn damaged() -> Reply {
 /// The header of the set at `key` and its deadline, `None` if absent, or
 /// the refusal.
 fn meta_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(SetMeta, Deadline)>, Reply> {
-    match read(shared, key)? {
-        Typed::Absent => Ok(None),
-        Typed::Found(Tag::Set, body, deadline) => {
-            SetMeta::decode(&body).map(|m| Some((m, deadline))).ok_or_else(damaged)
-        }
-        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
-    }
+    read_header(shared, key, Tag::Set, "set", SetMeta::decode)
 }
 
 fn meta(shared: &Shared, key: &[u8]) -> Result<Option<SetMeta>, Reply> {

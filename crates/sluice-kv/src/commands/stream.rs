@@ -25,10 +25,8 @@ use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
 use super::session::Session;
 use super::store;
-use super::value::{read, run, Typed};
-use crate::keyspace::{
-    decode_hash, encode_fields, now_ms, with_deadline, Deadline, StreamId, StreamMeta, Tag, WRONGTYPE,
-};
+use super::value::{read_header, run};
+use crate::keyspace::{decode_hash, encode_fields, now_ms, with_deadline, Deadline, StreamId, StreamMeta, Tag};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -46,13 +44,7 @@ fn syntax_error() -> Reply {
 /// The header of the stream at `key` and its deadline, `None` if absent,
 /// or the refusal.
 fn meta_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(StreamMeta, Deadline)>, Reply> {
-    match read(shared, key)? {
-        Typed::Absent => Ok(None),
-        Typed::Found(Tag::Stream, body, deadline) => StreamMeta::decode(&body)
-            .map(|m| Some((m, deadline)))
-            .ok_or_else(|| Reply::error("damaged stream header")),
-        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
-    }
+    read_header(shared, key, Tag::Stream, "stream header", StreamMeta::decode)
 }
 
 fn meta(shared: &Shared, key: &[u8]) -> Result<Option<StreamMeta>, Reply> {

@@ -43,6 +43,25 @@ pub(crate) fn read(shared: &Shared, key: &[u8]) -> Result<Typed, Reply> {
     Ok(live(read_stored(shared, key)?, now_ms()))
 }
 
+/// The header of the collection of type `tag` at `key` (decoded by
+/// `decode`) and its deadline; `None` if absent; WRONGTYPE if another type
+/// is there, or an error naming `what` if the header does not decode.
+pub(crate) fn read_header<M>(
+    shared: &Shared,
+    key: &[u8],
+    tag: Tag,
+    what: &str,
+    decode: impl FnOnce(&[u8]) -> Option<M>,
+) -> Result<Option<(M, Deadline)>, Reply> {
+    match read(shared, key)? {
+        Typed::Absent => Ok(None),
+        Typed::Found(found, body, deadline) if found == tag => decode(&body)
+            .map(|m| Some((m, deadline)))
+            .ok_or_else(|| Reply::error(format!("damaged {what}"))),
+        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
+    }
+}
+
 /// Reads `keys` as [`read`] does, all as of one moment, as Redis's
 /// multi-key reads are.
 pub(crate) fn read_many(shared: &Shared, keys: &[Vec<u8>]) -> Result<Vec<Typed>, Reply> {

@@ -14,8 +14,8 @@ use std::collections::hash_map::{Entry, HashMap};
 use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
 use super::store;
-use super::value::{read, run, Typed};
-use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta, WRONGTYPE};
+use super::value::{read_header, run};
+use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::WriteBatch;
@@ -23,13 +23,7 @@ use crate::WriteBatch;
 /// The header of the set at `key` and its deadline, `None` if absent, or
 /// the refusal.
 fn meta_with_deadline(shared: &Shared, key: &[u8]) -> Result<Option<(ZsetMeta, Deadline)>, Reply> {
-    match read(shared, key)? {
-        Typed::Absent => Ok(None),
-        Typed::Found(Tag::Zset, body, deadline) => ZsetMeta::decode(&body)
-            .map(|m| Some((m, deadline)))
-            .ok_or_else(|| Reply::error("damaged sorted set header")),
-        Typed::Found(..) => Err(Reply::Error(WRONGTYPE.into())),
-    }
+    read_header(shared, key, Tag::Zset, "sorted set header", ZsetMeta::decode)
 }
 
 /// The header of the set at `key`, `None` if absent, or the refusal.
