@@ -3,12 +3,13 @@
 # docs/BENCHMARKS.md, "sluice serve under redis-benchmark"): 50 clients,
 # durable SET (Redis with `appendonly yes`, `appendfsync always`; sluice
 # serve syncs its WAL before it acknowledges), the same with pipelines of
-# 16, and GET. Every server starts fresh in an empty directory for each
-# run; the targets' order rotates by round. Prints each run (requests/s,
-# p50 ms, the fraction of CPU time stolen), then `sluice bench
-# summarize`'s table: per test, each target's ratio to Redis paired by
-# round (median, range, each round); runs above 10% steal set aside. Not
-# run in CI.
+# 16, GET, and GET by 5 clients while 50 others run durable SETs (what a
+# reader waits for behind other clients' syncs). Every server starts fresh
+# in an empty directory for each run; the targets' order rotates by round.
+# Prints each run (requests/s, p50 and p99 ms, the fraction of CPU time
+# stolen), then `sluice bench summarize`'s table: per test, each target's
+# ratio to Redis paired by round (median, range, each round); runs above
+# 10% steal set aside. Not run in CI.
 #
 #   scripts/bench-serve-redis.sh [ROUNDS] [NAME=SLUICE_BINARY ...]
 #
@@ -53,23 +54,36 @@ start_target() {
     exit 1
 }
 
-echo "round target test requests/s p50_ms steal" | tee "$work/runs"
+echo "round target test requests/s p50_ms p99_ms steal" | tee "$work/runs"
 for round in $(seq "$rounds"); do
     # Rotate the order, so that no target always runs first or last.
     order=("${targets[@]:round % ${#targets[@]}}" "${targets[@]:0:round % ${#targets[@]}}")
     for t in "${order[@]}"; do
-        for test in set set-p16 get; do
+        for test in set set-p16 get get-under-set; do
             start_target "$t"
+            clients=50
             case $test in
                 set) args=(-t set -n 100000) ;;
                 set-p16) args=(-t set -P 16 -n 400000) ;;
                 get) args=(-t get -n 200000) ;;
+                get-under-set)
+                    redis-benchmark -p $PORT -c 50 -t set -n 10000000 >/dev/null 2>&1 &
+                    writers=$!
+                    pids+=($writers)
+                    sleep 1
+                    clients=5
+                    args=(-t get -n 20000)
+                    ;;
             esac
             s0=$("$sluice" bench steal)
-            csv=$(redis-benchmark -p $PORT -c 50 "${args[@]}" --csv)
+            csv=$(redis-benchmark -p $PORT -c $clients "${args[@]}" --csv)
             steal=$("$sluice" bench steal --since "$s0")
-            read -r rps p50 < <(awk -F'"' 'NR==2{print $4, $10}' <<<"$csv")
-            echo "$round $t $test $rps $p50 $steal" | tee -a "$work/runs"
+            if [[ $test == get-under-set ]]; then
+                kill "$writers"
+                wait "$writers" 2>/dev/null || true
+            fi
+            read -r rps p50 p99 < <(awk -F'"' 'NR==2{print $4, $10, $14}' <<<"$csv")
+            echo "$round $t $test $rps $p50 $p99 $steal" | tee -a "$work/runs"
             kill "$server"
             wait "$server" 2>/dev/null || true
         done

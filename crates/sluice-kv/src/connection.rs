@@ -98,6 +98,9 @@ pub(crate) enum Next {
         tenant: u32,
         answered: usize,
     },
+    /// The socket had nothing to read, no request ran and nothing is left
+    /// to write: as `Wait { read: true, write: false }`.
+    Idle,
     /// Parks the connection, blocked: as `Wait`, armed through
     /// [`Connection::arm_parked`] so that a wake is never lost.
     Park { read: bool, write: bool },
@@ -176,13 +179,15 @@ impl Connection {
             shared.waiters.forget(self.key);
         }
         let held = st.held();
+        let mut found_nothing = false;
         if st.reads(held) {
             let input = &mut st.buffers.input;
             crate::request::reserve(input, READ_ROOM);
             match rustix::io::read(&self.stream, spare_capacity(input)) {
                 Ok(0) => st.eof = true,
                 Ok(_) => st.fresh = true,
-                Err(Errno::WOULDBLOCK | Errno::INTR) => {}
+                Err(Errno::WOULDBLOCK) => found_nothing = true,
+                Err(Errno::INTR) => {}
                 Err(_) => return Next::Close,
             }
         }
@@ -213,8 +218,15 @@ impl Connection {
                     answered: ran.answered,
                 };
             }
+            found_nothing = false;
         }
-        self.settle(shared, &mut st)
+        match self.settle(shared, &mut st) {
+            Next::Wait {
+                read: true,
+                write: false,
+            } if found_nothing => Next::Idle,
+            next => next,
+        }
     }
 
     /// Goes on once the writes of [`Next::Sync`] are synced, or, if they

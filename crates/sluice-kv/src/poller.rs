@@ -8,6 +8,13 @@
 //! request context; before it blocks in the store, or once a step runs
 //! long, its turn passes to another worker, which serves what is queued.
 //!
+//! Durable writes wait for the committer (`committer.rs`), which cuts a
+//! group of them each time the workers run out of connections to serve,
+//! and queues the connections a sync answered here, to be served as if
+//! found ready; one that has nothing to read yet may be held back until
+//! the next sync, so that a busy server's returning writers are served
+//! together.
+//!
 //! Written on epoll directly (through `rustix`) because no crate offers a
 //! poller that many threads wait on at once and hand each readiness to one
 //! of them: `mio` polls from one thread, `polling` serializes its waiters,
@@ -34,7 +41,7 @@ use rustix::event::EventfdFlags;
 use rustix::fd::OwnedFd;
 use slab::Slab;
 
-use crate::committer::Committer;
+use crate::committer::{Committer, Synced, HOLD_BACK};
 use crate::connection::{Connection, Next};
 use crate::shared::Shared;
 use crate::turns::Turns;
@@ -43,15 +50,22 @@ use crate::turns::Turns;
 const LISTENER: u64 = u64::MAX;
 
 /// The doorbell's token: rung when connections wait in the ready queue
-/// and no worker is waiting for a turn to serve them.
+/// and no worker is waiting for a turn to serve them, and by the committer
+/// once it has queued the connections a sync answered.
 const DOORBELL: u64 = u64::MAX - 1;
 
 /// Sockets a worker takes from the poller at once: enough to take every
 /// ready client of a busy server in one call. With as many workers serving
 /// as there are (`active_workers` = `workers`), one: each ready socket
 /// wakes a worker of its own, which suits a store whose every request
-/// waits on the device.
+/// waits on the device, and no connection is held back for a sync.
 const HARVEST: usize = 64;
+
+/// [`HOLD_BACK`], as the poller's timeout.
+const HOLD_BACK_TIMEOUT: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 0,
+    tv_nsec: HOLD_BACK.as_nanos() as i64,
+};
 
 /// Connections accepted per readiness of the listener, so that a flood of
 /// new clients does not hold one worker from the clients already in.
@@ -71,13 +85,25 @@ pub(crate) struct Poller {
     committer: Committer,
     /// Taken only by the worker the listener woke.
     accepting: Mutex<Accepting>,
-    /// Tokens of sockets taken from the poller and not yet served, oldest
-    /// first.
-    ready: Mutex<VecDeque<u64>>,
+    /// Sockets taken from the poller and connections resumed, not yet
+    /// served, oldest first.
+    ready: Mutex<VecDeque<Ready>>,
     pub turns: Turns,
     doorbell: OwnedFd,
     /// Sockets a worker takes from the poller at once.
     harvest: usize,
+}
+
+/// A socket or connection to serve.
+#[derive(Clone, Copy)]
+enum Ready {
+    /// A token the poller found ready.
+    Polled(u64),
+    /// A connection answered after a sync: held back if it has nothing to
+    /// read yet.
+    Answered(usize),
+    /// A connection held back: re-armed if it has nothing to read yet.
+    HeldBack(usize),
 }
 
 struct Connections {
@@ -114,7 +140,7 @@ impl Poller {
                 live: Slab::new(),
                 peak: 0,
             }),
-            committer: Committer::start(shared.clone())?,
+            committer: Committer::start(shared.clone(), doorbell.try_clone()?)?,
             turns: Turns::new(shared.options.active_workers),
             shared,
             accepting: Mutex::new(Accepting {
@@ -142,32 +168,57 @@ impl Poller {
             self.turns.take(&me);
             sluice_io::before_blocking({
                 let (poller, me) = (self.clone(), me.clone());
-                move || poller.turns.give(&me, || poller.queued(), || poller.ring())
+                move || {
+                    poller.committer.release();
+                    poller.turns.give(&me, || poller.queued(), || poller.ring())
+                }
             });
             while me.has_turn() {
                 let token = match self.next_ready() {
                     Some(token) => token,
-                    None => match epoll::wait(&self.epoll, &mut events[..], None) {
-                        Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-                        Ok(n) => {
-                            let mut ready = lock(&self.ready);
-                            ready.extend(events[1..n].iter().map(|e| e.data.u64()));
-                            events[0].data.u64()
+                    None => {
+                        // Nothing left to serve: the writes served so far
+                        // are one group.
+                        self.committer.release();
+                        let timeout = self.committer.holds_back().then_some(&HOLD_BACK_TIMEOUT);
+                        match epoll::wait(&self.epoll, &mut events[..], timeout) {
+                            Ok(0) => {
+                                self.committer.resume_held_back();
+                                continue;
+                            }
+                            Err(rustix::io::Errno::INTR) => continue,
+                            Ok(n) => {
+                                let mut ready = lock(&self.ready);
+                                ready.extend(events[1..n].iter().map(|e| Ready::Polled(e.data.u64())));
+                                Ready::Polled(events[0].data.u64())
+                            }
+                            Err(e) => return Err(e.into()),
                         }
-                        Err(e) => return Err(e.into()),
-                    },
+                    }
                 };
                 me.step(|| match token {
-                    LISTENER => self.accept(),
-                    DOORBELL => self.answer_doorbell(),
-                    key => self.serve(key as usize),
+                    Ready::Polled(LISTENER) => self.accept(),
+                    Ready::Polled(DOORBELL) => self.answer_doorbell(),
+                    Ready::Polled(key) => self.serve(key as usize, false),
+                    Ready::Answered(key) => self.serve(key, true),
+                    Ready::HeldBack(key) => self.serve(key, false),
                 });
             }
+            // The turn was lost to the watchdog: what this worker served
+            // is not held while it waits for another.
+            self.committer.release();
         }
     }
 
-    fn next_ready(&self) -> Option<u64> {
+    fn next_ready(&self) -> Option<Ready> {
         lock(&self.ready).pop_front()
+    }
+
+    /// Queues a connection to be served next, as if the poller had found
+    /// it ready. The committer rings the doorbell once it has queued a
+    /// group; a worker queues only what it serves itself.
+    fn queue(&self, conn: Ready) {
+        lock(&self.ready).push_back(conn);
     }
 
     /// Whether connections wait in the ready queue.
@@ -187,12 +238,27 @@ impl Poller {
     }
 
     /// Serves the connection at `key`: a step, then whom its writes woke.
-    fn serve(self: &Arc<Self>, key: usize) {
+    /// A connection just `answered` after a sync that has nothing to read
+    /// yet may be held back until the next sync instead of re-armed.
+    fn serve(self: &Arc<Self>, key: usize, answered: bool) {
         let Some(conn) = lock(&self.connections).live.get(key).cloned() else {
             return;
         };
-        let next = conn.step(&self.shared);
-        self.follow(key, &conn, next);
+        match conn.step(&self.shared) {
+            Next::Idle if answered && self.harvest > 1 => {
+                let held_back = AwaitingSync {
+                    poller: self.clone(),
+                    key,
+                    conn: conn.clone(),
+                    answered: 0,
+                    next: Next::Idle,
+                };
+                if self.committer.hold_back(Box::new(held_back)).is_err() {
+                    self.follow(key, &conn, Next::Idle);
+                }
+            }
+            next => self.follow(key, &conn, next),
+        }
         let written = crate::commands::take_written();
         if !written.is_empty() {
             for blocked in self.shared.waiters.take(written.iter().map(Vec::as_slice)) {
@@ -224,6 +290,14 @@ impl Poller {
     /// Does what a step of the connection at `key` decided.
     fn follow(self: &Arc<Self>, key: usize, conn: &Arc<Connection>, next: Next) {
         match next {
+            Next::Idle => self.follow(
+                key,
+                conn,
+                Next::Wait {
+                    read: true,
+                    write: false,
+                },
+            ),
             Next::Wait { read, write } => {
                 if epoll::modify(
                     &self.epoll,
@@ -241,10 +315,12 @@ impl Poller {
                 tenant,
                 answered,
             } => {
-                let (poller, conn) = (self.clone(), conn.clone());
-                let then = move |outcome| {
-                    let next = conn.synced(&poller.shared, outcome, answered);
-                    poller.follow(key, &conn, next);
+                let then = AwaitingSync {
+                    poller: self.clone(),
+                    key,
+                    conn: conn.clone(),
+                    answered,
+                    next: Next::Close,
                 };
                 self.committer.sync(unsynced, tenant, Box::new(then));
             }
@@ -352,6 +428,47 @@ impl Poller {
             return Err(e.into());
         }
         Ok(())
+    }
+}
+
+/// A connection whose replies from `answered` on wait for a sync.
+struct AwaitingSync {
+    poller: Arc<Poller>,
+    key: usize,
+    conn: Arc<Connection>,
+    answered: usize,
+    /// What the connection does once resumed: decided as it is answered.
+    next: Next,
+}
+
+impl Synced for AwaitingSync {
+    fn answer(&mut self, outcome: Result<(), String>) {
+        self.next = self.conn.synced(&self.poller.shared, outcome, self.answered);
+    }
+
+    fn resume(self: Box<Self>) {
+        let AwaitingSync {
+            poller,
+            key,
+            conn,
+            next,
+            ..
+        } = *self;
+        match next {
+            // The client most likely sent its next request while the
+            // group's replies were written: the connection is served as
+            // if the poller had found it ready (a read that finds nothing
+            // re-arms it), so that a group costs one wake-up, not one per
+            // connection.
+            Next::Wait {
+                read: true,
+                write: false,
+            } => poller.queue(Ready::Answered(key)),
+            // Only a connection held back is resumed `Idle` (`serve`): it
+            // is tried once more, then re-armed.
+            Next::Idle => poller.queue(Ready::HeldBack(key)),
+            next => poller.follow(key, &conn, next),
+        }
     }
 }
 
