@@ -9,7 +9,7 @@
 //! | how many workers serve at once, and when a turn passes on | `turns.rs` |
 //! | a connection: reading, writing, its bounds against a hostile client | `connection.rs` |
 //! | its requests, each inside its request context | `request.rs` |
-//! | group commit across connections | `committer.rs` |
+//! | group commit across connections: where a group is cut, and which clients wait for the next | `committer.rs` |
 //! | values past their deadline deleted in the background | `sweeper.rs` |
 //! | clients blocked in BLPOP and the like, and what wakes them | `blocked.rs` |
 //!
@@ -22,7 +22,8 @@
 //! up to [`ServerOptions::workers`] requests wait on the disk together.
 //! Workers never wait for a sync: a batch's writes are applied, the worker
 //! moves on, and the batch's replies wait for the committer, which syncs
-//! once for every connection ready.
+//! once for all the writes served since the workers last ran out of
+//! connections to serve, as Redis syncs once per pass of its event loop.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
