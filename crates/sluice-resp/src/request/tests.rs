@@ -355,3 +355,38 @@ proptest! {
         prop_assert_eq!(parsed, args.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>());
     }
 }
+
+/// A request of `n` one-byte arguments, fed as a client sends it: in
+/// 64 KiB reads, the parser called after each. Each call resumes where the
+/// previous one stopped: the arguments already framed are overwritten
+/// with garbage between calls, which a parser that walked the request
+/// again from its start would trip on. Framing is thus linear in the
+/// request's size however many reads it takes.
+fn frame_in_reads(n: usize) {
+    let mut wire = encode_request(&vec![b"x".to_vec(); n]);
+    let header = 1 + n.to_string().len() + 2;
+    let mut parser = CommandParser::default();
+    let mut end = 0;
+    loop {
+        end = (end + (64 << 10)).min(wire.len());
+        match parser.parse(&wire[..end]).unwrap() {
+            None => {
+                let progress = parser.progress;
+                assert!(end - progress.pos < 7, "every whole argument of the prefix is framed");
+                assert_eq!(progress.framed, (progress.pos - header) / 7);
+                wire[header..progress.pos].fill(b'?');
+            }
+            Some(used) => {
+                assert_eq!((used, parser.args().len()), (wire.len(), n));
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_request_of_ten_thousand_to_a_million_elements_is_framed_in_one_pass() {
+    for n in [10_000, 100_000, 1_000_000] {
+        frame_in_reads(n);
+    }
+}
