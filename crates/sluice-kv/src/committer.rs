@@ -53,16 +53,18 @@ const BATCH: usize = 8;
 /// client answered after a sync may wait at most.
 pub(crate) const HOLD_BACK: Duration = Duration::from_millis(1);
 
-/// A connection whose replies wait for a sync, or that is held back for
-/// one (then it is only resumed).
+/// A connection whose replies wait for a sync.
 pub(crate) trait Synced: Send {
     /// Writes the replies the sync held back; `Err` names why the writes
     /// may not be durable.
     fn answer(&mut self, outcome: Result<(), String>);
     /// Serves the connection again, once every connection of its group is
-    /// answered, or once it is no longer held back.
+    /// answered.
     fn resume(self: Box<Self>);
 }
+
+/// Serves a connection held back ([`Committer::hold_back`]) again.
+pub(crate) type Resume = Box<dyn FnOnce() + Send>;
 
 /// Holds writes until a group is cut, and hands each group to the
 /// committing thread. Shared by every worker; the thread ends when the
@@ -93,7 +95,7 @@ struct Syncing {
 #[derive(Default)]
 struct SyncState {
     waiters: usize,
-    held_back: Vec<Box<dyn Synced>>,
+    held_back: Vec<Resume>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,18 +149,18 @@ impl Committer {
         }
     }
 
-    /// Holds `conn`, answered after a sync and with nothing more to read
-    /// yet, until the next sync is answered or [`resume_held_back`] is
-    /// called, if at least [`BATCH`] connections wait for a sync or are
-    /// held for one; hands it back otherwise.
+    /// Holds back a connection answered after a sync and with nothing
+    /// more to read yet: `resume` runs once the next sync is answered or
+    /// [`resume_held_back`] is called, if at least [`BATCH`] connections
+    /// wait for a sync or are held for one; hands it back otherwise.
     ///
     /// [`resume_held_back`]: Committer::resume_held_back
-    pub fn hold_back(&self, conn: Box<dyn Synced>) -> Result<(), Box<dyn Synced>> {
+    pub fn hold_back(&self, resume: Resume) -> Result<(), Resume> {
         let mut syncing = lock(&self.syncing.state);
         if syncing.waiters + lock(&self.held).len() < BATCH {
-            return Err(conn);
+            return Err(resume);
         }
-        syncing.held_back.push(conn);
+        syncing.held_back.push(resume);
         Ok(())
     }
 
@@ -171,8 +173,8 @@ impl Committer {
     /// passed without a sync answered.
     pub fn resume_held_back(&self) {
         let held_back = std::mem::take(&mut lock(&self.syncing.state).held_back);
-        for conn in held_back {
-            conn.resume();
+        for resume in held_back {
+            resume();
         }
     }
 }
@@ -210,7 +212,10 @@ fn finish(group: Vec<Waiter>, outcome: &Result<(), String>, syncing: &Syncing) {
         state.waiters -= answered.len();
         std::mem::take(&mut state.held_back)
     };
-    for conn in held_back.into_iter().chain(answered) {
+    for resume in held_back {
+        resume();
+    }
+    for conn in answered {
         conn.resume();
     }
     let _ = rustix::io::write(&syncing.resumed, &1u64.to_ne_bytes());
@@ -302,12 +307,9 @@ mod tests {
     fn an_answered_connection_is_held_back_only_behind_a_large_group_and_until_it_is_answered() {
         let (c, _dir) = committer();
         let (events, seen) = mpsc::channel();
-        let probe = |id| {
-            Box::new(Probe {
-                id,
-                events: events.clone(),
-                go: None,
-            })
+        let probe = |id: usize| -> Resume {
+            let events = events.clone();
+            Box::new(move || events.send(format!("resume {id}")).unwrap())
         };
         assert!(
             c.hold_back(probe(100)).is_err(),
@@ -341,11 +343,7 @@ mod tests {
         c.release();
         let (events, seen) = mpsc::channel();
         assert!(c
-            .hold_back(Box::new(Probe {
-                id: 100,
-                events,
-                go: None
-            }))
+            .hold_back(Box::new(move || events.send("resume 100".to_string()).unwrap()))
             .is_ok());
         c.resume_held_back();
         assert_eq!(

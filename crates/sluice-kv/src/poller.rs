@@ -246,14 +246,13 @@ impl Poller {
         };
         match conn.step(&self.shared) {
             Next::Idle if answered && self.harvest > 1 => {
-                let held_back = AwaitingSync {
-                    poller: self.clone(),
-                    key,
-                    conn: conn.clone(),
-                    answered: 0,
-                    next: Next::Idle,
-                };
-                if self.committer.hold_back(Box::new(held_back)).is_err() {
+                // Tried once more when resumed, then re-armed.
+                let poller = self.clone();
+                if self
+                    .committer
+                    .hold_back(Box::new(move || poller.queue(Ready::HeldBack(key))))
+                    .is_err()
+                {
                     self.follow(key, &conn, Next::Idle);
                 }
             }
@@ -464,9 +463,6 @@ impl Synced for AwaitingSync {
                 read: true,
                 write: false,
             } => poller.queue(Ready::Answered(key)),
-            // Only a connection held back is resumed `Idle` (`serve`): it
-            // is tried once more, then re-armed.
-            Next::Idle => poller.queue(Ready::HeldBack(key)),
             next => poller.follow(key, &conn, next),
         }
     }
