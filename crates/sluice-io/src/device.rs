@@ -39,8 +39,6 @@ pub struct Device {
     kind: DeviceKind,
     model: Option<Mutex<Box<dyn TimingModel>>>,
     origin: Instant,
-    /// See [`Device::exact_times`].
-    exact_times: bool,
 }
 
 impl Device {
@@ -55,21 +53,20 @@ impl Device {
             kind: config.kind,
             model,
             origin: Instant::now(),
-            exact_times: config.kind == DeviceKind::Emulated && config.depth == 1,
         })
     }
 
-    /// Whether the device runs on the dispatch's times rather than the
-    /// threads'. An emulated device of depth 1 serves strictly in dispatch
-    /// order, so it starts an I/O when the dispatch lets it in and finishes
-    /// it at its model's time, and the thread that issued the I/O, or
-    /// learns of its end, waking up later leaves the device no idler: a
-    /// host's wake-ups are not a device's time. A deeper device's model
-    /// hears of I/Os in the order their threads reach it, so it takes the
-    /// times they see: dispatch times there could start an I/O before one
-    /// that reached the model first and let it pass.
-    pub fn exact_times(&self) -> bool {
-        self.exact_times
+    /// The same device on `model` instead of its profile's.
+    #[cfg(test)]
+    pub(crate) fn with_model(mut self, model: Box<dyn TimingModel>) -> Self {
+        self.model = Some(Mutex::new(model));
+        self
+    }
+
+    /// Whether the device runs on a timing model (`emulated`), which
+    /// [`Device::start`] feeds.
+    pub fn is_modelled(&self) -> bool {
+        self.model.is_some()
     }
 
     pub fn kind(&self) -> DeviceKind {
@@ -144,32 +141,35 @@ impl Device {
         }
     }
 
+    /// The device starts on `op` at `entered`, when the dispatch lets it
+    /// in: returns when its timing model finishes it, or `None` on a real
+    /// device. Called in dispatch order, so the model serves I/Os in the
+    /// order the scheduler chose at any depth; a thread that wakes late to
+    /// issue an I/O, or to learn of its end, leaves the device no idler: a
+    /// host's wake-ups are not a device's time.
+    pub fn start(&self, entered: Nanos, op: Op) -> Option<Nanos> {
+        let model = self.model.as_ref()?;
+        Some(model.lock().unwrap_or_else(|e| e.into_inner()).complete_at(entered, op))
+    }
+
     /// Performs `io` (the real system call), then holds its completion
-    /// until the timing model's finish time for an operation that entered
-    /// the device at `entered`. Returns the result and when the device
-    /// finished: the model's time with [`Device::exact_times`] (the thread
-    /// wakes a little after it), else now.
+    /// until `finish`, the model's time from [`Device::start`]. Returns the
+    /// result and when the device finished: `finish` on an emulated device
+    /// (the thread wakes a little after it), else now.
     pub fn perform<T>(
         &self,
-        entered: Nanos,
-        op: Op,
+        finish: Option<Nanos>,
         io: impl FnOnce() -> std::io::Result<T>,
     ) -> (std::io::Result<T>, Nanos) {
         let result = io();
-        let Some(model) = &self.model else {
+        let Some(done) = finish else {
             return (result, self.now());
         };
-        let done = model.lock().unwrap_or_else(|e| e.into_inner()).complete_at(entered, op);
         let now = self.now();
         if done > now {
             std::thread::sleep(Duration::from_nanos(done - now));
         }
-        if self.exact_times {
-            // The sleep never ends early, so `done` is not in the future.
-            (result, done)
-        } else {
-            (result, self.now())
-        }
+        (result, done)
     }
 }
 
@@ -186,7 +186,9 @@ pub fn plain_read(device: &Device, file: &File, buf: &mut [u8], offset: u64) -> 
         offset,
         len: buf.len() as u64,
     };
-    device.perform(device.now(), op, || file.read_at(buf, offset)).0
+    device
+        .perform(device.start(device.now(), op), || file.read_at(buf, offset))
+        .0
 }
 
 /// A heap buffer aligned for `O_DIRECT`.

@@ -72,10 +72,11 @@
 //!
 //! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
 //! ones: a real file plus a sluice-core timing model, so that contention is
-//! real in wall time and the data is really stored. The emulated seek disk
-//! at depth 1 serves in dispatch order, so a seek-aware policy (`sstf`,
-//! `traqios`) that the dispatch runs with the head where the last I/O left
-//! it shortens real waits, and EDF's seeks cost real time: TraQIOS measured
+//! real in wall time and the data is really stored. The dispatch feeds the
+//! model each I/O it lets in, in its order and at its time, whenever the
+//! issuing thread wakes: an emulated device serves in dispatch order at
+//! any depth, so a seek-aware policy (`sstf`, `traqios`) that the dispatch
+//! runs with the head where the last I/O left it shortens real waits, and EDF's seeks cost real time: TraQIOS measured
 //! in wall time against the simulator's prediction is `sluice bench
 //! deadline` (`docs/reproductions/traqios.md`, "On real I/O").
 //!

@@ -11,7 +11,7 @@ use std::thread::Thread;
 
 use rustc_hash::FxHashMap;
 use sluice_core::device::{FlatDevice, Op, OpKind};
-use sluice_core::{Class, Ctx, Job};
+use sluice_core::{Class, Ctx, Job, Nanos};
 
 use crate::background::{current_background, Background, TaskKind};
 use crate::config::RuntimeConfig;
@@ -42,6 +42,12 @@ struct State {
     sched: Sched,
     /// Threads waiting for their I/O to enter the device.
     parked: FxHashMap<u64, Thread>,
+    /// On an emulated device: the piece each outstanding I/O performs
+    /// next, for the dispatch to start it on the model.
+    pieces: FxHashMap<u64, Op>,
+    /// On an emulated device: when the model finishes each I/O the
+    /// dispatch let in, until its thread takes it.
+    finish: FxHashMap<u64, Nanos>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -72,6 +78,8 @@ impl Runtime {
                 state: Mutex::new(State {
                     sched,
                     parked: FxHashMap::default(),
+                    pieces: FxHashMap::default(),
+                    finish: FxHashMap::default(),
                 }),
                 next_seq: AtomicU64::new(1),
                 next_file: AtomicU32::new(0),
@@ -195,19 +203,28 @@ impl Promote for Shared {
         let mut st = lock(&self.state);
         let now = self.device.now();
         let ready = st.sched.promote(seq, now);
-        wake(&mut st, &ready);
-    }
-}
-
-fn wake(st: &mut State, ready: &[u64]) {
-    for seq in ready {
-        if let Some(t) = st.parked.remove(seq) {
-            t.unpark();
-        }
+        self.dispatched(&mut st, &ready);
     }
 }
 
 impl Shared {
+    /// The scheduler let `ready` into the device: starts each on the
+    /// emulated device's model, in this order and at its dispatch time,
+    /// and wakes the threads that wait to perform them.
+    fn dispatched(&self, st: &mut State, ready: &[u64]) {
+        for &seq in ready {
+            if self.device.is_modelled() {
+                let entered = st.sched.entered(seq).expect("a dispatched I/O is in the device");
+                let op = st.pieces[&seq];
+                let finish = self.device.start(entered, op).expect("a modelled device");
+                st.finish.insert(seq, finish);
+            }
+            if let Some(t) = st.parked.remove(&seq) {
+                t.unpark();
+            }
+        }
+    }
+
     pub(crate) fn classify(&self, task: &Task) -> Criticality {
         let raised = current_background().is_some_and(|b| b.knobs().critical);
         if raised || task.is_critical(self.config.rcp.inheritance) {
@@ -246,26 +263,30 @@ impl Shared {
         let job = Job::new(seq, ctx, op.offset, now)
             .at_index(index)
             .with_tag(file.id as u64);
-        let mut entered = self.enter(&task, job, class, now);
         let mut result = Ok(());
-        let mut done = entered;
+        let mut done = now;
         for (i, (start, len)) in self.pieces(op.len, class).enumerate() {
-            if i > 0 {
-                entered = self.next_piece(&task, seq, done);
-            }
             let piece = Op {
                 offset: op.offset + start,
                 len,
                 ..op
             };
-            (result, done) = self.device.perform(entered, piece, || io(start, len));
+            let finish = if i == 0 {
+                self.enter(&task, job, class, piece, now)
+            } else {
+                self.next_piece(&task, seq, piece, done)
+            };
+            (result, done) = self.device.perform(finish, || io(start, len));
             if result.is_err() {
                 break;
             }
         }
         let mut st = lock(&self.state);
+        if self.device.is_modelled() {
+            st.pieces.remove(&seq);
+        }
         let ready = st.sched.complete(seq, done);
-        wake(&mut st, &ready);
+        self.dispatched(&mut st, &ready);
         drop(st);
         if let Some(bg) = current_background() {
             bg.account(op.len);
@@ -286,57 +307,63 @@ impl Shared {
             .map(move |start| (start, step.min(len - start)))
     }
 
-    /// Submits the job (its `pos` still the device address) at `now` and
-    /// waits until it is in the device; returns when it entered.
-    fn enter(self: &Arc<Self>, task: &Arc<Task>, mut job: Job, class: Criticality, now: u64) -> u64 {
+    /// Submits the job (its `pos` still the device address) at `now`, its
+    /// first piece `piece`, and waits until it is in the device; returns
+    /// when an emulated device finishes the piece.
+    fn enter(self: &Arc<Self>, task: &Arc<Task>, mut job: Job, class: Criticality, piece: Op, now: u64) -> Option<u64> {
         let seq = job.seq;
         let mut st = lock(&self.state);
+        if self.device.is_modelled() {
+            st.pieces.insert(seq, piece);
+        }
         job.pos = st.sched.position(job.pos);
         let ready = st.sched.submit(job, class, now);
-        self.await_device(st, task, seq, &ready, now)
+        self.await_device(st, task, seq, &ready, piece, now)
     }
 
     /// Between two pieces: gives the device back and waits to re-enter it
-    /// (at once if nothing else waits or the I/O became critical); `now`
-    /// is when the device finished the last piece.
-    fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64, now: u64) -> u64 {
+    /// (at once if nothing else waits or the I/O became critical) for
+    /// `piece`; `now` is when the device finished the last piece.
+    fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64, piece: Op, now: u64) -> Option<u64> {
         let mut st = lock(&self.state);
+        if self.device.is_modelled() {
+            st.pieces.insert(seq, piece);
+        }
         let ready = st.sched.yield_device(seq, now);
-        self.await_device(st, task, seq, &ready, now)
+        self.await_device(st, task, seq, &ready, piece, now)
     }
 
-    /// After a scheduler step that let `ready` in: wakes them and waits
-    /// until `seq` is in the device; returns when the device starts on it
-    /// (see [`Device::exact_times`]). (One clock read per I/O on the fast
-    /// path: on the page cache the clock is a visible share of the cost.)
+    /// After a scheduler step at `now` that let `ready` in: starts and
+    /// wakes them, and waits until `seq` is in the device; returns when an
+    /// emulated device finishes `piece`. (No clock read on the fast path:
+    /// on the page cache the clock is a visible share of the cost.)
     fn await_device(
         self: &Arc<Self>,
         mut st: MutexGuard<'_, State>,
         task: &Arc<Task>,
         seq: u64,
         ready: &[u64],
+        piece: Op,
         now: u64,
-    ) -> u64 {
+    ) -> Option<u64> {
+        self.dispatched(&mut st, ready);
         if st.sched.location(seq) == Some(Location::Device) {
-            wake(&mut st, ready);
-            return now;
+            // In `ready`, or it kept the device between pieces, which
+            // starts the piece where the last one finished.
+            return st.finish.remove(&seq).or_else(|| self.device.start(now, piece));
         }
         st.parked.insert(seq, std::thread::current());
-        wake(&mut st, ready);
         drop(st);
         task.begin_wait(Blocker::Io(self.clone(), seq));
-        let entered = loop {
+        let finish = loop {
             std::thread::park();
-            if let Some(at) = lock(&self.state).sched.entered(seq) {
-                break at;
+            let mut st = lock(&self.state);
+            if st.sched.location(seq) == Some(Location::Device) {
+                break st.finish.remove(&seq);
             }
         };
         task.end_wait();
-        if self.device.exact_times() {
-            entered
-        } else {
-            self.device.now()
-        }
+        finish
     }
 
     fn next_seq(&self) -> u64 {
@@ -486,5 +513,94 @@ impl SluiceFile {
         }
         drop(pending);
         task.end_wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use sluice_core::device::{DeviceProfile, SsdConfig, TimingModel};
+
+    use super::*;
+    use crate::config::{DeviceConfig, DeviceKind, RcpConfig};
+
+    const SERVICE: Nanos = 1_000_000;
+
+    /// One channel, `SERVICE` an operation, every finish recorded.
+    struct Recorder {
+        free_at: Nanos,
+        finishes: Arc<Mutex<Vec<Nanos>>>,
+    }
+
+    impl TimingModel for Recorder {
+        fn complete_at(&mut self, now: Nanos, _op: Op) -> Nanos {
+            self.free_at = now.max(self.free_at) + SERVICE;
+            lock(&self.finishes).push(self.free_at);
+            self.free_at
+        }
+    }
+
+    #[test]
+    fn the_model_serves_in_dispatch_order_whenever_threads_wake() {
+        let finishes = Arc::new(Mutex::new(Vec::new()));
+        let mut rt = Runtime::new(RuntimeConfig {
+            device: DeviceConfig {
+                kind: DeviceKind::Emulated,
+                depth: 2,
+                profile: Some(DeviceProfile::Ssd(SsdConfig::default())),
+            },
+            rcp: RcpConfig::default(),
+        })
+        .unwrap();
+        let recorder = Recorder {
+            free_at: 0,
+            finishes: finishes.clone(),
+        };
+        let shared = Arc::get_mut(&mut rt.shared).expect("not yet shared");
+        shared.device = std::mem::replace(&mut shared.device, Device::new(&DeviceConfig::default()).unwrap())
+            .with_model(Box::new(recorder));
+        let dir = tempfile::tempdir().unwrap();
+        let file = rt.open(dir.path().join("f"), true).unwrap();
+        // The threads that get the device first hold it (in wall time)
+        // until all eight reads wait, so every later read is dispatched
+        // by a completion whose thread wakes late.
+        let queued = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..8u64)
+            .map(|i| {
+                let (file, queued) = (file.clone(), queued.clone());
+                std::thread::spawn(move || {
+                    let _ctx = crate::enter(Ctx::new(i + 1, 0));
+                    let op = Op {
+                        kind: OpKind::Read,
+                        offset: i << 12,
+                        len: 4096,
+                    };
+                    let s = &file.shared;
+                    s.io(&file.inner, op, s.next_seq(), |_, _| {
+                        while !queued.load(Ordering::Acquire) {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                })
+            })
+            .collect();
+        while rt.occupancy().queued[0] < 6 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        queued.store(true, Ordering::Release);
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        let mut finishes = lock(&finishes).clone();
+        finishes.sort_unstable();
+        assert_eq!(finishes.len(), 8);
+        // From the second read on the device always had one waiting: it
+        // never idles, though each read's thread woke milliseconds late.
+        for pair in finishes[1..].windows(2) {
+            assert_eq!(pair[1] - pair[0], SERVICE, "{finishes:?}");
+        }
+        let st = lock(&rt.shared.state);
+        assert!(st.pieces.is_empty() && st.finish.is_empty(), "nothing left behind");
     }
 }

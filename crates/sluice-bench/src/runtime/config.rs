@@ -60,6 +60,9 @@ pub struct IoBench {
     pub static_rate_mb: f64,
     /// Foreground p99 target of the rcp+controller scheme, µs.
     pub target_p99_us: u64,
+    /// RCP's device bound while lifted (`noncritical_lifted_bound`) in
+    /// the rcp part; `None`: the runtime's default.
+    pub lifted_bound: Option<usize>,
     /// Directory for the benchmark's files (default: a fresh temporary one).
     pub dir: Option<PathBuf>,
     /// Directory for runs.json and the SVG plots.

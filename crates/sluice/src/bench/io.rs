@@ -89,7 +89,10 @@ pub struct IoArgs {
     /// Foreground p99 target of the rcp+controller scheme, microseconds
     #[arg(long, default_value_t = 1000)]
     pub target_p99_us: u64,
-    /// Directory for the benchmark's files (default: a fresh temporary one)
+    /// Non-critical I/Os at the device while RCP's bound is lifted, in the rcp part (default: the runtime's, 8; 0 = the device's depth)
+    #[arg(long)]
+    pub lifted_bound: Option<usize>,
+    /// Directory for the benchmark's files (default: fresh ones, the emulated SSD's in /dev/shm so that the host's disk adds no stalls of its own)
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Directory for runs.json and the SVG plots
@@ -126,6 +129,7 @@ pub fn run(a: IoArgs) -> Result<()> {
             think_us: a.think_us,
             static_rate_mb: a.static_rate_mb,
             target_p99_us: a.target_p99_us,
+            lifted_bound: a.lifted_bound,
             dir: a.dir,
             out: a.out,
             json: a.json,
