@@ -55,6 +55,8 @@ pub struct Interval {
     pub ops: u64,
     pub mean_us: f64,
     pub p99_us: f64,
+    /// p99 of the interval's reads alone (0 without reads).
+    pub read_p99_us: f64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -111,8 +113,9 @@ pub fn load(target: &dyn Target, workload: &Workload, threads: usize, seed: u64)
 #[derive(Default)]
 struct Acc {
     result: TenantResult,
-    /// The open 1 s and 10 s intervals.
+    /// The open 1 s and 10 s intervals: every operation, and reads.
     intervals: [LatencyHistogram; 2],
+    read_intervals: [LatencyHistogram; 2],
 }
 
 impl Acc {
@@ -121,6 +124,7 @@ impl Acc {
         self.result.all.record(ns);
         self.intervals.iter_mut().for_each(|h| h.record(ns));
         if is_read {
+            self.read_intervals.iter_mut().for_each(|h| h.record(ns));
             self.result.reads.record(ns);
         } else {
             self.result.writes.record(ns);
@@ -134,6 +138,7 @@ impl Acc {
                 continue;
             }
             let h = std::mem::take(&mut self.intervals[i]);
+            let reads = std::mem::take(&mut self.read_intervals[i]);
             let series = if i == 0 {
                 &mut self.result.series
             } else {
@@ -144,6 +149,7 @@ impl Acc {
                 ops: h.count(),
                 mean_us: h.mean() / 1e3,
                 p99_us: h.quantile(0.99) as f64 / 1e3,
+                read_p99_us: reads.quantile(0.99) as f64 / 1e3,
             });
         }
     }
@@ -295,6 +301,8 @@ mod tests {
         let r = &acc.result;
         assert_eq!(r.series.len(), 10);
         assert!(r.series.iter().all(|i| i.ops == 10));
+        // The first second's reads: 2, 4, ..., 10 µs.
+        assert!((r.series[0].read_p99_us - 10.0).abs() < 0.1, "{:?}", r.series[0]);
         assert_eq!(r.series[9].t, 10.0);
         assert_eq!(r.series_10s.len(), 1);
         assert_eq!(r.series_10s[0].ops, 100);

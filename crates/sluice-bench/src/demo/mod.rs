@@ -114,13 +114,18 @@ fn measure(
         runtime: rt.clone(),
     };
     let compacted_before = db.compaction_task().stats().bytes;
-    let mut max_l0 = 0;
+    let (mut max_l0, mut backlog, mut ticks) = (0, Vec::new(), 0u32);
     let started = Instant::now();
     let mut on_tick = |t: Tick| {
         if let Some(lp) = control.as_mut() {
             lp.step(t.window_p99);
         }
-        max_l0 = max_l0.max(db.stats().levels[0].0);
+        let stats = db.stats();
+        max_l0 = max_l0.max(stats.levels[0].0);
+        ticks += 1;
+        if ticks.is_multiple_of(10) {
+            backlog.push(stats.pending_compaction_bytes);
+        }
         bar.set_position((t.elapsed * 10.0) as u64);
     };
     let results = run_tenants(&target, &tenants(a)?, a.seconds, 42, &mut on_tick)?;
@@ -131,6 +136,7 @@ fn measure(
         backlog_end: db.stats().pending_compaction_bytes,
         compacted_bytes: db.compaction_task().stats().bytes - compacted_before,
         max_l0,
+        backlog,
         l0_stop: store_options().l0_stop_trigger,
     })
 }
