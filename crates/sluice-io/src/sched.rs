@@ -13,7 +13,9 @@
 //! non-critical I/Os may be at the device, as SILK lets compaction use the
 //! bandwidth the foreground leaves. A critical I/O that arrives then waits
 //! for the non-critical I/O already in the device, one piece each
-//! (`noncritical_piece_kb`), and no more enters before it.
+//! (`noncritical_piece_kb`), and no more enters before it. While the bound
+//! is lifted a piece keeps the device for the next one: pieces bound what a
+//! critical I/O waits for, and none waits then.
 //! `critical_idle_ms = 0` keeps RCP's bound.
 //!
 //! Seek-aware policies (`sstf`, `edf`'s neighbours, `traqios`) decide with
@@ -330,12 +332,16 @@ impl Sched {
     /// it queues again behind the I/O of its class that arrived meanwhile,
     /// keeping its admission slot. Returns the I/Os that may now enter the
     /// device, which include this one if nothing else waits. A critical I/O
-    /// (or one promoted since it entered) keeps the device and gets `[]`.
+    /// (or one promoted since it entered) keeps the device and gets `[]`,
+    /// and so does any I/O while the bound is lifted: pieces bound what a
+    /// critical I/O waits for, and none waits or is expected then, so
+    /// giving the device back would only cost its thread a park and a wake.
     pub fn yield_device(&mut self, seq: u64, now: Nanos) -> Vec<u64> {
+        let lifted = !self.bound_holds(now);
         let Some(e) = self.ios.get_mut(&seq) else {
             return Vec::new();
         };
-        if e.class == Criticality::Critical || e.location != Location::Device {
+        if e.class == Criticality::Critical || e.location != Location::Device || lifted {
             return Vec::new();
         }
         self.held += now.saturating_sub(e.entered);
@@ -545,6 +551,25 @@ mod tests {
         assert_eq!(s.complete(3, 4 * MS), Vec::<u64>::new(), "two non-critical I/Os inside");
         assert_eq!(s.complete(6, 4 * MS), Vec::<u64>::new(), "critical I/O just finished");
         assert_eq!(s.complete(4, 7 * MS), vec![7], "2 ms on, it lifts again");
+    }
+
+    #[test]
+    fn pieces_keep_the_device_while_the_bound_is_lifted_and_yield_once_it_closes() {
+        let mut s = sched(RcpConfig::default(), 1);
+        assert_eq!(s.submit(job(1), N, 10 * MS), vec![1], "no critical I/O for long");
+        s.submit(job(2), N, 10 * MS);
+        assert_eq!(s.yield_device(1, 11 * MS), Vec::<u64>::new(), "lifted: goes on");
+        assert_eq!(s.location(1), Some(Location::Device));
+        s.submit(job(3), C, 11 * MS);
+        assert_eq!(s.yield_device(1, 12 * MS), vec![3], "closed: the critical I/O first");
+        assert_eq!(
+            s.complete(3, 13 * MS),
+            vec![2],
+            "the bound of one: 2 had queued before 1"
+        );
+        assert_eq!(s.complete(2, 14 * MS), vec![1]);
+        assert_eq!(s.complete(1, 15 * MS), Vec::<u64>::new());
+        assert_eq!(s.outstanding(), 0);
     }
 
     #[test]
