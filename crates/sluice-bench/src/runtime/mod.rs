@@ -144,13 +144,30 @@ fn write_out(b: &IoBench, kept: &[&Run], set_aside: &[&Run]) -> Result<()> {
     Ok(())
 }
 
-/// `dir`, or a fresh directory: in memory if asked and the machine has
-/// `/dev/shm`, else in the temporary directory.
+/// Memory the emulated device's files need at once: one configuration's
+/// 128 background files of 8 MiB, and room to spare.
+const IN_MEMORY_BYTES: u64 = 2 << 30;
+
+/// `dir`, or a fresh directory: in memory if asked and `/dev/shm` has
+/// room, else in the temporary directory.
 fn scratch_dir(dir: Option<&Path>, in_memory: bool) -> Result<PathBuf> {
     let shm = Path::new("/dev/shm");
+    let memory = in_memory && dir.is_none() && {
+        let free = free_bytes(shm);
+        if free.is_some_and(|f| f < IN_MEMORY_BYTES) {
+            eprintln!(
+                "note: /dev/shm has {} MiB free, less than the {} MiB the emulated device's files need; \
+                 they go to the temporary directory, where the host's write-back of them may stall the foreground \
+                 (--dir chooses another place)",
+                free.unwrap_or(0) >> 20,
+                IN_MEMORY_BYTES >> 20
+            );
+        }
+        free.is_some_and(|f| f >= IN_MEMORY_BYTES)
+    };
     let d = match dir {
         Some(d) => d.to_path_buf(),
-        None if in_memory && shm.is_dir() => shm.join(format!("sluice-bench-io-{}", std::process::id())),
+        None if memory => shm.join(format!("sluice-bench-io-{}", std::process::id())),
         None => std::env::temp_dir().join(format!("sluice-bench-io-{}-disk", std::process::id())),
     };
     std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
@@ -191,4 +208,31 @@ fn report(b: &IoBench, kept: &[&Run], set_aside: &[&Run]) -> Result<String> {
     }
     out += &format!("peak RSS: {peak:.1} MiB\n");
     Ok(out)
+}
+
+/// Bytes free to an unprivileged writer on the file system at `path`;
+/// `None` if it cannot be read (no such directory).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_space_is_read_where_the_directory_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(dir.path()).is_some_and(|b| b > 0));
+        assert_eq!(free_bytes(&dir.path().join("no/such/dir")), None);
+    }
+
+    #[test]
+    fn a_given_directory_is_used_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("mine");
+        assert_eq!(scratch_dir(Some(&d), true).unwrap(), d);
+        assert!(d.is_dir());
+    }
 }
