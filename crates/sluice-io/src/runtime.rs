@@ -322,8 +322,8 @@ impl Shared {
     }
 
     /// Between two pieces: gives the device back and waits to re-enter it
-    /// (at once if nothing else waits or the I/O became critical) for
-    /// `piece`; `now` is when the device finished the last piece.
+    /// for `piece` (or keeps it: see [`Sched::yield_device`]); `now` is when
+    /// the device finished the last piece.
     fn next_piece(self: &Arc<Self>, task: &Arc<Task>, seq: u64, piece: Op, now: u64) -> Option<u64> {
         let mut st = lock(&self.state);
         if self.device.is_modelled() {
