@@ -21,7 +21,8 @@
 //! Seek-aware policies (`sstf`, `edf`'s neighbours, `traqios`) decide with
 //! the device as the dispatcher sees it ([`DispatchView`], set with
 //! [`Sched::with_view`]): the head where the last I/O it let in leaves it,
-//! exact for an emulated seek disk, which serves in dispatch order. Deadline policies also hear when requests arrive and finish
+//! exact for an emulated seek disk, which serves in dispatch order.
+//! Deadline policies also hear when requests arrive and finish
 //! ([`Sched::request_arrived`]), as the simulator tells them.
 //!
 //! Pure: time comes in as an argument and the machine only says which I/Os

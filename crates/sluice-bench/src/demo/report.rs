@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use sluice_core::metrics::LatencyHistogram;
+use sluice_core::metrics::{median, LatencyHistogram};
 use sluice_sim::report::{line_chart, Series};
 
 use crate::driver::TenantResult;
@@ -39,12 +39,6 @@ impl ModeResult {
     }
 }
 
-/// The upper median, as the benchmarks report it.
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
 /// FIFO burns the load's compaction backlog at full speed, then its reads
 /// find fewer tables: Sluice's per-second read p99 against FIFO's during
 /// that burst and after it (from the second after FIFO's backlog first
@@ -59,32 +53,26 @@ fn burst_lines(s: &mut String, fifo: &ModeResult, sluice: &ModeResult) {
     };
     let (f, q) = (fifo.read_p99_per_second(), sluice.read_p99_per_second());
     let n = f.len().min(q.len());
-    let during = (
-        median(f[..=end.min(n - 1)].to_vec()),
-        median(q[..=end.min(n - 1)].to_vec()),
-    );
-    let after = (
-        median(f.get(end + 1..n).unwrap_or_default().to_vec()),
-        median(q.get(end + 1..n).unwrap_or_default().to_vec()),
-    );
+    let cut = (end + 1).min(n);
+    let mid = |v: &[f64]| median(v.iter().copied());
+    let (df, dq) = (mid(&f[..cut]), mid(&q[..cut]));
     let _ = write!(
         s,
-        "read p99 per second, median: during FIFO's burst (seconds 1-{}) ",
-        end + 1
+        "read p99 per second, median: during FIFO's burst (seconds 1-{}) \
+         fifo {df:.2} ms, sluice {dq:.2} ms, sluice / fifo = {:.2}",
+        end + 1,
+        dq / df
     );
-    if let (Some(f), Some(q)) = during {
-        let _ = write!(s, "fifo {f:.2} ms, sluice {q:.2} ms, sluice / fifo = {:.2}", q / f);
+    if cut == n {
+        s.push_str("; the run ended with the burst\n");
+        return;
     }
-    match after {
-        (Some(f), Some(q)) => {
-            let _ = writeln!(
-                s,
-                "; after it fifo {f:.2} ms, sluice {q:.2} ms, sluice / fifo = {:.2} (target <= 1.1)",
-                q / f
-            );
-        }
-        _ => s.push_str("; the run ended with the burst\n"),
-    }
+    let (af, aq) = (mid(&f[cut..n]), mid(&q[cut..n]));
+    let _ = writeln!(
+        s,
+        "; after it fifo {af:.2} ms, sluice {aq:.2} ms, sluice / fifo = {:.2} (target <= 1.1)",
+        aq / af
+    );
 }
 
 /// Every tenant's reads of a mode together.

@@ -152,19 +152,22 @@ const IN_MEMORY_BYTES: u64 = 2 << 30;
 /// room, else in the temporary directory.
 fn scratch_dir(dir: Option<&Path>, in_memory: bool) -> Result<PathBuf> {
     let shm = Path::new("/dev/shm");
-    let memory = in_memory && dir.is_none() && {
-        let free = free_bytes(shm);
-        if free.is_some_and(|f| f < IN_MEMORY_BYTES) {
-            eprintln!(
-                "note: /dev/shm has {} MiB free, less than the {} MiB the emulated device's files need; \
-                 they go to the temporary directory, where the host's write-back of them may stall the foreground \
-                 (--dir chooses another place)",
-                free.unwrap_or(0) >> 20,
-                IN_MEMORY_BYTES >> 20
-            );
-        }
-        free.is_some_and(|f| f >= IN_MEMORY_BYTES)
-    };
+    let memory = in_memory
+        && dir.is_none()
+        && match free_bytes(shm) {
+            Some(free) if free >= IN_MEMORY_BYTES => true,
+            Some(free) => {
+                eprintln!(
+                    "note: /dev/shm has {} MiB free, less than the {} MiB the emulated device's files need; \
+                     they go to the temporary directory, where the host's write-back of them may stall the \
+                     foreground (--dir chooses another place)",
+                    free >> 20,
+                    IN_MEMORY_BYTES >> 20
+                );
+                false
+            }
+            None => false,
+        };
     let d = match dir {
         Some(d) => d.to_path_buf(),
         None if memory => shm.join(format!("sluice-bench-io-{}", std::process::id())),

@@ -105,9 +105,12 @@ pub(crate) fn run_all(b: &IoBench, dir: &Path, list: Vec<Config>) -> Result<Vec<
 
 pub(crate) fn round(b: &IoBench, dir: &Path) -> Result<Vec<(String, Metrics)>> {
     let (heavy, light) = (heavy(b), light(b));
-    let rcp = || RcpConfig {
-        noncritical_lifted_bound: b.lifted_bound.unwrap_or(RcpConfig::default().noncritical_lifted_bound),
-        ..RcpConfig::default()
+    let rcp = || {
+        let default = RcpConfig::default();
+        RcpConfig {
+            noncritical_lifted_bound: b.lifted_bound.unwrap_or(default.noncritical_lifted_bound),
+            ..default
+        }
     };
     let (off, none) = (RcpConfig::off, Governor::None);
     let static_rate = Governor::StaticRate(b.static_rate_mb * 1e6);
