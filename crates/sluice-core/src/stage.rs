@@ -75,6 +75,12 @@ impl<P: Policy + ?Sized> Stage<P> {
         Some(job)
     }
 
+    /// When the policy, holding waiting jobs back, wants `dispatch` called
+    /// again though nothing arrives or finishes before ([`Policy::wake_at`]).
+    pub fn wake_at(&self) -> Option<Nanos> {
+        self.policy.wake_at()
+    }
+
     /// A job in service finished: its slot is free again.
     pub fn complete(&mut self) -> Result<(), StageError> {
         self.in_service = self.in_service.checked_sub(1).ok_or(StageError::NothingInService)?;

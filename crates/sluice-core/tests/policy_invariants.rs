@@ -1,7 +1,8 @@
 //! Scheduler invariants that must hold for every policy, whatever the
 //! interleaving of pushes, pops, arrivals and finishes: each pushed job is
 //! popped exactly once, nothing is popped that was not pushed, `len` is
-//! exact, and a stage never has more than its limit in service.
+//! exact, a stage never has more than its limit in service, and a policy
+//! that holds waiting jobs back names a later time to be asked again.
 
 use std::collections::HashSet;
 
@@ -31,10 +32,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Request `req`'s context; every fifth has no deadline.
+/// Request `req`'s context, of one of three tenants; every fifth has no
+/// deadline.
 fn ctx(req: u8) -> Ctx {
     let r = u64::from(req);
-    let c = Ctx::new(r, r * 1_000_000).with_est_ios(u32::from(req % 9) + 1);
+    let c = Ctx::new(r, r * 1_000_000)
+        .with_est_ios(u32::from(req % 9) + 1)
+        .with_tenant(u32::from(req % 3), 1.0);
     if req.is_multiple_of(5) {
         c
     } else {
@@ -85,7 +89,15 @@ proptest! {
                 }
                 prop_assert_eq!(stage.queued(), pushed.len() - popped.len(), "{}: len", spec);
             }
-            serve(&mut stage, &mut disk, now, &mut popped)?;
+            loop {
+                serve(&mut stage, &mut disk, now, &mut popped)?;
+                if stage.queued() == 0 {
+                    break;
+                }
+                let wake = stage.wake_at();
+                prop_assert!(wake.is_some_and(|t| t > now), "{}: jobs held back with no later wake time", spec);
+                now = wake.unwrap();
+            }
             prop_assert_eq!(&pushed, &popped, "{}: every job exactly once", spec);
             prop_assert!(stage.policy().is_empty());
         }

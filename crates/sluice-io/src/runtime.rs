@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use sluice_core::device::{FlatDevice, Op, OpKind};
@@ -48,6 +49,10 @@ struct State {
     /// On an emulated device: when the model finishes each I/O the
     /// dispatch let in, until its thread takes it.
     finish: FxHashMap<u64, Nanos>,
+    /// The parked thread that keeps the policy's wake time (the timer),
+    /// and that time: see [`Shared::arm`].
+    timer: Option<u64>,
+    armed: Option<Nanos>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,6 +85,8 @@ impl Runtime {
                     parked: FxHashMap::default(),
                     pieces: FxHashMap::default(),
                     finish: FxHashMap::default(),
+                    timer: None,
+                    armed: None,
                 }),
                 next_seq: AtomicU64::new(1),
                 next_file: AtomicU32::new(0),
@@ -223,6 +230,58 @@ impl Shared {
                 t.unpark();
             }
         }
+        if st.timer.is_some_and(|t| ready.contains(&t)) {
+            st.timer = None;
+        }
+        self.arm(st);
+    }
+
+    /// A policy that holds queued I/O back with the device free (`cfq`'s
+    /// anticipation) must be asked again at its wake time though nothing
+    /// arrives or finishes. One of the threads parked for their I/O keeps
+    /// that time, the timer: there is always one, since every queued I/O
+    /// has its thread parked. Costs one check per step for every other
+    /// policy, which never holds I/O back.
+    fn arm(&self, st: &mut State) {
+        let wake = st.sched.wake_at();
+        if wake.is_none() {
+            st.armed = None;
+            return;
+        }
+        if wake == st.armed && st.timer.is_some() {
+            return;
+        }
+        st.armed = wake;
+        st.timer = st.parked.iter().next().map(|(&seq, t)| {
+            t.unpark();
+            seq
+        });
+    }
+
+    /// For the parked thread of I/O `seq`: if it is the timer, steps the
+    /// scheduler once the wake time has come, and returns how long to
+    /// sleep until it comes; `None`: sleep until unparked.
+    fn keep_time(&self, st: &mut State, seq: u64) -> Option<Duration> {
+        if st.timer != Some(seq) {
+            return None;
+        }
+        let at = st.armed?;
+        let now = self.device.now();
+        if now < at {
+            return Some(Duration::from_nanos(at - now));
+        }
+        // What the step leaves held back re-arms a timer (this thread
+        // again, unparked, if its I/O still waits).
+        (st.timer, st.armed) = (None, None);
+        let ready = st.sched.poll(now);
+        self.dispatched(st, &ready);
+        if st.sched.wake_at().is_some_and(|at| at <= now) {
+            // The policy's queue cannot be served yet (critical I/O goes
+            // first, or the device bound holds): the next arrival or
+            // completion steps the scheduler and arms a timer again.
+            st.timer = None;
+        }
+        None
     }
 
     pub(crate) fn classify(&self, task: &Task) -> Criticality {
@@ -353,14 +412,20 @@ impl Shared {
             return st.finish.remove(&seq).or_else(|| self.device.start(now, piece));
         }
         st.parked.insert(seq, std::thread::current());
+        self.arm(&mut st);
         drop(st);
         task.begin_wait(Blocker::Io(self.clone(), seq));
+        let mut sleep = None;
         let finish = loop {
-            std::thread::park();
+            match sleep {
+                Some(d) => std::thread::park_timeout(d),
+                None => std::thread::park(),
+            }
             let mut st = lock(&self.state);
             if st.sched.location(seq) == Some(Location::Device) {
                 break st.finish.remove(&seq);
             }
+            sleep = self.keep_time(&mut st, seq);
         };
         task.end_wait();
         finish
@@ -602,5 +667,47 @@ mod tests {
         }
         let st = lock(&rt.shared.state);
         assert!(st.pieces.is_empty() && st.finish.is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn an_io_held_back_by_anticipation_enters_when_the_window_ends() {
+        const IDLE_MS: u64 = 30;
+        let mut rcp = RcpConfig {
+            policy: "cfq".into(),
+            ..RcpConfig::default()
+        };
+        rcp.options.cfq.idle_ms = IDLE_MS as f64;
+        let rt = Runtime::new(RuntimeConfig {
+            device: DeviceConfig::default(),
+            rcp,
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = rt.open(dir.path().join("f"), true).unwrap();
+        file.write_at(&[7; 4096], 0).unwrap();
+        let read = |file: &SluiceFile, tenant: u32| {
+            let _ctx = crate::enter(Ctx::new(u64::from(tenant), 0).with_tenant(tenant, 1.0));
+            file.read_at(&mut [0; 4096], 0).unwrap();
+        };
+        let started = std::time::Instant::now();
+        // Tenant 1 gets the turn; the device then waits for its next read.
+        read(&file, 1);
+        let (done, finished) = std::sync::mpsc::channel();
+        let other = file.clone();
+        std::thread::spawn(move || {
+            read(&other, 2);
+            done.send(started.elapsed()).unwrap();
+        });
+        // Nothing else happens: only the timer lets tenant 2's read in.
+        let waited = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the held-back read entered the device");
+        assert!(
+            waited >= Duration::from_millis(IDLE_MS),
+            "held for the window: {waited:?}"
+        );
+        let st = lock(&rt.shared.state);
+        assert_eq!((st.sched.outstanding(), st.parked.len()), (0, 0), "nothing left behind");
+        assert_eq!(st.timer, None);
     }
 }

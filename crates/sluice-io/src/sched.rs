@@ -263,6 +263,23 @@ impl Sched {
         entered
     }
 
+    /// When the scheduler must be stepped ([`Sched::poll`]) though no I/O
+    /// arrives or finishes before: a policy holds queued I/O back with the
+    /// device free (`cfq`'s anticipation, [`Policy::wake_at`]). `None`
+    /// while the device is full, since a completion steps it then.
+    pub fn wake_at(&self) -> Option<Nanos> {
+        if self.in_device >= self.depth {
+            return None;
+        }
+        self.queues.iter().filter_map(|q| q.wake_at()).min()
+    }
+
+    /// Steps the scheduler at `now` with nothing new: returns the I/Os a
+    /// policy that held them back now lets into the device.
+    pub fn poll(&mut self, now: Nanos) -> Vec<u64> {
+        self.dispatch(now)
+    }
+
     /// Whether the device bound holds now: critical I/O waits, is in the
     /// device, or is expected (see the module doc).
     fn bound_holds(&self, now: Nanos) -> bool {

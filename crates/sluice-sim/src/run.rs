@@ -47,6 +47,8 @@ enum Event {
     Arrival,
     /// Transaction in this slot makes its next access.
     Access(usize),
+    /// The policy asked to be asked again now (it held accesses back).
+    Wake,
 }
 
 struct Sim {
@@ -59,6 +61,8 @@ struct Sim {
     in_system: usize,
     /// The access in service and when it completes (one disk, so no heap).
     serving: Option<(Nanos, usize)>,
+    /// The wake-up scheduled for the policy, if any.
+    wake: Option<Nanos>,
     seq: u64,
     tardiness: Tardiness,
     latency: LatencyHistogram,
@@ -93,6 +97,7 @@ pub fn simulate(
         free: Vec::new(),
         in_system: 0,
         serving: None,
+        wake: None,
         seq: 0,
         tardiness: Tardiness::default(),
         latency: LatencyHistogram::default(),
@@ -123,6 +128,12 @@ impl Sim {
                     match event {
                         Event::Arrival => self.arrive(now),
                         Event::Access(slot) => self.access(slot, now),
+                        Event::Wake => {
+                            if self.wake == Some(now) {
+                                self.wake = None;
+                            }
+                            self.dispatch(now);
+                        }
                     }
                 }
                 (_, None) => break,
@@ -191,6 +202,9 @@ impl Sim {
             let service = self.disk.access(job.pos);
             self.busy += service;
             self.serving = Some((now + service, job.tag as usize));
+        } else if let Some(at) = self.stage.wake_at().filter(|&at| at > now && self.wake != Some(at)) {
+            self.wake = Some(at);
+            self.events.schedule(at, Event::Wake);
         }
     }
 

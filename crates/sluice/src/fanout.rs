@@ -1,8 +1,8 @@
 //! `sluice fanout`: requests that fan out over shards, in the simulator
 //! (`sluice_sim::fanout`), under each shard policy: how far request order
 //! (`coop`) cuts the tail and the gap between sub-requests against arrival
-//! order (`fifo`) and per-client fairness (`fair`), at any number of shards
-//! and fan-out width.
+//! order (`fifo`), per-client fairness (`fair`) and Linux CFQ's time slices
+//! with anticipation (`cfq`), at any number of shards and fan-out width.
 
 use anyhow::Result;
 use clap::Args;
@@ -16,8 +16,10 @@ use sluice_sim::fanout::ShardPolicy;
     Closed-loop clients send requests that touch --fanout of --shards shards; each sub-request \
     reads a uniform number of records in --ios, one I/O after another; each shard serves --depth \
     I/Os at once, exponential in time with mean --service-us, and orders the I/O waiting by the \
-    policy: fifo (arrival order of the I/Os), fair (round robin over clients) or coop (the \
-    request order a front end stamps: cooperative request-order scheduling). Each policy runs \
+    policy: fifo (arrival order of the I/Os), fair (round robin over clients), cfq (Linux \
+    CFQ's time slices of 100 ms per client, the device idling up to 8 ms for the client with \
+    the slice) or coop (the request order a front end stamps: cooperative request-order \
+    scheduling). Each policy runs \
     with the same seeds; the table gives medians over seeds and, for p99 and the sub-request \
     gap, the ratio to the first policy paired by seed. With several --shards or --fanout values \
     every combination is a row group (a fan-out wider than the shards is skipped).\n\n\
@@ -53,7 +55,7 @@ pub struct FanoutArgs {
     #[arg(long)]
     same_size: bool,
     /// Shard policies, comma-separated; the first is the baseline
-    #[arg(long, value_delimiter = ',', default_value = "fifo,fair,coop")]
+    #[arg(long, value_delimiter = ',', default_value = "fifo,fair,cfq,coop")]
     policies: Vec<ShardPolicy>,
     /// Seeds (runs per policy)
     #[arg(long, default_value_t = 5)]

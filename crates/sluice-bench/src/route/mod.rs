@@ -4,8 +4,9 @@
 //! (in this process); closed-loop users run range scans of U(1, 100)
 //! records through the router, so every scan fans out to every shard. Each
 //! round restarts the shards once per shard policy (fifo, the paper's noop;
-//! fair, round robin policy over the router's connections, the paper's cfq
-//! analogue; coop, request order) and measures each after a warm-up,
+//! fair, round robin over the router's connections; cfq, Linux CFQ's time
+//! slices and anticipation over them, the paper's cfq; coop, request
+//! order) and measures each after a warm-up,
 //! interleaved, with a client writing to the first shard meanwhile if asked
 //! ([`writer`]); the table gives each policy's ratios to the first, paired
 //! by round.
@@ -69,6 +70,8 @@ pub struct RouteBench {
     pub rcp: bool,
     /// Each shard's memtable, MiB; `None`: `sluice serve`'s default.
     pub memtable_mb: Option<u32>,
+    /// Each shard's block cache, MiB.
+    pub block_cache_mb: u32,
     /// When the shards compact (the router's `[compaction]` schedule); each
     /// policy runs under each, and with more than one the runs are named
     /// `policy/schedule`.
@@ -179,6 +182,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
     };
     let mut shards = Shards::new(args.serve.clone(), dir, args.shards, device, users_total)?;
     shards.memtable_mb = args.memtable_mb;
+    shards.block_cache_mb = args.block_cache_mb;
     shards.start(&args.policies[0])?;
     let budgets: Vec<(&str, f64)> = args.tenants.iter().map(|t| (t.name.as_str(), t.budget_ms)).collect();
     let steered = args.schedules.iter().any(|&s| s != Schedule::PerNode);

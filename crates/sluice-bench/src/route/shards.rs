@@ -38,6 +38,8 @@ pub(crate) struct Shards {
     /// Each shard's memtable, MiB (`sluice serve --memtable-mb`); `None`:
     /// its default.
     pub memtable_mb: Option<u32>,
+    /// Each shard's block cache, MiB (`sluice serve --block-cache-mb`).
+    pub block_cache_mb: u32,
     children: Vec<Child>,
 }
 
@@ -50,6 +52,8 @@ impl Shards {
             device,
             workers,
             memtable_mb: None,
+            // Far below a shard's data, so that scans read the device.
+            block_cache_mb: 1,
             children: Vec::new(),
         })
     }
@@ -59,24 +63,29 @@ impl Shards {
     pub fn start(&mut self, policy: &str) -> Result<()> {
         self.stop();
         let runtime = self.dir.join(format!("runtime-{policy}.toml"));
-        let (name, starvation_ms) = policy_variant(policy)?;
+        let (name, setting) = policy_variant(policy)?;
+        let starvation_ms = setting.filter(|_| name == "coop");
+        let idle = setting
+            .filter(|_| name == "cfq")
+            .map(|ms| format!("cfq = {{ idle_ms = {ms} }}\n"));
         std::fs::write(
             &runtime,
             format!(
-                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\nenabled = {rcp}\npolicy = \"{name}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n",
+                "[device]\nkind = \"emulated\"\ndepth = {ch}\n[device.profile]\nmodel = \"ssd\"\nchannels = {ch}\nread_us = {r}\n[rcp]\nenabled = {rcp}\npolicy = \"{name}\"\navg_access_ms = {c}\n[rcp.options]\ncoop = {{ starvation_ms = {s} }}\n{idle}",
                 ch = self.device.channels,
                 r = self.device.read_us,
                 rcp = self.device.rcp,
                 // C̄ for slack (traqios): a read, as the device serves it.
                 c = self.device.read_us / 1e3,
-                s = starvation_ms.unwrap_or(self.device.coop_starvation_ms)
+                s = starvation_ms.unwrap_or(self.device.coop_starvation_ms),
+                idle = idle.unwrap_or_default(),
             ),
         )?;
         for (i, port) in self.ports.iter().enumerate() {
             let process = ServeProcess {
                 exe: &self.exe,
                 runtime: &runtime,
-                block_cache_mb: 1,
+                block_cache_mb: self.block_cache_mb,
                 workers: self.workers,
                 memtable_mb: self.memtable_mb,
             };
@@ -250,20 +259,28 @@ pub(crate) fn info(port: u16) -> Result<String> {
     }
 }
 
-/// A policy as `--policies` names it: a sluice-core policy, or `coop@MS`,
+/// A policy as `--policies` names it: a sluice-core policy; `coop@MS`,
 /// coop with its starvation guard at MS milliseconds in place of
-/// `--coop-starvation-ms`, so that guards can be compared in one run.
+/// `--coop-starvation-ms`, so that guards can be compared in one run; or
+/// `cfq@MS`, cfq with its anticipation window at MS milliseconds (0: none).
 pub fn policy_variant(policy: &str) -> Result<(&str, Option<f64>)> {
     let Some((name, ms)) = policy.split_once('@') else {
         policy.parse::<sluice_core::PolicySpec>()?;
         return Ok((policy, None));
     };
-    ensure!(name == "coop", "`{policy}`: only coop takes @MS (its starvation guard)");
+    let (what, zero_allowed) = match name {
+        "coop" => (
+            "the starvation guard after @ must be a positive number of milliseconds",
+            false,
+        ),
+        "cfq" => ("the anticipation window after @ must be 0 or more milliseconds", true),
+        _ => bail!("`{policy}`: only coop (its starvation guard) and cfq (its anticipation window) take @MS"),
+    };
     let ms: f64 = ms
         .parse()
         .ok()
-        .filter(|ms: &f64| ms.is_finite() && *ms > 0.0)
-        .with_context(|| format!("`{policy}`: the guard after @ must be a positive number of milliseconds"))?;
+        .filter(|ms: &f64| ms.is_finite() && (*ms > 0.0 || (zero_allowed && *ms == 0.0)))
+        .with_context(|| format!("`{policy}`: {what}"))?;
     Ok((name, Some(ms)))
 }
 
@@ -272,13 +289,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_coop_variant_names_its_guard_and_bad_ones_are_refused() {
+    fn a_variant_names_its_setting_and_bad_ones_are_refused() {
         assert_eq!(policy_variant("fifo").unwrap(), ("fifo", None));
         assert_eq!(policy_variant("coop@5000").unwrap(), ("coop", Some(5000.0)));
+        assert_eq!(policy_variant("cfq@0").unwrap(), ("cfq", Some(0.0)));
         for (bad, says) in [
-            ("fifo@10", "only coop takes @MS"),
-            ("coop@", "positive number of milliseconds"),
-            ("coop@-1", "positive number of milliseconds"),
+            ("fifo@10", "only coop (its starvation guard) and cfq"),
+            (
+                "coop@",
+                "the starvation guard after @ must be a positive number of milliseconds",
+            ),
+            ("coop@0", "the starvation guard after @"),
+            (
+                "cfq@-1",
+                "the anticipation window after @ must be 0 or more milliseconds",
+            ),
             ("nosuch", "nosuch"),
         ] {
             let err = format!("{:#}", policy_variant(bad).unwrap_err());

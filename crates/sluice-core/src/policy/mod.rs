@@ -18,10 +18,13 @@
 //! | `edf+budget`, `ssedv+budget` | [`edf`], [`ssedv`] | TraQIOS §5.3, Fig. 9 |
 //! | `atc` | [`atc`] | Vepsäläinen & Morton's apparent tardiness cost, weighted by 1 / budget (the tighter SLO first once late) |
 //! | `coop` | [`coop`] | request order: Jo et al. §4.2 (cooperative scheduling across shards) |
+//! | `fair` | [`wrr`] | round robin over tenants, one job a turn |
+//! | `cfq` | [`cfq`] | Linux CFQ's time slices and anticipation, the baseline of Jo et al. §5 |
 //! | (every deadline policy) | [`unstamped`] | jobs without a deadline: a bounded wait |
 //! | `wrr` | [`wrr`] | AppleS §3.3: weighted round robin with round quota ζ (the proxy's gate; not in experiment files) |
 
 pub mod atc;
+pub mod cfq;
 pub mod coop;
 pub mod edf;
 pub mod fd_scan;
@@ -48,11 +51,21 @@ pub trait Policy: Send {
     /// A job arrives at the stage.
     fn push(&mut self, job: Job, now: Nanos);
     /// The next job to serve, chosen at `now` with the device as it is.
+    /// `None` while jobs wait means the policy holds them back for now
+    /// (anticipation): it is asked again at [`Policy::wake_at`] if nothing
+    /// arrives or finishes before.
     fn pop(&mut self, now: Nanos, device: &dyn DeviceView) -> Option<Job>;
     /// Jobs waiting.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+    /// When a policy that holds its waiting jobs back wants to be asked
+    /// again, though nothing arrives or finishes before; drivers wake a
+    /// stage then. `None`: a job that waits is served at the next
+    /// arrival or completion, as every work-conserving policy's are.
+    fn wake_at(&self) -> Option<Nanos> {
+        None
     }
     /// A request entered the system (before any of its jobs).
     fn request_arrived(&mut self, _ctx: &Ctx, _now: Nanos) {}

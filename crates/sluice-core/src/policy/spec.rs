@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::unstamped::Unstamped;
-use super::{atc, coop, edf, fd_scan, fifo, scan, ssedv, sstf, traqios, wrr, Policy};
+use super::{atc, cfq, coop, edf, fd_scan, fifo, scan, ssedv, sstf, traqios, wrr, Policy};
 use crate::budget::{Budgeting, SlackModel};
 use crate::deadline::IntermediateDeadline;
 
@@ -22,6 +22,10 @@ pub enum PolicyError {
     Window,
     #[error("coop.starvation_ms must be a positive number of milliseconds, got {0}")]
     Starvation(f64),
+    #[error("cfq.slice_ms must be a positive number of milliseconds, got {0}")]
+    Slice(f64),
+    #[error("cfq.idle_ms must be a number of milliseconds, 0 or more, got {0}")]
+    Idle(f64),
     #[error("atc.lookahead must be a positive number of average accesses, got {0}")]
     Lookahead(f64),
     #[error("unstamped_wait_ms must be a positive number of milliseconds, got {0}")]
@@ -48,10 +52,12 @@ pub enum PolicySpec {
     /// weights): fair among whoever issues the I/O, as Linux's cfq is
     /// among processes, without its time slices and idling.
     Fair,
+    /// Linux CFQ's time slices and anticipation over tenants.
+    Cfq,
 }
 
 impl PolicySpec {
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "fifo",
         "edf",
         "sstf",
@@ -66,9 +72,10 @@ impl PolicySpec {
         "atc",
         "coop",
         "fair",
+        "cfq",
     ];
 
-    const ALL: [PolicySpec; 14] = [
+    const ALL: [PolicySpec; 15] = [
         PolicySpec::Fifo,
         PolicySpec::Edf,
         PolicySpec::Sstf,
@@ -83,6 +90,7 @@ impl PolicySpec {
         PolicySpec::Atc,
         PolicySpec::Coop,
         PolicySpec::Fair,
+        PolicySpec::Cfq,
     ];
 
     fn index(self) -> usize {
@@ -123,6 +131,7 @@ impl PolicySpec {
             PolicySpec::Atc => bounded(Box::new(atc::Atc::new(options.atc, options.window, model))),
             PolicySpec::Coop => Box::new(coop::Coop::new(options.coop)),
             PolicySpec::Fair => Box::new(wrr::Wrr::fair()),
+            PolicySpec::Cfq => Box::new(cfq::Cfq::new(options.cfq)),
         })
     }
 }
@@ -155,6 +164,7 @@ pub struct PolicyOptions {
     pub ssedv: ssedv::SsedvOptions,
     pub fd_scan: fd_scan::FdScanOptions,
     pub coop: coop::CoopOptions,
+    pub cfq: cfq::CfqOptions,
     pub atc: atc::AtcOptions,
     /// The longest a job without a deadline waits under a deadline policy
     /// while jobs with one keep coming, ms ([`super::unstamped`]).
@@ -169,6 +179,7 @@ impl Default for PolicyOptions {
             ssedv: ssedv::SsedvOptions::default(),
             fd_scan: fd_scan::FdScanOptions::default(),
             coop: coop::CoopOptions::default(),
+            cfq: cfq::CfqOptions::default(),
             atc: atc::AtcOptions::default(),
             unstamped_wait_ms: 100.0,
         }
@@ -186,6 +197,14 @@ impl PolicyOptions {
         let starvation = self.coop.starvation_ms;
         if !(starvation.is_finite() && starvation > 0.0) {
             return Err(PolicyError::Starvation(starvation));
+        }
+        let slice = self.cfq.slice_ms;
+        if !(slice.is_finite() && slice > 0.0) {
+            return Err(PolicyError::Slice(slice));
+        }
+        let idle = self.cfq.idle_ms;
+        if !(idle.is_finite() && idle >= 0.0) {
+            return Err(PolicyError::Idle(idle));
         }
         let k = self.atc.lookahead;
         if !(k.is_finite() && k > 0.0) {
@@ -227,5 +246,15 @@ mod tests {
             PolicySpec::Ssedv.build(&o, SlackModel::default()).err(),
             Some(PolicyError::Alpha(1.5))
         );
+        let mut o = PolicyOptions::default();
+        o.cfq.idle_ms = -1.0;
+        let err = PolicySpec::Cfq.build(&o, SlackModel::default()).err().unwrap();
+        assert!(err.to_string().contains("cfq.idle_ms"), "{err}");
+        o.cfq.idle_ms = 0.0;
+        o.cfq.slice_ms = f64::NAN;
+        assert!(matches!(
+            PolicySpec::Cfq.build(&o, SlackModel::default()).err(),
+            Some(PolicyError::Slice(_))
+        ));
     }
 }

@@ -78,6 +78,10 @@ impl Policy for Unstamped {
         self.inner.len() + self.waiting.len()
     }
 
+    fn wake_at(&self) -> Option<Nanos> {
+        self.inner.wake_at()
+    }
+
     fn request_arrived(&mut self, ctx: &Ctx, now: Nanos) {
         self.inner.request_arrived(ctx, now);
     }

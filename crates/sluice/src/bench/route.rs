@@ -13,10 +13,13 @@ use sluice_core::controller::compaction_schedule::Schedule;
 #[command(
     long_about = "Range scans through sluice route over sluice serve shards, per shard I/O policy.\n\n\
     Starts --shards sluice serve processes, each with its own data directory on an emulated SSD \
-    (--read-us per read, --channels, a small block cache so that scans read the device), and \
+    (--read-us per read, --channels, a small block cache so that scans read the device: \
+    --block-cache-mb), and \
     sluice route in this process in front of them. Loads --records records of 1 KiB through the \
     router, then each round runs every policy of --policies in turn: the shards restart with that \
-    I/O policy, --users closed-loop users scan U(1,100) records from a random key for --warmup \
+    I/O policy (fifo: arrival order; fair: round robin over the router's connections; cfq: \
+    Linux CFQ's 100 ms time slices over them, the device idling up to 8 ms for the connection \
+    with the slice; coop: request order), --users closed-loop users scan U(1,100) records from a random key for --warmup \
     seconds (not measured) and --seconds (measured). Reports per policy the scan latency \
     (p50, p99), the sub-request gap measured at the router, throughput, and paired ratios to the \
     first policy. --writer adds a client writing to the first shard throughout, so that it \
@@ -29,14 +32,15 @@ use sluice_core::controller::compaction_schedule::Schedule;
     each tenant's miss ratio (scans slower than its budget) and scans/s under each policy; compare \
     fifo with a deadline policy (edf, traqios, atc: atc lets the tighter budget go first when \
     many miss).\n\n\
-    Example: sluice bench route --policies fifo,fair,coop --rounds 5\n\
+    Example: sluice bench route --policies fifo,cfq,coop --rounds 5\n\
     Example: sluice bench route --policies fifo,edf,atc --tenants gold:250:32,bronze:500:32\n\
     Example: sluice bench route --policies coop --schedules per-node,synchronized,staggered --writer 400 --write-all"
 )]
 pub struct RouteArgs {
     /// Shard I/O policies, comma-separated; the first is the baseline. `coop@MS` is coop with
-    /// its starvation guard at MS ms instead of --coop-starvation-ms
-    #[arg(long, value_delimiter = ',', default_value = "fifo,fair,coop")]
+    /// its starvation guard at MS ms instead of --coop-starvation-ms; `cfq@MS` is cfq with its
+    /// anticipation window at MS ms instead of 8 (0: no anticipation)
+    #[arg(long, value_delimiter = ',', default_value = "fifo,fair,cfq,coop")]
     pub policies: Vec<String>,
     #[arg(long, default_value_t = 4)]
     pub shards: usize,
@@ -78,6 +82,10 @@ pub struct RouteArgs {
     /// Each shard's memtable, MiB (default: sluice serve's); smaller flushes and compacts more often
     #[arg(long)]
     pub memtable_mb: Option<u32>,
+    /// Each shard's block cache, MiB; the default keeps scans on the device, a cache near the
+    /// data (25 MB a shard by default) serves most reads from memory, as the paper's shards did
+    #[arg(long, default_value_t = 1)]
+    pub block_cache_mb: u32,
     /// When the shards compact, decided by the router (its [compaction] schedule): per-node,
     /// synchronized, staggered or auto, comma-separated; every policy runs under each
     #[arg(long, value_delimiter = ',', default_value = "per-node")]
@@ -111,6 +119,7 @@ pub fn run(a: RouteArgs) -> Result<()> {
             writer: a.writer,
             write_all: a.write_all,
             memtable_mb: a.memtable_mb,
+            block_cache_mb: a.block_cache_mb,
             rcp: !a.no_rcp,
             schedules: a.schedules,
             max_steal: a.max_steal,
