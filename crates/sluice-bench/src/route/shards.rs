@@ -160,6 +160,15 @@ impl Shards {
                     .sum::<u64>();
             }
             if backlog == 0 {
+                for (i, port) in self.ports.iter().enumerate() {
+                    let text = info(*port)?;
+                    let levels: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.starts_with("level"))
+                        .map(|l| l.trim())
+                        .collect();
+                    eprintln!("shard {i}: {}", levels.join(" "));
+                }
                 // The load and its compactions left dirty pages that the
                 // kernel writes back over minutes, taking the real disk from
                 // the emulated devices' reads at random: written now.
