@@ -710,4 +710,52 @@ mod tests {
         assert_eq!((st.sched.outstanding(), st.parked.len()), (0, 0), "nothing left behind");
         assert_eq!(st.timer, None);
     }
+
+    #[test]
+    fn every_io_of_many_tenants_enters_under_anticipation() {
+        let mut rcp = RcpConfig {
+            policy: "cfq".into(),
+            ..RcpConfig::default()
+        };
+        rcp.options.cfq = sluice_core::policy::cfq::CfqOptions {
+            slice_ms: 3.0,
+            idle_ms: 1.0,
+        };
+        let rt = Runtime::new(RuntimeConfig {
+            device: DeviceConfig {
+                depth: 2,
+                ..DeviceConfig::default()
+            },
+            rcp,
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = rt.open(dir.path().join("f"), true).unwrap();
+        file.write_at(&[7; 1 << 16], 0).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        // Twelve threads of four tenants, and two with no request context
+        // (non-critical I/O in the other queue), each reading in a loop and
+        // now and then pausing past the window, so that turns pass by the
+        // timer as well as by arrivals.
+        for t in 0..14u32 {
+            let (file, done) = (file.clone(), done.clone());
+            std::thread::spawn(move || {
+                for i in 0..40u64 {
+                    if i % 5 == u64::from(t % 5) {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    let _ctx = (t < 12).then(|| crate::enter(Ctx::new(i, 0).with_tenant(t % 4, 1.0)));
+                    file.read_at(&mut [0; 4096], (i % 16) << 12).unwrap();
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for _ in 0..14 {
+            finished
+                .recv_timeout(Duration::from_secs(20))
+                .expect("every reader's I/O entered the device");
+        }
+        let st = lock(&rt.shared.state);
+        assert_eq!((st.sched.outstanding(), st.parked.len()), (0, 0), "nothing left behind");
+    }
 }
