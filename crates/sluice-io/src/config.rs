@@ -30,6 +30,7 @@
 //! inheritance = true         # locks, condition variables, I/O dependencies (§4.2)
 //! [rcp.options]              # the policy's tunables (sluice-core's PolicyOptions)
 //! coop = { starvation_ms = 100.0 }
+//! cfq = { slice_ms = 100.0, idle_ms = 8.0 }
 //! ```
 
 use serde::{Deserialize, Serialize};
