@@ -12,7 +12,7 @@ use sluice_io::RcpConfig;
 #[derive(Args)]
 #[command(long_about = "Sluice end to end, in about two minutes.\n\n\
     sluice-kv runs on an emulated cloud volume (3000 IOPS, 125 MB/s, 1 ms per operation). \
-    Each mode loads --records records of 1 KB and at once runs YCSB-A (50% reads, 50% updates, \
+    Each mode loads --records records of 1 KB (10 fields of --field-length bytes) and at once runs YCSB-A (50% reads, 50% updates, \
     Zipfian; --workload picks another core workload) from --tenants tenants at --target-ops each while flush and compaction of the load are still running:\n\n\
     fifo: no prioritization; sluice: RCP at every layer (critical I/O first; a background \
     I/O holds the device at most --noncritical-piece-kb at a time) plus the background controller \
@@ -23,9 +23,13 @@ use sluice_io::RcpConfig;
     read_ccdf.csv with the CCDF's points, and series.csv with every tenant's 1 s and 10 s \
     intervals.")]
 pub struct DemoArgs {
-    /// Records loaded before each run (1 KB each)
+    /// Records loaded before each run (10 fields each)
     #[arg(long, default_value_t = 30_000)]
     pub records: u64,
+    /// Bytes a field (YCSB's fieldlength); larger records write more per
+    /// update, so that compaction can fall behind for the whole run
+    #[arg(long, default_value_t = 100)]
+    pub field_length: usize,
     /// Seconds of YCSB-A per mode
     #[arg(long, default_value_t = 15.0)]
     pub seconds: f64,
@@ -65,6 +69,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         "{}",
         sluice_bench::demo::run(&Demo {
             records: a.records,
+            field_length: a.field_length,
             seconds: a.seconds,
             tenants: a.tenants,
             threads: a.threads,

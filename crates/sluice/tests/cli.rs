@@ -175,6 +175,9 @@ fn a_small_demo_runs_every_mode_and_writes_its_report() {
     let bad = sluice(&["demo", "--records", "10"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--records must be at least 1000"));
+    let bad = sluice(&["demo", "--field-length", "0"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--field-length must lie in 1..=100000"));
 }
 
 #[test]

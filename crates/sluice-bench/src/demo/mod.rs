@@ -27,8 +27,10 @@ use crate::ycsb::Workload;
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Demo {
-    /// Records loaded before each run (1 KB each).
+    /// Records loaded before each run, of 10 fields.
     pub records: u64,
+    /// Bytes a field (YCSB's `fieldlength`; 100 makes records of 1 KB).
+    pub field_length: usize,
     /// Seconds of YCSB per mode.
     pub seconds: f64,
     /// Tenants, each with its own client threads.
@@ -80,13 +82,21 @@ fn tenants(a: &Demo) -> Result<Vec<TenantSpec>> {
         .map(|i| {
             Ok(TenantSpec {
                 name: format!("tenant-{}", i + 1),
-                workload: Workload::core(a.workload, a.records)?,
+                workload: workload(a, a.workload)?,
                 threads: a.threads,
                 weight: 1.0,
                 target_ops: Some(a.target_ops),
             })
         })
         .collect()
+}
+
+/// Core workload `letter` over the demo's records, of its field length.
+fn workload(a: &Demo, letter: char) -> Result<Workload> {
+    Ok(Workload {
+        field_length: a.field_length,
+        ..Workload::core(letter, a.records)?
+    })
 }
 
 fn controller(a: &Demo) -> Result<BackgroundController> {
@@ -160,7 +170,7 @@ fn loaded(a: &Demo, dir: &Path, rcp: RcpConfig, label: &str) -> Result<(Arc<Db>,
         db: Arc::new(Db::open(rt.clone(), dir, store_options())?),
         runtime: rt,
     };
-    load(&target, &Workload::core('A', a.records)?, 8, 1)?;
+    load(&target, &workload(a, 'A')?, 8, 1)?;
     drop(target);
     let rt = runtime(rcp)?;
     let db = Arc::new(Db::open(rt.clone(), dir, store_options())?);
@@ -171,6 +181,11 @@ fn loaded(a: &Demo, dir: &Path, rcp: RcpConfig, label: &str) -> Result<(Arc<Db>,
 /// Runs the three modes and writes the report; returns the table.
 pub fn run(a: &Demo) -> Result<String> {
     ensure!(a.records >= 1000, "--records must be at least 1000");
+    ensure!(
+        (1..=100_000).contains(&a.field_length),
+        "--field-length must lie in 1..=100000 bytes, got {}",
+        a.field_length
+    );
     ensure!(
         a.seconds >= 2.0 && a.seconds.is_finite(),
         "--seconds must be at least 2"
