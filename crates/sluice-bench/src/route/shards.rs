@@ -146,8 +146,8 @@ impl Shards {
         let started = Instant::now();
         loop {
             let mut backlog = 0u64;
-            for port in &self.ports {
-                let text = info(*port)?;
+            let texts: Vec<String> = self.ports.iter().map(|&port| info(port)).collect::<Result<_>>()?;
+            for text in &texts {
                 backlog += text
                     .lines()
                     .filter_map(|l| l.split("backlog_bytes=").nth(1))
@@ -160,8 +160,7 @@ impl Shards {
                     .sum::<u64>();
             }
             if backlog == 0 {
-                for (i, port) in self.ports.iter().enumerate() {
-                    let text = info(*port)?;
+                for (i, text) in texts.iter().enumerate() {
                     let levels: Vec<&str> = text
                         .lines()
                         .filter(|l| l.starts_with("level"))

@@ -126,7 +126,6 @@ const OWNERS_KEPT: usize = 4096;
 struct Turn {
     owner: Owner,
     slice_end: Nanos,
-    last_dispatch: Nanos,
 }
 
 pub struct Cfq {
@@ -157,8 +156,10 @@ impl Cfq {
     /// of its slice, whichever comes first; `None` if the device does not
     /// wait for its owner.
     fn anticipation_end(&self, turn: &Turn) -> Option<Nanos> {
-        let anticipated = self.queues.get(&turn.owner).is_some_and(|q| q.anticipated(self.idle));
-        (anticipated && self.idle > 0).then(|| (turn.last_dispatch + self.idle).min(turn.slice_end))
+        let q = self.queues.get(&turn.owner)?;
+        // A turn starts with a dispatch (its queue is never empty then).
+        let last = q.last_dispatch?;
+        (q.anticipated(self.idle) && self.idle > 0).then(|| (last + self.idle).min(turn.slice_end))
     }
 
     /// Ends the active queue's turn; it queues again behind the others if
@@ -198,10 +199,6 @@ impl Policy for Cfq {
                     let q = self.queues.get_mut(&turn.owner).expect("the active owner has a queue");
                     if let Some(job) = q.jobs.pop_front() {
                         q.last_dispatch = Some(now);
-                        self.turn = Some(Turn {
-                            last_dispatch: now,
-                            ..turn
-                        });
                         self.len -= 1;
                         return Some(job);
                     }
@@ -215,7 +212,6 @@ impl Policy for Cfq {
             self.turn = Some(Turn {
                 owner,
                 slice_end: now + self.slice,
-                last_dispatch: now,
             });
         }
     }
