@@ -162,6 +162,17 @@ impl Socket {
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         on_stream!(self, s => s.try_write(buf))
     }
+
+    /// The same connection, watched from now on by the reactor of the
+    /// runtime this is called in instead of the one it was registered
+    /// with: its readiness then wakes the calling thread directly, not
+    /// another thread that must wake this one.
+    pub fn register_here(self) -> io::Result<Socket> {
+        Ok(Socket(match self.0 {
+            Either::Left(s) => Either::Left(TcpStream::from_std(s.into_std()?)?),
+            Either::Right(s) => Either::Right(UnixStream::from_std(s.into_std()?)?),
+        }))
+    }
 }
 
 #[cfg(test)]

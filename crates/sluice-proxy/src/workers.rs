@@ -9,8 +9,8 @@
 //! own threads' switches. A session that stays on one thread is woken
 //! only by its own sockets. What crosses workers is rare or inherent: the
 //! gate handing a freed slot to a session waiting on another worker, and a
-//! pooled backend leased by a session of another worker (which the pool
-//! avoids where it can, `pg::pool`).
+//! pooled backend opened by another worker (which the pool avoids where it
+//! can, and otherwise moves to the leasing worker's reactor: `pg::pool`).
 //!
 //! Measured against the work-stealing runtime with the same two threads
 //! (docs/BENCHMARKS.md, "An event loop per worker"): with 8 pgbench users
