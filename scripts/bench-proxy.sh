@@ -22,7 +22,8 @@
 #   BOUNCER_POOLS="24 32"  also run PgBouncer with each of these pool sizes
 #                     (pgbouncer-pN), for PgBouncer's best pool in the run
 #   THREADS=1         also run a sluice proxy with this many worker threads
-#                     (sluice-1t; with LOCAL=1 also sluice-local-1t)
+#                     (sluice-1t; with TXN=1 also sluice-txn-1t, with
+#                     LOCAL=1 also sluice-local-1t)
 #   BASE=path/to/sluice  also run sluice-base: the same proxy as `sluice`
 #                     from another build (copy target/release/sluice away
 #                     before a change), to measure the change; it runs
@@ -264,8 +265,8 @@ else
         # Every login brings a backend; those left idle go after 5 s, so
         # that the next target in the round starts without them.
         PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
-            start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 7))"
-        decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 7))"
+            start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 60))"
+        decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 60))"
     fi
     if [[ -n "${BASE:-}" ]]; then
         SLUICE_BIN=$BASE start_sluice sluice-base $((SLUICE_PORT + 5)) "" "$pinned"
@@ -302,6 +303,10 @@ else
     fi
     if [[ -n "${THREADS:-}" ]]; then
         PROXY_TOML="${PROXY_TOML:-}threads = $THREADS\n" start_sluice "sluice-${THREADS}t" $((SLUICE_PORT + 8)) ""
+        if [[ -n "${TXN:-}" ]]; then
+            PROXY_TOML="pool = \"transaction\"\nserver_idle_timeout_secs = 5\nthreads = $THREADS\n" \
+                start_sluice "sluice-txn-${THREADS}t" $((SLUICE_PORT + 12)) ""
+        fi
         if [[ -n "${LOCAL:-}" ]]; then
             CLIENT_DIR=$work UPSTREAM=$work/.s.PGSQL.$PG_PORT PROXY_TOML="${PROXY_TOML:-}threads = $THREADS\n" \
                 start_sluice "sluice-local-${THREADS}t" $((SLUICE_PORT + 31)) ""

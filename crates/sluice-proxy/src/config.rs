@@ -90,7 +90,7 @@ pub struct ProxyConfig {
     #[serde(default = "default_shared_upstreams")]
     pub shared_upstreams: usize,
     /// Worker threads, each an event loop keeping the sessions it is given
-    /// (see `workers`); 0 chooses by protocol (see
+    /// (see `workers`); 0 chooses by protocol and pool mode (see
     /// [`ProxyConfig::worker_threads`]).
     #[serde(default)]
     pub threads: usize,
@@ -228,23 +228,27 @@ impl ProxyConfig {
         }
     }
 
-    /// The worker threads: as configured, else one for Redis and
-    /// one per core for PostgreSQL. Measured on 2 cores shared with the
-    /// database and its clients: redis-benchmark (50 clients) ran at
-    /// 0.79–0.93× direct with one thread and 0.60–0.69× with two, the
+    /// The worker threads: as configured, else one for Redis and for
+    /// PostgreSQL under transaction pooling, and one per core for
+    /// PostgreSQL with a backend per client. Measured on 2 cores shared
+    /// with the database and its clients: redis-benchmark (50 clients) ran
+    /// at 0.79–0.93× direct with one thread and 0.60–0.69× with two, the
     /// second costing more in context switches than it gave (with an event
     /// loop per worker and lanes per worker, two still ran at 0.83–0.99×
-    /// one); pgbench with 8 users ran 16% faster with two (a lone thread,
-    /// descheduled among PostgreSQL's backends, stalls every session).
-    /// Under transaction pooling one thread spent 6–17% less CPU per
-    /// transaction and ran 0.93–1.06× two through Unix sockets
-    /// (docs/BENCHMARKS.md, "Clients through a Unix socket"), no gain to
-    /// change the default for.
+    /// one). Under transaction pooling (pgbench, 8 to 512 users) one thread
+    /// ran level with two (0.99× paired by round, 0.82–1.18) on 10–11%
+    /// less CPU per transaction and a third fewer context switches, about
+    /// as many as PgBouncer's: the answers of P pooled backends keep one
+    /// event loop busy. With a backend per client one thread's rounds were
+    /// less even (0.98×, 0.82–1.07; 0.90× in an earlier run): a lone
+    /// thread, descheduled among PostgreSQL's hundreds of backends, stalls
+    /// every session. docs/BENCHMARKS.md, "One event loop under
+    /// transaction pooling (run TH1)".
     pub fn worker_threads(&self) -> usize {
-        match (self.threads, self.protocol) {
-            (0, Protocol::Redis) => 1,
-            (0, Protocol::Pg) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            (n, _) => n,
+        match (self.threads, self.protocol, self.pool) {
+            (0, Protocol::Redis, _) | (0, Protocol::Pg, PoolMode::Transaction) => 1,
+            (0, Protocol::Pg, PoolMode::Session) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            (n, _, _) => n,
         }
     }
 
@@ -335,6 +339,19 @@ mod tests {
         assert_eq!(unix.listen_unix, Some("/tmp/.s.PGSQL.1".into()));
         unix.listen_unix = Some("".into());
         assert_eq!(unix.validate(), Err(ConfigError::EmptyUnixPath));
+    }
+
+    #[test]
+    fn worker_threads_default_by_protocol_and_pool_mode() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut config = ProxyConfig::new("127.0.0.1:6432", "127.0.0.1:5432", Protocol::Pg);
+        assert_eq!(config.worker_threads(), cores, "a backend per client: one per core");
+        config.pool = PoolMode::Transaction;
+        assert_eq!(config.worker_threads(), 1, "transaction pooling: one event loop");
+        config.threads = 3;
+        assert_eq!(config.worker_threads(), 3, "a configured count wins");
+        let redis = ProxyConfig::new("127.0.0.1:6379", "127.0.0.1:6380", Protocol::Redis);
+        assert_eq!(redis.worker_threads(), 1);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub struct ProxyArgs {
     /// Pin P to this value instead of tuning it
     #[arg(long)]
     pub parallelism: Option<usize>,
-    /// Worker threads (overrides the file; default: 1 for Redis, one per core for PostgreSQL)
+    /// Worker threads (overrides the file; default: 1 for Redis and for PostgreSQL under transaction pooling, one per core for PostgreSQL with a backend per client)
     #[arg(long)]
     pub threads: Option<usize>,
     /// PostgreSQL: session (a server connection per client; the default) or transaction (one per request, from a pool; prepared statements carry over, other session state set outside a transaction block does not)
