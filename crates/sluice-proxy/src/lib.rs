@@ -27,7 +27,7 @@
 //! changes session state, and has its own from then on (`redis::shared`; one per client,
 //! the design this replaced, cost two reads and two writes per command). Sessions run on worker
 //! threads, one event loop each (`workers`), as many as
-//! `ProxyConfig::worker_threads` says by protocol. P counts requests the
+//! `ProxyConfig::worker_threads` says by protocol and pool mode. P counts requests the
 //! database works on: a PostgreSQL session waiting on its client inside a
 //! transaction parks its slot after `idle_in_transaction_release_ms` and
 //! takes it back, even above P, when the client goes on (see [`gate`] and
