@@ -84,14 +84,23 @@ impl Unsynced {
 pub struct Db {
     inner: Arc<Inner>,
     workers: Vec<JoinHandle<()>>,
+    /// The directory's `LOCK` file, locked while the store is open (and
+    /// released after the workers are joined: fields drop after `drop`).
+    _lock: std::fs::File,
 }
 
 impl Db {
     /// Opens (or creates) the store in `dir`, replaying its WALs.
+    ///
+    /// One store at a time per directory: a second open, in this process or
+    /// another, fails with [`KvError::InUse`] while the first is open. Two
+    /// would each take the other's new tables for leftovers of a crash and
+    /// delete them.
     pub fn open(rt: Runtime, dir: impl AsRef<Path>, options: Options) -> Result<Db> {
         options.validate()?;
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| KvError::fs("creating", &dir, e))?;
+        let lock = lock_dir(&dir)?;
         let cache = Arc::new(BlockCache::new(options.block_cache_bytes));
         let state = recovery::recover(&rt, &dir, &options, &cache)?;
         let inner = Arc::new(Inner {
@@ -127,7 +136,11 @@ impl Db {
         } else {
             Vec::new()
         };
-        Ok(Db { inner, workers })
+        Ok(Db {
+            inner,
+            workers,
+            _lock: lock,
+        })
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -557,6 +570,23 @@ impl Drop for Db {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+    }
+}
+
+/// Takes the lock on `dir`'s `LOCK` file (an advisory `flock`, released
+/// by the kernel when the process dies, so a crash leaves no stale lock).
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| KvError::fs("opening", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(KvError::InUse { dir: dir.to_path_buf() }),
+        Err(std::fs::TryLockError::Error(e)) => Err(KvError::fs("locking", &path, e)),
     }
 }
 

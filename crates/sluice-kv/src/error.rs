@@ -30,6 +30,8 @@ pub enum KvError {
     Options(String),
     #[error("writes are stopped until a failed write to disk succeeds on retry: {0}")]
     Background(String),
+    #[error("the data directory {dir} is in use by another open store (its LOCK file is held)")]
+    InUse { dir: PathBuf },
 }
 
 impl KvError {

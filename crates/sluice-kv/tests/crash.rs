@@ -163,6 +163,16 @@ fn start_child_server(dir: &Path) -> (Child, u16) {
     (child, port)
 }
 
+/// A child killed and waited for when dropped, a failed check included.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A client that sends one command and reads its reply.
 struct Client {
     stream: TcpStream,
@@ -257,7 +267,6 @@ fn clients_until_killed(port: u16, client: usize) -> Answered {
 #[test]
 fn clients_answered_together_survive_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let mut last = [Answered::default(); 4];
     for run in 0..10 {
         let (mut child, port) = start_child_server(dir.path());
@@ -270,10 +279,10 @@ fn clients_answered_together_survive_a_kill() {
         child.wait().unwrap();
         let answered: Vec<Answered> = clients.into_iter().map(|c| c.join().unwrap()).collect();
 
-        let db = Arc::new(Db::open(rt.clone(), dir.path(), options(false)).unwrap());
-        let server = Server::bind("127.0.0.1:0", db, ServerOptions::default()).unwrap();
-        let port = server.local_addr().unwrap().port();
-        std::thread::spawn(move || server.run());
+        // Checked through a server of its own, stopped before the next run:
+        // one open store per directory (`Db::open`).
+        let (checker, port) = start_child_server(dir.path());
+        let _checker = Stopped(checker);
         let mut c = Client::connect(port);
         std::thread::sleep(Duration::from_millis(25));
         for (i, got) in answered.iter().enumerate() {

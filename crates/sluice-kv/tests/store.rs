@@ -67,7 +67,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn apply(db: &mut Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, op: Op, dir: &Path) -> Result<(), TestCaseError> {
+fn apply(
+    slot: &mut Option<Db>,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    op: Op,
+    dir: &Path,
+) -> Result<(), TestCaseError> {
+    let db = slot.as_mut().expect("the store is open between operations");
     match op {
         Op::Put(k, v) => {
             db.put(&key(k), &v).unwrap();
@@ -105,7 +111,9 @@ fn apply(db: &mut Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, op: Op, dir: &Path
         Op::Flush => db.flush().unwrap(),
         Op::Compact => db.compact().unwrap(),
         Op::Reopen => {
-            *db = open(dir, false);
+            // Closed before it opens again: one open store per directory.
+            *slot = None;
+            *slot = Some(open(dir, false));
         }
     }
     Ok(())
@@ -117,11 +125,12 @@ proptest! {
     #[test]
     fn behaves_like_a_btreemap(ops in prop::collection::vec(op(), 1..1500)) {
         let dir = tempfile::tempdir().unwrap();
-        let mut db = open(dir.path(), false);
+        let mut db = Some(open(dir.path(), false));
         let mut model = BTreeMap::new();
         for op in ops {
             apply(&mut db, &mut model, op, dir.path())?;
         }
+        let db = db.expect("the store is open after the operations");
         let all: Vec<_> = model.into_iter().collect();
         prop_assert_eq!(db.scan(b"", None, usize::MAX).unwrap(), all.clone());
         drop(db);
@@ -203,6 +212,27 @@ fn a_paused_compaction_waits_until_writers_would_stop() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+#[test]
+fn a_directory_holds_one_open_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let first = Db::open(rt.clone(), dir.path(), Options::default()).unwrap();
+    first.put(b"k", b"first").unwrap();
+    match Db::open(rt.clone(), dir.path(), Options::default()) {
+        Err(KvError::InUse { dir: named }) => assert_eq!(named, dir.path()),
+        Err(other) => panic!("a second open failed otherwise: {other}"),
+        Ok(_) => panic!("a second store opened on a directory in use"),
+    }
+    assert_eq!(
+        first.get(b"k").unwrap(),
+        Some(b"first".to_vec()),
+        "the first store is untouched"
+    );
+    drop(first);
+    let again = Db::open(rt, dir.path(), Options::default()).unwrap();
+    assert_eq!(again.get(b"k").unwrap(), Some(b"first".to_vec()));
 }
 
 #[test]
