@@ -113,17 +113,18 @@ impl Backend {
     }
 
     /// This backend, its socket watched by the calling worker from now on
-    /// (plain connections; see [`ServerStream::register_here`]).
+    /// ([`crate::socket::Socket::register_here`]). A TLS stream stays with
+    /// the worker that opened it: tokio-rustls takes a client stream apart
+    /// but cannot put it back together.
     fn moved_here(self) -> io::Result<Backend> {
-        let worker = crate::workers::current();
-        if self.worker == worker || matches!(self.stream, ServerStream::Tls(_)) {
-            return Ok(self);
+        match self.stream {
+            ServerStream::Plain(socket) => Ok(Backend {
+                stream: ServerStream::Plain(socket.register_here()?),
+                worker: crate::workers::current(),
+                ..self
+            }),
+            ServerStream::Tls(_) => Ok(self),
         }
-        Ok(Backend {
-            stream: self.stream.register_here()?,
-            worker,
-            ..self
-        })
     }
 
     /// Remembers the key its BackendKeyData carried.

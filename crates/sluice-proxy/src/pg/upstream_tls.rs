@@ -388,17 +388,6 @@ impl ServerStream {
     /// Whether an idle connection is still usable: the server has neither
     /// closed it nor sent anything unasked (such as the FATAL message of an
     /// administrator's shutdown).
-    /// The same connection, watched by the calling worker's reactor (see
-    /// [`Socket::register_here`]). A TLS stream stays where it is:
-    /// tokio-rustls takes a client stream apart but cannot put it back
-    /// together, so it goes on waking the worker that opened it.
-    pub fn register_here(self) -> io::Result<ServerStream> {
-        match self {
-            ServerStream::Plain(socket) => socket.register_here().map(ServerStream::Plain),
-            tls @ ServerStream::Tls(_) => Ok(tls),
-        }
-    }
-
     pub fn is_alive(&self) -> bool {
         match self {
             ServerStream::Plain(socket) => {
