@@ -65,6 +65,9 @@ pub struct BackgroundStats {
     pub bytes: u64,
     pub ios: u64,
     pub backlog_bytes: u64,
+    /// How near the task's owner is to stalling its writers, as the owner
+    /// reports it: 0 far, 1 where they start to slow down.
+    pub stall_pressure: f64,
 }
 
 /// Tokens of the rate limiter: bytes and I/Os.
@@ -87,6 +90,8 @@ pub struct Background {
     bytes: AtomicU64,
     ios: AtomicU64,
     backlog: AtomicU64,
+    /// `stall_pressure`'s bits.
+    stall: AtomicU64,
     /// Holders of [`Background::urgent`]'s guard: while any, its I/O runs
     /// unthrottled and unpaused.
     urgent: AtomicU64,
@@ -110,6 +115,7 @@ impl Background {
             bytes: AtomicU64::new(0),
             ios: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
+            stall: AtomicU64::new(0),
             urgent: AtomicU64::new(0),
         }
     }
@@ -148,6 +154,13 @@ impl Background {
         self.backlog.store(bytes, Ordering::Relaxed);
     }
 
+    /// The task reports how near its owner is to stalling writers on it
+    /// (0 far, 1 where they start to slow down): a store's L0 between its
+    /// compaction and slowdown triggers.
+    pub fn set_stall_pressure(&self, pressure: f64) {
+        self.stall.store(pressure.to_bits(), Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> BackgroundStats {
         BackgroundStats {
             name: self.name.clone(),
@@ -156,6 +169,7 @@ impl Background {
             bytes: self.bytes.load(Ordering::Relaxed),
             ios: self.ios.load(Ordering::Relaxed),
             backlog_bytes: self.backlog.load(Ordering::Relaxed),
+            stall_pressure: f64::from_bits(self.stall.load(Ordering::Relaxed)),
         }
     }
 

@@ -68,7 +68,10 @@
 //! piece, as the kernel's `max_sectors_kb` splitting would allow an
 //! I/O scheduler to do. It cost the demo's compaction nothing measurable
 //! and took its read p99 from 1.5× to 1.1× the settled store's
-//! (`docs/reproductions/background-tasks.md`).
+//! (`docs/reproductions/background-tasks.md`). A sequential background
+//! task pays the device's latency per piece, though: where writes outrun
+//! compaction, the [`ControlLoop`] grows the pieces (up to 8 times) as the
+//! store nears a write stall ([`Runtime::set_noncritical_piece_kb`]).
 //!
 //! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
 //! ones: a real file plus a sluice-core timing model, so that contention is

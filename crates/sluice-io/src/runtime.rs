@@ -37,6 +37,9 @@ pub(crate) struct Shared {
     next_file: AtomicU32,
     background: Mutex<Vec<Arc<Background>>>,
     pub(crate) dirty: DirtyBudget,
+    /// The piece size in force, KiB: `rcp.noncritical_piece_kb` until a
+    /// controller sets it ([`Runtime::set_noncritical_piece_kb`]).
+    piece_kb: AtomicU64,
 }
 
 struct State {
@@ -79,6 +82,7 @@ impl Runtime {
             shared: Arc::new(Shared {
                 device: Device::new(&config.device)?,
                 dirty: DirtyBudget::new(&config.rcp),
+                piece_kb: AtomicU64::new(config.rcp.noncritical_piece_kb),
                 config,
                 state: Mutex::new(State {
                     sched,
@@ -137,6 +141,19 @@ impl Runtime {
     /// What waits where right now.
     pub fn occupancy(&self) -> Occupancy {
         lock(&self.shared.state).sched.occupancy()
+    }
+
+    /// Sets the largest piece, KiB, in which a non-critical I/O holds the
+    /// device (0: whole I/Os), for I/O that starts from now on: what a
+    /// controller widens as a write stall nears (see
+    /// [`ControlLoop`](crate::ControlLoop)).
+    pub fn set_noncritical_piece_kb(&self, kb: u64) {
+        self.shared.piece_kb.store(kb, Ordering::Relaxed);
+    }
+
+    /// The piece size in force, KiB.
+    pub fn noncritical_piece_kb(&self) -> u64 {
+        self.shared.piece_kb.load(Ordering::Relaxed)
     }
 
     /// Nanoseconds since the runtime started: its clock.
@@ -357,7 +374,7 @@ impl Shared {
     /// one, unless it is non-critical and larger than the piece size.
     fn pieces(&self, len: u64, class: Criticality) -> impl Iterator<Item = (u64, u64)> {
         let piece = match class {
-            Criticality::NonCritical if self.config.rcp.enabled => self.config.rcp.noncritical_piece_kb << 10,
+            Criticality::NonCritical if self.config.rcp.enabled => self.piece_kb.load(Ordering::Relaxed) << 10,
             _ => 0,
         };
         let step = if piece == 0 { len.max(1) } else { piece };

@@ -1,7 +1,8 @@
-//! Leveled compaction, as LevelDB and RocksDB pick it: when L0 holds
-//! `l0_compaction_trigger` tables, all of L0 merges with the L1 tables it
-//! overlaps; otherwise the level furthest over its target (by ratio)
-//! pushes its first table into the tables it overlaps one level down.
+//! Leveled compaction, as LevelDB and RocksDB pick it: the level furthest
+//! over its target (L0 by its table count over `l0_compaction_trigger`,
+//! deeper levels by bytes) compacts; all of L0 merges with the L1 tables
+//! it overlaps, a deeper level pushes its first table into the tables it
+//! overlaps one level down. From `l0_slowdown_trigger`, L0 goes first.
 //! Output is split into tables of about `table_bytes`. Deletions are
 //! dropped when no deeper level could hold an older value. With
 //! `drop_expired`, an expired string or hash is dropped as a deletion is
@@ -54,9 +55,16 @@ pub(crate) fn needed(st: &State, o: &Options) -> bool {
 
 fn pick(v: &Version, o: &Options) -> Option<Pick> {
     let last = v.levels.len() - 1;
-    let (level, s) = (0..last)
-        .map(|l| (l, score(v, o, l)))
-        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let (level, s) = if v.levels[0].len() >= o.l0_slowdown_trigger {
+        // Every write is delayed now, and stopped soon, until L0 shrinks:
+        // L0 goes first whatever the deeper levels' scores, as SILK puts
+        // L0's compaction ahead of the others.
+        (0, score(v, o, 0))
+    } else {
+        (0..last)
+            .map(|l| (l, score(v, o, l)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))?
+    };
     if s < 1.0 {
         return None;
     }
@@ -73,20 +81,6 @@ fn pick(v: &Version, o: &Options) -> Option<Pick> {
         .cloned()
         .collect();
     Some(Pick { level, inputs, next })
-}
-
-/// Bytes the levels hold beyond their targets (L0 counted in full once
-/// at its trigger): the compaction backlog reported to controllers.
-pub(crate) fn pending_bytes(v: &Version, o: &Options) -> u64 {
-    let l0 = if v.levels[0].len() >= o.l0_compaction_trigger {
-        v.level_bytes(0)
-    } else {
-        0
-    };
-    let deeper: u64 = (1..v.levels.len())
-        .map(|l| v.level_bytes(l).saturating_sub(o.level_target(l)))
-        .sum();
-    l0 + deeper
 }
 
 /// Runs one compaction if a level needs one; `false` if none does (or
@@ -122,9 +116,7 @@ pub(crate) fn compact_one(inner: &Inner) -> Result<bool> {
         remove_created();
         return Err(e);
     }
-    inner
-        .compaction_task
-        .set_backlog(pending_bytes(&st.version, &inner.options));
+    inner.report_backlog(&st.version);
     drop(st);
     for n in gone {
         let _ = std::fs::remove_file(table_path(&inner.dir, n));

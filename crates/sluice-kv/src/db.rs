@@ -115,6 +115,8 @@ impl Db {
             synced: Mutex::new((0, 0)),
             options,
         });
+        let recovered = inner.state.lock().version.clone();
+        inner.report_backlog(&recovered);
         let workers = if inner.options.background {
             let flush_work = |st: &State, _: &Options| !st.flushing && (!st.imm.is_empty() || st.wal_failed);
             vec![
@@ -381,7 +383,7 @@ impl Db {
                 .collect(),
             memtable_bytes: st.mem.bytes(),
             immutables: st.imm.len(),
-            pending_compaction_bytes: compaction::pending_bytes(v, &self.inner.options),
+            pending_compaction_bytes: v.pending_bytes(&self.inner.options),
         }
     }
 

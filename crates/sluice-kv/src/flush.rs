@@ -71,6 +71,7 @@ pub(crate) fn flush_one(inner: &Inner) -> Result<bool> {
         remove_table(&inner.dir, number);
         return Err(e);
     }
+    inner.report_backlog(&st.version);
     let floor = manifest.wal_floor;
     drop(st);
     remove_wals_below(&inner.dir, floor);

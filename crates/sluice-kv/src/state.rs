@@ -132,3 +132,14 @@ pub(crate) struct Inner {
     pub flush_task: Arc<Background>,
     pub compaction_task: Arc<Background>,
 }
+
+impl Inner {
+    /// Tells the compaction task what the levels of `v` leave it: its
+    /// backlog, and how near L0 is to a write stall. After every change of
+    /// the levels: a flush adds to L0, a compaction empties it.
+    pub fn report_backlog(&self, v: &Version) {
+        let task = &self.compaction_task;
+        task.set_backlog(v.pending_bytes(&self.options));
+        task.set_stall_pressure(v.stall_pressure(&self.options));
+    }
+}

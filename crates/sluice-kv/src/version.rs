@@ -12,6 +12,7 @@ use sluice_io::Runtime;
 use crate::error::Result;
 use crate::manifest::TableEntry;
 use crate::merge::Source;
+use crate::options::Options;
 use crate::sstable::{BlockCache, Table, TableMeta};
 use crate::Value;
 
@@ -116,6 +117,36 @@ impl Version {
 
     pub fn level_bytes(&self, level: usize) -> u64 {
         self.levels[level].iter().map(|t| t.meta.size).sum()
+    }
+
+    /// Bytes the levels hold beyond their targets (L0 counted in full once
+    /// at its trigger): the compaction backlog reported to controllers.
+    pub(crate) fn pending_bytes(&self, o: &Options) -> u64 {
+        let l0 = if self.levels[0].len() >= o.l0_compaction_trigger {
+            self.level_bytes(0)
+        } else {
+            0
+        };
+        let deeper: u64 = (1..self.levels.len())
+            .map(|l| self.level_bytes(l).saturating_sub(o.level_target(l)))
+            .sum();
+        l0 + deeper
+    }
+
+    /// How near L0 is to slowing writes down: 0 up to its compaction
+    /// trigger, 1 from its slowdown trigger, linear between. Controllers
+    /// widen compaction's share of the device with it (SILK: L0's
+    /// compaction must keep up before writes stall, whatever the
+    /// foreground asks).
+    pub(crate) fn stall_pressure(&self, o: &Options) -> f64 {
+        let (tables, start, full) = (self.levels[0].len(), o.l0_compaction_trigger, o.l0_slowdown_trigger);
+        if tables >= full {
+            1.0
+        } else if tables <= start {
+            0.0
+        } else {
+            (tables - start) as f64 / (full - start) as f64
+        }
     }
 
     pub fn entries(&self) -> Vec<TableEntry> {

@@ -192,6 +192,9 @@ fn a_paused_compaction_waits_until_writers_would_stop() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert_eq!(task.stats().bytes, 0, "a paused compaction ran below the stop trigger");
     assert!(l0(&db) >= 5);
+    // From the compaction trigger (2) to the slowdown trigger (6).
+    let near = ((l0(&db) as f64 - 2.0) / 4.0).min(1.0);
+    assert_eq!(task.stats().stall_pressure, near, "the stall's nearness, reported");
     // Writes go on past the stop trigger: the compaction that their stall
     // waits for runs, paused or not.
     for _ in 0..2000 {
@@ -212,6 +215,7 @@ fn a_paused_compaction_waits_until_writers_would_stop() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    assert_eq!(task.stats().stall_pressure, 0.0, "L0 below its trigger: no pressure");
 }
 
 #[test]

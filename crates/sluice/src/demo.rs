@@ -17,7 +17,9 @@ use sluice_io::RcpConfig;
     fifo: no prioritization; sluice: RCP at every layer (critical I/O first; a background \
     I/O holds the device at most --noncritical-piece-kb at a time) plus the background controller \
     (slow background work while foreground p99 is above --target-p99-ms, never let the \
-    compaction backlog pass its bound); settled: sluice again once compaction has caught up.\n\n\
+    compaction backlog pass its bound, and as L0 nears the count at which writes slow down, \
+    grow background pieces up to 8 times); settled: sluice again, \
+    without the controller, once compaction has caught up.\n\n\
     Prints throughput and latency per tenant and mode, compaction backlog and bytes \
     compacted, and writes report.html with a read latency CCDF and read p99 over time, \
     read_ccdf.csv with the CCDF's points, and series.csv with every tenant's 1 s and 10 s \
@@ -53,7 +55,8 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 256)]
     pub max_backlog_mb: u64,
     /// Largest piece, KiB, in which Sluice lets a background I/O hold the
-    /// device (0: whole I/Os, to see what the pieces do)
+    /// device while no write stall is near; the controller grows it up to
+    /// 8 times as one nears (0: whole I/Os, to see what the pieces do)
     #[arg(long, default_value_t = RcpConfig::default().noncritical_piece_kb)]
     pub noncritical_piece_kb: u64,
     /// Where report.html and its plots go

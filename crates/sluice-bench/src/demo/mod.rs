@@ -229,6 +229,9 @@ pub fn run(a: &Demo) -> Result<String> {
     for task in [db.flush_task(), db.compaction_task()] {
         task.set_knobs(Default::default());
     }
+    // Settled runs without the controller: RCP's own pieces again, not
+    // the last size the controller chose.
+    rt.set_noncritical_piece_kb(a.noncritical_piece_kb);
     db.flush()?;
     db.compact()?;
     b.finish();

@@ -13,6 +13,25 @@
 //!   device can sustain `max_rate`.
 //!
 //! The rate is the larger of the two, clamped to `[min_rate, max_rate]`.
+//!
+//! A rate alone cannot give background work more than RCP's device bound
+//! lets through: a non-critical I/O holds the device one piece (64 KiB by
+//! default) at a time, and a compaction that reads and writes one I/O
+//! after another pays the device's latency per piece: on a volume with a
+//! millisecond per operation, about 40 MB/s where whole 256 KiB reads
+//! get twice that. A store whose writes outrun it piles up L0 tables
+//! until its writes stop for seconds at a time. So the controller also
+//! sets the piece size, from **pressure**: how near the store is to a
+//! write stall (0 far, 1 where writes start to slow down), or the
+//! backlog's share of `max_backlog` if that is larger. While the pressure
+//! rises, pieces grow from `min_piece_multiple` times RCP's at no pressure
+//! to `max_piece_multiple` times at full pressure, as SILK gives L0's
+//! compaction the bandwidth it needs before writes stall rather than
+//! after; a critical I/O then waits behind at most that much more.
+//! Pressure that holds or falls (a bulk load's backlog, draining) keeps
+//! RCP's pieces, which is where they buy the foreground its latency;
+//! pressure at 1 always grows them. The rate floor follows the pressure
+//! whichever way it moves.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +54,10 @@ pub struct BackgroundControllerConfig {
     pub decrease: f64,
     /// Factor applied while it is below (> 1).
     pub increase: f64,
+    /// Non-critical pieces at no pressure, as a multiple of RCP's piece.
+    pub min_piece_multiple: usize,
+    /// The same at full pressure (a write stall is near).
+    pub max_piece_multiple: usize,
 }
 
 impl Default for BackgroundControllerConfig {
@@ -46,6 +69,8 @@ impl Default for BackgroundControllerConfig {
             max_rate: 200e6,
             decrease: 0.7,
             increase: 1.2,
+            min_piece_multiple: 1,
+            max_piece_multiple: 8,
         }
     }
 }
@@ -57,12 +82,29 @@ pub struct BackgroundObservation {
     pub foreground_p99: Option<Nanos>,
     /// Work background tasks still have, bytes.
     pub backlog: u64,
+    /// How near the work's owner is to stalling its writers: 0 far, 1
+    /// where they start to slow down (a store's L0 between its compaction
+    /// and slowdown triggers).
+    pub stall_pressure: f64,
+}
+
+/// What the controller sets for the next interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BackgroundDecision {
+    /// Background bytes per second.
+    pub rate: f64,
+    /// The size of non-critical pieces, as a multiple of RCP's piece.
+    pub piece_multiple: usize,
 }
 
 pub struct BackgroundController {
     config: BackgroundControllerConfig,
     /// The latency loop's current rate.
     latency_rate: f64,
+    /// The last pressure that differed from the one before, and whether
+    /// it rose to it.
+    last_pressure: Option<f64>,
+    rising: bool,
 }
 
 impl BackgroundController {
@@ -82,28 +124,54 @@ impl BackgroundController {
         if c.max_backlog == 0 {
             return Err("max_backlog must be at least 1 byte".into());
         }
+        if !(1..=c.max_piece_multiple).contains(&c.min_piece_multiple) {
+            return Err(format!(
+                "min_piece_multiple must lie in [1, max_piece_multiple = {}], got {}",
+                c.max_piece_multiple, c.min_piece_multiple
+            ));
+        }
         Ok(BackgroundController {
             latency_rate: config.max_rate,
+            last_pressure: None,
+            rising: false,
             config,
         })
     }
 
-    /// The rate floor the backlog calls for.
-    pub fn backlog_floor(&self, backlog: u64) -> f64 {
-        let c = &self.config;
-        let share = (backlog as f64 / c.max_backlog as f64).min(1.0);
-        c.min_rate + share * (c.max_rate - c.min_rate)
+    /// The pressure `obs` puts on background work, in `[0, 1]`: the
+    /// nearness of a write stall or the backlog's share of `max_backlog`,
+    /// whichever is larger.
+    pub fn pressure(&self, obs: &BackgroundObservation) -> f64 {
+        let backlog = obs.backlog as f64 / self.config.max_backlog as f64;
+        // NaN (a confused reporter) counts as no pressure, not as full.
+        backlog.max(obs.stall_pressure).clamp(0.0, 1.0)
     }
 
-    /// The background rate (bytes/s) for the next interval.
-    pub fn decide(&mut self, obs: BackgroundObservation) -> f64 {
+    /// The rate floor a pressure calls for.
+    pub fn floor(&self, pressure: f64) -> f64 {
+        let c = &self.config;
+        c.min_rate + pressure * (c.max_rate - c.min_rate)
+    }
+
+    /// The rate and piece size for the next interval.
+    pub fn decide(&mut self, obs: BackgroundObservation) -> BackgroundDecision {
         let c = self.config;
         self.latency_rate = match obs.foreground_p99 {
             Some(p99) if p99 > c.target_p99 => self.latency_rate * c.decrease,
             _ => self.latency_rate * c.increase,
         }
         .clamp(c.min_rate, c.max_rate);
-        self.latency_rate.max(self.backlog_floor(obs.backlog))
+        let pressure = self.pressure(&obs);
+        if self.last_pressure != Some(pressure) {
+            self.rising = self.last_pressure.is_some_and(|last| pressure > last);
+            self.last_pressure = Some(pressure);
+        }
+        let growing = if self.rising || pressure >= 1.0 { pressure } else { 0.0 };
+        let span = (c.max_piece_multiple - c.min_piece_multiple) as f64;
+        BackgroundDecision {
+            rate: self.latency_rate.max(self.floor(pressure)),
+            piece_multiple: c.min_piece_multiple + (growing * span).round() as usize,
+        }
     }
 }
 
@@ -119,6 +187,8 @@ mod tests {
             max_rate: 1000.0,
             decrease: 0.5,
             increase: 2.0,
+            min_piece_multiple: 1,
+            max_piece_multiple: 9,
         })
         .unwrap()
     }
@@ -127,19 +197,27 @@ mod tests {
         BackgroundObservation {
             foreground_p99: Some(p99),
             backlog,
+            stall_pressure: 0.0,
+        }
+    }
+
+    fn near_stall(p99: u64, stall_pressure: f64) -> BackgroundObservation {
+        BackgroundObservation {
+            stall_pressure,
+            ..obs(p99, 0)
         }
     }
 
     #[test]
     fn slows_while_latency_is_above_target_and_recovers_below() {
         let mut c = controller();
-        assert_eq!(c.decide(obs(200, 0)), 500.0);
-        assert_eq!(c.decide(obs(200, 0)), 250.0);
-        assert_eq!(c.decide(obs(50, 0)), 500.0);
+        assert_eq!(c.decide(obs(200, 0)).rate, 500.0);
+        assert_eq!(c.decide(obs(200, 0)).rate, 250.0);
+        assert_eq!(c.decide(obs(50, 0)).rate, 500.0);
         for _ in 0..20 {
             c.decide(obs(500, 0));
         }
-        assert_eq!(c.decide(obs(500, 0)), 10.0, "never below min_rate");
+        assert_eq!(c.decide(obs(500, 0)).rate, 10.0, "never below min_rate");
     }
 
     #[test]
@@ -149,8 +227,70 @@ mod tests {
             c.decide(obs(500, 0));
         }
         // Half the bound: 10 + 0.5 * 990 = 505.
-        assert_eq!(c.decide(obs(500, 500)), 505.0);
-        assert_eq!(c.decide(obs(500, 5000)), 1000.0, "at the bound: full rate");
+        assert_eq!(c.decide(obs(500, 500)).rate, 505.0);
+        assert_eq!(c.decide(obs(500, 5000)).rate, 1000.0, "at the bound: full rate");
+    }
+
+    #[test]
+    fn pieces_grow_as_a_write_stall_nears_whatever_the_latency() {
+        let mut c = controller();
+        let far = c.decide(near_stall(500, 0.0));
+        assert_eq!(far.piece_multiple, 1, "RCP's piece with no pressure");
+        let half = c.decide(near_stall(500, 0.5));
+        assert_eq!((half.piece_multiple, half.rate), (5, 505.0));
+        assert_eq!(
+            c.decide(near_stall(500, 0.5)).piece_multiple,
+            5,
+            "held while it holds after a rise"
+        );
+        let at = c.decide(near_stall(500, 1.0));
+        assert_eq!((at.piece_multiple, at.rate), (9, 1000.0), "at the stall: all of it");
+        assert_eq!(c.decide(near_stall(500, 7.0)).piece_multiple, 9, "pressure saturates");
+    }
+
+    #[test]
+    fn falling_pressure_keeps_rcps_pieces_and_a_full_one_grows_them_at_once() {
+        let mut c = controller();
+        assert_eq!(
+            c.decide(near_stall(50, 0.75)).piece_multiple,
+            1,
+            "a level seen first is no rise"
+        );
+        assert_eq!(c.decide(near_stall(50, 0.5)).piece_multiple, 1, "draining");
+        assert_eq!(c.decide(near_stall(50, 0.5)).piece_multiple, 1);
+        assert_eq!(c.decide(near_stall(50, 0.75)).piece_multiple, 7, "rising again");
+        let mut fresh = controller();
+        assert_eq!(fresh.decide(near_stall(50, 1.0)).piece_multiple, 9);
+    }
+
+    #[test]
+    fn a_rising_backlog_grows_pieces_as_stall_pressure_does_and_a_draining_one_does_not() {
+        let mut c = controller();
+        c.decide(obs(50, 0));
+        assert_eq!(c.decide(obs(50, 500)).piece_multiple, 5);
+        assert_eq!(
+            c.decide(near_stall(50, 0.25)).piece_multiple,
+            1,
+            "pressure fell to 0.25"
+        );
+        assert_eq!(c.decide(obs(50, 400)).piece_multiple, 4, "rose to 0.4");
+        for _ in 0..20 {
+            c.decide(obs(500, 400));
+        }
+        let d = c.decide(obs(500, 300));
+        assert_eq!(
+            (d.piece_multiple, d.rate),
+            (1, 307.0),
+            "draining: RCP's pieces, the floor still"
+        );
+    }
+
+    #[test]
+    fn nonsense_pressure_is_no_pressure() {
+        let mut c = controller();
+        c.decide(near_stall(50, 0.0));
+        assert_eq!(c.decide(near_stall(50, f64::NAN)).piece_multiple, 1);
+        assert_eq!(c.decide(near_stall(50, -3.0)).piece_multiple, 1);
     }
 
     #[test]
@@ -160,5 +300,13 @@ mod tests {
             ..BackgroundControllerConfig::default()
         };
         assert!(BackgroundController::new(bad).err().unwrap().contains("decrease"));
+        let bad = BackgroundControllerConfig {
+            min_piece_multiple: 0,
+            ..BackgroundControllerConfig::default()
+        };
+        assert!(BackgroundController::new(bad)
+            .err()
+            .unwrap()
+            .contains("min_piece_multiple"));
     }
 }

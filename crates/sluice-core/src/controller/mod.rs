@@ -39,7 +39,7 @@ pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
     }
 }
 
-pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundObservation};
+pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundDecision, BackgroundObservation};
 pub use checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, CheckpointSettings};
 pub use compaction_schedule::{CompactionSchedule, CompactionScheduleConfig, Schedule};
 pub use decision::{Decision, Knob};
