@@ -178,6 +178,7 @@ impl BackgroundController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn controller() -> BackgroundController {
         BackgroundController::new(BackgroundControllerConfig {
@@ -291,6 +292,31 @@ mod tests {
         c.decide(near_stall(50, 0.0));
         assert_eq!(c.decide(near_stall(50, f64::NAN)).piece_multiple, 1);
         assert_eq!(c.decide(near_stall(50, -3.0)).piece_multiple, 1);
+    }
+
+    proptest! {
+        /// Whatever the observations, the pieces stay within their bounds,
+        /// the rate within `[min_rate, max_rate]` and never below the floor
+        /// the pressure calls for, and a stall at hand gets all of it.
+        #[test]
+        fn decisions_stay_within_their_bounds(
+            observations in proptest::collection::vec(
+                (proptest::option::of(0u64..1_000), 0u64..3_000, -1.0f64..2.0),
+                1..60,
+            ),
+        ) {
+            let mut c = controller();
+            for (p99, backlog, stall_pressure) in observations {
+                let o = BackgroundObservation { foreground_p99: p99, backlog, stall_pressure };
+                let floor = c.floor(c.pressure(&o));
+                let d = c.decide(o);
+                prop_assert!((1..=9).contains(&d.piece_multiple));
+                prop_assert!((10.0..=1000.0).contains(&d.rate) && d.rate >= floor);
+                if stall_pressure >= 1.0 {
+                    prop_assert_eq!(d.piece_multiple, 9);
+                }
+            }
+        }
     }
 
     #[test]
