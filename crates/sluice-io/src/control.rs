@@ -36,12 +36,9 @@ impl ControlLoop {
             knobs.rate_bytes = Some(share);
             t.set_knobs(knobs);
         }
-        let rcp = &self.runtime.config().rcp;
-        // A runtime configured with whole I/Os (or without RCP) keeps them.
-        if rcp.enabled && rcp.noncritical_piece_kb > 0 {
-            let kb = rcp.noncritical_piece_kb * decision.piece_multiple as u64;
-            self.runtime.set_noncritical_piece_kb(kb);
-        }
+        // Whole I/Os (a piece of 0) stay whole; without RCP none is split.
+        let kb = self.runtime.config().rcp.noncritical_piece_kb * decision.piece_multiple as u64;
+        self.runtime.set_noncritical_piece_kb(kb);
         decision
     }
 }

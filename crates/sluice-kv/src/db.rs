@@ -115,8 +115,7 @@ impl Db {
             synced: Mutex::new((0, 0)),
             options,
         });
-        let recovered = inner.state.lock().version.clone();
-        inner.report_backlog(&recovered);
+        inner.report_backlog(&inner.state.lock().version);
         let workers = if inner.options.background {
             let flush_work = |st: &State, _: &Options| !st.flushing && (!st.imm.is_empty() || st.wal_failed);
             vec![
