@@ -25,12 +25,12 @@
 //! the next writer retries. The stop and the resumption are logged.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_io::sync::{Condvar, Mutex, MutexGuard};
-use sluice_io::{Background, Runtime, TaskKind};
+use sluice_io::{Background, Runtime, Task, TaskKind};
 
 use crate::batch::WriteBatch;
 use crate::error::{KvError, Result};
@@ -113,6 +113,8 @@ impl Db {
             work: Condvar::new(),
             done: Condvar::new(),
             synced: Mutex::new((0, 0)),
+            flush_worker: OnceLock::new(),
+            compaction_worker: OnceLock::new(),
             options,
         });
         inner.report_backlog(&inner.state.lock().version);
@@ -121,14 +123,14 @@ impl Db {
             vec![
                 spawn_worker(
                     inner.clone(),
-                    inner.flush_task.clone(),
+                    |inner| (&inner.flush_task, &inner.flush_worker),
                     Failed::Flush,
                     flush_work,
                     Inner::flush_step,
                 ),
                 spawn_worker(
                     inner.clone(),
-                    inner.compaction_task.clone(),
+                    |inner| (&inner.compaction_task, &inner.compaction_worker),
                     Failed::Compaction,
                     compaction::needed,
                     Inner::compaction_step,
@@ -258,6 +260,19 @@ impl Db {
             let l0 = st.version.levels[0].len();
             if l0 >= o.l0_stop_trigger || st.imm.len() >= o.max_immutables {
                 if o.background {
+                    // The writer waits on the worker whose work stops it: a
+                    // critical writer raises that one (RCP §4.2.1), where
+                    // the condvar would infer whichever signalled last (the
+                    // compaction, while frozen memtables wait for a flush
+                    // starved behind the foreground's I/O).
+                    let worker = if st.imm.len() >= o.max_immutables {
+                        &inner.flush_worker
+                    } else {
+                        &inner.compaction_worker
+                    };
+                    if let Some(task) = worker.get() {
+                        inner.done.set_helper(task.clone());
+                    }
                     inner.work.notify_all();
                     inner.done.wait(st);
                 } else {
@@ -525,18 +540,24 @@ impl Inner {
     }
 }
 
-/// A background worker: runs `step` as `task` whenever `has_work` says so,
-/// until the store closes. A failed step stops writes as `failed` and is
-/// retried after a pause that doubles while it keeps failing.
+/// The background task a worker runs, and where its thread is recorded.
+type WorkerOf = fn(&Inner) -> (&Arc<Background>, &OnceLock<Arc<Task>>);
+
+/// A background worker: runs `step` as the task `of` names whenever
+/// `has_work` says so, until the store closes. A failed step stops writes
+/// as `failed` and is retried after a pause that doubles while it keeps
+/// failing.
 fn spawn_worker(
     inner: Arc<Inner>,
-    task: Arc<Background>,
+    of: WorkerOf,
     failed: Failed,
     has_work: fn(&State, &Options) -> bool,
     step: fn(&Inner) -> Result<bool>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
+        let (task, worker) = of(&inner);
         let _task = task.enter();
+        let _ = worker.set(Task::current());
         let mut pause = RETRY_PAUSE.0;
         loop {
             let mut st = inner.state.lock();
@@ -566,6 +587,10 @@ fn spawn_worker(
 
 impl Drop for Db {
     fn drop(&mut self) {
+        // A step under way ends before its worker does: one held by a
+        // pause or a rate (left by an operator or a controller) runs
+        // through it, or closing would wait on the pause for good.
+        let _urgent = [self.inner.flush_task.urgent(), self.inner.compaction_task.urgent()];
         self.inner.state.lock().closing = true;
         self.inner.work.notify_all();
         for w in self.workers.drain(..) {

@@ -3,7 +3,11 @@
 //! Every I/O goes through [`sluice_io`] with the context of the request
 //! that caused it: client operations are foreground work; flush and
 //! compaction are registered background tasks whose knobs can be turned
-//! while they run (programmable background tasks §VI).
+//! while they run (programmable background tasks §VI). A writer stopped by
+//! a write stall waits on the worker whose work stops it (the flush for
+//! frozen memtables, the compaction for L0), so a critical writer raises
+//! that worker's I/O to critical by RCP's inheritance, and closing the
+//! store runs a paused step through to its end.
 //!
 //! | piece | file |
 //! |---|---|

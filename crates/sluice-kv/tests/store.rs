@@ -218,6 +218,44 @@ fn a_paused_compaction_waits_until_writers_would_stop() {
     assert_eq!(task.stats().stall_pressure, 0.0, "L0 below its trigger: no pressure");
 }
 
+/// Writers stopped on frozen memtables wait on the flush: a critical
+/// writer raises the flush worker, whose I/O then runs through its pause,
+/// as the writers' requests would have it (RCP's inheritance). Before, the
+/// writers named whichever worker had signalled last, and none here.
+#[test]
+fn a_paused_flush_runs_for_the_critical_writers_it_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = std::sync::Arc::new(Db::open(rt, dir.path(), tiny(true)).unwrap());
+    let task = db.flush_task().clone();
+    task.set_knobs(Knobs {
+        paused: true,
+        ..task.knobs()
+    });
+    let writer = std::thread::spawn({
+        let db = db.clone();
+        move || {
+            let _request = sluice_io::enter(sluice_core::Ctx::new(1, 0));
+            // Ten memtables' worth: past every frozen memtable the store
+            // holds before writes stop.
+            for i in 0..400 {
+                db.put(&key(i), &[9; 64]).unwrap();
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !writer.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer stopped for good behind a paused flush: {:?}",
+            db.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    writer.join().unwrap();
+    assert!(task.stats().bytes > 0, "the flush wrote nothing");
+}
+
 #[test]
 fn a_directory_holds_one_open_store_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
