@@ -18,12 +18,14 @@ use sluice_io::RcpConfig;
     I/O holds the device at most --noncritical-piece-kb at a time) plus the background controller \
     (slow background work while foreground p99 is above --target-p99-ms, never let the \
     compaction backlog pass its bound, and as L0 nears the count at which writes slow down, \
-    grow background pieces up to 8 times); settled: sluice again, \
+    grow background pieces up to 8 times, and once writes slow down run background I/O as \
+    critical); settled: sluice again, \
     without the controller, once compaction has caught up.\n\n\
     Prints throughput and latency per tenant and mode, compaction backlog and bytes \
     compacted, and writes report.html with a read latency CCDF and read p99 over time, \
-    read_ccdf.csv with the CCDF's points, and series.csv with every tenant's 1 s and 10 s \
-    intervals.")]
+    read_ccdf.csv with the CCDF's points, series.csv with every tenant's 1 s and 10 s \
+    intervals, and store.csv with the store every 0.1 s (L0 tables, frozen memtables, \
+    compaction backlog, bytes compacted, background piece size and rate).")]
 pub struct DemoArgs {
     /// Records loaded before each run (10 fields each)
     #[arg(long, default_value_t = 30_000)]
@@ -62,7 +64,8 @@ pub struct DemoArgs {
     /// Where report.html and its plots go
     #[arg(long, default_value = "results/demo")]
     pub out: PathBuf,
-    /// Directory for the stores (default: a fresh temporary one)
+    /// Directory for the stores, empty or new (default: a fresh temporary
+    /// one)
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }

@@ -172,6 +172,25 @@ fn a_small_demo_runs_every_mode_and_writes_its_report() {
     assert!(text.contains("sluice / settled = "), "{text}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("read_ccdf.svg") && out.join("read_ccdf.svg").exists());
+    let store = std::fs::read_to_string(out.join("store.csv")).unwrap();
+    for mode in ["fifo", "sluice", "settled"] {
+        let rows: Vec<&str> = store.lines().filter(|l| l.starts_with(&format!("{mode},"))).collect();
+        assert!(rows.len() >= 10, "a row a tick for {mode}: {store}");
+        // The controller's rate is there in its mode only.
+        assert_eq!(
+            rows.iter().all(|r| !r.ends_with(',')),
+            mode == "sluice",
+            "{mode}: {rows:?}"
+        );
+    }
+    let stores = dir.join("stores");
+    let used = sluice(&["demo", "--records", "2000", "--dir", stores.to_str().unwrap()]);
+    assert!(!used.status.success());
+    assert!(
+        String::from_utf8_lossy(&used.stderr).contains("not empty; the demo loads fresh stores there"),
+        "{}",
+        String::from_utf8_lossy(&used.stderr)
+    );
     let bad = sluice(&["demo", "--records", "10"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--records must be at least 1000"));

@@ -8,6 +8,7 @@
 
 mod report;
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +20,7 @@ use sluice_core::device::{CloudVolumeConfig, DeviceProfile};
 use sluice_io::{ControlLoop, DeviceConfig, DeviceKind, RcpConfig, Runtime, RuntimeConfig};
 use sluice_kv::{Db, Options};
 
-use crate::demo::report::ModeResult;
+use crate::demo::report::{ModeResult, StoreSample};
 use crate::driver::{load, run as run_tenants, TenantSpec, Tick};
 use crate::target::Embedded;
 use crate::ycsb::Workload;
@@ -124,18 +125,20 @@ fn measure(
         runtime: rt.clone(),
     };
     let compacted_before = db.compaction_task().stats().bytes;
-    let (mut max_l0, mut backlog, mut ticks) = (0, Vec::new(), 0u32);
+    let mut store = Vec::new();
     let started = Instant::now();
     let mut on_tick = |t: Tick| {
-        if let Some(lp) = control.as_mut() {
-            lp.step(t.window_p99);
-        }
+        let rate = control.as_mut().map(|lp| lp.step(t.window_p99).rate);
         let stats = db.stats();
-        max_l0 = max_l0.max(stats.levels[0].0);
-        ticks += 1;
-        if ticks.is_multiple_of(10) {
-            backlog.push(stats.pending_compaction_bytes);
-        }
+        store.push(StoreSample {
+            t: t.elapsed,
+            l0_tables: stats.levels[0].0,
+            immutables: stats.immutables,
+            pending_bytes: stats.pending_compaction_bytes,
+            compacted_bytes: db.compaction_task().stats().bytes - compacted_before,
+            piece_kb: rt.noncritical_piece_kb(),
+            rate,
+        });
         bar.set_position((t.elapsed * 10.0) as u64);
     };
     let results = run_tenants(&target, &tenants(a)?, a.seconds, 42, &mut on_tick)?;
@@ -145,37 +148,63 @@ fn measure(
         seconds: started.elapsed().as_secs_f64(),
         backlog_end: db.stats().pending_compaction_bytes,
         compacted_bytes: db.compaction_task().stats().bytes - compacted_before,
-        max_l0,
-        backlog,
+        store,
         l0_stop: store_options().l0_stop_trigger,
     })
 }
 
+/// A progress bar for one step; where stderr is no terminal (a log, CI)
+/// the bar draws nothing, so the step is named on a line of its own.
 fn bar(label: &str, len: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        eprintln!("{label}");
+    }
     let style = ProgressStyle::with_template("{msg:>32} [{bar:30}] {elapsed}").expect("a valid template");
     let b = ProgressBar::new(len).with_style(style.progress_chars("=> "));
     b.set_message(label.to_string());
     b
 }
 
-/// Loads a fresh store in `dir` with no prioritization, closes it, and
-/// reopens it with the mode's runtime: every mode starts from the same
-/// on-disk state, with the load's flush and compaction still to do (loading
-/// under each mode would let RCP's write stalls pace the load until
-/// compaction had caught up, and the runs would not start alike).
-fn loaded(a: &Demo, dir: &Path, rcp: RcpConfig, label: &str) -> Result<(Arc<Db>, Runtime)> {
-    let b = bar(&format!("{label}: loading {} records", a.records), 1);
+/// Loads a fresh store in `dir` with no prioritization and closes it.
+/// Each mode then opens a copy of it ([`opened`]): loading under each mode
+/// would let RCP's write stalls pace the load until compaction had caught
+/// up, and loading afresh for each mode leaves L0 wherever the load's last
+/// write found it (0 to 13 tables in the sustained-write variant, and 13
+/// stops writes for the mode's first seconds).
+fn load_once(a: &Demo, dir: &Path) -> Result<()> {
+    let b = bar(&format!("loading {} records", a.records), 1);
     let rt = runtime(RcpConfig::off())?;
     let target = Embedded {
         db: Arc::new(Db::open(rt.clone(), dir, store_options())?),
         runtime: rt,
     };
     load(&target, &workload(a, 'A')?, 8, 1)?;
-    drop(target);
+    b.finish();
+    Ok(())
+}
+
+/// A copy of the loaded store at `loaded`, opened in `dir` with the mode's
+/// runtime: every mode starts from the same on-disk state, with the load's
+/// flush and compaction still to do.
+fn opened(loaded: &Path, dir: &Path, rcp: RcpConfig) -> Result<(Arc<Db>, Runtime)> {
+    copy_dir(loaded, dir).with_context(|| format!("copying {} to {}", loaded.display(), dir.display()))?;
     let rt = runtime(rcp)?;
     let db = Arc::new(Db::open(rt.clone(), dir, store_options())?);
-    b.finish();
     Ok((db, rt))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs the three modes and writes the report; returns the table.
@@ -202,13 +231,23 @@ pub fn run(a: &Demo) -> Result<String> {
         "--target-ops must be > 0"
     );
     let scratch = match &a.dir {
-        Some(d) => d.clone(),
+        Some(d) => {
+            let used = std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some());
+            ensure!(
+                !used,
+                "--dir {}: not empty; the demo loads fresh stores there, give it an empty or new directory",
+                d.display()
+            );
+            d.clone()
+        }
         None => std::env::temp_dir().join(format!("sluice-demo-{}", std::process::id())),
     };
     let ticks = (a.seconds * 10.0) as u64;
     let mut modes = Vec::new();
 
-    let (db, rt) = loaded(a, &scratch.join("fifo"), RcpConfig::off(), "fifo")?;
+    let loaded = scratch.join("loaded");
+    load_once(a, &loaded)?;
+    let (db, rt) = opened(&loaded, &scratch.join("fifo"), RcpConfig::off())?;
     let w = a.workload.to_ascii_uppercase();
     let b = bar(&format!("fifo: YCSB-{w}, compaction active"), ticks);
     modes.push(measure(a, &db, &rt, "fifo", None, &b)?);
@@ -219,7 +258,7 @@ pub fn run(a: &Demo) -> Result<String> {
         noncritical_piece_kb: a.noncritical_piece_kb,
         ..RcpConfig::default()
     };
-    let (db, rt) = loaded(a, &scratch.join("sluice"), rcp, "sluice")?;
+    let (db, rt) = opened(&loaded, &scratch.join("sluice"), rcp)?;
     let b = bar(&format!("sluice: YCSB-{w}, compaction active"), ticks);
     let lp = ControlLoop::new(rt.clone(), controller(a)?);
     modes.push(measure(a, &db, &rt, "sluice", Some(lp), &b)?);

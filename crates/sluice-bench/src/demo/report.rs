@@ -18,13 +18,41 @@ pub struct ModeResult {
     pub seconds: f64,
     pub backlog_end: u64,
     pub compacted_bytes: u64,
-    pub max_l0: usize,
-    /// Compaction backlog at the end of each second, bytes.
-    pub backlog: Vec<u64>,
+    /// The store at every tick (0.1 s).
+    pub store: Vec<StoreSample>,
     pub l0_stop: usize,
 }
 
+/// The store and its background work at one tick: what a write stall
+/// builds from (`store.csv`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreSample {
+    /// Seconds since the mode began.
+    pub t: f64,
+    pub l0_tables: usize,
+    /// Memtables frozen and waiting for their flush.
+    pub immutables: usize,
+    /// Compaction backlog, bytes.
+    pub pending_bytes: u64,
+    /// Bytes compacted since the mode began.
+    pub compacted_bytes: u64,
+    /// Non-critical pieces, KiB (0: whole I/Os).
+    pub piece_kb: u64,
+    /// The background rate the controller set, bytes/s; none without it.
+    pub rate: Option<f64>,
+}
+
 impl ModeResult {
+    /// The most L0 tables seen at once.
+    fn max_l0(&self) -> usize {
+        self.store.iter().map(|s| s.l0_tables).max().unwrap_or(0)
+    }
+
+    /// Compaction backlog at the end of each second, bytes.
+    fn backlog_per_second(&self) -> Vec<u64> {
+        self.store.iter().skip(9).step_by(10).map(|s| s.pending_bytes).collect()
+    }
+
     /// Read p99 of each second, ms: the tenants' p99s averaged (each
     /// tenant reads a few hundred times a second, so one tenant's p99 is
     /// its few slowest reads).
@@ -44,7 +72,7 @@ impl ModeResult {
 /// that burst and after it (from the second after FIFO's backlog first
 /// reached zero), each the median over its seconds.
 fn burst_lines(s: &mut String, fifo: &ModeResult, sluice: &ModeResult) {
-    let Some(end) = fifo.backlog.iter().position(|&b| b == 0) else {
+    let Some(end) = fifo.backlog_per_second().iter().position(|&b| b == 0) else {
         let _ = writeln!(
             s,
             "FIFO's compaction backlog never reached zero: its burst lasted the run"
@@ -113,7 +141,7 @@ pub fn table(modes: &[ModeResult]) -> String {
             m.mode,
             m.backlog_end as f64 / 1048576.0,
             m.compacted_bytes as f64 / 1048576.0,
-            m.max_l0,
+            m.max_l0(),
             m.l0_stop
         );
     }
@@ -192,9 +220,35 @@ pub fn write(out: &Path, modes: &[ModeResult]) -> Result<Vec<PathBuf>> {
     std::fs::write(&html, body)?;
     let csv = out.join("series.csv");
     std::fs::write(&csv, series_csv(modes))?;
+    let store_csv = out.join("store.csv");
+    std::fs::write(&store_csv, store_csv_text(modes))?;
     let ccdf_csv = out.join("read_ccdf.csv");
     std::fs::write(&ccdf_csv, ccdf_csv_text(modes))?;
-    Ok(vec![html, ccdf_svg, time_svg, csv, ccdf_csv])
+    Ok(vec![html, ccdf_svg, time_svg, csv, store_csv, ccdf_csv])
+}
+
+/// The store at every tick, one row each (the rate is empty where no
+/// controller runs).
+fn store_csv_text(modes: &[ModeResult]) -> String {
+    let mut s = String::from("mode,t_s,l0_tables,immutables,pending_mib,compacted_mib,piece_kb,rate_mb_s\n");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    for m in modes {
+        for x in &m.store {
+            let rate = x.rate.map(|r| format!("{:.1}", r / 1e6)).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "{},{:.1},{},{},{:.1},{:.1},{},{rate}",
+                m.mode,
+                x.t,
+                x.l0_tables,
+                x.immutables,
+                mib(x.pending_bytes),
+                mib(x.compacted_bytes),
+                x.piece_kb
+            );
+        }
+    }
+    s
 }
 
 /// The CCDF's points, one row per mode and quantile.
@@ -255,8 +309,14 @@ mod tests {
             seconds: p99_ms.len() as f64,
             backlog_end: 0,
             compacted_bytes: 0,
-            max_l0: 0,
-            backlog: backlog.iter().map(|mib| mib << 20).collect(),
+            store: backlog
+                .iter()
+                .flat_map(|mib| [mib << 20; 10])
+                .map(|pending_bytes| StoreSample {
+                    pending_bytes,
+                    ..StoreSample::default()
+                })
+                .collect(),
             l0_stop: 12,
         }
     }
