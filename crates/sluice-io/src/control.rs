@@ -1,8 +1,9 @@
 //! Applies a sluice-core [`BackgroundController`] to a runtime's background
 //! tasks: reads their backlog and stall pressure, takes the foreground p99
 //! the engine measured over the last interval, sets every task's byte rate
-//! (the decided total, shared equally) and the size of the pieces in which
-//! non-critical I/O holds the device (unless the runtime splits none). The
+//! (the decided total, shared equally), whether their I/O runs as critical,
+//! and the size of the pieces in which non-critical I/O holds the device
+//! (unless the runtime splits none). The
 //! engine calls [`ControlLoop::step`] on its own timescale (100 ms to 1 s
 //! is typical), from any thread.
 
@@ -34,6 +35,7 @@ impl ControlLoop {
         for t in &tasks {
             let mut knobs = t.knobs();
             knobs.rate_bytes = Some(share);
+            knobs.critical = decision.critical;
             t.set_knobs(knobs);
         }
         // Whole I/Os (a piece of 0) stay whole; without RCP none is split.

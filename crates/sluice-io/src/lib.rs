@@ -71,7 +71,10 @@
 //! (`docs/reproductions/background-tasks.md`). A sequential background
 //! task pays the device's latency per piece, though: where writes outrun
 //! compaction, the [`ControlLoop`] grows the pieces (up to 8 times) as the
-//! store nears a write stall ([`Runtime::set_noncritical_piece_kb`]).
+//! store nears a write stall ([`Runtime::set_noncritical_piece_kb`]), and
+//! once the store slows its writers down it runs the background work as
+//! critical (the writers wait on it), since under a foreground that keeps
+//! the device busy non-critical I/O of any size gets only its gaps.
 //!
 //! Devices ([`device`]) are real files (buffered or `O_DIRECT`) or emulated
 //! ones: a real file plus a sluice-core timing model, so that contention is

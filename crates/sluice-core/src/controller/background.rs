@@ -32,6 +32,17 @@
 //! RCP's pieces, which is where they buy the foreground its latency;
 //! pressure at 1 always grows them. The rate floor follows the pressure
 //! whichever way it moves.
+//!
+//! Larger pieces are not enough when critical I/O keeps the device busy:
+//! RCP serves it first, and a store whose reads and log writes take most
+//! of a volume's operations leaves its flush and compaction the gaps
+//! (sluice-kv's sustained writes on the demo's cloud volume compacted at
+//! 5–15 MB/s once the reads grew, against FIFO's 60 MB/s, until writes
+//! stopped). At full pressure the writers are already being slowed down
+//! on the background work: it is on their critical path, as it would be
+//! by RCP's priority inheritance had they blocked on it rather than
+//! slept, so the decision makes it **critical** until the stall pressure
+//! falls below 1 (a backlog at its bound slows no writer and does not).
 
 use serde::{Deserialize, Serialize};
 
@@ -95,6 +106,8 @@ pub struct BackgroundDecision {
     pub rate: f64,
     /// The size of non-critical pieces, as a multiple of RCP's piece.
     pub piece_multiple: usize,
+    /// Run background I/O as critical: writers wait on it.
+    pub critical: bool,
 }
 
 pub struct BackgroundController {
@@ -171,6 +184,9 @@ impl BackgroundController {
         BackgroundDecision {
             rate: self.latency_rate.max(self.floor(pressure)),
             piece_multiple: c.min_piece_multiple + (growing * span).round() as usize,
+            // Writers slow down at a stall pressure of 1; a backlog at its
+            // bound stops no one.
+            critical: obs.stall_pressure >= 1.0,
         }
     }
 }
@@ -244,9 +260,16 @@ mod tests {
             5,
             "held while it holds after a rise"
         );
+        assert!(!half.critical, "writers not slowed yet");
         let at = c.decide(near_stall(500, 1.0));
         assert_eq!((at.piece_multiple, at.rate), (9, 1000.0), "at the stall: all of it");
+        assert!(at.critical, "writers slowed down wait on it");
         assert_eq!(c.decide(near_stall(500, 7.0)).piece_multiple, 9, "pressure saturates");
+        assert!(!c.decide(near_stall(500, 0.9)).critical, "below 1 again");
+        assert!(
+            !c.decide(obs(500, 5000)).critical,
+            "a backlog at its bound slows no writer"
+        );
     }
 
     #[test]
@@ -297,7 +320,8 @@ mod tests {
     proptest! {
         /// Whatever the observations, the pieces stay within their bounds,
         /// the rate within `[min_rate, max_rate]` and never below the floor
-        /// the pressure calls for, and a stall at hand gets all of it.
+        /// the pressure calls for, and a stall at hand gets all of it, as
+        /// critical I/O.
         #[test]
         fn decisions_stay_within_their_bounds(
             observations in proptest::collection::vec(
@@ -312,6 +336,7 @@ mod tests {
                 let d = c.decide(o);
                 prop_assert!((1..=9).contains(&d.piece_multiple));
                 prop_assert!((10.0..=1000.0).contains(&d.rate) && d.rate >= floor);
+                prop_assert_eq!(d.critical, stall_pressure >= 1.0);
                 if stall_pressure >= 1.0 {
                     prop_assert_eq!(d.piece_multiple, 9);
                 }
