@@ -12,7 +12,7 @@ use sluice_io::RcpConfig;
 #[derive(Args)]
 #[command(long_about = "Sluice end to end, in about two minutes.\n\n\
     sluice-kv runs on an emulated cloud volume (3000 IOPS, 125 MB/s, 1 ms per operation). \
-    Each mode loads --records records of 1 KB (10 fields of --field-length bytes) and at once runs YCSB-A (50% reads, 50% updates, \
+    A store is loaded with --records records of 1 KB (10 fields of --field-length bytes); each mode opens a copy of it and at once runs YCSB-A (50% reads, 50% updates, \
     Zipfian; --workload picks another core workload) from --tenants tenants at --target-ops each while flush and compaction of the load are still running:\n\n\
     fifo: no prioritization; sluice: RCP at every layer (critical I/O first; a background \
     I/O holds the device at most --noncritical-piece-kb at a time) plus the background controller \
