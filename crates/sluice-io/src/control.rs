@@ -3,9 +3,8 @@
 //! the engine measured over the last interval, sets every task's byte rate
 //! (the decided total, shared equally), whether their I/O runs as critical,
 //! and the size of the pieces in which non-critical I/O holds the device
-//! (unless the runtime splits none). The
-//! engine calls [`ControlLoop::step`] on its own timescale (100 ms to 1 s
-//! is typical), from any thread.
+//! (unless the runtime splits none). The engine calls [`ControlLoop::step`]
+//! on its own timescale (100 ms to 1 s is typical), from any thread.
 
 use sluice_core::controller::{BackgroundController, BackgroundDecision, BackgroundObservation};
 use sluice_core::Nanos;
