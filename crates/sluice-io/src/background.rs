@@ -95,6 +95,9 @@ pub struct Background {
     /// Holders of [`Background::urgent`]'s guard: while any, its I/O runs
     /// unthrottled and unpaused.
     urgent: AtomicU64,
+    /// The thread that last entered the task: what a waiter on its work
+    /// names for inheritance.
+    worker: Mutex<Option<Arc<Task>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -117,6 +120,7 @@ impl Background {
             backlog: AtomicU64::new(0),
             stall: AtomicU64::new(0),
             urgent: AtomicU64::new(0),
+            worker: Mutex::new(None),
         }
     }
 
@@ -126,9 +130,16 @@ impl Background {
 
     /// The current thread works for this task until the guard drops.
     pub fn enter(self: &Arc<Self>) -> BackgroundGuard {
+        *lock(&self.worker) = Some(Task::current());
         BackgroundGuard {
             outer: set_background(Some(self.clone())),
         }
+    }
+
+    /// The thread that last entered the task, if any: a thread waiting on
+    /// the task's work names it as its helper (see [`crate::sync::Condvar`]).
+    pub fn worker(&self) -> Option<Arc<Task>> {
+        lock(&self.worker).clone()
     }
 
     pub fn knobs(&self) -> Knobs {

@@ -25,12 +25,12 @@
 //! the next writer retries. The stop and the resumption are logged.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_io::sync::{Condvar, Mutex, MutexGuard};
-use sluice_io::{Background, Runtime, Task, TaskKind};
+use sluice_io::{Background, Runtime, TaskKind};
 
 use crate::batch::WriteBatch;
 use crate::error::{KvError, Result};
@@ -113,8 +113,6 @@ impl Db {
             work: Condvar::new(),
             done: Condvar::new(),
             synced: Mutex::new((0, 0)),
-            flush_worker: OnceLock::new(),
-            compaction_worker: OnceLock::new(),
             options,
         });
         inner.report_backlog(&inner.state.lock().version);
@@ -123,14 +121,14 @@ impl Db {
             vec![
                 spawn_worker(
                     inner.clone(),
-                    |inner| (&inner.flush_task, &inner.flush_worker),
+                    inner.flush_task.clone(),
                     Failed::Flush,
                     flush_work,
                     Inner::flush_step,
                 ),
                 spawn_worker(
                     inner.clone(),
-                    |inner| (&inner.compaction_task, &inner.compaction_worker),
+                    inner.compaction_task.clone(),
                     Failed::Compaction,
                     compaction::needed,
                     Inner::compaction_step,
@@ -265,13 +263,13 @@ impl Db {
                     // the condvar would infer whichever signalled last (the
                     // compaction, while frozen memtables wait for a flush
                     // starved behind the foreground's I/O).
-                    let worker = if st.imm.len() >= o.max_immutables {
-                        &inner.flush_worker
+                    let stopping = if st.imm.len() >= o.max_immutables {
+                        &inner.flush_task
                     } else {
-                        &inner.compaction_worker
+                        &inner.compaction_task
                     };
-                    if let Some(task) = worker.get() {
-                        inner.done.set_helper(task.clone());
+                    if let Some(worker) = stopping.worker() {
+                        inner.done.set_helper(worker);
                     }
                     inner.work.notify_all();
                     inner.done.wait(st);
@@ -540,24 +538,18 @@ impl Inner {
     }
 }
 
-/// The background task a worker runs, and where its thread is recorded.
-type WorkerOf = fn(&Inner) -> (&Arc<Background>, &OnceLock<Arc<Task>>);
-
-/// A background worker: runs `step` as the task `of` names whenever
-/// `has_work` says so, until the store closes. A failed step stops writes
-/// as `failed` and is retried after a pause that doubles while it keeps
-/// failing.
+/// A background worker: runs `step` as `task` whenever `has_work` says so,
+/// until the store closes. A failed step stops writes as `failed` and is
+/// retried after a pause that doubles while it keeps failing.
 fn spawn_worker(
     inner: Arc<Inner>,
-    of: WorkerOf,
+    task: Arc<Background>,
     failed: Failed,
     has_work: fn(&State, &Options) -> bool,
     step: fn(&Inner) -> Result<bool>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let (task, worker) = of(&inner);
         let _task = task.enter();
-        let _ = worker.set(Task::current());
         let mut pause = RETRY_PAUSE.0;
         loop {
             let mut st = inner.state.lock();

@@ -5,11 +5,11 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_io::sync::{Condvar, Mutex};
-use sluice_io::{Background, Runtime, Task};
+use sluice_io::{Background, Runtime};
 
 use crate::error::{KvError, Result};
 use crate::manifest::Manifest;
@@ -131,10 +131,6 @@ pub(crate) struct Inner {
     pub synced: Mutex<(u64, u64)>,
     pub flush_task: Arc<Background>,
     pub compaction_task: Arc<Background>,
-    /// The threads that run them, once started: writers stopped on one
-    /// name it as what they wait for.
-    pub flush_worker: OnceLock<Arc<Task>>,
-    pub compaction_worker: OnceLock<Arc<Task>>,
 }
 
 impl Inner {
