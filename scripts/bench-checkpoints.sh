@@ -40,21 +40,12 @@ done
 apt_install postgresql-15 postgresql-client-15
 find_sluice
 
-PGBIN=/usr/lib/postgresql/15/bin
 # Below the ephemeral range, so that no client connection holds them.
 PG_PORT=25442 SLUICE_PORT=27442 ADMIN_PORT=27443
 bench_scratch sluice-bench-checkpoints
-as_db=()
-[[ $(id -u) -eq 0 ]] && as_db=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-[[ $(id -u) -eq 0 ]] && chown postgres "$work"
-psql_db() { psql -h 127.0.0.1 -p $PG_PORT -U postgres -d postgres -XAtq "$@"; }
 
 echo "== PostgreSQL 15 on port $PG_PORT ($work), fsync on, checkpoints logged"
-"${as_db[@]}" "$PGBIN/initdb" -D "$work/data" -U postgres --auth=trust >/dev/null
-"${as_db[@]}" "$PGBIN/postgres" -D "$work/data" -p $PG_PORT -k "$work" -c listen_addresses=127.0.0.1 \
-    -c shared_buffers=256MB -c log_checkpoints=on -c log_line_prefix='%m ' >"$work/pg.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && break; sleep 0.2; done
+start_pg shared_buffers=256MB log_checkpoints=on "log_line_prefix=%m "
 pgbench -i -q -s "$scale" -h 127.0.0.1 -p $PG_PORT -U postgres postgres
 
 # Settings each configuration starts from.

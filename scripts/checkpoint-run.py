@@ -14,31 +14,11 @@ window's p99 over the run's, the checkpoints started by WAL volume, those
 started during a burst, and the largest WAL since the redo point in MiB.
 """
 
-import glob
 import os
 import sys
 from datetime import datetime, timezone
 
-
-def quantile(sorted_values, q):
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-def transactions(run_dir):
-    """(completion time, latency ms) of every transaction."""
-    out = []
-    for path in glob.glob(os.path.join(run_dir, "base.*")) + glob.glob(os.path.join(run_dir, "burst-*.*")):
-        if path.endswith(".out"):
-            continue
-        with open(path) as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) < 6 or fields[2] == "skipped":
-                    continue
-                out.append((int(fields[4]) + int(fields[5]) / 1e6, int(fields[2]) / 1e3))
-    return out
+from pgbench_log import quantile, transactions
 
 
 def checkpoint_starts(log_path):
@@ -57,7 +37,7 @@ def checkpoint_starts(log_path):
 
 def main():
     run_dir, t0, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-    txns = transactions(run_dir)
+    txns = transactions(run_dir, ["base.", "burst-"])
     latencies = sorted(l for _, l in txns)
     p99, p999 = quantile(latencies, 0.99), quantile(latencies, 0.999)
     windows = {}

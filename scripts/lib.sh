@@ -64,6 +64,28 @@ bench_scratch() {
     ulimit -n "$(ulimit -Hn)"
 }
 
+# Starts a private PostgreSQL 15 for a benchmark: initdb in $work/data (as
+# the postgres user when run as root), then the server on $PG_PORT with
+# the `-c` settings given, logging to $work/pg.log (stopped on exit).
+# CONF_LINES, if set, is appended to postgresql.conf first: settings there,
+# unlike those on the command line, stay within reach of ALTER SYSTEM.
+# Defines psql_db, a psql on it.
+start_pg() {
+    as_db=()
+    [[ $(id -u) -eq 0 ]] && as_db=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    [[ $(id -u) -eq 0 ]] && chown postgres "$work"
+    "${as_db[@]}" /usr/lib/postgresql/15/bin/initdb -D "$work/data" -U postgres --auth=trust >/dev/null
+    [[ -n ${CONF_LINES:-} ]] && printf '%s\n' "$CONF_LINES" >>"$work/data/postgresql.conf"
+    local settings=()
+    for s in "$@"; do settings+=(-c "$s"); done
+    "${as_db[@]}" /usr/lib/postgresql/15/bin/postgres -D "$work/data" -p "$PG_PORT" -k "$work" \
+        -c listen_addresses=127.0.0.1 "${settings[@]}" >"$work/pg.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && break; sleep 0.2; done
+}
+
+psql_db() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -XAtq "$@"; }
+
 # Starts `SLUICE serve ARGS...` in the background, logging to
 # $work/serve.log; sets $server to its pid (stopped on exit) and returns
 # once it listens (or after 5 s).

@@ -638,7 +638,9 @@ fn registry(
         "Decisions made, by controller and knob",
     );
     for (knob, &n) in decisions {
-        let controller = if knob.starts_with("postgres.") {
+        let controller = if knob.starts_with("postgres.autovacuum") {
+            "vacuum"
+        } else if knob.starts_with("postgres.") {
             "checkpoint"
         } else {
             "optimizer"
@@ -650,7 +652,7 @@ fn registry(
         gauge(
             &mut reg,
             "postgres_steering",
-            "1 while PostgreSQL's checkpoints are steered, 0 otherwise",
+            "1 while PostgreSQL's background work is steered, 0 otherwise",
             f64::from(u8::from(bg.status == "steering")),
         );
         if let Some(debt) = bg.recovery_debt_mib {
@@ -669,10 +671,18 @@ fn registry(
                 f64::from(u8::from(running)),
             );
         }
+        if let Some(running) = bg.vacuums_running {
+            gauge(
+                &mut reg,
+                "postgres_vacuums_running",
+                "Vacuums running on the server (pg_stat_progress_vacuum)",
+                f64::from(running),
+            );
+        }
         let setting = family(
             &mut reg,
             "postgres_setting",
-            "A steered setting as last applied (MB, seconds)",
+            "A steered setting as last applied (MB, seconds, ms)",
         );
         for (name, &value) in &bg.settings {
             let name = name.trim_start_matches("postgres.").to_string();

@@ -2,7 +2,7 @@
 //! with a section per part — `[proxy]` (listener, upstream, protocol, tenant
 //! key), `[admin]` (the HTTP port and who may use it), `[gate]` (P, ζ, queues, weights) and
 //! `[optimizer]` (how P, ζ and SLO weights are tuned) and `[postgres.background]`
-//! (PostgreSQL's checkpoints steered, off unless present). `docs/proxy.example.toml`
+//! (PostgreSQL's checkpoints and autovacuum steered, off unless present). `docs/proxy.example.toml`
 //! documents every field. Errors name the file and the field.
 
 use std::net::SocketAddr;
@@ -189,7 +189,9 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         let s = Settings::parse(&format!("{MINIMAL}[postgres.background]\n{section}")).unwrap();
-        assert_eq!(s.postgres.background.unwrap().checkpoint.max_recovery_wal_mib, 1024);
+        let background = s.postgres.background.unwrap();
+        assert_eq!(background.checkpoint.max_recovery_wal_mib, 1024);
+        assert_eq!(background.vacuum.unwrap().busy_cost_limit, 200);
     }
 
     #[test]

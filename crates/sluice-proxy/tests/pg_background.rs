@@ -1,5 +1,5 @@
 //! `[postgres.background]` against a real PostgreSQL 15: the checkpoint
-//! settings steered through `ALTER SYSTEM` by a role with only the
+//! (and, when asked, autovacuum) settings steered through `ALTER SYSTEM` by a role with only the
 //! documented grants, given back at a clean stop and after a kill, and
 //! every fault (missing grants, a pinned setting, an unreachable server)
 //! named in `/stats` while the proxy serves on.
@@ -278,4 +278,93 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
     assert_eq!(query_through(&service), "42");
     service.stop();
     assert!(!state.exists());
+}
+
+/// The autovacuum settings as `pg_settings` shows them.
+fn autovacuum_pace(pg: &PgServer) -> String {
+    psql_ok(
+        pg,
+        "SELECT string_agg(name || '=' || setting || coalesce(unit, '') || ' (' || source || ')', ', ' ORDER BY name) \
+         FROM pg_settings WHERE name IN ('autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay')",
+    )
+}
+
+fn with_vacuum(text: String) -> String {
+    format!("{text}\n[postgres.background.vacuum]\nbusy_cost_limit = 500\n")
+}
+
+#[test]
+fn steers_autovacuum_when_asked_and_gives_it_back() {
+    let Some((pg, dir)) = server_as_before() else { return };
+    psql_ok(
+        &pg,
+        &format!(
+            "GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay TO {ROLE}"
+        ),
+    );
+    let before = autovacuum_pace(&pg);
+    assert!(before.contains("autovacuum_vacuum_cost_limit=-1 (default)"), "{before}");
+    // As a killed run that steered checkpoints alone leaves the server: a
+    // changed timeout, and a state file that names the three settings.
+    let state = dir.path().join("state.json");
+    let system = psql_ok(&pg, "SELECT system_identifier FROM pg_control_system()");
+    std::fs::write(
+        &state,
+        format!(
+            r#"{{"system": "{system}", "originals": [
+                {{"name": "checkpoint_completion_target", "altered": null}},
+                {{"name": "max_wal_size", "altered": null}},
+                {{"name": "checkpoint_timeout", "altered": "600s"}}]}}"#
+        ),
+    )
+    .unwrap();
+    psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '77s'");
+    psql_ok(&pg, "SELECT pg_reload_conf()");
+    let mut service = Service::start(&with_vacuum(settings_text(&pg, ROLE, pg.port, &state)));
+    let paced = "autovacuum_vacuum_cost_delay=2ms (configuration file), \
+                   autovacuum_vacuum_cost_limit=500 (configuration file)";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while autovacuum_pace(&pg) != paced {
+        assert!(Instant::now() < deadline, "not steered: {}", autovacuum_pace(&pg));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stats = service.stats();
+    assert!(
+        stats["postgres_background"]["vacuums_running"].as_u64().is_some(),
+        "{stats}"
+    );
+    let metrics = support::service::get_text(service.addresses.admin.unwrap(), "/metrics");
+    assert!(
+        metrics.contains(r#"controller="vacuum",knob="postgres.autovacuum_vacuum_cost_limit""#),
+        "{metrics}"
+    );
+    assert_eq!(query_through(&service), "42");
+    service.stop();
+    assert_eq!(
+        autovacuum_pace(&pg),
+        before,
+        "a clean stop gives autovacuum's pace back, which the killed run's file did not name"
+    );
+    assert_eq!(steered(&pg), BEFORE, "and the killed run's timeout");
+}
+
+#[test]
+fn vacuum_steering_without_its_grants_is_named() {
+    let Some((pg, dir)) = server_as_before() else { return };
+    let state = dir.path().join("state.json");
+    let service = Service::start(&with_vacuum(settings_text(&pg, ROLE, pg.port, &state)));
+    wait_for("the refusal", || {
+        service.status().starts_with("not steering").then_some(())
+    });
+    let status = service.status();
+    assert!(
+        status.contains("ALTER SYSTEM on autovacuum_vacuum_cost_limit"),
+        "{status}"
+    );
+    assert!(
+        !status.contains("ALTER SYSTEM on checkpoint"),
+        "those are granted: {status}"
+    );
+    assert_eq!(query_through(&service), "42");
+    assert_eq!(steered(&pg), BEFORE, "nothing changed");
 }

@@ -51,7 +51,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, Knob};
+use super::{check_range, Decision, FadingPeak, Knob};
 use crate::time::Nanos;
 
 /// PostgreSQL's smallest `checkpoint_timeout`, in seconds.
@@ -109,26 +109,19 @@ impl CheckpointControllerConfig {
     /// Rejects settings PostgreSQL would refuse or that make the rules
     /// meaningless, naming the field.
     pub fn validate(&self) -> Result<(), String> {
-        let in_range = |name: &str, v: f64, lo: f64, hi: f64| {
-            if v.is_finite() && v >= lo && v <= hi {
-                Ok(())
-            } else {
-                Err(format!("{name} must lie in [{lo}, {hi}], got {v}"))
-            }
-        };
-        in_range("busy_completion_target", self.busy_completion_target, 0.0, 1.0)?;
-        in_range(
+        check_range("busy_completion_target", self.busy_completion_target, 0.0, 1.0)?;
+        check_range(
             "light_completion_target",
             self.light_completion_target,
             0.0,
             self.busy_completion_target,
         )
         .map_err(|e| format!("{e} (it may not exceed busy_completion_target)"))?;
-        in_range("light_share", self.light_share, 0.0, 1.0)?;
-        in_range("burst_ratio", self.burst_ratio, 1.0, f64::MAX)?;
-        in_range("early_share", self.early_share, 0.0, 1.0)?;
-        in_range("baseline_weight", self.baseline_weight, f64::MIN_POSITIVE, 1.0)?;
-        in_range("peak_decay", self.peak_decay, 0.0, 1.0)?;
+        check_range("light_share", self.light_share, 0.0, 1.0)?;
+        check_range("burst_ratio", self.burst_ratio, 1.0, f64::MAX)?;
+        check_range("early_share", self.early_share, 0.0, 1.0)?;
+        check_range("baseline_weight", self.baseline_weight, f64::MIN_POSITIVE, 1.0)?;
+        check_range("peak_decay", self.peak_decay, 0.0, 1.0)?;
         if !(MIN_TIMEOUT_S..=86_400).contains(&self.timeout_s) {
             return Err(format!(
                 "timeout_s must lie in [{MIN_TIMEOUT_S}, 86400] (PostgreSQL's checkpoint_timeout), got {}",
@@ -197,8 +190,8 @@ pub struct CheckpointController {
     applied: Option<CheckpointSettings>,
     /// Slow average of the foreground rate.
     baseline: Option<f64>,
-    /// Recent peak of the foreground rate, fading.
-    peak: f64,
+    /// Recent peak of the foreground rate.
+    peak: FadingPeak,
 }
 
 impl CheckpointController {
@@ -208,7 +201,7 @@ impl CheckpointController {
             config,
             applied: None,
             baseline: None,
-            peak: 0.0,
+            peak: FadingPeak::default(),
         })
     }
 
@@ -220,19 +213,14 @@ impl CheckpointController {
     /// that changed (all three at the first call), with its reason.
     pub fn decide(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
         let c = self.config;
-        let rate = if obs.foreground_rate.is_finite() {
-            obs.foreground_rate.max(0.0)
-        } else {
-            0.0
-        };
+        let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
         let baseline = match self.baseline {
             Some(b) => b + c.baseline_weight * (rate - b),
             None => rate,
         };
         self.baseline = Some(baseline);
-        self.peak = (self.peak * c.peak_decay).max(rate);
         let burst = rate > c.burst_ratio * baseline;
-        let resting = rate < c.light_share * self.peak;
+        let resting = rate < c.light_share * peak;
         let indebted = obs.wal_since_redo > c.bound();
 
         let (completion_target, target_why) = if indebted {
@@ -250,16 +238,13 @@ impl CheckpointController {
                 format!(
                     "foreground at {rate:.0}/s, under {:.0}% of its recent peak {:.0}/s: checkpoints hurry",
                     c.light_share * 100.0,
-                    self.peak
+                    peak
                 ),
             )
         } else {
             (
                 c.busy_completion_target,
-                format!(
-                    "foreground at {rate:.0}/s (recent peak {:.0}/s): checkpoint writes spread",
-                    self.peak
-                ),
+                format!("foreground at {rate:.0}/s (recent peak {peak:.0}/s): checkpoint writes spread"),
             )
         };
 

@@ -7,6 +7,7 @@
 //! | background rate from foreground latency and backlog | [`background`] | programmable background tasks §VI; ScyllaDB's backlog controllers |
 //! | when each shard compacts: synchronized or staggered, from the fan-out | [`compaction_schedule`] | programmable background tasks §VI; "The Tail at Scale" |
 //! | PostgreSQL's checkpoint pacing from foreground load and recovery debt | [`checkpoint`] | programmable background tasks §V-B, §VI; SILK |
+//! | PostgreSQL's autovacuum pace from foreground load | [`vacuum`] | programmable background tasks §VI; SILK |
 //! | delivered parallelism P: the matching point of the three-sample model | [`matching_point`] | AppleS §4.3.1, Eq. 1–2 |
 //! | when to sample, which P, what to hold: the search around the model | [`model_search`] | AppleS §4.3.1 |
 //! | the optimizer: P, ζ and SLO weights from one gate period at a time | [`optimizer`] | AppleS §4.3, §5.3 |
@@ -28,6 +29,7 @@ pub mod optimizer;
 pub mod quota;
 pub mod slo;
 pub mod trace;
+pub mod vacuum;
 
 /// Checks a setting that must be a finite number above zero, naming it in
 /// the error.
@@ -36,6 +38,31 @@ pub fn check_positive(name: &str, v: f64) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{name} must be a finite number > 0, got {v}"))
+    }
+}
+
+/// Checks a setting that must be a finite number in `[lo, hi]`, naming it
+/// in the error.
+pub fn check_range(name: &str, v: f64, lo: f64, hi: f64) -> Result<(), String> {
+    if v.is_finite() && v >= lo && v <= hi {
+        Ok(())
+    } else {
+        Err(format!("{name} must lie in [{lo}, {hi}], got {v}"))
+    }
+}
+
+/// The recent peak of a rate, fading by a share each observation, so that
+/// a lasting drop in load stops counting as rest.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FadingPeak(f64);
+
+impl FadingPeak {
+    /// Takes one observation of the rate (anything but a finite number at
+    /// or above zero counts as zero) and returns it with the peak.
+    pub(crate) fn observe(&mut self, rate: f64, decay: f64) -> (f64, f64) {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        self.0 = (self.0 * decay).max(rate);
+        (rate, self.0)
     }
 }
 
@@ -49,3 +76,4 @@ pub use model_search::{ModelConfig, ModelObservation, ModelSearch};
 pub use optimizer::{Optimizer, OptimizerConfig, ParallelismMode, Period, PeriodTenant, Slo, SloMeasure, ZetaMode};
 pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};
 pub use slo::{MissRate, SloController, SloControllerConfig};
+pub use vacuum::{VacuumController, VacuumControllerConfig, VacuumObservation};

@@ -1,15 +1,17 @@
-//! `[postgres.background]`: PostgreSQL's checkpoints paced from the load
-//! the proxy sees. The rules are sluice-core's
-//! [`CheckpointController`](sluice_core::controller::checkpoint); this file
-//! observes PostgreSQL, applies the settings the controller decides through
+//! `[postgres.background]`: PostgreSQL's checkpoints, and with
+//! `[postgres.background.vacuum]` its autovacuum, paced from the load the
+//! proxy sees. The rules are sluice-core's
+//! [`CheckpointController`](sluice_core::controller::checkpoint) and
+//! [`VacuumController`](sluice_core::controller::vacuum); this file
+//! observes PostgreSQL, applies the settings the controllers decide through
 //! `ALTER SYSTEM` and `pg_reload_conf()`, and gives every setting back.
 //!
 //! Each interval (`interval_ms`) the driver reads, in one query, the WAL
 //! written since the last checkpoint's redo point (`pg_current_wal_lsn()`
 //! less `pg_control_checkpoint().redo_lsn`), the time since that checkpoint
 //! started, and whether the checkpointer is working (its wait event is
-//! anything but its idle `CheckpointerMain`), and counts the requests the
-//! gate finished. The controller's changed settings are each an
+//! anything but its idle `CheckpointerMain`) and the vacuums running
+//! (`pg_stat_progress_vacuum`), and counts the requests the gate finished. The controller's changed settings are each an
 //! `ALTER SYSTEM SET`, then one `pg_reload_conf()`; the checkpointer takes a
 //! new completion target up within its next write delay, mid-checkpoint.
 //!
@@ -35,10 +37,12 @@
 //! GRANT pg_monitor TO sluice_steer;
 //! GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO sluice_steer;
 //! GRANT EXECUTE ON FUNCTION pg_reload_conf() TO sluice_steer;
+//! -- with [postgres.background.vacuum]:
+//! GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay TO sluice_steer;
 //! ```
 //!
-//! Limits, as built today: only the checkpoint settings are steered (not
-//! the background writer or autovacuum); a server that forbids `ALTER
+//! Limits, as built today: the background writer is not steered; the trace
+//! file holds the checkpoint controller's run alone; a server that forbids `ALTER
 //! SYSTEM` is not steered (there is no fallback to timing `CHECKPOINT`
 //! alone, which writes without pacing); the connection is plain
 //! (`sslmode=require` is refused by the driver's connector), so run it over
@@ -53,15 +57,21 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::controller::trace::{CheckpointStep, TraceHeader};
-use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, Decision};
+use sluice_core::controller::{
+    CheckpointController, CheckpointControllerConfig, CheckpointObservation, Decision, VacuumController,
+    VacuumControllerConfig, VacuumObservation,
+};
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
 
 use crate::gate::Gate;
 use crate::optimizer::DecisionLog;
 
-/// The settings the controller steers, in the order it decides them.
-pub const STEERED: [&str; 3] = ["checkpoint_completion_target", "max_wal_size", "checkpoint_timeout"];
+/// The settings the checkpoint controller steers.
+pub const CHECKPOINT_SETTINGS: [&str; 3] = ["checkpoint_completion_target", "max_wal_size", "checkpoint_timeout"];
+
+/// The settings the vacuum controller steers.
+pub const VACUUM_SETTINGS: [&str; 2] = ["autovacuum_vacuum_cost_limit", "autovacuum_vacuum_cost_delay"];
 
 /// `[postgres]` in the settings file.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -86,6 +96,9 @@ pub struct BackgroundConfig {
     /// The controller's rules: `[postgres.background.checkpoint]`.
     #[serde(default)]
     pub checkpoint: CheckpointControllerConfig,
+    /// Autovacuum's pace, steered if present: `[postgres.background.vacuum]`.
+    #[serde(default)]
+    pub vacuum: Option<VacuumControllerConfig>,
     /// If set, each interval's observation and decisions are appended here
     /// (JSON lines, made anew at each start), for `sluice replay`.
     #[serde(default)]
@@ -105,6 +118,7 @@ impl std::fmt::Debug for BackgroundConfig {
             .field("state_file", &self.state_file)
             .field("interval_ms", &self.interval_ms)
             .field("checkpoint", &self.checkpoint)
+            .field("vacuum", &self.vacuum)
             .field("trace_file", &self.trace_file)
             .finish()
     }
@@ -128,7 +142,19 @@ impl BackgroundConfig {
                 self.interval_ms
             )));
         }
-        self.checkpoint.validate().map_err(|e| field(format!("checkpoint.{e}")))
+        self.checkpoint
+            .validate()
+            .map_err(|e| field(format!("checkpoint.{e}")))?;
+        match &self.vacuum {
+            Some(v) => v.validate().map_err(|e| field(format!("vacuum.{e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The settings this configuration steers.
+    pub fn steered(&self) -> Vec<&'static str> {
+        let vacuum: &[&'static str] = if self.vacuum.is_some() { &VACUUM_SETTINGS } else { &[] };
+        CHECKPOINT_SETTINGS.iter().chain(vacuum).copied().collect()
     }
 }
 
@@ -142,10 +168,12 @@ pub struct BackgroundState {
     pub recovery_debt_mib: Option<f64>,
     pub checkpoint_running: Option<bool>,
     pub foreground_rate: Option<f64>,
+    /// Vacuums running on the server.
+    pub vacuums_running: Option<u32>,
     /// Time from the last decision to PostgreSQL's reload returning, ms.
     pub last_apply_ms: Option<f64>,
     /// The steered settings as last applied (max_wal_size in MB,
-    /// checkpoint_timeout in seconds).
+    /// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms).
     pub settings: BTreeMap<String, f64>,
 }
 
@@ -245,6 +273,7 @@ pub async fn run(
 struct Steering {
     client: Option<Client>,
     controller: CheckpointController,
+    vacuum: Option<VacuumController>,
     recorded: Recorded,
     trace: Option<TraceFile>,
 }
@@ -283,10 +312,12 @@ impl TraceFile {
 /// and records the originals. `None` if steering cannot go on.
 async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<Steering> {
     let refuse = |e: String| {
-        tracing::error!("postgres.background: not steering checkpoints: {e}; the proxy serves on");
+        tracing::error!("postgres.background: not steering: {e}; the proxy serves on");
         status.status(format!("not steering: {e}"));
     };
-    let controller = match CheckpointController::new(config.checkpoint) {
+    let controllers = CheckpointController::new(config.checkpoint)
+        .and_then(|c| Ok((c, config.vacuum.map(VacuumController::new).transpose()?)));
+    let (controller, vacuum) = match controllers {
         Ok(c) => c,
         Err(e) => {
             refuse(e);
@@ -313,10 +344,11 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             }
         }
     };
-    match prepare(&client, &config.state_file).await {
+    match prepare(&client, &config.state_file, &config.steered()).await {
         Ok(recorded) => Some(Steering {
             client: Some(client),
             controller,
+            vacuum,
             recorded,
             trace,
         }),
@@ -341,22 +373,22 @@ async fn connect(conninfo: &str) -> Result<Client, String> {
 
 /// Checks the grants and where each setting comes from, restores a crashed
 /// run's originals, and records the originals in `state_file`.
-async fn prepare(client: &Client, state_file: &Path) -> Result<Recorded, String> {
+async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result<Recorded, String> {
     let role: String = query_one(client, "SELECT current_user::text", |r| r.get(0)).await?;
-    let missing = missing_grants(client).await?;
+    let missing = missing_grants(client, steered).await?;
     if !missing.is_empty() {
         return Err(format!(
             "role {role} lacks {}. As a superuser: GRANT pg_monitor TO {role}; \
              GRANT ALTER SYSTEM ON PARAMETER {} TO {role}; GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role};",
             missing.join(", "),
-            STEERED.join(", ")
+            steered.join(", ")
         ));
     }
     let system: String = query_one(client, "SELECT system_identifier::text FROM pg_control_system()", |r| {
         r.get(0)
     })
     .await?;
-    let sources = settings(client).await?;
+    let sources = settings(client, steered).await?;
     let pinned: Vec<String> = sources
         .iter()
         .filter(|s| !matches!(s.source.as_str(), "default" | "configuration file"))
@@ -369,6 +401,13 @@ async fn prepare(client: &Client, state_file: &Path) -> Result<Recorded, String>
             pinned.join(", ")
         ));
     }
+    let mut originals: Vec<Original> = sources
+        .into_iter()
+        .map(|s| Original {
+            altered: s.altered.then_some(s.value),
+            name: s.name,
+        })
+        .collect();
     if let Some(left) = read_state(state_file)? {
         if left.system != system {
             return Err(format!(
@@ -383,18 +422,16 @@ async fn prepare(client: &Client, state_file: &Path) -> Result<Recorded, String>
             "postgres.background: restored the settings a run that did not stop cleanly left changed ({})",
             state_file.display()
         );
-        return Ok(left);
+        // What that run changed is known from its file, not from
+        // pg_settings (the reload may not have reached this session yet);
+        // it may have steered fewer settings than this run.
+        for original in &mut originals {
+            if let Some(recorded) = left.originals.iter().find(|o| o.name == original.name) {
+                original.clone_from(recorded);
+            }
+        }
     }
-    let recorded = Recorded {
-        system,
-        originals: sources
-            .into_iter()
-            .map(|s| Original {
-                altered: s.altered.then_some(s.value),
-                name: s.name,
-            })
-            .collect(),
-    };
+    let recorded = Recorded { system, originals };
     write_state(state_file, &recorded)?;
     Ok(recorded)
 }
@@ -415,10 +452,10 @@ fn db_error(e: &tokio_postgres::Error) -> String {
 }
 
 /// The grants the role lacks, by name.
-async fn missing_grants(client: &Client) -> Result<Vec<String>, String> {
+async fn missing_grants(client: &Client, steered: &[&str]) -> Result<Vec<String>, String> {
     let sql = "SELECT name, has_parameter_privilege(name, 'ALTER SYSTEM') FROM unnest($1::text[]) AS name";
     let rows = client
-        .query(sql, &[&STEERED.to_vec()])
+        .query(sql, &[&steered])
         .await
         .map_err(|e| format!("checking grants: {}", db_error(&e)))?;
     let mut missing: Vec<String> = rows
@@ -451,12 +488,12 @@ struct Source {
     altered: bool,
 }
 
-async fn settings(client: &Client) -> Result<Vec<Source>, String> {
+async fn settings(client: &Client, steered: &[&str]) -> Result<Vec<Source>, String> {
     let sql = "SELECT name, setting || coalesce(unit, ''), source, \
                coalesce(sourcefile LIKE '%postgresql.auto.conf', false) \
                FROM pg_settings WHERE name = ANY($1) ORDER BY name";
     let rows = client
-        .query(sql, &[&STEERED.to_vec()])
+        .query(sql, &[&steered])
         .await
         .map_err(|e| format!("reading pg_settings: {}", db_error(&e)))?;
     Ok(rows
@@ -473,7 +510,8 @@ async fn settings(client: &Client) -> Result<Vec<Source>, String> {
 /// `ALTER SYSTEM` back to the originals, then one reload.
 async fn restore(client: &Client, originals: &[Original]) -> Result<(), String> {
     for original in originals {
-        let Some(name) = STEERED.iter().find(|s| **s == original.name) else {
+        let steerable = CHECKPOINT_SETTINGS.iter().chain(&VACUUM_SETTINGS);
+        let Some(name) = steerable.into_iter().find(|s| **s == original.name) else {
             return Err(format!(
                 "the state file names {:?}, which is not steered",
                 original.name
@@ -547,13 +585,15 @@ impl Steering {
         let sql = "SELECT (pg_current_wal_lsn() - redo_lsn)::float8, \
                    extract(epoch FROM clock_timestamp() - checkpoint_time)::float8, \
                    coalesce((SELECT wait_event <> 'CheckpointerMain' OR wait_event IS NULL \
-                             FROM pg_stat_activity WHERE backend_type = 'checkpointer'), false) \
+                             FROM pg_stat_activity WHERE backend_type = 'checkpointer'), false), \
+                   (SELECT count(*)::int4 FROM pg_stat_progress_vacuum) \
                    FROM pg_control_checkpoint()";
         let row = client
             .query_one(sql, &[])
             .await
             .map_err(|e| format!("observing: {}", db_error(&e)))?;
-        let (debt, since, running): (f64, f64, bool) = (row.get(0), row.get(1), row.get(2));
+        let (debt, since, running, vacuums): (f64, f64, bool, i32) = (row.get(0), row.get(1), row.get(2), row.get(3));
+        let vacuums_running = u32::try_from(vacuums).unwrap_or(0);
         let obs = CheckpointObservation {
             foreground_rate: rate,
             wal_since_redo: debt.max(0.0) as u64,
@@ -564,17 +604,24 @@ impl Steering {
             s.recovery_debt_mib = Some(debt / (1 << 20) as f64);
             s.checkpoint_running = Some(running);
             s.foreground_rate = Some(rate);
+            s.vacuums_running = Some(vacuums_running);
         });
-        let decisions = self.controller.decide(obs);
-        if decisions.is_empty() {
-            self.record(obs, &decisions, true);
+        let checkpoint = self.controller.decide(obs);
+        let vacuum = self.vacuum.as_mut().map_or_else(Vec::new, |v| {
+            v.decide(VacuumObservation {
+                foreground_rate: rate,
+                vacuums_running,
+            })
+        });
+        if checkpoint.is_empty() && vacuum.is_empty() {
+            self.record(obs, &checkpoint, true);
             return Ok(());
         }
         let decided = Instant::now();
         let applied = async {
-            for d in &decisions {
+            for d in checkpoint.iter().chain(&vacuum) {
                 let sluice_core::controller::Knob::Postgres(name) = d.knob else {
-                    unreachable!("the checkpoint controller decides PostgreSQL settings alone")
+                    unreachable!("the checkpoint and vacuum controllers decide PostgreSQL settings alone")
                 };
                 execute(
                     client,
@@ -585,11 +632,15 @@ impl Steering {
             execute(client, "SELECT pg_reload_conf()").await
         }
         .await;
-        self.record(obs, &decisions, applied.is_ok());
+        self.record(obs, &checkpoint, applied.is_ok());
         if let Err(e) = applied {
             self.controller.forget_applied();
+            if let Some(v) = &mut self.vacuum {
+                v.forget_applied();
+            }
             return Err(e);
         }
+        let decisions: Vec<Decision> = checkpoint.into_iter().chain(vacuum).collect();
         let took = decided.elapsed().as_secs_f64() * 1e3;
         status.update(|s| {
             s.last_apply_ms = Some(took);
@@ -627,11 +678,12 @@ impl Steering {
 }
 
 /// A decided value as `ALTER SYSTEM SET` takes it (max_wal_size in MB,
-/// checkpoint_timeout in seconds).
+/// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms).
 fn setting_value(name: &str, value: f64) -> String {
     match name {
         "max_wal_size" => format!("'{}MB'", value as u64),
         "checkpoint_timeout" => format!("'{}s'", value as u64),
+        "autovacuum_vacuum_cost_delay" => format!("'{value}ms'"),
         _ => format!("{value}"),
     }
 }
@@ -660,6 +712,17 @@ mod tests {
         assert!(config("[checkpoint]\nmax_recovery_wal_mb = 128\n")
             .unwrap_err()
             .contains("max_recovery_wal_mb"));
+        let e = config("[vacuum]\nbusy_cost_limit = 0\n").unwrap_err();
+        assert!(e.contains("postgres.background.vacuum.busy_cost_limit"), "{e}");
+    }
+
+    #[test]
+    fn vacuum_settings_are_steered_only_when_asked() {
+        assert_eq!(config("").unwrap().steered(), CHECKPOINT_SETTINGS);
+        let with = config("[vacuum]\n").unwrap();
+        assert_eq!(with.vacuum, Some(VacuumControllerConfig::default()));
+        assert_eq!(with.steered().len(), 5);
+        assert!(with.steered().contains(&"autovacuum_vacuum_cost_limit"));
     }
 
     #[test]
@@ -674,6 +737,8 @@ mod tests {
         assert_eq!(setting_value("max_wal_size", 190.0), "'190MB'");
         assert_eq!(setting_value("checkpoint_timeout", 46.0), "'46s'");
         assert_eq!(setting_value("checkpoint_completion_target", 0.9), "0.9");
+        assert_eq!(setting_value("autovacuum_vacuum_cost_delay", 2.0), "'2ms'");
+        assert_eq!(setting_value("autovacuum_vacuum_cost_limit", 400.0), "400");
         assert_eq!(quote("it's"), "'it''s'");
     }
 

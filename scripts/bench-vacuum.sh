@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# PostgreSQL's autovacuum paced by the proxy (targets: docs/BENCHMARKS.md,
+# "Autovacuum, paced"): pgbench's TPC-B-like script at scale 100 through
+# sluice proxy (P pinned at 16), open loop at a fixed rate (400/s), while
+# an autovacuum worker vacuums pgbench_accounts. Before each run the table
+# gets the same dead rows (pgbench unthrottled, straight to PostgreSQL, with
+# autovacuum off on the table), then a checkpoint; 10 s into the run the
+# table's autovacuum is switched on with a threshold it has passed (and the
+# run's own updates do not reach again), and a worker starts on it within a
+# second (autovacuum_naptime = 1s). Four
+# configurations, interleaved and repeated:
+#
+#   none      the table's autovacuum stays off: the foreground alone
+#   unpaced   autovacuum_vacuum_cost_delay = 0: the vacuum's own speed
+#   defaults  PostgreSQL's pace (2 ms per 200 cost units)
+#   steered   [postgres.background.vacuum] with its defaults
+#
+# Per run: throughput, the run's p99, the vacuum's time (PostgreSQL's
+# log) and the foreground's p99 and p99.9 while it ran and in the 30 s
+# after it, when the kernel writes its dirty pages back (for `none`, from
+# the moment the others switch the vacuum on to the end), CPU steal.
+# Then `sluice bench summarize`'s tables: ratios to `none` (the target:
+# p99 while vacuumed at most 1.2x) and to `unpaced` (the vacuum's time at
+# most 2x), paired by round.
+#
+#   scripts/bench-vacuum.sh [--rounds 3] [--seconds 90] [--scale 100] [--rate 400] [--dirty 80000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+rounds=3 seconds=90 scale=100 rate=400 dirty=80000
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --rounds) rounds=$2; shift 2 ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --scale) scale=$2; shift 2 ;;
+        --rate) rate=$2; shift 2 ;;
+        --dirty) dirty=$2; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+apt_install postgresql-15 postgresql-client-15
+find_sluice
+
+# Below the ephemeral range, so that no client connection holds them.
+PG_PORT=25462 SLUICE_PORT=27462 ADMIN_PORT=27463
+bench_scratch sluice-bench-vacuum
+
+echo "== PostgreSQL 15 on port $PG_PORT ($work), fsync on, autovacuum logged; checkpoints out of the runs"
+# In the configuration file, not on the command line: the steered proxy
+# refuses to steer settings pinned where ALTER SYSTEM cannot reach, and it
+# steers checkpoints too (to these same values, below).
+CONF_LINES="max_wal_size = '8GB'
+checkpoint_timeout = '1h'" start_pg shared_buffers=256MB autovacuum_naptime=1s \
+    log_autovacuum_min_duration=0 "log_line_prefix=%m "
+echo "== pgbench -i -s $scale"
+pgbench -i -q -s "$scale" -h 127.0.0.1 -p $PG_PORT -U postgres postgres 2>&1 | tail -1
+psql_db -c "ALTER TABLE pgbench_accounts SET (autovacuum_enabled = false)"
+
+# The pace each configuration starts from; the table gets its dead rows.
+prepare() {
+    psql_db -c "ALTER SYSTEM RESET autovacuum_vacuum_cost_limit"
+    if [[ $1 == unpaced ]]; then
+        psql_db -c "ALTER SYSTEM SET autovacuum_vacuum_cost_delay = 0"
+    else
+        psql_db -c "ALTER SYSTEM RESET autovacuum_vacuum_cost_delay"
+    fi
+    psql_db -c "SELECT pg_reload_conf()" >/dev/null
+    psql_db -c "ALTER TABLE pgbench_accounts SET (autovacuum_enabled = false)"
+    pgbench -h 127.0.0.1 -p $PG_PORT -U postgres -n -c 8 -j 2 -t $((dirty / 8)) postgres >/dev/null
+    psql_db -c "CHECKPOINT"
+}
+
+start_proxy() {
+    cat >"$work/sluice.toml" <<TOML
+[proxy]
+listen = "127.0.0.1:$SLUICE_PORT"
+upstream = "127.0.0.1:$PG_PORT"
+protocol = "pg"
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+[gate]
+parallelism = 16
+[optimizer]
+parallelism = "fixed"
+zeta = "fixed"
+TOML
+    if [[ $1 == steered ]]; then
+        cat >>"$work/sluice.toml" <<TOML
+[postgres.background]
+conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
+state_file = "$work/steering.json"
+[postgres.background.checkpoint]
+max_recovery_wal_mib = 8192
+timeout_s = 3600
+[postgres.background.vacuum]
+TOML
+    fi
+    RUST_LOG=warn,sluice_proxy::pg::background=info \
+        "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
+    proxy=$!
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $SLUICE_PORT && return; sleep 0.1; done
+    echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
+    exit 1
+}
+
+stop_proxy() {
+    kill -TERM "$proxy"
+    wait "$proxy" || true
+}
+
+run() {
+    local config=$1 round=$2 dir="$work/run-$1-$2"
+    mkdir -p "$dir"
+    prepare "$config"
+    start_proxy "$config"
+    local log_from
+    log_from=$(wc -l <"$work/pg.log")
+    local s0 t0
+    s0=$("$sluice" bench steal)
+    t0=$(date +%s.%N)
+    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$rate" -T "$seconds" \
+        -l --log-prefix="$dir/base" postgres >"$dir/base.out" 2>&1 &
+    local main=$!
+    sleep 10
+    echo "$(date +%s.%N)" >"$dir/switched"
+    # A threshold the dead rows passed, which the run's own updates do not
+    # reach again: one vacuum per run.
+    local threshold=$((dirty / 4 > rate * seconds ? dirty / 4 : rate * seconds))
+    if [[ $config != none ]]; then
+        psql_db -c "ALTER TABLE pgbench_accounts SET (autovacuum_enabled = true, \
+            autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = $threshold)"
+    fi
+    wait "$main"
+    local steal
+    steal=$("$sluice" bench steal --since "$s0")
+    stop_proxy
+    tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
+    row=$(python3 scripts/vacuum-run.py "$dir" "$t0" "$seconds")
+    echo "$round $config $row $steal" | tee -a "$work/runs"
+}
+
+echo "round target tps p99_ms vacuum_s vacuum_p99_ms vacuum_p999_ms steal" | tee "$work/runs"
+for round in $(seq "$rounds"); do
+    for config in none unpaced defaults steered; do
+        run "$config" "$round"
+    done
+done
+echo
+echo "== against the foreground alone (none)"
+"$sluice" bench summarize "$work/runs" --baseline none
+echo "== against the vacuum's own speed (unpaced)"
+"$sluice" bench summarize "$work/runs" --baseline unpaced
+mkdir -p results/vacuum
+cp "$work/runs" results/vacuum/runs.txt
+cp "$work/sluice-steered.log" results/vacuum/
+for d in "$work"/run-*; do
+    cp "$d/pg.log" "results/vacuum/$(basename "$d")-pg.log"
+done
+echo "rows, the steered proxy's log and PostgreSQL's logs kept in results/vacuum/"
