@@ -38,10 +38,21 @@ fn psql_ok(pg: &PgServer, sql: &str) -> String {
 
 /// `name=value (source)` for each steered setting, by name.
 fn steered(pg: &PgServer) -> String {
+    shown(
+        pg,
+        "'checkpoint_completion_target', 'max_wal_size', 'checkpoint_timeout'",
+    )
+}
+
+/// `name=value (source)` for each setting named (quoted, comma-separated),
+/// by name.
+fn shown(pg: &PgServer, names: &str) -> String {
     psql_ok(
         pg,
-        "SELECT string_agg(name || '=' || setting || coalesce(unit, '') || ' (' || source || ')', ', ' ORDER BY name) \
-         FROM pg_settings WHERE name IN ('checkpoint_completion_target', 'max_wal_size', 'checkpoint_timeout')",
+        &format!(
+            "SELECT string_agg(name || '=' || setting || coalesce(unit, '') || ' (' || source || ')', ', ' ORDER BY name) \
+             FROM pg_settings WHERE name IN ({names})"
+        ),
     )
 }
 
@@ -282,11 +293,7 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
 
 /// The autovacuum settings as `pg_settings` shows them.
 fn autovacuum_pace(pg: &PgServer) -> String {
-    psql_ok(
-        pg,
-        "SELECT string_agg(name || '=' || setting || coalesce(unit, '') || ' (' || source || ')', ', ' ORDER BY name) \
-         FROM pg_settings WHERE name IN ('autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay')",
-    )
+    shown(pg, "'autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay'")
 }
 
 fn with_vacuum(text: String) -> String {

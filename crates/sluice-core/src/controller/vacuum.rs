@@ -136,10 +136,6 @@ impl VacuumController {
         })
     }
 
-    pub fn config(&self) -> &VacuumControllerConfig {
-        &self.config
-    }
-
     /// The settings for the next interval: a decision for each that
     /// changed (the delay and the limit at the first call), with its
     /// reason.

@@ -510,8 +510,8 @@ async fn settings(client: &Client, steered: &[&str]) -> Result<Vec<Source>, Stri
 /// `ALTER SYSTEM` back to the originals, then one reload.
 async fn restore(client: &Client, originals: &[Original]) -> Result<(), String> {
     for original in originals {
-        let steerable = CHECKPOINT_SETTINGS.iter().chain(&VACUUM_SETTINGS);
-        let Some(name) = steerable.into_iter().find(|s| **s == original.name) else {
+        let mut steerable = CHECKPOINT_SETTINGS.iter().chain(&VACUUM_SETTINGS);
+        let Some(name) = steerable.find(|s| **s == original.name) else {
             return Err(format!(
                 "the state file names {:?}, which is not steered",
                 original.name
