@@ -23,11 +23,17 @@
 # p99 while vacuumed at most 1.2x) and to `unpaced` (the vacuum's time at
 # most 2x), paired by round.
 #
+# With --rest-at S the foreground falls to a tenth of its rate S seconds
+# into the run (give S > 10, after the vacuum has started): the steered
+# vacuum should hurry from then on, mid-table, where PostgreSQL's pace
+# keeps on. --configs picks and orders the configurations.
+#
 #   scripts/bench-vacuum.sh [--rounds 3] [--seconds 90] [--scale 100] [--rate 400] [--dirty 80000]
+#                           [--rest-at S] [--configs none,unpaced,defaults,steered]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-rounds=3 seconds=90 scale=100 rate=400 dirty=80000
+rounds=3 seconds=90 scale=100 rate=400 dirty=80000 rest_at="" configs=none,unpaced,defaults,steered
 while [[ $# -gt 0 ]]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -35,8 +41,20 @@ while [[ $# -gt 0 ]]; do
         --scale) scale=$2; shift 2 ;;
         --rate) rate=$2; shift 2 ;;
         --dirty) dirty=$2; shift 2 ;;
+        --rest-at) rest_at=$2; shift 2 ;;
+        --configs) configs=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+if [[ -n $rest_at ]] && ! ((rest_at > 10 && rest_at < seconds)); then
+    echo "--rest-at must lie between 10 (the vacuum's start) and --seconds ($seconds), got $rest_at" >&2
+    exit 2
+fi
+for config in ${configs//,/ }; do
+    case $config in
+        none|unpaced|defaults|steered) ;;
+        *) echo "unknown configuration $config in --configs (none, unpaced, defaults, steered)" >&2; exit 2 ;;
     esac
 done
 apt_install postgresql-15 postgresql-client-15
@@ -119,7 +137,7 @@ run() {
     local s0 t0
     s0=$("$sluice" bench steal)
     t0=$(date +%s.%N)
-    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$rate" -T "$seconds" \
+    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$rate" -T "${rest_at:-$seconds}" \
         -l --log-prefix="$dir/base" postgres >"$dir/base.out" 2>&1 &
     local main=$!
     sleep 10
@@ -132,6 +150,10 @@ run() {
             autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = $threshold)"
     fi
     wait "$main"
+    if [[ -n $rest_at ]]; then
+        pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$((rate / 10))" \
+            -T "$((seconds - rest_at))" -l --log-prefix="$dir/rest" postgres >"$dir/rest.out" 2>&1
+    fi
     local steal
     steal=$("$sluice" bench steal --since "$s0")
     stop_proxy
@@ -142,18 +164,19 @@ run() {
 
 echo "round target tps p99_ms vacuum_s vacuum_p99_ms vacuum_p999_ms steal" | tee "$work/runs"
 for round in $(seq "$rounds"); do
-    for config in none unpaced defaults steered; do
+    for config in ${configs//,/ }; do
         run "$config" "$round"
     done
 done
-echo
-echo "== against the foreground alone (none)"
-"$sluice" bench summarize "$work/runs" --baseline none
-echo "== against the vacuum's own speed (unpaced)"
-"$sluice" bench summarize "$work/runs" --baseline unpaced
+for baseline in none unpaced; do
+    [[ ,$configs, == *,$baseline,* ]] || continue
+    echo
+    echo "== against $baseline"
+    "$sluice" bench summarize "$work/runs" --baseline $baseline
+done
 mkdir -p results/vacuum
 cp "$work/runs" results/vacuum/runs.txt
-cp "$work/sluice-steered.log" results/vacuum/
+[[ -f $work/sluice-steered.log ]] && cp "$work/sluice-steered.log" results/vacuum/
 for d in "$work"/run-*; do
     cp "$d/pg.log" "results/vacuum/$(basename "$d")-pg.log"
 done

@@ -3,8 +3,8 @@
 
     vacuum-run.py DIR T0 SECONDS
 
-DIR holds the run's pgbench transaction logs (base.*, one line per
-transaction: client, number, latency in microseconds measured from the
+DIR holds the run's pgbench transaction logs (base.*, and rest.* for the
+foreground after --rest-at; one line per transaction: client, number, latency in microseconds measured from the
 scheduled start, script, completion time in seconds and microseconds),
 `switched` (the epoch at which the table's autovacuum was switched on) and
 `pg.log` (PostgreSQL's log of the run, autovacuum logged). Prints:
@@ -47,7 +47,7 @@ def vacuum_span(log_path):
 
 def main():
     run_dir, t0, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-    txns = transactions(run_dir, ["base."])
+    txns = transactions(run_dir, ["base.", "rest."])
     p99 = quantile(sorted(l for _, l in txns), 0.99)
     span = vacuum_span(os.path.join(run_dir, "pg.log"))
     if span is None:

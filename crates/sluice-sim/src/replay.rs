@@ -7,13 +7,13 @@
 
 use std::io::BufRead;
 
-use sluice_core::controller::trace::{replay_checkpoints, CheckpointStep, Divergence, Replayed, TraceHeader};
+use sluice_core::controller::trace::{replay, Divergence, Replayed, Step, TraceHeader, POSTGRES};
 
 /// A trace read whole: its header and its steps.
 #[derive(Debug)]
 pub struct Trace {
     pub header: TraceHeader,
-    pub steps: Vec<CheckpointStep>,
+    pub steps: Vec<Step>,
 }
 
 impl Trace {
@@ -30,9 +30,9 @@ impl Trace {
         let first = first.map_err(|e| format!("line 1: {e}"))?;
         let header: TraceHeader =
             serde_json::from_str(&first).map_err(|e| format!("line 1 is not a trace header: {e}"))?;
-        if header.controller != "checkpoint" {
+        if header.controller != POSTGRES {
             return Err(format!(
-                "line 1: a trace of controller {:?}, and only \"checkpoint\" can be replayed",
+                "line 1: a trace of controller {:?}, and only {POSTGRES:?} can be replayed",
                 header.controller
             ));
         }
@@ -47,7 +47,7 @@ impl Trace {
 
     /// Decides every step again.
     pub fn replay(&self) -> Result<Replayed, Divergence> {
-        replay_checkpoints(self.header.checkpoint, &self.steps)
+        replay(&self.header, &self.steps)
     }
 }
 
@@ -60,7 +60,7 @@ mod tests {
     fn trace_text() -> String {
         let config = CheckpointControllerConfig::default();
         let mut live = CheckpointController::new(config).unwrap();
-        let mut text = serde_json::to_string(&TraceHeader::checkpoint(config)).unwrap() + "\n";
+        let mut text = serde_json::to_string(&TraceHeader::postgres(config, None)).unwrap() + "\n";
         for i in 0..50u64 {
             let observation = CheckpointObservation {
                 foreground_rate: if i < 25 { 321.5 } else { 12.25 },
@@ -68,7 +68,7 @@ mod tests {
                 checkpoint_running: i % 10 > 6,
                 since_checkpoint_start: i * 987_654_321,
             };
-            let step = CheckpointStep::new(observation, &live.decide(observation), true);
+            let step = Step::new(observation, None, &live.decide(observation), true);
             text += &(serde_json::to_string(&step).unwrap() + "\n");
         }
         text
@@ -89,12 +89,12 @@ mod tests {
         for (bad, want) in [
             (String::new(), "no header line"),
             (
-                "{\"controller\":\"checkpoint\"}\n".to_string(),
+                "{\"controller\":\"postgres\"}\n".to_string(),
                 "line 1 is not a trace header",
             ),
             (
-                text.replacen("\"checkpoint\",", "\"compaction\",", 1),
-                "only \"checkpoint\" can be replayed",
+                text.replacen("\"postgres\",", "\"compaction\",", 1),
+                "only \"postgres\" can be replayed",
             ),
             (text.clone() + "{\"observation\":", "line 52 is not a step"),
             (

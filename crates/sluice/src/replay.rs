@@ -16,11 +16,12 @@ use sluice_sim::replay::Trace;
 #[command(
     long_about = "Decide a controller's recorded run again and check every decision.\n\n\
     A trace is what `trace_file` in the proxy's [postgres.background] section writes: one \
-    JSON line with the checkpoint controller's settings, then one line per interval with what \
-    the proxy observed (foreground rate, WAL since the redo point, whether a checkpoint ran, \
-    time since it started), what the controller decided, and whether it reached PostgreSQL. \
-    The replay gives the same observations to a new controller of the same settings, in \
-    virtual time, and fails at the first interval where it decides otherwise.\n\n\
+    JSON line with the settings of the checkpoint controller (and of the vacuum controller, if \
+    [postgres.background.vacuum] was set), then one line per interval with what the proxy \
+    observed (foreground rate, WAL since the redo point, whether a checkpoint ran, time since \
+    it started, the vacuums running), what the controllers decided, and whether it reached \
+    PostgreSQL. The replay gives the same observations to new controllers of the same \
+    settings, in virtual time, and fails at the first interval where they decide otherwise.\n\n\
     Example: sluice replay /var/lib/sluice/checkpoints.trace"
 )]
 pub struct ReplayArgs {
@@ -42,6 +43,12 @@ pub fn run(args: ReplayArgs) -> Result<()> {
             Ok(())
         }
         Err(Divergence::Settings(e)) => bail!("{}: the trace's settings are refused: {e}", args.trace.display()),
+        Err(Divergence::Unmatched { step }) => bail!(
+            "{}: interval {step} (line {}) does not match the header: a vacuum observation must be \
+             in every step if the header has vacuum settings, and in none if it has not",
+            args.trace.display(),
+            step + 2
+        ),
         Err(Divergence::Step {
             step,
             recorded,

@@ -270,21 +270,33 @@ fn serve_stops_a_script_at_its_time_limit() {
 
 #[test]
 fn replay_decides_a_trace_again_and_names_where_it_parts() {
-    use sluice_core::controller::trace::{CheckpointStep, TraceHeader};
-    use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
+    use sluice_core::controller::trace::{Step, TraceHeader};
+    use sluice_core::controller::{
+        CheckpointController, CheckpointControllerConfig, CheckpointObservation, VacuumController,
+        VacuumControllerConfig, VacuumObservation,
+    };
 
     let dir = scratch("replay");
     let config = CheckpointControllerConfig::default();
     let mut live = CheckpointController::new(config).unwrap();
-    let mut lines = vec![serde_json::to_string(&TraceHeader::checkpoint(config)).unwrap()];
+    let mut vacuum = VacuumController::new(VacuumControllerConfig::default()).unwrap();
+    let header = TraceHeader::postgres(config, Some(VacuumControllerConfig::default()));
+    let mut lines = vec![serde_json::to_string(&header).unwrap()];
     for i in 0..30u64 {
+        let foreground_rate = if i < 15 { 800.0 } else { 40.0 };
         let observation = CheckpointObservation {
-            foreground_rate: if i < 15 { 800.0 } else { 40.0 },
+            foreground_rate,
             wal_since_redo: i << 24,
             checkpoint_running: false,
             since_checkpoint_start: i * 1_000_000_000,
         };
-        let step = CheckpointStep::new(observation, &live.decide(observation), true);
+        let vacuum_observation = VacuumObservation {
+            foreground_rate,
+            vacuums_running: u32::from(i >= 5),
+        };
+        let mut decided = live.decide(observation);
+        decided.extend(vacuum.decide(vacuum_observation));
+        let step = Step::new(observation, Some(vacuum_observation), &decided, true);
         lines.push(serde_json::to_string(&step).unwrap());
     }
     let trace = dir.join("run.trace");
@@ -296,7 +308,8 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
 
     // The rest fell at interval 15: a replay that sees the load stay up
     // keeps the busy target where the live run hurried.
-    lines[16] = lines[16].replace("\"foreground_rate\":40.0", "\"foreground_rate\":800.0");
+    let hurried = lines[16].clone();
+    lines[16] = lines[16].replacen("\"foreground_rate\":40.0", "\"foreground_rate\":800.0", 1);
     std::fs::write(&trace, lines.join("\n")).unwrap();
     let out = sluice(&["replay", trace.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -304,6 +317,18 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
     assert!(err.contains("interval 15 (line 17) decided otherwise"), "{err}");
     assert!(
         err.contains("recorded:\n  postgres.checkpoint_completion_target = 0.5"),
+        "{err}"
+    );
+
+    // The same for the vacuum: one that started at interval 5 is spread.
+    lines[16] = hurried;
+    lines[6] = lines[6].replacen("\"vacuums_running\":1", "\"vacuums_running\":0", 1);
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let out = sluice(&["replay", trace.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interval 5 (line 7) decided otherwise"), "{err}");
+    assert!(
+        err.contains("recorded:\n  postgres.autovacuum_vacuum_cost_limit = 200"),
         "{err}"
     );
 

@@ -1,22 +1,23 @@
 //! A controller's run as a trace: what it observed each interval, what it
 //! decided, and whether the decision reached what it steers. A driver
 //! records one (`trace_file` of `[postgres.background]`); replaying it
-//! feeds the same observations to a new controller of the same settings,
+//! feeds the same observations to new controllers of the same settings,
 //! which must decide the same, value for value and reason for reason. That
 //! is the check that the rules a live run followed are the rules the
 //! simulator and the tests run: no clock, no I/O and no hidden state in
 //! between.
 //!
-//! A trace is JSON lines: a [`TraceHeader`] naming the controller and its
-//! settings, then one [`CheckpointStep`] per interval.
+//! A trace is JSON lines: a [`TraceHeader`] naming the controllers and
+//! their settings (the checkpoint controller, and the vacuum controller if
+//! the run had one), then one [`Step`] per interval.
 //!
 //! ```
-//! use sluice_core::controller::trace::{replay_checkpoints, CheckpointStep};
+//! use sluice_core::controller::trace::{replay, Step, TraceHeader};
 //! use sluice_core::controller::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
 //!
 //! let config = CheckpointControllerConfig::default();
 //! let mut live = CheckpointController::new(config).unwrap();
-//! let steps: Vec<CheckpointStep> = (0..20u64)
+//! let steps: Vec<Step> = (0..20u64)
 //!     .map(|i| {
 //!         let observation = CheckpointObservation {
 //!             foreground_rate: if i < 10 { 500.0 } else { 50.0 },
@@ -24,32 +25,41 @@
 //!             checkpoint_running: false,
 //!             since_checkpoint_start: i * 1_000_000_000,
 //!         };
-//!         CheckpointStep::new(observation, &live.decide(observation), true)
+//!         Step::new(observation, None, &live.decide(observation), true)
 //!     })
 //!     .collect();
-//! assert_eq!(replay_checkpoints(config, &steps).unwrap().steps, 20);
+//! assert_eq!(replay(&TraceHeader::postgres(config, None), &steps).unwrap().steps, 20);
 //! ```
 
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
 use super::decision::Decision;
+use super::vacuum::{VacuumController, VacuumControllerConfig, VacuumObservation};
+
+/// What a trace's header names as its controllers: PostgreSQL's
+/// background controllers, the ones `[postgres.background]` runs.
+pub const POSTGRES: &str = "postgres";
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceHeader {
-    /// Which controller: `"checkpoint"`.
+    /// Which controllers: [`POSTGRES`].
     pub controller: String,
-    /// Its settings for the whole run.
+    /// The checkpoint controller's settings for the whole run.
     pub checkpoint: CheckpointControllerConfig,
+    /// The vacuum controller's, if the run had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacuum: Option<VacuumControllerConfig>,
 }
 
 impl TraceHeader {
-    pub fn checkpoint(config: CheckpointControllerConfig) -> Self {
+    pub fn postgres(checkpoint: CheckpointControllerConfig, vacuum: Option<VacuumControllerConfig>) -> Self {
         TraceHeader {
-            controller: "checkpoint".into(),
-            checkpoint: config,
+            controller: POSTGRES.into(),
+            checkpoint,
+            vacuum,
         }
     }
 }
@@ -73,21 +83,32 @@ impl From<&Decision> for TracedDecision {
     }
 }
 
-/// One interval of the checkpoint controller.
+/// One interval: what each controller observed, and what they decided,
+/// the checkpoint controller's decisions first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CheckpointStep {
+pub struct Step {
     pub observation: CheckpointObservation,
+    /// The vacuum controller's observation, if the run had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacuum: Option<VacuumObservation>,
     pub decided: Vec<TracedDecision>,
     /// Whether the decisions reached PostgreSQL; if not, the driver told
-    /// the controller to forget what it had applied, and so does a replay.
+    /// the controllers to forget what they had applied, and so does a
+    /// replay.
     pub applied: bool,
 }
 
-impl CheckpointStep {
-    pub fn new(observation: CheckpointObservation, decided: &[Decision], applied: bool) -> Self {
-        CheckpointStep {
+impl Step {
+    pub fn new(
+        observation: CheckpointObservation,
+        vacuum: Option<VacuumObservation>,
+        decided: &[Decision],
+        applied: bool,
+    ) -> Self {
+        Step {
             observation,
+            vacuum,
             decided: decided.iter().map(TracedDecision::from).collect(),
             applied,
         }
@@ -106,6 +127,9 @@ pub struct Replayed {
 pub enum Divergence {
     /// The trace's settings are ones the controller refuses.
     Settings(String),
+    /// A step with a vacuum observation where the header names no vacuum
+    /// controller, or without one where it does; by its index from 0.
+    Unmatched { step: usize },
     /// The first step whose decisions differ, by its index from 0.
     Step {
         step: usize,
@@ -114,20 +138,24 @@ pub enum Divergence {
     },
 }
 
-/// Runs a new checkpoint controller of `config` over the recorded steps;
+/// Runs new controllers of the header's settings over the recorded steps;
 /// `Err` at the first step whose decisions differ from the recorded ones.
-pub fn replay_checkpoints(
-    config: CheckpointControllerConfig,
-    steps: &[CheckpointStep],
-) -> Result<Replayed, Divergence> {
-    let mut controller = CheckpointController::new(config).map_err(Divergence::Settings)?;
+pub fn replay(header: &TraceHeader, steps: &[Step]) -> Result<Replayed, Divergence> {
+    let mut checkpoint = CheckpointController::new(header.checkpoint).map_err(Divergence::Settings)?;
+    let mut vacuum = header
+        .vacuum
+        .map(VacuumController::new)
+        .transpose()
+        .map_err(|e| Divergence::Settings(format!("vacuum.{e}")))?;
     let mut decisions = 0;
     for (i, step) in steps.iter().enumerate() {
-        let replayed: Vec<TracedDecision> = controller
-            .decide(step.observation)
-            .iter()
-            .map(TracedDecision::from)
-            .collect();
+        let mut replayed = checkpoint.decide(step.observation);
+        match (&mut vacuum, step.vacuum) {
+            (Some(v), Some(observation)) => replayed.extend(v.decide(observation)),
+            (None, None) => {}
+            _ => return Err(Divergence::Unmatched { step: i }),
+        }
+        let replayed: Vec<TracedDecision> = replayed.iter().map(TracedDecision::from).collect();
         if replayed != step.decided {
             return Err(Divergence::Step {
                 step: i,
@@ -136,7 +164,10 @@ pub fn replay_checkpoints(
             });
         }
         if !step.applied {
-            controller.forget_applied();
+            checkpoint.forget_applied();
+            if let Some(v) = &mut vacuum {
+                v.forget_applied();
+            }
         }
         decisions += replayed.len();
     }
@@ -152,57 +183,100 @@ mod tests {
 
     const SECOND: u64 = 1_000_000_000;
 
-    /// A live run: a busy foreground, a burst, rest, and a failed apply.
-    fn recorded(config: CheckpointControllerConfig) -> Vec<CheckpointStep> {
-        let mut live = CheckpointController::new(config).unwrap();
+    fn header(checkpoint: CheckpointControllerConfig) -> TraceHeader {
+        TraceHeader::postgres(checkpoint, Some(VacuumControllerConfig::default()))
+    }
+
+    /// A live run: a busy foreground, a burst, rest, and a failed apply;
+    /// a vacuum runs through the burst and into the rest.
+    fn recorded(header: &TraceHeader) -> Vec<Step> {
+        let mut checkpoint = CheckpointController::new(header.checkpoint).unwrap();
+        let mut vacuum = header.vacuum.map(|v| VacuumController::new(v).unwrap());
         (0..200u64)
             .map(|i| {
+                let foreground_rate = match i {
+                    0..=59 => 400.0 + (i % 7) as f64,
+                    60..=79 => 900.0,
+                    80..=139 => 400.0,
+                    _ => 30.0,
+                };
                 let observation = CheckpointObservation {
-                    foreground_rate: match i {
-                        0..=59 => 400.0 + (i % 7) as f64,
-                        60..=79 => 900.0,
-                        80..=139 => 400.0,
-                        _ => 30.0,
-                    },
+                    foreground_rate,
                     wal_since_redo: (i % 90) << 23,
                     checkpoint_running: i % 90 > 40,
                     since_checkpoint_start: (i % 90) * SECOND,
                 };
-                let decided = live.decide(observation);
+                let vacuum_observation = vacuum.as_ref().map(|_| VacuumObservation {
+                    foreground_rate,
+                    vacuums_running: u32::from((50..160).contains(&i)),
+                });
+                let mut decided = checkpoint.decide(observation);
+                if let (Some(v), Some(o)) = (&mut vacuum, vacuum_observation) {
+                    decided.extend(v.decide(o));
+                }
                 let applied = i != 100;
                 if !applied {
-                    live.forget_applied();
+                    checkpoint.forget_applied();
+                    if let Some(v) = &mut vacuum {
+                        v.forget_applied();
+                    }
                 }
-                CheckpointStep::new(observation, &decided, applied)
+                Step::new(observation, vacuum_observation, &decided, applied)
             })
             .collect()
     }
 
     #[test]
     fn a_recorded_run_replays_decision_for_decision() {
-        let config = CheckpointControllerConfig {
+        let header = header(CheckpointControllerConfig {
             max_recovery_wal_mib: 512,
             ..Default::default()
-        };
-        let steps = recorded(config);
-        let done = replay_checkpoints(config, &steps).unwrap();
+        });
+        let steps = recorded(&header);
+        let done = replay(&header, &steps).unwrap();
         assert_eq!(done.steps, 200);
         assert!(done.decisions > 3, "the run changed settings: {done:?}");
+        let vacuum_decisions = steps
+            .iter()
+            .flat_map(|s| &s.decided)
+            .filter(|d| d.knob == "postgres.autovacuum_vacuum_cost_limit")
+            .count();
+        // The ceiling; spread when the vacuum starts (50); hurry when the
+        // burst ends (80); spread once its peak fades; the failed apply's
+        // repeat (101); hurry at rest (140).
+        assert_eq!(vacuum_decisions, 6);
+    }
+
+    #[test]
+    fn a_trace_without_vacuum_replays_the_checkpoints_alone() {
+        let header = TraceHeader::postgres(CheckpointControllerConfig::default(), None);
+        let steps = recorded(&header);
+        assert!(steps.iter().all(|s| s.vacuum.is_none()));
+        assert_eq!(replay(&header, &steps).unwrap().steps, 200);
+        let with_vacuum = self::header(header.checkpoint);
+        assert_eq!(
+            replay(&with_vacuum, &steps),
+            Err(Divergence::Unmatched { step: 0 }),
+            "a vacuum controller with no vacuum observations"
+        );
     }
 
     #[test]
     fn a_replay_under_other_settings_or_inputs_names_where_it_parts() {
-        let config = CheckpointControllerConfig::default();
-        let steps = recorded(config);
-        let other = CheckpointControllerConfig {
-            busy_completion_target: 0.8,
-            ..config
+        let header = header(CheckpointControllerConfig::default());
+        let steps = recorded(&header);
+        let other = TraceHeader {
+            checkpoint: CheckpointControllerConfig {
+                busy_completion_target: 0.8,
+                ..header.checkpoint
+            },
+            ..header.clone()
         };
         let Err(Divergence::Step {
             step,
             recorded,
             replayed,
-        }) = replay_checkpoints(other, &steps)
+        }) = replay(&other, &steps)
         else {
             panic!("other settings decide otherwise");
         };
@@ -211,23 +285,44 @@ mod tests {
 
         let mut changed = steps.clone();
         changed[150].observation.foreground_rate = 5000.0;
-        assert_eq!(step_of(replay_checkpoints(config, &changed)), 150);
+        assert_eq!(step_of(replay(&header, &changed)), 150);
 
-        let refused = CheckpointControllerConfig { timeout_s: 1, ..config };
-        let Err(Divergence::Settings(e)) = replay_checkpoints(refused, &steps) else {
+        let mut vacuum_changed = steps.clone();
+        vacuum_changed[30].vacuum.as_mut().unwrap().vacuums_running = 1;
+        assert_eq!(step_of(replay(&header, &vacuum_changed)), 30);
+
+        let refused = TraceHeader {
+            checkpoint: CheckpointControllerConfig {
+                timeout_s: 1,
+                ..header.checkpoint
+            },
+            ..header.clone()
+        };
+        let Err(Divergence::Settings(e)) = replay(&refused, &steps) else {
             panic!("settings PostgreSQL refuses are named");
         };
         assert!(e.contains("timeout_s"), "{e}");
+        let refused = TraceHeader {
+            vacuum: Some(VacuumControllerConfig {
+                busy_cost_limit: 0,
+                ..Default::default()
+            }),
+            ..header
+        };
+        let Err(Divergence::Settings(e)) = replay(&refused, &steps) else {
+            panic!("vacuum settings PostgreSQL refuses are named");
+        };
+        assert!(e.contains("vacuum.busy_cost_limit"), "{e}");
     }
 
     #[test]
     fn a_failed_apply_is_replayed_too() {
-        let config = CheckpointControllerConfig::default();
-        let mut steps = recorded(config);
+        let header = header(CheckpointControllerConfig::default());
+        let mut steps = recorded(&header);
         // Without the forget, the step after the failed one would not set
         // every knob again, as it was recorded doing.
         steps[100].applied = true;
-        assert_eq!(step_of(replay_checkpoints(config, &steps)), 101);
+        assert_eq!(step_of(replay(&header, &steps)), 101);
     }
 
     fn step_of(r: Result<Replayed, Divergence>) -> usize {
@@ -238,11 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn a_step_survives_json_exactly() {
-        let steps = recorded(CheckpointControllerConfig::default());
-        for step in &steps {
+    fn a_trace_survives_json_exactly() {
+        let header = header(CheckpointControllerConfig::default());
+        let text = serde_json::to_string(&header).unwrap();
+        assert_eq!(serde_json::from_str::<TraceHeader>(&text).unwrap(), header);
+        for step in &recorded(&header) {
             let text = serde_json::to_string(step).unwrap();
-            assert_eq!(&serde_json::from_str::<CheckpointStep>(&text).unwrap(), step);
+            assert_eq!(&serde_json::from_str::<Step>(&text).unwrap(), step);
         }
     }
 }

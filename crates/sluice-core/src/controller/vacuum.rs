@@ -18,25 +18,38 @@
 //! This controller owns the cost limit (and sets the delay once):
 //!
 //! - **Spread while the foreground works, hurry while it rests** (SILK's
-//!   rule, as the checkpoint controller's): the limit is `busy_cost_limit`
-//!   unless the foreground's rate has fallen below `light_share` of its
-//!   recent peak, when it is `light_cost_limit`. The busy default is
-//!   PostgreSQL's own pace (200 per 2 ms). Faster paces measured here hurt
-//!   a light foreground: 1000, at 2.2 times the unpaced time, took the
-//!   run's p99 to 44 ms in one of two runs, where PostgreSQL's pace kept
-//!   it at 5–7 ms (VC2); 2000 and 4000, within twice the unpaced time,
-//!   raised it 1.3–10 times (VC1). The write-back of what a vacuum
-//!   dirties, not its reads, is what the foreground pays for, so the
-//!   device's spare write bandwidth, not the foreground's rate, bounds a
-//!   safe busy pace. At rest (4000 per 2 ms) a vacuum runs about 20 times
-//!   faster.
+//!   rule, as the checkpoint controller's): while a vacuum runs, the limit
+//!   is `busy_cost_limit` unless the foreground's rate has fallen below
+//!   `light_share` of its recent peak, when it is `light_cost_limit`. The
+//!   busy default is PostgreSQL's own pace (200 per 2 ms). Faster paces
+//!   measured here hurt a light foreground: 1000, at 2.2 times the
+//!   unpaced time, took the run's p99 to 44 ms in one of two runs, where
+//!   PostgreSQL's pace kept it at 5–7 ms (VC2); 2000 and 4000, within
+//!   twice the unpaced time, raised it 1.3–10 times (VC1). The write-back
+//!   of what a vacuum dirties, not its reads, is what the foreground pays
+//!   for, so the device's spare write bandwidth, not the foreground's
+//!   rate, bounds a safe busy pace. At rest (4000 per 2 ms) a vacuum runs
+//!   about 20 times faster.
+//! - **No vacuum running: the ceiling.** With no vacuum to pace, the limit
+//!   is `light_cost_limit`, so that the next vacuum starts its table with
+//!   it. PostgreSQL 15 and earlier read the limit when a worker starts a
+//!   table, and that value is the most the worker ever gets: on each
+//!   configuration reload the autovacuum launcher shares the (new) limit
+//!   out among the running workers, but caps each at the limit it started
+//!   its table with. So a lowered limit reaches a running vacuum within a
+//!   reload, and a raised one only up to its start (measured on
+//!   PostgreSQL 15: a vacuum started at 4000 slowed from 35,000 pages/s
+//!   to 4,400 within a second of the limit going to 200 and sped up again
+//!   when it went back; one started at 200 kept 4,700 pages/s when it was
+//!   raised to 4000). A vacuum that starts while the foreground works runs
+//!   at the ceiling until the next interval. PostgreSQL 16 and later take
+//!   any changed limit up mid-table. A worker that moves on to its next
+//!   table while the limit is low starts that table low; the rule holds
+//!   for the one large table that matters, not for a queue of them.
 //!
-//! Where the setting reaches a vacuum depends on the server: PostgreSQL 16
-//! and later take a changed limit up mid-table; PostgreSQL 15 and earlier
-//! read it when a worker starts a table, so a vacuum of one large table
-//! keeps the pace of the moment it started. Manual `VACUUM` is paced by
-//! `vacuum_cost_limit` and `vacuum_cost_delay` (by default unpaced), which
-//! this controller leaves alone.
+//! Manual `VACUUM` is paced by `vacuum_cost_limit` and
+//! `vacuum_cost_delay` (by default unpaced), which this controller leaves
+//! alone.
 //!
 //! Pure, like the rest of the core: the driver observes the foreground,
 //! calls [`VacuumController::decide`] once per interval, and applies the
@@ -57,7 +70,8 @@ pub const MAX_COST_DELAY_MS: f64 = 100.0;
 pub struct VacuumControllerConfig {
     /// Cost limit while the foreground works.
     pub busy_cost_limit: u32,
-    /// Cost limit while it rests: vacuums that start then run sooner.
+    /// Cost limit while it rests, and while no vacuum runs: the ceiling a
+    /// vacuum starts its table with.
     pub light_cost_limit: u32,
     /// `autovacuum_vacuum_cost_delay`, ms: the sleep each limit's worth of
     /// cost earns.
@@ -143,11 +157,15 @@ impl VacuumController {
         let c = self.config;
         let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
         let running = match obs.vacuums_running {
-            0 => "no vacuum running".to_string(),
             1 => "1 vacuum running".to_string(),
             n => format!("{n} vacuums running"),
         };
-        let (limit, why) = if rate < c.light_share * peak {
+        let (limit, why) = if obs.vacuums_running == 0 {
+            (
+                c.light_cost_limit,
+                format!("no vacuum running: the next starts its table at the ceiling (foreground at {rate:.0}/s)"),
+            )
+        } else if rate < c.light_share * peak {
             (
                 c.light_cost_limit,
                 format!(
@@ -235,6 +253,24 @@ mod tests {
     }
 
     #[test]
+    fn with_no_vacuum_running_the_next_starts_at_the_ceiling() {
+        let mut c = VacuumController::new(VacuumControllerConfig::default()).unwrap();
+        let idle = VacuumObservation {
+            foreground_rate: 400.0,
+            vacuums_running: 0,
+        };
+        assert_eq!(value(&c.decide(idle), "autovacuum_vacuum_cost_limit"), Some(4000.0));
+        // A vacuum starts under a working foreground: spread it.
+        let started = c.decide(obs(400.0));
+        assert_eq!(value(&started, "autovacuum_vacuum_cost_limit"), Some(200.0));
+        assert!(started[0].why.contains("1 vacuum running"), "{}", started[0].why);
+        // It ends: back to the ceiling for the next.
+        let ended = c.decide(idle);
+        assert_eq!(value(&ended, "autovacuum_vacuum_cost_limit"), Some(4000.0));
+        assert!(ended[0].why.contains("ceiling"), "{}", ended[0].why);
+    }
+
+    #[test]
     fn a_lasting_drop_becomes_the_new_normal() {
         let mut c = VacuumController::new(VacuumControllerConfig::default()).unwrap();
         c.decide(obs(1000.0));
@@ -271,18 +307,18 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the load, the limit is one of the two configured, and
-        /// rest (a rate under the share of every rate seen) always gets the
-        /// light one.
+        /// Whatever the load, the limit is one of the two configured; rest
+        /// (a rate under the share of every rate seen) and an idle server
+        /// always get the light one.
         #[test]
         fn the_limit_is_busy_or_light_and_rest_hurries(
-            rates in proptest::collection::vec(0.0f64..10_000.0, 1..60),
+            intervals in proptest::collection::vec((0.0f64..10_000.0, 0u32..3), 1..60),
         ) {
             let config = VacuumControllerConfig::default();
             let mut c = VacuumController::new(config).unwrap();
             let mut top: f64 = 0.0;
-            for (i, rate) in rates.into_iter().enumerate() {
-                let decisions = c.decide(obs(rate));
+            for (i, (rate, vacuums_running)) in intervals.into_iter().enumerate() {
+                let decisions = c.decide(VacuumObservation { foreground_rate: rate, vacuums_running });
                 prop_assert!(decisions.len() <= 2);
                 prop_assert_eq!(decisions.len() == 2, i == 0);
                 let limit = c.cost_limit().unwrap();
@@ -290,7 +326,7 @@ mod tests {
                 // The fading peak is at least top * decay^i; a rate under the
                 // share of that is rest.
                 top = (top * config.peak_decay).max(rate);
-                if rate < config.light_share * top * 0.999 {
+                if vacuums_running == 0 || rate < config.light_share * top * 0.999 {
                     prop_assert_eq!(limit, config.light_cost_limit);
                 }
             }

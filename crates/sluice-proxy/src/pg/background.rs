@@ -41,8 +41,7 @@
 //! GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay TO sluice_steer;
 //! ```
 //!
-//! Limits, as built today: the background writer is not steered; the trace
-//! file holds the checkpoint controller's run alone; a server that forbids `ALTER
+//! Limits, as built today: the background writer is not steered; a server that forbids `ALTER
 //! SYSTEM` is not steered (there is no fallback to timing `CHECKPOINT`
 //! alone, which writes without pacing); the connection is plain
 //! (`sslmode=require` is refused by the driver's connector), so run it over
@@ -56,7 +55,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sluice_core::controller::trace::{CheckpointStep, TraceHeader};
+use sluice_core::controller::trace::{Step, TraceHeader};
 use sluice_core::controller::{
     CheckpointController, CheckpointControllerConfig, CheckpointObservation, Decision, VacuumController,
     VacuumControllerConfig, VacuumObservation,
@@ -287,13 +286,13 @@ struct TraceFile {
 }
 
 impl TraceFile {
-    fn create(path: &Path, config: CheckpointControllerConfig) -> Result<TraceFile, String> {
+    fn create(path: &Path, header: &TraceHeader) -> Result<TraceFile, String> {
         let mut trace = TraceFile {
             file: std::fs::File::create(path)
                 .map_err(|e| format!("cannot create the trace file {}: {e}", path.display()))?,
             path: path.to_owned(),
         };
-        trace.line(&TraceHeader::checkpoint(config))?;
+        trace.line(header)?;
         Ok(trace)
     }
 
@@ -326,7 +325,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
     };
     let trace = match config.trace_file.as_deref() {
         None => None,
-        Some(path) => match TraceFile::create(path, config.checkpoint) {
+        Some(path) => match TraceFile::create(path, &TraceHeader::postgres(config.checkpoint, config.vacuum)) {
             Ok(trace) => Some(trace),
             Err(e) => {
                 refuse(e);
@@ -606,20 +605,21 @@ impl Steering {
             s.foreground_rate = Some(rate);
             s.vacuums_running = Some(vacuums_running);
         });
-        let checkpoint = self.controller.decide(obs);
-        let vacuum = self.vacuum.as_mut().map_or_else(Vec::new, |v| {
-            v.decide(VacuumObservation {
-                foreground_rate: rate,
-                vacuums_running,
-            })
+        let vacuum_obs = self.vacuum.as_ref().map(|_| VacuumObservation {
+            foreground_rate: rate,
+            vacuums_running,
         });
-        if checkpoint.is_empty() && vacuum.is_empty() {
-            self.record(obs, &checkpoint, true);
+        let mut decisions = self.controller.decide(obs);
+        if let (Some(v), Some(o)) = (&mut self.vacuum, vacuum_obs) {
+            decisions.extend(v.decide(o));
+        }
+        if decisions.is_empty() {
+            self.record(obs, vacuum_obs, &decisions, true);
             return Ok(());
         }
         let decided = Instant::now();
         let applied = async {
-            for d in checkpoint.iter().chain(&vacuum) {
+            for d in &decisions {
                 let sluice_core::controller::Knob::Postgres(name) = d.knob else {
                     unreachable!("the checkpoint and vacuum controllers decide PostgreSQL settings alone")
                 };
@@ -632,7 +632,7 @@ impl Steering {
             execute(client, "SELECT pg_reload_conf()").await
         }
         .await;
-        self.record(obs, &checkpoint, applied.is_ok());
+        self.record(obs, vacuum_obs, &decisions, applied.is_ok());
         if let Err(e) = applied {
             self.controller.forget_applied();
             if let Some(v) = &mut self.vacuum {
@@ -640,7 +640,6 @@ impl Steering {
             }
             return Err(e);
         }
-        let decisions: Vec<Decision> = checkpoint.into_iter().chain(vacuum).collect();
         let took = decided.elapsed().as_secs_f64() * 1e3;
         status.update(|s| {
             s.last_apply_ms = Some(took);
@@ -656,9 +655,15 @@ impl Steering {
 
     /// Appends the interval to the trace, if there is one; a trace that
     /// cannot be written is given up with a warning, and steering goes on.
-    fn record(&mut self, obs: CheckpointObservation, decisions: &[Decision], applied: bool) {
+    fn record(
+        &mut self,
+        obs: CheckpointObservation,
+        vacuum_obs: Option<VacuumObservation>,
+        decisions: &[Decision],
+        applied: bool,
+    ) {
         let Some(trace) = &mut self.trace else { return };
-        if let Err(e) = trace.line(&CheckpointStep::new(obs, decisions, applied)) {
+        if let Err(e) = trace.line(&Step::new(obs, vacuum_obs, decisions, applied)) {
             tracing::warn!("postgres.background: {e}; no more of this run is traced");
             self.trace = None;
         }
