@@ -18,7 +18,8 @@
 # Per run: throughput, the run's p99, the vacuum's time (PostgreSQL's
 # log) and the foreground's p99 and p99.9 while it ran and in the 30 s
 # after it, when the kernel writes its dirty pages back (for `none`, from
-# the moment the others switch the vacuum on to the end), CPU steal.
+# the moment the others switch the vacuum on to the end), CPU steal; for
+# the steered run, its trace decided again by `sluice replay`.
 # Then `sluice bench summarize`'s tables: ratios to `none` (the target:
 # p99 while vacuumed at most 1.2x) and to `unpaced` (the vacuum's time at
 # most 2x), paired by round.
@@ -108,6 +109,7 @@ TOML
 [postgres.background]
 conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
 state_file = "$work/steering.json"
+trace_file = "$work/steering.trace"
 [postgres.background.checkpoint]
 max_recovery_wal_mib = 8192
 timeout_s = 3600
@@ -160,6 +162,11 @@ run() {
     tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
     row=$(python3 scripts/vacuum-run.py "$dir" "$t0" "$seconds")
     echo "$round $config $row $steal" | tee -a "$work/runs"
+    if [[ $config == steered ]]; then
+        # The run's decisions, decided again from its observations.
+        cp "$work/steering.trace" "$dir/steering.trace"
+        echo "   (replayed: $("$sluice" replay "$dir/steering.trace" 2>&1))"
+    fi
 }
 
 echo "round target tps p99_ms vacuum_s vacuum_p99_ms vacuum_p999_ms steal" | tee "$work/runs"
@@ -179,5 +186,8 @@ cp "$work/runs" results/vacuum/runs.txt
 [[ -f $work/sluice-steered.log ]] && cp "$work/sluice-steered.log" results/vacuum/
 for d in "$work"/run-*; do
     cp "$d/pg.log" "results/vacuum/$(basename "$d")-pg.log"
+    if [[ -f $d/steering.trace ]]; then
+        cp "$d/steering.trace" "results/vacuum/$(basename "$d")-steering.trace"
+    fi
 done
-echo "rows, the steered proxy's log and PostgreSQL's logs kept in results/vacuum/"
+echo "rows, the steered proxy's log and traces and PostgreSQL's logs kept in results/vacuum/"
