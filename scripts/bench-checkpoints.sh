@@ -61,42 +61,13 @@ configure() {
     psql_db -c "CHECKPOINT"
 }
 
+# The steered configuration adds the checkpoint controller, held to the
+# worst setting's 128 MiB of recovery debt.
 start_proxy() {
-    cat >"$work/sluice.toml" <<TOML
-[proxy]
-listen = "127.0.0.1:$SLUICE_PORT"
-upstream = "127.0.0.1:$PG_PORT"
-protocol = "pg"
-[admin]
-listen = "127.0.0.1:$ADMIN_PORT"
-[gate]
-parallelism = 16
-[optimizer]
-parallelism = "fixed"
-zeta = "fixed"
-TOML
-    if [[ $1 == steered ]]; then
-        cat >>"$work/sluice.toml" <<TOML
-[postgres.background]
-conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
-state_file = "$work/steering.json"
-trace_file = "$work/steering.trace"
-[postgres.background.checkpoint]
-max_recovery_wal_mib = 128
-TOML
-    fi
-    # The controllers' decisions are logged at info.
-    RUST_LOG=warn,sluice_proxy::optimizer=info,sluice_proxy::pg::background=info \
-        "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
-    proxy=$!
-    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $SLUICE_PORT && return; sleep 0.1; done
-    echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
-    exit 1
-}
-
-stop_proxy() {
-    kill -TERM "$proxy"
-    wait "$proxy" || true
+    local steering=""
+    [[ $1 == steered ]] && steering="[postgres.background.checkpoint]
+max_recovery_wal_mib = 128"
+    start_pg_proxy "$1" "$steering"
 }
 
 # Capacity under the hardest setting (the paper's worst), so that the
@@ -109,7 +80,7 @@ unthrottled() {
 }
 unthrottled 30 >/dev/null
 capacity=$(unthrottled 60)
-stop_proxy
+stop_pg_proxy
 base=$((capacity * base_share / 100)) burst=$((capacity * burst_share / 100))
 echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"
 
@@ -160,7 +131,7 @@ run() {
     fi
     kill "$sampler"
     wait "$sampler" 2>/dev/null || true
-    stop_proxy
+    stop_pg_proxy
     tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
     row=$(python3 scripts/checkpoint-run.py "$dir" "$t0" "$seconds")
     echo "$round $config $row $steal" | tee -a "$work/runs"

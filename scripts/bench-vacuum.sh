@@ -90,43 +90,15 @@ prepare() {
     psql_db -c "CHECKPOINT"
 }
 
+# The steered configuration adds the vacuum controller, and steers
+# checkpoints to the same 8 GB and 1 h the others have in postgresql.conf.
 start_proxy() {
-    cat >"$work/sluice.toml" <<TOML
-[proxy]
-listen = "127.0.0.1:$SLUICE_PORT"
-upstream = "127.0.0.1:$PG_PORT"
-protocol = "pg"
-[admin]
-listen = "127.0.0.1:$ADMIN_PORT"
-[gate]
-parallelism = 16
-[optimizer]
-parallelism = "fixed"
-zeta = "fixed"
-TOML
-    if [[ $1 == steered ]]; then
-        cat >>"$work/sluice.toml" <<TOML
-[postgres.background]
-conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
-state_file = "$work/steering.json"
-trace_file = "$work/steering.trace"
-[postgres.background.checkpoint]
+    local steering=""
+    [[ $1 == steered ]] && steering="[postgres.background.checkpoint]
 max_recovery_wal_mib = 8192
 timeout_s = 3600
-[postgres.background.vacuum]
-TOML
-    fi
-    RUST_LOG=warn,sluice_proxy::pg::background=info \
-        "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
-    proxy=$!
-    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p $SLUICE_PORT && return; sleep 0.1; done
-    echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
-    exit 1
-}
-
-stop_proxy() {
-    kill -TERM "$proxy"
-    wait "$proxy" || true
+[postgres.background.vacuum]"
+    start_pg_proxy "$1" "$steering"
 }
 
 run() {
@@ -158,7 +130,7 @@ run() {
     fi
     local steal
     steal=$("$sluice" bench steal --since "$s0")
-    stop_proxy
+    stop_pg_proxy
     tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
     row=$(python3 scripts/vacuum-run.py "$dir" "$t0" "$seconds")
     echo "$round $config $row $steal" | tee -a "$work/runs"

@@ -86,6 +86,51 @@ start_pg() {
 
 psql_db() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -XAtq "$@"; }
 
+# Starts `$sluice proxy` in front of the private PostgreSQL (start_pg):
+# listening on $SLUICE_PORT, its admin port on $ADMIN_PORT, P pinned at 16
+# and zeta fixed. With STEERING (TOML lines: the controllers' sections), it
+# steers PostgreSQL's background work too ([postgres.background], its state
+# and trace files in $work). The controllers' decisions are logged at info
+# to $work/sluice-NAME.log. Sets $proxy to its pid.
+#   start_pg_proxy NAME [STEERING]
+start_pg_proxy() {
+    cat >"$work/sluice.toml" <<TOML
+[proxy]
+listen = "127.0.0.1:$SLUICE_PORT"
+upstream = "127.0.0.1:$PG_PORT"
+protocol = "pg"
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+[gate]
+parallelism = 16
+[optimizer]
+parallelism = "fixed"
+zeta = "fixed"
+TOML
+    if [[ -n ${2:-} ]]; then
+        cat >>"$work/sluice.toml" <<TOML
+[postgres.background]
+conninfo = "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres"
+state_file = "$work/steering.json"
+trace_file = "$work/steering.trace"
+$2
+TOML
+    fi
+    RUST_LOG=warn,sluice_proxy::optimizer=info,sluice_proxy::pg::background=info \
+        "$sluice" proxy --config "$work/sluice.toml" 2>>"$work/sluice-$1.log" &
+    proxy=$!
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p "$SLUICE_PORT" && return; sleep 0.1; done
+    echo "sluice proxy did not start: $(cat "$work/sluice-$1.log")" >&2
+    exit 1
+}
+
+# Stops the proxy start_pg_proxy started; a clean stop gives back what it
+# steered.
+stop_pg_proxy() {
+    kill -TERM "$proxy"
+    wait "$proxy" || true
+}
+
 # Starts `SLUICE serve ARGS...` in the background, logging to
 # $work/serve.log; sets $server to its pid (stopped on exit) and returns
 # once it listens (or after 5 s).

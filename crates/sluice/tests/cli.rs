@@ -272,15 +272,16 @@ fn serve_stops_a_script_at_its_time_limit() {
 fn replay_decides_a_trace_again_and_names_where_it_parts() {
     use sluice_core::controller::trace::{Step, TraceHeader};
     use sluice_core::controller::{
-        CheckpointController, CheckpointControllerConfig, CheckpointObservation, VacuumController,
-        VacuumControllerConfig, VacuumObservation,
+        CheckpointControllerConfig, CheckpointObservation, PostgresControllers, VacuumControllerConfig,
+        VacuumObservation,
     };
 
     let dir = scratch("replay");
-    let config = CheckpointControllerConfig::default();
-    let mut live = CheckpointController::new(config).unwrap();
-    let mut vacuum = VacuumController::new(VacuumControllerConfig::default()).unwrap();
-    let header = TraceHeader::postgres(config, Some(VacuumControllerConfig::default()));
+    let header = TraceHeader::postgres(
+        CheckpointControllerConfig::default(),
+        Some(VacuumControllerConfig::default()),
+    );
+    let mut live = PostgresControllers::new(header.checkpoint, header.vacuum).unwrap();
     let mut lines = vec![serde_json::to_string(&header).unwrap()];
     for i in 0..30u64 {
         let foreground_rate = if i < 15 { 800.0 } else { 40.0 };
@@ -294,8 +295,7 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
             foreground_rate,
             vacuums_running: u32::from(i >= 5),
         };
-        let mut decided = live.decide(observation);
-        decided.extend(vacuum.decide(vacuum_observation));
+        let decided = live.decide(observation, Some(vacuum_observation));
         let step = Step::new(observation, Some(vacuum_observation), &decided, true);
         lines.push(serde_json::to_string(&step).unwrap());
     }

@@ -15,8 +15,10 @@
 //! | P by latency gradient (the alternative to the matching point) | [`gradient`] | Envoy adaptive concurrency, Netflix gradient limiters |
 //! | weights of latency-sensitive tenants from their percentile SLOs | [`slo`] | AppleS §5.3 with PSLO |
 //!
-//! A driver may record a controller's run ([`trace`]); a replay decides it
-//! again from the same observations and must decide the same.
+//! [`postgres`] runs the checkpoint and vacuum controllers together, in the
+//! order a driver and a replay share. A driver may record a controller's
+//! run ([`trace`]); a replay decides it again from the same observations
+//! and must decide the same.
 
 pub mod background;
 pub mod checkpoint;
@@ -26,6 +28,7 @@ pub mod gradient;
 pub mod matching_point;
 pub mod model_search;
 pub mod optimizer;
+pub mod postgres;
 pub mod quota;
 pub mod slo;
 pub mod trace;
@@ -74,6 +77,7 @@ pub use gradient::{GradientConfig, GradientLimiter, GradientObservation};
 pub use matching_point::{matching_point, MatchingPoint, Sample, ThroughputModel};
 pub use model_search::{ModelConfig, ModelObservation, ModelSearch};
 pub use optimizer::{Optimizer, OptimizerConfig, ParallelismMode, Period, PeriodTenant, Slo, SloMeasure, ZetaMode};
+pub use postgres::PostgresControllers;
 pub use quota::{QuotaController, QuotaControllerConfig, QuotaDecision, QuotaObservation};
 pub use slo::{MissRate, SloController, SloControllerConfig};
 pub use vacuum::{VacuumController, VacuumControllerConfig, VacuumObservation};

@@ -33,9 +33,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
+use super::checkpoint::{CheckpointControllerConfig, CheckpointObservation};
 use super::decision::Decision;
-use super::vacuum::{VacuumController, VacuumControllerConfig, VacuumObservation};
+use super::postgres::PostgresControllers;
+use super::vacuum::{VacuumControllerConfig, VacuumObservation};
 
 /// What a trace's header names as its controllers: PostgreSQL's
 /// background controllers, the ones `[postgres.background]` runs.
@@ -141,21 +142,17 @@ pub enum Divergence {
 /// Runs new controllers of the header's settings over the recorded steps;
 /// `Err` at the first step whose decisions differ from the recorded ones.
 pub fn replay(header: &TraceHeader, steps: &[Step]) -> Result<Replayed, Divergence> {
-    let mut checkpoint = CheckpointController::new(header.checkpoint).map_err(Divergence::Settings)?;
-    let mut vacuum = header
-        .vacuum
-        .map(VacuumController::new)
-        .transpose()
-        .map_err(|e| Divergence::Settings(format!("vacuum.{e}")))?;
+    let mut controllers = PostgresControllers::new(header.checkpoint, header.vacuum).map_err(Divergence::Settings)?;
     let mut decisions = 0;
     for (i, step) in steps.iter().enumerate() {
-        let mut replayed = checkpoint.decide(step.observation);
-        match (&mut vacuum, step.vacuum) {
-            (Some(v), Some(observation)) => replayed.extend(v.decide(observation)),
-            (None, None) => {}
-            _ => return Err(Divergence::Unmatched { step: i }),
+        if step.vacuum.is_some() != controllers.steers_vacuum() {
+            return Err(Divergence::Unmatched { step: i });
         }
-        let replayed: Vec<TracedDecision> = replayed.iter().map(TracedDecision::from).collect();
+        let replayed: Vec<TracedDecision> = controllers
+            .decide(step.observation, step.vacuum)
+            .iter()
+            .map(TracedDecision::from)
+            .collect();
         if replayed != step.decided {
             return Err(Divergence::Step {
                 step: i,
@@ -164,10 +161,7 @@ pub fn replay(header: &TraceHeader, steps: &[Step]) -> Result<Replayed, Divergen
             });
         }
         if !step.applied {
-            checkpoint.forget_applied();
-            if let Some(v) = &mut vacuum {
-                v.forget_applied();
-            }
+            controllers.forget_applied();
         }
         decisions += replayed.len();
     }
@@ -190,8 +184,7 @@ mod tests {
     /// A live run: a busy foreground, a burst, rest, and a failed apply;
     /// a vacuum runs through the burst and into the rest.
     fn recorded(header: &TraceHeader) -> Vec<Step> {
-        let mut checkpoint = CheckpointController::new(header.checkpoint).unwrap();
-        let mut vacuum = header.vacuum.map(|v| VacuumController::new(v).unwrap());
+        let mut live = PostgresControllers::new(header.checkpoint, header.vacuum).unwrap();
         (0..200u64)
             .map(|i| {
                 let foreground_rate = match i {
@@ -206,20 +199,14 @@ mod tests {
                     checkpoint_running: i % 90 > 40,
                     since_checkpoint_start: (i % 90) * SECOND,
                 };
-                let vacuum_observation = vacuum.as_ref().map(|_| VacuumObservation {
+                let vacuum_observation = live.steers_vacuum().then(|| VacuumObservation {
                     foreground_rate,
                     vacuums_running: u32::from((50..160).contains(&i)),
                 });
-                let mut decided = checkpoint.decide(observation);
-                if let (Some(v), Some(o)) = (&mut vacuum, vacuum_observation) {
-                    decided.extend(v.decide(o));
-                }
+                let decided = live.decide(observation, vacuum_observation);
                 let applied = i != 100;
                 if !applied {
-                    checkpoint.forget_applied();
-                    if let Some(v) = &mut vacuum {
-                        v.forget_applied();
-                    }
+                    live.forget_applied();
                 }
                 Step::new(observation, vacuum_observation, &decided, applied)
             })

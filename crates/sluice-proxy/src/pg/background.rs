@@ -57,8 +57,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sluice_core::controller::trace::{Step, TraceHeader};
 use sluice_core::controller::{
-    CheckpointController, CheckpointControllerConfig, CheckpointObservation, Decision, VacuumController,
-    VacuumControllerConfig, VacuumObservation,
+    CheckpointControllerConfig, CheckpointObservation, Decision, PostgresControllers, VacuumControllerConfig,
+    VacuumObservation,
 };
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
@@ -268,11 +268,10 @@ pub async fn run(
     }
 }
 
-/// A connection, the controller and what it has recorded.
+/// A connection, the controllers and what they have recorded.
 struct Steering {
     client: Option<Client>,
-    controller: CheckpointController,
-    vacuum: Option<VacuumController>,
+    controllers: PostgresControllers,
     recorded: Recorded,
     trace: Option<TraceFile>,
 }
@@ -314,9 +313,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         tracing::error!("postgres.background: not steering: {e}; the proxy serves on");
         status.status(format!("not steering: {e}"));
     };
-    let controllers = CheckpointController::new(config.checkpoint)
-        .and_then(|c| Ok((c, config.vacuum.map(VacuumController::new).transpose()?)));
-    let (controller, vacuum) = match controllers {
+    let controllers = match PostgresControllers::new(config.checkpoint, config.vacuum) {
         Ok(c) => c,
         Err(e) => {
             refuse(e);
@@ -346,8 +343,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
     match prepare(&client, &config.state_file, &config.steered()).await {
         Ok(recorded) => Some(Steering {
             client: Some(client),
-            controller,
-            vacuum,
+            controllers,
             recorded,
             trace,
         }),
@@ -605,14 +601,11 @@ impl Steering {
             s.foreground_rate = Some(rate);
             s.vacuums_running = Some(vacuums_running);
         });
-        let vacuum_obs = self.vacuum.as_ref().map(|_| VacuumObservation {
+        let vacuum_obs = self.controllers.steers_vacuum().then_some(VacuumObservation {
             foreground_rate: rate,
             vacuums_running,
         });
-        let mut decisions = self.controller.decide(obs);
-        if let (Some(v), Some(o)) = (&mut self.vacuum, vacuum_obs) {
-            decisions.extend(v.decide(o));
-        }
+        let decisions = self.controllers.decide(obs, vacuum_obs);
         if decisions.is_empty() {
             self.record(obs, vacuum_obs, &decisions, true);
             return Ok(());
@@ -634,10 +627,7 @@ impl Steering {
         .await;
         self.record(obs, vacuum_obs, &decisions, applied.is_ok());
         if let Err(e) = applied {
-            self.controller.forget_applied();
-            if let Some(v) = &mut self.vacuum {
-                v.forget_applied();
-            }
+            self.controllers.forget_applied();
             return Err(e);
         }
         let took = decided.elapsed().as_secs_f64() * 1e3;
