@@ -58,9 +58,11 @@ pub const MAX_TENANT_LEN: usize = 64;
 /// that a budget in the wrong unit is refused rather than kept.
 const MAX_BUDGET_MS: f64 = 86_400_000.0;
 
-/// A command with the context sent before it.
+/// A command with the context sent before it, its arguments owned
+/// (`Vec<u8>`, a server's) or borrowed from the read buffer (`&[u8]`, a
+/// relay's).
 #[derive(Debug, PartialEq)]
-pub struct Sent<'a> {
+pub struct Sent<'a, A = Vec<u8>> {
     /// The request id, in the sender's global arrival order; `None`: the
     /// receiver's own.
     pub id: Option<u64>,
@@ -72,17 +74,17 @@ pub struct Sent<'a> {
     /// the request is this command alone.
     pub ios: Option<u32>,
     /// The command to run, its name first.
-    pub command: &'a [Vec<u8>],
+    pub command: &'a [A],
 }
 
 /// Splits a wrapped command into its context and the command; `Ok(None)`
 /// for a command without the wrapper. Errors name the field that is wrong,
 /// in the words of a Redis error reply (without the `ERR ` prefix).
-pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
+pub fn unwrap<A: AsRef<[u8]>>(args: &[A]) -> Result<Option<Sent<'_, A>>, String> {
     let Some(name) = args.first() else {
         return Ok(None);
     };
-    if !name.eq_ignore_ascii_case(WRAPPER.as_bytes()) {
+    if !name.as_ref().eq_ignore_ascii_case(WRAPPER.as_bytes()) {
         return Ok(None);
     }
     let [_, id, budget, tenant, rest @ ..] = args else {
@@ -92,7 +94,9 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
         ));
     };
     let (ios, command) = match rest {
-        [keyword, n, command @ ..] if keyword.eq_ignore_ascii_case(b"IOS") => (Some(parse_ios(n)?), command),
+        [keyword, n, command @ ..] if keyword.as_ref().eq_ignore_ascii_case(b"IOS") => {
+            (Some(parse_ios(n.as_ref())?), command)
+        }
         _ => (None, rest),
     };
     if command.is_empty() {
@@ -101,13 +105,13 @@ pub fn unwrap(args: &[Vec<u8>]) -> Result<Option<Sent<'_>>, String> {
             WRAPPER.to_ascii_lowercase()
         ));
     }
-    if command[0].eq_ignore_ascii_case(WRAPPER.as_bytes()) {
+    if command[0].as_ref().eq_ignore_ascii_case(WRAPPER.as_bytes()) {
         return Err("SLUICE.WITH: a command may carry one request context, not a nested one".into());
     }
     Ok(Some(Sent {
-        id: parse_id(id)?,
-        budget: parse_budget(budget)?,
-        tenant: parse_tenant(tenant)?,
+        id: parse_id(id.as_ref())?,
+        budget: parse_budget(budget.as_ref())?,
+        tenant: parse_tenant(tenant.as_ref())?,
         ios,
         command,
     }))
@@ -228,7 +232,7 @@ mod tests {
     #[test]
     fn a_command_without_the_wrapper_is_left_alone() {
         assert_eq!(unwrap(&args(&["GET", "k"])), Ok(None));
-        assert_eq!(unwrap(&[]), Ok(None));
+        assert_eq!(unwrap::<Vec<u8>>(&[]), Ok(None));
     }
 
     #[test]

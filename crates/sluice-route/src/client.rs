@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sluice_resp::{parse_reply, request_context, Limits, Reply, RequestParser};
+use sluice_resp::{parse_reply, request_context, CommandParser, Limits, ProtocolError, Reply, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -49,6 +49,44 @@ impl Session {
     }
 }
 
+/// A request's arguments and the bytes it took from the read buffer.
+type Borrowed<'b> = (Vec<&'b [u8]>, usize);
+
+/// A client's requests, framed where they lie in its read buffer: an
+/// array's arguments are borrowed from it, not copied (a hundred-key MGET
+/// would otherwise cost a hundred allocations before it is routed); an
+/// inline command's are resolved into `resolved`, since its quotes and
+/// escapes must go before the command is sent on as an array.
+struct Requests {
+    arrays: CommandParser,
+    inline: RequestParser,
+    limits: Limits,
+}
+
+impl Requests {
+    /// The request at the front of `buf` and the bytes it took, or `None`
+    /// until all of it is there; after `None` the next call passes the
+    /// same bytes and more.
+    fn next<'b>(
+        &mut self,
+        buf: &'b [u8],
+        resolved: &'b mut Vec<Vec<u8>>,
+    ) -> Result<Option<Borrowed<'b>>, ProtocolError> {
+        if buf.first() == Some(&b'*') {
+            let Some(used) = self.arrays.parse(buf)? else {
+                return Ok(None);
+            };
+            let args = self.arrays.args().iter().map(|r| &buf[r.clone()]).collect();
+            return Ok(Some((args, used)));
+        }
+        let Some((args, used)) = self.inline.parse(buf, &self.limits)? else {
+            return Ok(None);
+        };
+        *resolved = args;
+        Ok(Some((resolved.iter().map(Vec::as_slice).collect(), used)))
+    }
+}
+
 /// Commands queued since MULTI. They run on one shard, so their keys must
 /// share a slot (a shard, outside cluster mode) with the first key queued.
 #[derive(Default)]
@@ -73,11 +111,16 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
-    let mut parser = RequestParser::default();
+    let mut requests = Requests {
+        arrays: CommandParser::new(limits),
+        inline: RequestParser::default(),
+        limits,
+    };
     loop {
         let mut used = 0;
         loop {
-            match parser.parse(&input[used..], &limits) {
+            let mut resolved = Vec::new();
+            match requests.next(&input[used..], &mut resolved) {
                 Ok(Some((args, n))) => {
                     used += n;
                     if args.is_empty() {
@@ -141,7 +184,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
 /// shapes Redis 7 gives in RESP3: nulls as nulls, HGETALL's pairs as a
 /// map, a set's members as a set, scores as doubles, and WITHSCORES as
 /// [member, score] pairs (what redis-py, RESP3 by default, unpacks).
-fn resp3(args: &[Vec<u8>], raw: &[u8]) -> Reply {
+fn resp3(args: &[&[u8]], raw: &[u8]) -> Reply {
     let reply = match parse_reply(raw, &Limits::relay()) {
         Ok(Some((reply, _))) => reply,
         _ => return Reply::error("a shard's reply does not parse"),
@@ -178,7 +221,7 @@ fn pairs(items: Vec<Reply>) -> Vec<(Reply, Reply)> {
     pairs
 }
 
-async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Answer {
+async fn answer(router: &Router, session: &mut Session, args: &[&[u8]]) -> Answer {
     // A context the client sent: its budget counts (tightening its
     // tenant's), its tenant names whose work it is; the id is the
     // router's to give, in its own arrival order.
@@ -191,7 +234,7 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
         Ok(Some(sent)) => (sent.command, Some((sent.budget, sent.tenant))),
         Err(e) => return Reply::error(e).into(),
     };
-    let name = String::from_utf8_lossy(&args[0]).to_lowercase();
+    let name = String::from_utf8_lossy(args[0]).to_lowercase();
     let (budget, tenant) = sent.unwrap_or((None, None));
     let origin = router.origin(tenant.or(session.name.as_deref()), budget);
     let queueing = session.transaction.is_some() && !matches!(name.as_str(), "quit" | "reset");
@@ -212,7 +255,7 @@ async fn answer(router: &Router, session: &mut Session, args: &[Vec<u8>]) -> Ans
 /// the transaction's keys (and the watched ones) must share a slot, and it
 /// is sent whole to their shard at EXEC ([`Router::transaction`]), on the
 /// watch's connection if the client watches ([`Router::on_watched`]).
-async fn transaction(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>], origin: Origin) -> Answer {
+async fn transaction(router: &Router, session: &mut Session, name: &str, args: &[&[u8]], origin: Origin) -> Answer {
     let Some(t) = session.transaction.as_mut() else {
         return match name {
             "multi" => {
@@ -279,13 +322,13 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
     if t.first_key.is_none() {
         t.first_key = keys.first().map(|k| k.to_vec());
     }
-    t.queued.push(args.to_vec());
+    t.queued.push(args.iter().map(|a| a.to_vec()).collect());
     Reply::Simple("QUEUED".into()).into()
 }
 
 /// `WATCH key...`: on the connection reserved for the client's watch, the
 /// keys sharing a slot with any it watches already.
-async fn watch(router: &Router, session: &mut Session, args: &[Vec<u8>], origin: Origin) -> Answer {
+async fn watch(router: &Router, session: &mut Session, args: &[&[u8]], origin: Origin) -> Answer {
     if args.len() < 2 {
         return Reply::error("wrong number of arguments for 'watch' command").into();
     }
@@ -294,19 +337,18 @@ async fn watch(router: &Router, session: &mut Session, args: &[Vec<u8>], origin:
         .watched
         .iter()
         .map(|w| w.key.as_slice())
-        .chain(keys.iter().map(Vec::as_slice));
+        .chain(keys.iter().copied());
     if let Err(crossslot) = router.place(together) {
         return crossslot.into();
     }
     let (mut watched, fresh) = match session.watched.take() {
         Some(w) => (w, false),
-        None => match router.reserve(&keys[0]).await {
+        None => match router.reserve(keys[0]).await {
             Ok(w) => (w, true),
             Err(failed) => return failed,
         },
     };
-    let command: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    let answer = router.on_watched(&mut watched, &[&command], origin).await;
+    let answer = router.on_watched(&mut watched, &[args], origin).await;
     let refused = match &answer {
         Answer::Reply(Reply::Error(_)) => true,
         Answer::Raw(raw) => raw.first() == Some(&b'-'),
@@ -321,12 +363,12 @@ async fn watch(router: &Router, session: &mut Session, args: &[Vec<u8>], origin:
 }
 
 /// Commands that concern the connection alone.
-fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -> Reply {
+fn local(router: &Router, session: &mut Session, name: &str, args: &[&[u8]]) -> Reply {
     let rest = &args[1..];
     let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command"));
     match (name, rest) {
         ("ping", []) => Reply::Simple("PONG".into()),
-        ("ping", [msg]) | ("echo", [msg]) => Reply::Bulk(Some(msg.clone())),
+        ("ping", [msg]) | ("echo", [msg]) => Reply::Bulk(Some(msg.to_vec())),
         // The router's clock: a Redis Cluster client sends TIME to any node.
         ("time", []) => {
             let now = std::time::SystemTime::now()
@@ -335,7 +377,7 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -
             let bulk = |n: u64| Reply::Bulk(Some(n.to_string().into_bytes()));
             Reply::Array(vec![bulk(now.as_secs()), bulk(now.subsec_micros().into())])
         }
-        ("select", [db]) if db.as_slice() == b"0" => Reply::ok(),
+        ("select", [db]) if *db == b"0" => Reply::ok(),
         ("select", [_]) => Reply::error("SELECT is not allowed in cluster mode"),
         ("quit", _) => {
             session.quit = true;
@@ -360,11 +402,11 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[Vec<u8>]) -
     }
 }
 
-fn hello(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
+fn hello(session: &mut Session, rest: &[&[u8]]) -> Reply {
     let mut resp3 = session.resp3;
     let mut options = rest;
     if let Some((version, more)) = rest.split_first() {
-        match version.as_slice() {
+        match *version {
             b"2" => resp3 = false,
             b"3" => resp3 = true,
             _ => return Reply::Error("NOPROTO unsupported protocol version".into()),
@@ -374,7 +416,7 @@ fn hello(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
     while let Some((option, more)) = options.split_first() {
         match (option.to_ascii_lowercase().as_slice(), more) {
             (b"setname", [name, tail @ ..]) => {
-                session.name = Some(name.clone());
+                session.name = Some(name.to_vec());
                 options = tail;
             }
             (b"auth", [_, _, ..]) => {
@@ -401,10 +443,10 @@ fn hello(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
     ])
 }
 
-fn client(session: &mut Session, sub: &str, args: &[Vec<u8>]) -> Reply {
+fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
     match (sub, args) {
         ("setname", [name]) => {
-            session.name = Some(name.clone());
+            session.name = Some(name.to_vec());
             Reply::ok()
         }
         ("getname", []) => Reply::Bulk(session.name.clone()),

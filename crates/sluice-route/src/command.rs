@@ -266,7 +266,7 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
 
 /// The keys of a script call (`EVAL script numkeys key... arg...`), or an
 /// error in Redis's words (without its `ERR `).
-pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
+pub fn script_keys<'s, 'a>(args: &'s [&'a [u8]]) -> Result<&'s [&'a [u8]], String> {
     let numkeys = args
         .get(2)
         .and_then(|n| std::str::from_utf8(n).ok())
@@ -281,26 +281,22 @@ pub fn script_keys(args: &[Vec<u8>]) -> Result<&[Vec<u8>], String> {
 
 /// The keys of a [`Route::Together`] command, `None` if its arguments do
 /// not come in whole groups of `step`.
-pub fn together(args: &[Vec<u8>], step: usize) -> Option<impl Iterator<Item = &[u8]>> {
-    (args.len() > step && (args.len() - 1).is_multiple_of(step))
-        .then(|| args[1..].iter().step_by(step).map(Vec::as_slice))
+pub fn together<'s, 'a>(args: &'s [&'a [u8]], step: usize) -> Option<impl Iterator<Item = &'a [u8]> + 's> {
+    (args.len() > step && (args.len() - 1).is_multiple_of(step)).then(|| args[1..].iter().step_by(step).copied())
 }
 
 /// The keys of a command queued inside MULTI, routed by `route`, or why
 /// it cannot be queued: a transaction runs on one shard.
-pub fn keys_of<'a>(name: &str, route: Route, args: &'a [Vec<u8>]) -> Result<Vec<&'a [u8]>, String> {
+pub fn keys_of<'a>(name: &str, route: Route, args: &[&'a [u8]]) -> Result<Vec<&'a [u8]>, String> {
     let arity = || format!("wrong number of arguments for '{name}' command");
     match route {
-        Route::Key(i) => args.get(i).map(|k| vec![k.as_slice()]).ok_or_else(arity),
+        Route::Key(i) => args.get(i).map(|&k| vec![k]).ok_or_else(arity),
         Route::Keys { step, .. } if args.len() >= 2 && (args.len() - 1).is_multiple_of(step) => {
-            Ok(args[1..].iter().step_by(step).map(Vec::as_slice).collect())
+            Ok(args[1..].iter().step_by(step).copied().collect())
         }
         Route::Keys { .. } => Err(arity()),
-        Route::Script => Ok(script_keys(args)?.iter().map(Vec::as_slice).collect()),
-        Route::Pair => args
-            .get(1..3)
-            .map(|k| k.iter().map(Vec::as_slice).collect())
-            .ok_or_else(arity),
+        Route::Script => Ok(script_keys(args)?.to_vec()),
+        Route::Pair => args.get(1..3).map(<[&[u8]]>::to_vec).ok_or_else(arity),
         Route::Together { step } => together(args, step).map(|keys| keys.collect()).ok_or_else(arity),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
         Route::Local if matches!(name, "ping" | "echo" | "unwatch" | "time") => Ok(Vec::new()),
@@ -349,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_queued_command_s_keys_are_found_or_it_is_refused() {
-        let args = |w: &[&str]| w.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+        let args = |w: &[&'static str]| w.iter().map(|a| a.as_bytes()).collect::<Vec<_>>();
         let set = args(&["SET", "k", "v"]);
         assert_eq!(keys_of("set", route("set"), &set), Ok(vec![&b"k"[..]]));
         let mset = args(&["MSET", "a", "1", "b", "2"]);
@@ -365,17 +361,14 @@ mod tests {
 
     #[test]
     fn script_keys_follow_numkeys() {
-        let args: Vec<Vec<u8>> = ["EVAL", "return 1", "2", "a", "b", "x"]
-            .iter()
-            .map(|a| a.as_bytes().to_vec())
-            .collect();
+        let args: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"2", b"a", b"b", b"x"];
         assert_eq!(script_keys(&args).unwrap(), &args[3..5]);
         let mut over = args.clone();
-        over[2] = b"9".to_vec();
+        over[2] = b"9";
         assert!(script_keys(&over).unwrap_err().contains("greater than"));
-        over[2] = b"-1".to_vec();
+        over[2] = b"-1";
         assert!(script_keys(&over).unwrap_err().contains("negative"));
-        over[2] = b"x".to_vec();
+        over[2] = b"x";
         assert!(script_keys(&over).unwrap_err().contains("not an integer"));
     }
 }

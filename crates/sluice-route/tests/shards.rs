@@ -430,6 +430,42 @@ fn a_tenant_s_budget_and_a_client_s_own_reach_the_shards() {
     );
 }
 
+/// Requests framed where they lie in the read buffer: an array sent a
+/// byte at a time, a pipeline whose last request is cut in two, and inline
+/// commands whose quotes and escapes are resolved before they are routed.
+#[test]
+fn requests_are_routed_whole_however_they_arrive() {
+    let shards: Vec<_> = (0..2).map(|_| start_shard("127.0.0.1:0")).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.0).collect();
+    let (router, _) = start_router(&addrs, "");
+    let mut c = Client::connect(router);
+    for byte in b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nslow!\r\n" {
+        c.send_raw(&[*byte]);
+    }
+    assert_eq!(c.reply(), Some(Reply::ok()));
+    c.send_raw(b"SET b \"two words\"\r\nSET c 'it\\'s'\r\nMGET a b c\r\n*2\r\n$3\r\nGET\r\n$1\r");
+    assert_eq!(c.reply(), Some(Reply::ok()));
+    assert_eq!(c.reply(), Some(Reply::ok()));
+    assert_eq!(
+        c.reply(),
+        Some(Reply::Array(vec![bulk("slow!"), bulk("two words"), bulk("it's")]))
+    );
+    c.send_raw(b"\nb\r\n");
+    assert_eq!(c.reply(), Some(bulk("two words")));
+    c.send_raw(b"SET d \"a\\x41\\n\"\r\n");
+    assert_eq!(c.reply(), Some(Reply::ok()));
+    assert_eq!(c.call(&["GET", "d"]), Reply::Bulk(Some(b"aA\n".to_vec())));
+    assert_eq!(
+        shards.len(),
+        [slot(b"a"), slot(b"b"), slot(b"c")]
+            .iter()
+            .map(|s| s / 8192)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        "the MGET spans both shards"
+    );
+}
+
 /// A request whose arguments are each within `max_request_mb` but whose
 /// whole is not is refused with an error and its connection closed,
 /// before the router buffers more of it; other clients are served.
