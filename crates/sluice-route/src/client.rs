@@ -470,3 +470,70 @@ fn info(router: &Router) -> String {
     ));
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sluice_resp::{encode_command, parse};
+
+    /// A request on the wire: an array of any bytes, or an inline line of
+    /// plain words, a quoted one among them.
+    fn request() -> impl Strategy<Value = Vec<u8>> {
+        let array = prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..12).prop_map(|args| {
+            let mut wire = Vec::new();
+            encode_command(&args, &mut wire);
+            wire
+        });
+        let inline = prop::collection::vec("[a-z0-9:]{1,8}", 1..6).prop_map(|words| {
+            let mut line = words.join(" ");
+            line.push_str(" \"two\\x41 words\"\r\n");
+            line.into_bytes()
+        });
+        prop_oneof![array, inline]
+    }
+
+    proptest! {
+        /// However a pipeline is cut into reads, the router frames the same
+        /// requests, with the same arguments, as the owned parser does on
+        /// the whole of it.
+        #[test]
+        fn borrowed_arguments_are_the_owned_parser_s(
+            requests in prop::collection::vec(request(), 1..8),
+            cuts in prop::collection::vec(1usize..64, 0..16),
+        ) {
+            let wire = requests.concat();
+            let limits = Limits::default();
+            let mut expected = Vec::new();
+            let mut at = 0;
+            while let Some((args, n)) = parse(&wire[at..], &limits).unwrap() {
+                expected.push(args);
+                at += n;
+            }
+            let mut requests = Requests { arrays: CommandParser::new(limits), inline: RequestParser::default(), limits };
+            let mut framed: Vec<Vec<Vec<u8>>> = Vec::new();
+            let mut input: Vec<u8> = Vec::new();
+            let mut fed = 0;
+            let mut cuts = cuts.into_iter();
+            while fed < wire.len() {
+                let take = cuts.next().unwrap_or(wire.len()).min(wire.len() - fed);
+                input.extend_from_slice(&wire[fed..fed + take]);
+                fed += take;
+                let mut used = 0;
+                loop {
+                    let mut resolved = Vec::new();
+                    match requests.next(&input[used..], &mut resolved).unwrap() {
+                        Some((args, n)) => {
+                            framed.push(args.iter().map(|a| a.to_vec()).collect());
+                            used += n;
+                        }
+                        None => break,
+                    }
+                }
+                input.drain(..used);
+            }
+            prop_assert_eq!(framed, expected);
+            prop_assert!(input.is_empty());
+        }
+    }
+}
