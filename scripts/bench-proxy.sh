@@ -19,6 +19,9 @@
 #                     as well as C and 2C ([optimizer.model]
 #                     refine_multiples = 3): sluice-r3, and with TXN=1
 #                     sluice-txn-r3
+#   MODEL='settle_ms = 500\nsample_ms = 2000'  also run sluice proxies with
+#                     these [optimizer.model] settings (TOML lines, \n
+#                     between them): sluice-m, and with TXN=1 sluice-txn-m
 #   BOUNCER_POOLS="24 32"  also run PgBouncer with each of these pool sizes
 #                     (pgbouncer-pN), for PgBouncer's best pool in the run
 #   THREADS=1         also run a sluice proxy with this many worker threads
@@ -320,6 +323,13 @@ else
         if [[ -n "${TXN:-}" ]]; then
             PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
                 start_sluice sluice-txn-r3 $((SLUICE_PORT + 41)) "" '[optimizer.model]\nrefine_multiples = 3\n'
+        fi
+    fi
+    if [[ -n "${MODEL:-}" ]]; then
+        start_sluice sluice-m $((SLUICE_PORT + 42)) "" "[optimizer.model]\n$MODEL\n"
+        if [[ -n "${TXN:-}" ]]; then
+            PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
+                start_sluice sluice-txn-m $((SLUICE_PORT + 43)) "" "[optimizer.model]\n$MODEL\n"
         fi
     fi
     i=50
