@@ -228,7 +228,7 @@ if [[ -n "${SLO:-}" ]]; then
     echo "== the latency-sensitive users alone"
     target/release/sluice bench pg --targets "${targets%%,*}" --tenants ls:1:10 --users 10 --out results/bench-slo-alone "$@"
     tenant_args=(--tenants "ls:1:10,be:9" --users "${SLO_USERS:-100}")
-    decisions_ports="$((ADMIN_PORT + 11)) $((ADMIN_PORT + 14))"
+    decisions_ports="slo:$((ADMIN_PORT + 11)) slo-misses:$((ADMIN_PORT + 14))"
 elif [[ -n "${ZETA:-}" ]]; then
     echo "== AppleS Fig. 6: P in {${ZETA_P:-16}} x zeta in {$ZETA}, ${ZETA_TENANTS:-16} tenants"
     targets="direct=127.0.0.1:$PG_PORT" cpu_args=""
@@ -269,7 +269,7 @@ else
         # that the next target in the round starts without them.
         PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
             start_sluice sluice-txn $((SLUICE_PORT + 7)) "127.0.0.1:$((ADMIN_PORT + 60))"
-        decisions_ports="$ADMIN_PORT $((ADMIN_PORT + 60))"
+        decisions_ports="sluice:$ADMIN_PORT sluice-txn:$((ADMIN_PORT + 60))"
     fi
     if [[ -n "${BASE:-}" ]]; then
         SLUICE_BIN=$BASE start_sluice sluice-base $((SLUICE_PORT + 5)) "" "$pinned"
@@ -326,10 +326,12 @@ else
         fi
     fi
     if [[ -n "${MODEL:-}" ]]; then
-        start_sluice sluice-m $((SLUICE_PORT + 42)) "" "[optimizer.model]\n$MODEL\n"
+        start_sluice sluice-m $((SLUICE_PORT + 42)) "127.0.0.1:$((ADMIN_PORT + 62))" "[optimizer.model]\n$MODEL\n"
+        decisions_ports="${decisions_ports-sluice:$ADMIN_PORT} sluice-m:$((ADMIN_PORT + 62))"
         if [[ -n "${TXN:-}" ]]; then
             PROXY_TOML='pool = "transaction"\nserver_idle_timeout_secs = 5\n' \
-                start_sluice sluice-txn-m $((SLUICE_PORT + 43)) "" "[optimizer.model]\n$MODEL\n"
+                start_sluice sluice-txn-m $((SLUICE_PORT + 43)) "127.0.0.1:$((ADMIN_PORT + 63))" "[optimizer.model]\n$MODEL\n"
+            decisions_ports+=" sluice-txn-m:$((ADMIN_PORT + 63))"
         fi
     fi
     i=50
@@ -381,8 +383,9 @@ elif [[ -n "${PGBENCH:-}" ]]; then
 else
     target/release/sluice bench pg --targets "$targets" --cpu "${cpu_args#,}" "${tenant_args[@]}" --out results/bench-pg "$@"
 fi
-for port in ${decisions_ports-$ADMIN_PORT}; do
-    echo "== the decisions of the proxy with admin port $port"
+for named in ${decisions_ports-sluice:$ADMIN_PORT}; do
+    port=${named#*:}
+    echo "== the decisions of ${named%%:*} (admin port $port)"
     curl -s "http://127.0.0.1:$port/stats" | python3 -c '
 import json, sys
 for d in json.load(sys.stdin)["decisions"]:
