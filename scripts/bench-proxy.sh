@@ -66,7 +66,9 @@
 #                     PostgreSQL checkpoints are pushed past the run
 #                     (checkpoint_timeout 1h, max_wal_size 16GB): a
 #                     checkpoint's stall set every p99.9 it fell into,
-#                     whatever the scheduling.
+#                     whatever the scheduling; SLO_CHECKPOINTS=1 leaves
+#                     them at PostgreSQL's defaults and prints them
+#                     (from its log) at the end.
 #   UPSTREAM_TLS=1    PostgreSQL with TLS on (a self-signed certificate),
 #                     and beside PgBouncer and sluice the same with TLS to
 #                     the server (pgbouncer-tls: server_tls_sslmode =
@@ -116,7 +118,7 @@ as_db=()
 [[ $(id -u) -eq 0 ]] && chown postgres "$work"
 
 pg_opts=()
-[[ -n "${SLO:-}" ]] && pg_opts=(-c checkpoint_timeout=1h -c max_wal_size=16GB)
+[[ -n "${SLO:-}" && -z "${SLO_CHECKPOINTS:-}" ]] && pg_opts=(-c checkpoint_timeout=1h -c max_wal_size=16GB)
 read -ra extra_settings <<<"${PG_SETTINGS:-}"
 pg_opts+=("${extra_settings[@]}")
 # Under transaction pooling every login's backend stays in the pool until
@@ -391,3 +393,7 @@ import json, sys
 for d in json.load(sys.stdin)["decisions"]:
     print("%8.1fs  %s = %s: %s" % (d["at"], d["knob"], d["value"], d["why"]))'
 done
+if [[ -n "${SLO_CHECKPOINTS:-}" ]]; then
+    echo "== PostgreSQL's checkpoints during the run"
+    grep -E "checkpoint (starting|complete)" "$work/pg.log" || echo "none"
+fi
