@@ -64,6 +64,14 @@ struct Requests {
 }
 
 impl Requests {
+    fn new(limits: Limits) -> Requests {
+        Requests {
+            arrays: CommandParser::new(limits),
+            inline: RequestParser::default(),
+            limits,
+        }
+    }
+
     /// The request at the front of `buf` and the bytes it took, or `None`
     /// until all of it is there; after `None` the next call passes the
     /// same bytes and more.
@@ -111,11 +119,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
-    let mut requests = Requests {
-        arrays: CommandParser::new(limits),
-        inline: RequestParser::default(),
-        limits,
-    };
+    let mut requests = Requests::new(limits);
     loop {
         let mut used = 0;
         loop {
@@ -510,7 +514,7 @@ mod tests {
                 expected.push(args);
                 at += n;
             }
-            let mut requests = Requests { arrays: CommandParser::new(limits), inline: RequestParser::default(), limits };
+            let mut requests = Requests::new(limits);
             let mut framed: Vec<Vec<Vec<u8>>> = Vec::new();
             let mut input: Vec<u8> = Vec::new();
             let mut fed = 0;

@@ -568,22 +568,33 @@ impl Router {
         let t = self.topology.read().unwrap_or_else(|e| e.into_inner());
         let mut groups: FxHashMap<u32, usize> = FxHashMap::default();
         let mut parts: Vec<Part> = Vec::new();
-        // Each part is sized for every key: one allocation a vector, where
-        // growing them key by key cost a hundred-key MGET twenty.
-        let items = (args.len() - 1) / step;
-        for (n, item) in args[1..].chunks(step).enumerate() {
+        // The items are placed first and each part then sized exactly: one
+        // allocation a vector, where growing them key by key cost a
+        // hundred-key MGET twenty, and no part sized for every key (in
+        // cluster mode a part is a slot, and there may be thousands).
+        let mut part_of = Vec::with_capacity((args.len() - 1) / step);
+        let mut items = Vec::new();
+        for item in args[1..].chunks(step) {
             let s = slot(item[0]);
             let group = if by_slot { s as u32 } else { t.owner[s as usize] as u32 };
             let i = *groups.entry(group).or_insert_with(|| {
-                let mut first = Vec::with_capacity(args.len());
-                first.push(args[0]);
                 parts.push(Part {
                     slot: s,
-                    args: first,
-                    positions: Vec::with_capacity(items),
+                    args: Vec::new(),
+                    positions: Vec::new(),
                 });
+                items.push(0);
                 parts.len() - 1
             });
+            items[i] += 1;
+            part_of.push(i);
+        }
+        for (part, &n) in parts.iter_mut().zip(&items) {
+            part.args.reserve_exact(1 + n * step);
+            part.args.push(args[0]);
+            part.positions.reserve_exact(n);
+        }
+        for (n, (item, &i)) in args[1..].chunks(step).zip(&part_of).enumerate() {
             parts[i].args.extend_from_slice(item);
             parts[i].positions.push(n);
         }
