@@ -93,7 +93,9 @@
 use std::io;
 use std::mem;
 use std::ops::Range;
+use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -117,6 +119,10 @@ use crate::socket::{self, Stream};
 /// completes: PostgreSQL reads an authentication message of at most
 /// PG_MAX_AUTH_TOKEN_LENGTH (65,535) bytes, plus its tag and length.
 pub const MAX_LOGIN_MESSAGE_LEN: usize = 65_535 + 5;
+
+/// Where the idle timer stands, never polled, while no request waits on
+/// its client.
+const UNARMED: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A request inside the database.
 struct Request {
@@ -760,6 +766,16 @@ struct ToClient<'a, W> {
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     async fn run(mut self) -> io::Result<()> {
+        let wake = &self.shared.flags.wake;
+        // The wake-up registration and the idle timer outlive each turn:
+        // made afresh every turn, each costs locks in tokio's Notify and
+        // timer wheel on every message inside a transaction, where the
+        // timer is armed. Moved later, an armed timer is only marked (no
+        // lock); see docs/BENCHMARKS.md, "Fewer registrations a turn".
+        let mut woken = pin!(wake.notified());
+        let never = Instant::now() + UNARMED;
+        let mut idle_timer = pin!(tokio::time::sleep_until(never));
+        let mut armed = false;
         loop {
             if let Some(last) = self.finished() {
                 return send(&mut self.client, &last).await;
@@ -768,14 +784,23 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             let backend = self.shared.link.get();
             self.forget_idle_if_client_went_on();
             let idle_deadline = self.idle_deadline();
+            match idle_deadline {
+                Some(deadline) if idle_timer.deadline() != deadline => idle_timer.as_mut().reset(deadline),
+                // Replaced, not moved later: left in the wheel, it would
+                // wake the runtime at its old deadline for nothing.
+                None if armed => idle_timer.set(tokio::time::sleep_until(never)),
+                _ => {}
+            }
+            armed = idle_deadline.is_some();
             tokio::select! {
+                biased;
                 read = read_from(backend.as_deref(), &mut self.buf) => match read {
                     Ok(0) => return self.upstream_closed(None).await,
                     Ok(_) => {}
                     Err(e) => return self.upstream_closed(Some(e)).await,
                 },
-                _ = self.shared.flags.wake.notified() => {}
-                () = sleep_until(idle_deadline) => {
+                () = &mut woken => woken.set(wake.notified()),
+                () = &mut idle_timer, if idle_deadline.is_some() => {
                     if let Some(last) = self.waited_on_client() {
                         return send(&mut self.client, &last).await;
                     }
@@ -1035,14 +1060,6 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             None => "sluice: the upstream server closed the connection".into(),
         };
         frame::write_error(last, "FATAL", "08006", &message);
-    }
-}
-
-/// Sleeps until `deadline`; with none, for ever.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
 
