@@ -775,7 +775,6 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         let mut woken = pin!(wake.notified());
         let never = Instant::now() + UNARMED;
         let mut idle_timer = pin!(tokio::time::sleep_until(never));
-        let mut armed = false;
         loop {
             if let Some(last) = self.finished() {
                 return send(&mut self.client, &last).await;
@@ -788,10 +787,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 Some(deadline) if idle_timer.deadline() != deadline => idle_timer.as_mut().reset(deadline),
                 // Replaced, not moved later: left in the wheel, it would
                 // wake the runtime at its old deadline for nothing.
-                None if armed => idle_timer.set(tokio::time::sleep_until(never)),
+                None if idle_timer.deadline() != never => idle_timer.set(tokio::time::sleep_until(never)),
                 _ => {}
             }
-            armed = idle_deadline.is_some();
             tokio::select! {
                 biased;
                 read = read_from(backend.as_deref(), &mut self.buf) => match read {
