@@ -268,11 +268,11 @@ impl Db {
                     } else {
                         &inner.compaction_task
                     };
-                    if let Some(worker) = stopping.worker() {
-                        inner.done.set_helper(worker);
-                    }
                     inner.work.notify_all();
-                    inner.done.wait(st);
+                    match stopping.worker() {
+                        Some(worker) => inner.done.wait_helped_by(st, worker),
+                        None => inner.done.wait(st),
+                    }
                 } else {
                     MutexGuard::unlocked(st, || inner.catch_up())?;
                 }
@@ -548,33 +548,42 @@ fn spawn_worker(
     has_work: fn(&State, &Options) -> bool,
     step: fn(&Inner) -> Result<bool>,
 ) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let _task = task.enter();
-        let mut pause = RETRY_PAUSE.0;
-        loop {
-            let mut st = inner.state.lock();
-            while !st.closing && !has_work(&st, &inner.options) {
-                inner.work.wait(&mut st);
-            }
-            if st.closing {
-                return;
-            }
-            drop(st);
-            match step(&inner) {
-                Ok(_) => pause = RETRY_PAUSE.0,
-                Err(e) => {
-                    inner.fail(failed, &e);
-                    tracing::debug!("{} failed: {e}; retrying in {pause:?}", task.name());
-                    let retry_at = Instant::now() + pause;
-                    let mut st = inner.state.lock();
-                    while let Some(left) = retry_at.checked_duration_since(Instant::now()).filter(|_| !st.closing) {
-                        inner.work.wait_timeout(&mut st, left);
+    // The worker has entered its task before the store opens: a writer
+    // stopped on the task from its first write finds whom to raise.
+    let entered = Arc::new(std::sync::Barrier::new(2));
+    let handle = std::thread::spawn({
+        let entered = entered.clone();
+        move || {
+            let _task = task.enter();
+            entered.wait();
+            let mut pause = RETRY_PAUSE.0;
+            loop {
+                let mut st = inner.state.lock();
+                while !st.closing && !has_work(&st, &inner.options) {
+                    inner.work.wait(&mut st);
+                }
+                if st.closing {
+                    return;
+                }
+                drop(st);
+                match step(&inner) {
+                    Ok(_) => pause = RETRY_PAUSE.0,
+                    Err(e) => {
+                        inner.fail(failed, &e);
+                        tracing::debug!("{} failed: {e}; retrying in {pause:?}", task.name());
+                        let retry_at = Instant::now() + pause;
+                        let mut st = inner.state.lock();
+                        while let Some(left) = retry_at.checked_duration_since(Instant::now()).filter(|_| !st.closing) {
+                            inner.work.wait_timeout(&mut st, left);
+                        }
+                        pause = (pause * 2).min(RETRY_PAUSE.1);
                     }
-                    pause = (pause * 2).min(RETRY_PAUSE.1);
                 }
             }
         }
-    })
+    });
+    entered.wait();
+    handle
 }
 
 impl Drop for Db {

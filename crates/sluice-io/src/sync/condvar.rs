@@ -3,8 +3,11 @@
 //! since a task that signalled a condition once is likely to signal it
 //! again (background tasks are dedicated to one activity). A critical task
 //! that waits raises the helper until its wait ends. A helper that has not
-//! signalled within the window is forgotten; [`Condvar::set_helper`]
-//! registers one explicitly.
+//! signalled within the window is forgotten. A waiter that knows which
+//! task will signal names it for its own wait ([`Condvar::wait_helped_by`]):
+//! the helper shared by all waiters is whoever signalled last, and a
+//! signal from another task between naming and waiting would otherwise
+//! decide whom the wait raises.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -46,8 +49,7 @@ impl Condvar {
         }
     }
 
-    /// Registers `task` as the helper, as if it had just signalled.
-    pub fn set_helper(&self, task: Arc<Task>) {
+    fn set_helper(&self, task: Arc<Task>) {
         *lock(&self.helper) = Some((task, Instant::now()));
     }
 
@@ -63,22 +65,28 @@ impl Condvar {
     /// Like every condition variable, it may wake spuriously: wait in a loop
     /// that checks the condition.
     pub fn wait<T>(&self, guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>) {
-        self.wait_until(guard, None);
+        self.wait_until(guard, self.helper(), None);
+    }
+
+    /// As [`Condvar::wait`], raising `helper` (if the waiter is critical)
+    /// instead of the inferred helper.
+    pub fn wait_helped_by<T>(&self, guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>, helper: Arc<Task>) {
+        self.wait_until(guard, Some(helper), None);
     }
 
     /// As [`Condvar::wait`], giving up after `timeout`; true if it timed out.
     pub fn wait_timeout<T>(&self, guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>, timeout: Duration) -> bool {
-        self.wait_until(guard, Some(Instant::now() + timeout))
+        self.wait_until(guard, self.helper(), Some(Instant::now() + timeout))
     }
 
     fn wait_until<T>(
         &self,
         guard: &mut lock_api::MutexGuard<'_, RawInheritMutex, T>,
+        helper: Option<Arc<Task>>,
         deadline: Option<Instant>,
     ) -> bool {
         crate::blocking();
         let me = Task::current();
-        let helper = self.helper();
         if let Some(h) = &helper {
             me.begin_wait(Blocker::Task(h.clone()));
         }
@@ -139,6 +147,42 @@ mod tests {
         assert_eq!(cv.helper().map(|t| t.id()), Some(id));
         std::thread::sleep(Duration::from_millis(250));
         assert!(cv.helper().is_none(), "forgotten after the window");
+    }
+
+    #[test]
+    fn a_named_helper_is_raised_whoever_signalled_last() {
+        let m = Arc::new(crate::sync::Mutex::new(false));
+        let cv = Arc::new(Condvar::new());
+        let helper = std::thread::spawn(Task::current).join().unwrap();
+        let other = std::thread::spawn({
+            let cv = cv.clone();
+            move || {
+                cv.notify_all();
+                Task::current()
+            }
+        })
+        .join()
+        .unwrap();
+        let waiter = std::thread::spawn({
+            let (m, cv, helper) = (m.clone(), cv.clone(), helper.clone());
+            move || {
+                let _request = crate::enter(sluice_core::Ctx::new(1, 0));
+                let mut g = m.lock();
+                while !*g {
+                    cv.wait_helped_by(&mut g, helper.clone());
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while helper.inherited() == 0 {
+            assert!(Instant::now() < deadline, "the named helper was never raised");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(other.inherited(), 0, "the last signaller is not raised");
+        *m.lock() = true;
+        cv.notify_all();
+        waiter.join().unwrap();
+        assert_eq!(helper.inherited(), 0, "the raise ends with the wait");
     }
 
     #[test]
