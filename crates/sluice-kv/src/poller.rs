@@ -24,10 +24,10 @@
 //!
 //! Accept errors are never fatal: when the process runs out of file
 //! descriptors the listener's error is logged at most once per second,
-//! with how many were not, and accepting pauses 10 ms, doubling to 100 ms,
-//! so that the server does not spin while it waits for connections to
-//! close; errors that concern one connection only (aborted before it was
-//! accepted) are retried at once.
+//! with how many were not, and accepting pauses 10 ms, doubling to 100 ms
+//! ([`AcceptBackoff`]), so that the server does not spin while it waits
+//! for connections to close; errors that concern one connection only
+//! (aborted before it was accepted) are retried at once.
 
 use std::collections::VecDeque;
 use std::io;
@@ -40,6 +40,7 @@ use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::EventfdFlags;
 use rustix::fd::OwnedFd;
 use slab::Slab;
+use sluice_core::backoff::AcceptBackoff;
 
 use crate::committer::{Committer, Synced, HOLD_BACK};
 use crate::connection::{Connection, Next};
@@ -74,9 +75,6 @@ const ACCEPT_BATCH: usize = 64;
 /// The pause after a failed accept, doubling up to the second.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
 
-/// Accept failures are logged at most once per this interval.
-const ACCEPT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
-
 pub(crate) struct Poller {
     epoll: OwnedFd,
     listener: TcpListener,
@@ -84,7 +82,7 @@ pub(crate) struct Poller {
     shared: Arc<Shared>,
     committer: Committer,
     /// Taken only by the worker the listener woke.
-    accepting: Mutex<Accepting>,
+    accepting: Mutex<AcceptBackoff>,
     /// Sockets taken from the poller and connections resumed, not yet
     /// served, oldest first.
     ready: Mutex<VecDeque<Ready>>,
@@ -115,11 +113,6 @@ struct Connections {
 /// Connections whose leaving is worth giving memory back for.
 const TRIM_AFTER: usize = 1024;
 
-struct Accepting {
-    pause: Duration,
-    reports: Throttle,
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -143,10 +136,7 @@ impl Poller {
             committer: Committer::start(shared.clone(), doorbell.try_clone()?)?,
             turns: Turns::new(shared.options.active_workers),
             shared,
-            accepting: Mutex::new(Accepting {
-                pause: ACCEPT_BACKOFF.0,
-                reports: Throttle::new(ACCEPT_REPORT_INTERVAL),
-            }),
+            accepting: Mutex::new(AcceptBackoff::new(ACCEPT_BACKOFF.0, ACCEPT_BACKOFF.1)),
             ready: Mutex::new(VecDeque::new()),
             doorbell,
             harvest,
@@ -368,7 +358,7 @@ impl Poller {
             let e = match self.listener.accept() {
                 Ok((stream, _)) => match self.register(stream) {
                     Ok(()) => {
-                        accepting.pause = ACCEPT_BACKOFF.0;
+                        accepting.succeeded();
                         continue;
                     }
                     Err(e) => e,
@@ -377,18 +367,15 @@ impl Poller {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => e,
             };
-            let once = one_connection(&e);
-            let pause = accepting.pause;
-            if let Some(unreported) = accepting.reports.report(Instant::now()) {
-                let retry = if once { Duration::ZERO } else { pause };
+            let (pause, report) = accepting.failed(Instant::now(), &e);
+            if let Some(failures) = report {
                 tracing::warn!(
-                    "accepting a connection failed: {e}; retrying in {retry:?} ({unreported} more failures since the last report)"
+                    "accepting a connection failed ({failures} times since the last report): {e}; retrying in {pause:?}"
                 );
             }
-            if !once {
+            if !pause.is_zero() {
                 sluice_io::blocking();
                 std::thread::sleep(pause);
-                accepting.pause = (pause * 2).min(ACCEPT_BACKOFF.1);
                 break;
             }
         }
@@ -493,80 +480,4 @@ fn one_shot(read: bool, write: bool) -> EventFlags {
         flags |= EventFlags::OUT;
     }
     flags
-}
-
-/// Whether an accept error concerns one connection only (it went away
-/// before it was accepted; Linux also passes on a pending network error
-/// of the new socket), so that accepting the next needs no pause.
-fn one_connection(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
-    ) || matches!(
-        e.raw_os_error(),
-        Some(
-            libc::EPROTO
-                | libc::ENETDOWN
-                | libc::ENOPROTOOPT
-                | libc::EHOSTDOWN
-                | libc::ENONET
-                | libc::EHOSTUNREACH
-                | libc::EOPNOTSUPP
-                | libc::ENETUNREACH
-        )
-    )
-}
-
-/// Reports of a repeating failure, at most one per interval.
-struct Throttle {
-    interval: Duration,
-    last: Option<Instant>,
-    unreported: u64,
-}
-
-impl Throttle {
-    fn new(interval: Duration) -> Throttle {
-        Throttle {
-            interval,
-            last: None,
-            unreported: 0,
-        }
-    }
-
-    /// Whether a failure at `now` is reported; if so, how many since the
-    /// last report were not.
-    fn report(&mut self, now: Instant) -> Option<u64> {
-        if self.last.is_some_and(|last| now.duration_since(last) < self.interval) {
-            self.unreported += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.unreported))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_are_reported_once_per_interval_with_a_count() {
-        let mut t = Throttle::new(Duration::from_secs(1));
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        assert_eq!(t.report(at(0)), Some(0));
-        assert_eq!(t.report(at(10)), None);
-        assert_eq!(t.report(at(999)), None);
-        assert_eq!(t.report(at(1000)), Some(2), "the two in between are counted");
-        assert_eq!(t.report(at(2500)), Some(0));
-    }
-
-    #[test]
-    fn only_errors_of_one_connection_skip_the_pause() {
-        assert!(one_connection(&io::ErrorKind::ConnectionAborted.into()));
-        assert!(one_connection(&io::Error::from_raw_os_error(libc::EPROTO)));
-        assert!(!one_connection(&io::Error::from_raw_os_error(libc::EMFILE)));
-        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENFILE)));
-        assert!(!one_connection(&io::Error::from_raw_os_error(libc::ENOMEM)));
-    }
 }

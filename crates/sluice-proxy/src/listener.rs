@@ -10,7 +10,8 @@
 //! the listener usable: the loop pauses, 10 ms after the first failure in a
 //! row and twice as long after each next one up to 1 s, instead of spinning
 //! on the connection it cannot take, and says so at most once a second with
-//! the count since ([`AcceptBackoff`]).
+//! the count since ([`AcceptBackoff`]); a connection lost before it was
+//! accepted is no reason to pause.
 
 use std::future::Future;
 use std::io;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use sluice_core::backoff::AcceptBackoff;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -168,7 +170,7 @@ impl Proxy {
         let (stop, stopped) = watch::channel(false);
         let mut sessions = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut backoff = AcceptBackoff::default();
+        let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
         let (protocol, limit) = (self.config.protocol, self.config.max_client_conn);
         loop {
             tokio::select! {
@@ -185,7 +187,7 @@ impl Proxy {
                         sessions.spawn_on(session, self.workers.next());
                     }
                     Err(e) => {
-                        let (pause, report) = backoff.failed(Instant::now());
+                        let (pause, report) = backoff.failed(Instant::now(), &e);
                         if let Some(failures) = report {
                             tracing::warn!("accept failed ({failures} times since the last report): {e}; pausing {pause:?}");
                         }
@@ -231,7 +233,7 @@ fn too_many_clients(protocol: Protocol, limit: usize) -> BytesMut {
             let message = format!("sorry, too many clients already (sluice: max_client_conn = {limit})");
             pg::frame::write_error(&mut out, "FATAL", "53300", &message);
         }
-        Protocol::Redis => out.extend_from_slice(b"-ERR max number of clients reached\r\n"),
+        Protocol::Redis => out.extend_from_slice(sluice_resp::MAX_CLIENTS_REACHED),
     }
     out
 }
@@ -254,52 +256,6 @@ async fn refuse(client: Accepted, protocol: Protocol, limit: usize) {
         io::Result::Ok(())
     };
     let _ = tokio::time::timeout(REFUSAL_TIME, told).await;
-}
-
-/// The accept loop's pause after failures, and its rate-limited report.
-#[derive(Debug)]
-struct AcceptBackoff {
-    pause: Duration,
-    /// Failures not reported yet.
-    unreported: u64,
-    reported_at: Option<Instant>,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(10);
-    const LONGEST: Duration = Duration::from_secs(1);
-    const REPORT_EVERY: Duration = Duration::from_secs(1);
-
-    /// An accept failed at `now`: how long to pause, and the failures to
-    /// report now, if it is time to.
-    fn failed(&mut self, now: Instant) -> (Duration, Option<u64>) {
-        let pause = self.pause;
-        self.pause = (self.pause * 2).min(Self::LONGEST);
-        self.unreported += 1;
-        let due = self
-            .reported_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= Self::REPORT_EVERY);
-        if !due {
-            return (pause, None);
-        }
-        self.reported_at = Some(now);
-        (pause, Some(std::mem::take(&mut self.unreported)))
-    }
-
-    /// An accept succeeded: the next failure pauses briefly again.
-    fn succeeded(&mut self) {
-        self.pause = Self::FIRST;
-    }
-}
-
-impl Default for AcceptBackoff {
-    fn default() -> Self {
-        AcceptBackoff {
-            pause: Self::FIRST,
-            unreported: 0,
-            reported_at: None,
-        }
-    }
 }
 
 /// Serves one client on the worker it was given. The socket is registered
@@ -332,31 +288,6 @@ async fn session(client: Accepted, peer: Peer, ctx: Sessions, stop: watch::Recei
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn accept_failures_pause_longer_each_time_and_are_reported_once_a_second() {
-        let mut backoff = AcceptBackoff::default();
-        let start = Instant::now();
-        let ms = Duration::from_millis;
-        let mut pauses = Vec::new();
-        let mut reports = Vec::new();
-        // 300 failures in a row, 10 ms apart: the pauses grow to 1 s.
-        for i in 0..300 {
-            let (pause, report) = backoff.failed(start + ms(10 * i));
-            pauses.push(pause);
-            reports.extend(report);
-        }
-        assert_eq!(&pauses[..8], &[10, 20, 40, 80, 160, 320, 640, 1000].map(ms));
-        assert!(pauses[8..].iter().all(|&p| p == ms(1000)));
-        assert_eq!(reports, [1, 100, 100], "the first at once, then each second's count");
-        backoff.succeeded();
-        let (pause, report) = backoff.failed(start + ms(3005));
-        assert_eq!(
-            (pause, report),
-            (ms(10), Some(100)),
-            "a success starts the pauses again"
-        );
-    }
 
     #[test]
     fn a_refusal_speaks_the_client_protocol() {

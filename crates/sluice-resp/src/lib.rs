@@ -57,7 +57,8 @@ mod wire;
 
 pub use error::ProtocolError;
 pub use limits::{
-    Limits, MAX_ARGS, MAX_ARGS_BEFORE_AUTH, MAX_BULK_BEFORE_AUTH, MAX_BULK_LEN, MAX_INLINE_LEN, MAX_REPLY_LINE,
+    Limits, MAX_ARGS, MAX_ARGS_BEFORE_AUTH, MAX_BULK_BEFORE_AUTH, MAX_BULK_LEN, MAX_CLIENTS, MAX_CLIENTS_REACHED,
+    MAX_INLINE_LEN, MAX_REPLY_LINE,
 };
 pub use reply::{error_reply, parse_reply, Reply};
 pub use request::{encode_command, parse, CommandParser, Request, RequestParser};

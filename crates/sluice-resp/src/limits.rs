@@ -15,6 +15,10 @@ pub const MAX_INLINE_LEN: usize = 64 << 10;
 pub const MAX_ARGS_BEFORE_AUTH: usize = 10;
 /// Longest bulk string from such a client: Redis's bound too (16 KiB).
 pub const MAX_BULK_BEFORE_AUTH: usize = 16 << 10;
+/// Clients a server keeps at once: Redis's `maxclients` default.
+pub const MAX_CLIENTS: usize = 10_000;
+/// What redis-server tells a client over `maxclients` before it closes.
+pub const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
 /// Longest line of a reply a relay passes on (a simple string, an error,
 /// a number): 1 MiB.
 pub const MAX_REPLY_LINE: usize = 1 << 20;

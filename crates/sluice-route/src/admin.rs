@@ -17,6 +17,9 @@ use crate::stats::Summary;
 /// What the router has measured since it started.
 #[derive(Debug, Default, Serialize)]
 pub struct Snapshot {
+    /// Clients connected now, and refused at `max_clients` since the start.
+    pub clients: u64,
+    pub refused_clients: u64,
     pub requests: u64,
     pub failed: u64,
     pub sub_requests: u64,
@@ -44,6 +47,8 @@ pub struct ShardSnapshot {
 pub fn snapshot(router: &Router) -> Snapshot {
     let s = &router.stats;
     Snapshot {
+        clients: router.clients.connected.load(Ordering::Relaxed),
+        refused_clients: router.clients.refused.load(Ordering::Relaxed),
         requests: s.requests.load(Ordering::Relaxed),
         failed: s.failed.load(Ordering::Relaxed),
         sub_requests: s.sub_requests.load(Ordering::Relaxed),
@@ -84,6 +89,16 @@ pub fn metrics(snap: &Snapshot) -> String {
         }
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", s.count);
     };
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_clients Clients connected.\n# TYPE sluice_route_clients gauge\nsluice_route_clients {}",
+        snap.clients
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_route_refused_clients_total Clients refused at max_clients.\n# TYPE sluice_route_refused_clients_total counter\nsluice_route_refused_clients_total {}",
+        snap.refused_clients
+    );
     let _ = writeln!(
         out,
         "# HELP sluice_route_requests_total Requests routed to shards.\n# TYPE sluice_route_requests_total counter\nsluice_route_requests_total {}",

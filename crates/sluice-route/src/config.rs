@@ -151,6 +151,11 @@ pub struct Config {
     /// `proto-max-bulk-len` is 512).
     #[serde(default = "default_max_request_mb")]
     pub max_request_mb: usize,
+    /// Clients connected at once; one more is told
+    /// "-ERR max number of clients reached" and closed, as redis-server
+    /// does at `maxclients` (whose default this is). 0: no limit.
+    #[serde(default = "default_max_clients")]
+    pub max_clients: usize,
     /// The router steers its shards' compactions; absent, each shard
     /// compacts when it wants.
     pub compaction: Option<CompactionConfig>,
@@ -198,6 +203,10 @@ fn default_max_request_mb() -> usize {
     512
 }
 
+fn default_max_clients() -> usize {
+    sluice_resp::MAX_CLIENTS
+}
+
 /// A tenant: the clients that give themselves its name, and the time
 /// budget of each of their requests (TraQIOS's SLA deadline: the shards
 /// order their I/O by it under `edf` or `traqios`). Its name is sent with
@@ -215,6 +224,22 @@ pub struct TenantConfig {
 const MAX_REQUEST_MB: usize = 4096;
 
 impl Config {
+    /// Listening on `listen`, with no shards yet and every other setting
+    /// at its default.
+    pub fn new(listen: impl Into<String>) -> Config {
+        Config {
+            listen: listen.into(),
+            admin: None,
+            shards: Vec::new(),
+            cluster: None,
+            pool: PoolConfig::default(),
+            tenants: Vec::new(),
+            max_request_mb: default_max_request_mb(),
+            max_clients: default_max_clients(),
+            compaction: None,
+        }
+    }
+
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text)?;
         config.validate()?;

@@ -53,10 +53,14 @@ pub mod shard;
 pub mod slot;
 pub mod stats;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use sluice_core::backoff::AcceptBackoff;
 use sluice_resp::Limits;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 pub use config::Config;
 pub use router::Router;
@@ -78,6 +82,7 @@ pub struct Bound {
     listener: TcpListener,
     admin: Option<TcpListener>,
     limits: Limits,
+    max_clients: usize,
 }
 
 impl Bound {
@@ -89,7 +94,10 @@ impl Bound {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    /// Accepts clients until the task is dropped.
+    /// Accepts clients until the task is dropped. A client over
+    /// `max_clients` is told so and closed; a failed accept (out of file
+    /// descriptors, most often) pauses the loop, 10 ms doubling to 1 s
+    /// while failures continue, reported at most once a second.
     pub async fn serve(self) {
         if let Some(steering) = self.router.compaction.clone() {
             tokio::spawn(steer(steering, self.router.clone()));
@@ -102,20 +110,79 @@ impl Bound {
                 }
             });
         }
+        let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        let clients = &self.router.clients;
+        let lingering = Arc::new(AtomicUsize::new(0));
         loop {
             match self.listener.accept().await {
-                Ok((stream, _)) => {
-                    tokio::spawn(client::serve_client(self.router.clone(), stream, self.limits));
+                Ok((stream, peer)) => {
+                    backoff.succeeded();
+                    let connected = clients.connected.load(Ordering::Relaxed);
+                    if self.max_clients != 0 && connected >= self.max_clients as u64 {
+                        clients.refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!("client {peer} refused: max_clients = {} reached", self.max_clients);
+                        tokio::spawn(refuse(stream, lingering.clone()));
+                        continue;
+                    }
+                    let connected = Connected::new(self.router.clone());
+                    let limits = self.limits;
+                    tokio::spawn(async move {
+                        client::serve_client(connected.0.clone(), stream, limits).await;
+                    });
                 }
                 Err(e) => {
-                    // Out of descriptors or a connection reset before it
-                    // was accepted: the listener itself is fine.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    let (pause, report) = backoff.failed(Instant::now(), &e);
+                    if let Some(failures) = report {
+                        tracing::warn!(
+                            "accept failed ({failures} times since the last report): {e}; pausing {pause:?}"
+                        );
+                    }
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
     }
+}
+
+/// A client counted as connected for as long as its task holds this,
+/// however the task ends.
+struct Connected(Arc<Router>);
+
+impl Connected {
+    fn new(router: Arc<Router>) -> Connected {
+        router.clients.connected.fetch_add(1, Ordering::Relaxed);
+        Connected(router)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.clients.connected.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Refused clients whose refusal waits for them to close, at most: each
+/// holds a descriptor meanwhile, and a flood of them must not take the
+/// descriptors the clients served need.
+const LINGERING: usize = 16;
+
+/// Tells a client over `max_clients` so, and closes. The refusal is
+/// written and the write side shut; then, unless [`LINGERING`] refusals
+/// wait already, what the client sends meanwhile is read and dropped until
+/// it closes (up to a second), since closing with its bytes unread would
+/// reset the connection, and the reset can reach the client before it
+/// read the refusal.
+async fn refuse(mut stream: TcpStream, lingering: Arc<AtomicUsize>) {
+    let linger = lingering.fetch_add(1, Ordering::Relaxed) < LINGERING;
+    let told = async {
+        stream.write_all(sluice_resp::MAX_CLIENTS_REACHED).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 512];
+        while linger && stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), told).await;
+    lingering.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Steers the shards' compactions every interval, for as long as the
@@ -160,6 +227,7 @@ pub async fn bind(config: &Config) -> Result<Bound, RouteError> {
         listener,
         admin,
         limits,
+        max_clients: config.max_clients,
     })
 }
 

@@ -26,7 +26,7 @@ use crate::gate::Gate;
 use crate::scan::ScanCursors;
 use crate::shard::{Asking, Reserved, Shard, ShardError, ShardOptions};
 use crate::slot::{slot, SLOTS};
-use crate::stats::RequestStats;
+use crate::stats::{ClientStats, RequestStats};
 
 /// `RANGE`'s count when the client gives none, as `sluice serve`'s.
 const DEFAULT_RANGE_COUNT: usize = 100;
@@ -76,6 +76,7 @@ pub struct Router {
     /// SCAN's cursors, each a shard and its cursor.
     scans: ScanCursors,
     pub stats: RequestStats,
+    pub clients: ClientStats,
     /// The shards' compactions, if `[compaction]` steers them.
     pub compaction: Option<Arc<Steering>>,
 }
@@ -178,6 +179,7 @@ impl Router {
             refreshed: std::sync::Mutex::new(None),
             scans: ScanCursors::default(),
             stats: RequestStats::default(),
+            clients: ClientStats::default(),
             compaction: match &config.compaction {
                 Some(c) => Some(Arc::new(Steering::new(c.clone()).map_err(ConfigError::Invalid)?)),
                 None => None,

@@ -58,6 +58,15 @@ impl Histogram {
     }
 }
 
+/// The router's clients.
+#[derive(Default)]
+pub struct ClientStats {
+    /// Connected now.
+    pub connected: AtomicU64,
+    /// Refused at `max_clients`.
+    pub refused: AtomicU64,
+}
+
 /// Per-request measurements of the router.
 #[derive(Default)]
 pub struct RequestStats {

@@ -1,6 +1,7 @@
 //! The router in front of two stock Redis servers (`kind = "redis"`), each
 //! reached through one pipelined connection: many clients' commands share
-//! it and each gets its own reply; a Redis that goes away fails the
+//! it and each gets its own reply, a client that reads none of its replies
+//! holding up no other; a Redis that goes away fails the
 //! requests that touch it with an error naming it, and is used again once
 //! it is back.
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use sluice_resp::Reply;
 use sluice_route::slot::slot;
 use sluice_route::Router;
-use support::{bulk, free_port, start_router_from, under_ci, Client};
+use support::{a_slow_reader_stalls_no_other, bulk, free_port, start_router_from, under_ci, Client};
 
 struct Redis(Child);
 
@@ -99,6 +100,15 @@ fn clients_share_a_pipeline_and_each_gets_its_own_replies() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_stalls_no_other_on_the_shared_pipelines() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(_b) = start_redis(ports[1]) else { return };
+    let (router, _) = start_router(ports);
+    a_slow_reader_stalls_no_other(router);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The router in front of `sluice serve` shards over real sockets: keys on
 //! the shard their slot names, multi-key commands split and merged, range
-//! scans merged, clear errors for what cannot be routed, a shard that is
+//! scans merged, clear errors for what cannot be routed, a client that
+//! reads none of its replies holding up no other, a shard that is
 //! down named in the error while the others serve, and used again when it
 //! is back; redis-cli, redis-benchmark and redis-py through it.
 
@@ -15,7 +16,7 @@ use std::time::Duration;
 use sluice_resp::{Limits, Reply};
 use sluice_route::slot::slot;
 use sluice_route::Router;
-use support::{bulk, start_router_from, start_shard, under_ci, Client};
+use support::{a_slow_reader_stalls_no_other, bulk, start_router_from, start_shard, under_ci, Client};
 
 /// A router over `shards`, slots split evenly in order.
 fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>) {
@@ -167,6 +168,44 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert!(error_text(bad.reply().unwrap()).contains("Protocol error: invalid bulk length"));
     assert_eq!(bad.reply(), None, "closed");
     assert_eq!(c.call(&["SET", "still", "here"]), Reply::ok());
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_stalls_no_other() {
+    let shards: Vec<_> = (0..2).map(|_| start_shard("127.0.0.1:0")).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.0).collect();
+    let (router, _) = start_router(&addrs, "");
+    a_slow_reader_stalls_no_other(router);
+}
+
+#[test]
+fn a_client_over_max_clients_is_told_so_and_a_place_that_frees_is_used_again() {
+    let shard = start_shard("127.0.0.1:0");
+    let (router, state) = start_router(&[shard.0], "max_clients = 2\n");
+    let mut first = Client::connect(router);
+    let mut second = Client::connect(router);
+    for c in [&mut first, &mut second] {
+        assert_eq!(c.call(&["PING"]), Reply::Simple("PONG".into()));
+    }
+    let mut third = Client::connect(router);
+    assert_eq!(
+        third.reply(),
+        Some(Reply::Error("ERR max number of clients reached".into()))
+    );
+    assert_eq!(third.reply(), None, "and closed");
+    assert_eq!(state.clients.refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(second.call(&["SET", "k", "v"]), Reply::ok(), "the others are served");
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while state.clients.connected.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client that left is still counted"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut fourth = Client::connect(router);
+    assert_eq!(fourth.call(&["GET", "k"]), bulk("v"));
 }
 
 #[test]

@@ -15,6 +15,7 @@
 mod bench;
 mod demo;
 mod fanout;
+mod fd_limit;
 mod model;
 mod proxy;
 mod replay;

@@ -65,6 +65,15 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let settings = settings(&args)?;
+    // A client may hold a server connection of its own (in session mode,
+    // while it logs in, while it is in a transaction).
+    crate::fd_limit::Need {
+        setting: "max_client_conn",
+        clients: settings.proxy.max_client_conn,
+        per_client: 2,
+        upstream: 0,
+    }
+    .fit();
     // Sessions run on the proxy's own worker threads; this one runs the
     // listener, the optimizer and the admin port.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

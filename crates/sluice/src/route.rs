@@ -8,8 +8,10 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use sluice_route::compaction::Steering;
-use sluice_route::config::{ClusterConfig, Config, PoolConfig};
+use sluice_route::config::{ClusterConfig, Config, ShardKind};
 use tokio::signal::unix::{signal, SignalKind};
+
+use crate::fd_limit::Need;
 
 /// A router for sharded stores: hash slots, multi-key commands split by shard, request order sent to every shard
 #[derive(Args)]
@@ -26,7 +28,10 @@ use tokio::signal::unix::{signal, SignalKind};
     With [compaction] in the file, the router also decides when the shards compact: together \
     when requests span the shards, one after another when they do not (schedule = \"auto\"), \
     and resumes every shard's compaction when it stops.\n\
-    The admin port, if configured (--admin), serves /stats (JSON) and /metrics (Prometheus).")]
+    The admin port, if configured (--admin), serves /stats (JSON) and /metrics (Prometheus).\n\n\
+    A client beyond max_clients (10,000, as redis-server's maxclients, or fewer if the open-file \
+    limit has no room for them: the router says so at start) is told \"max number of clients \
+    reached\" and closed.")]
 pub struct RouteArgs {
     /// Configuration file (TOML): listen, admin, [[shard]] or [cluster], [pool]
     #[arg(long, short)]
@@ -47,7 +52,16 @@ pub fn run(args: RouteArgs) -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let config = config(&args)?;
+    let mut config = config(&args)?;
+    // Past the limit, the next client is refused in RESP, not left to
+    // wait in the listen backlog.
+    config.max_clients = Need {
+        setting: "max_clients",
+        clients: config.max_clients,
+        per_client: 1,
+        upstream: upstream(&config),
+    }
+    .fit();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let bound = sluice_route::bind(&config).await?;
@@ -76,6 +90,18 @@ pub fn run(args: RouteArgs) -> Result<()> {
     })
 }
 
+/// Connections the router may open to its shards: a pool to each
+/// `sluice serve`, one pipeline to each Redis (in cluster mode, at least
+/// one to each seed).
+fn upstream(config: &Config) -> u64 {
+    let listed = config.shards.iter().map(|s| match s.kind {
+        ShardKind::Sluice => config.pool.size as u64,
+        ShardKind::Redis => 1,
+    });
+    let seeds = config.cluster.as_ref().map_or(0, |c| c.seeds.len() as u64);
+    listed.sum::<u64>() + seeds
+}
+
 fn config(args: &RouteArgs) -> Result<Config> {
     let mut config = match &args.config {
         Some(path) => {
@@ -90,16 +116,7 @@ fn config(args: &RouteArgs) -> Result<Config> {
             let Some(listen) = &args.listen else {
                 return Err(anyhow!("give --config FILE, or --listen ADDR with --cluster NODE"));
             };
-            Config {
-                listen: listen.clone(),
-                admin: None,
-                shards: Vec::new(),
-                cluster: None,
-                pool: PoolConfig::default(),
-                tenants: Vec::new(),
-                max_request_mb: 512,
-                compaction: None,
-            }
+            Config::new(listen.clone())
         }
     };
     if let Some(listen) = &args.listen {

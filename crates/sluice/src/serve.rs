@@ -115,6 +115,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         script_time_limit: std::time::Duration::from_millis(args.script_time_limit),
         ..ServerOptions::default()
     };
+    // Room for as many clients as redis-server takes (maxclients 10,000),
+    // as far as the hard limit allows; past it, failed accepts are logged
+    // and backed off.
+    let _ = rlimit::increase_nofile_limit(10_000 + 32);
     let addr = (args.bind.as_str(), args.port);
     let server = Server::bind(addr, Arc::new(db), server_options)
         .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;

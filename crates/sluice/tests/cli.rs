@@ -336,3 +336,80 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("cannot open"), "{err}");
 }
+
+/// Under an open-file limit too low for its 10,000 clients, `sluice route`
+/// says how many fit and takes that many: the next is told so in RESP, a
+/// flood of more is refused as cleanly, and those it took are served.
+#[test]
+fn route_takes_the_clients_its_open_file_limit_has_room_for() {
+    use std::io::{BufRead, Read, Write};
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("route-fds");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.join("route.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\n[[shard]]\nname = \"a\"\naddr = \"127.0.0.1:9\"\nslots = \"0-16383\"\n"
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["route", "--config", config.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe, and nothing else runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(|| rlimit::setrlimit(rlimit::Resource::NOFILE, 200, 200));
+    }
+    let mut router = Running(command.spawn().unwrap());
+    let mut stderr = std::io::BufReader::new(router.0.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("listening on") {
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "the router ended: {said}");
+    }
+    // 200 descriptors less 64 for the shard's pool and 32 of its own.
+    assert!(
+        said.contains("max_clients = 10000 does not fit") && said.contains("104 clients do"),
+        "{said}"
+    );
+    let connect = || {
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        c
+    };
+    let ping = |c: &mut std::net::TcpStream| {
+        c.write_all(b"PING\r\n").unwrap();
+        let mut reply = [0u8; 7];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"+PONG\r\n");
+    };
+    let mut served: Vec<_> = (0..104).map(|_| connect()).collect();
+    for c in &mut served {
+        ping(c);
+    }
+    let flood: Vec<_> = (0..300).map(|_| connect()).collect();
+    for mut c in flood {
+        let mut told = String::new();
+        c.read_to_string(&mut told).unwrap();
+        assert_eq!(told, "-ERR max number of clients reached\r\n");
+    }
+    for c in &mut served {
+        ping(c);
+    }
+}
+
+/// A child process, stopped however the test ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -91,3 +91,31 @@ impl Client {
         self.reply().expect("a reply")
     }
 }
+
+/// One client asks the router for far more replies than the sockets between
+/// them hold and reads none of them; another client, meanwhile, is served
+/// on every shard. The first then reads all its replies, each whole.
+pub fn a_slow_reader_stalls_no_other(router: SocketAddr) {
+    let mut other = Client::connect(router);
+    let big = "x".repeat(256 << 10);
+    assert_eq!(other.call(&["SET", "{big}", &big]), Reply::ok());
+    let mut hostile = Client::connect(router);
+    let mut get = Vec::new();
+    encode_command(&["GET", "{big}"], &mut get);
+    // 100 MiB of replies; the requests themselves fit in a socket buffer.
+    let asked = 400;
+    hostile.send_raw(&get.repeat(asked));
+    let keys: Vec<String> = (0..20).map(|i| format!("other{i}")).collect();
+    for round in 0..20 {
+        for k in &keys {
+            assert_eq!(other.call(&["SET", k, &format!("{round}")]), Reply::ok());
+        }
+        let mut mget = vec!["MGET"];
+        mget.extend(keys.iter().map(String::as_str));
+        let expected = Reply::Array(keys.iter().map(|_| bulk(&format!("{round}"))).collect());
+        assert_eq!(other.call(&mget), expected, "served beside a client that reads nothing");
+    }
+    for i in 0..asked {
+        assert_eq!(hostile.reply(), Some(bulk(&big)), "the slow reader's reply {i}");
+    }
+}
