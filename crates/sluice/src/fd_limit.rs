@@ -45,10 +45,14 @@ impl Need<'_> {
         if clients == 0 || fit >= clients {
             return clients;
         }
+        let upstream = match upstream {
+            0 => String::new(),
+            n => format!(", {n} for upstream connections"),
+        };
         eprintln!(
             "warning: {setting} = {clients} does not fit in the open-file limit of {limit} (ulimit -n): \
-             {fit} clients do, at {per_client} a client besides {upstream} for upstream connections \
-             and {OWN} for the server's own; raise the limit or lower {setting}"
+             {fit} clients do, at {per_client} descriptors a client{upstream} and {OWN} for the server's own; \
+             raise the limit or lower {setting}"
         );
         fit
     }

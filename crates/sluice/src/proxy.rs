@@ -65,13 +65,18 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let settings = settings(&args)?;
-    // A client may hold a server connection of its own (in session mode,
-    // while it logs in, while it is in a transaction).
+    // A PostgreSQL client may hold a server connection of its own (in
+    // session mode, while it logs in, while it is in a transaction); Redis
+    // clients share the upstream connections.
+    let (per_client, upstream) = match settings.proxy.protocol {
+        Protocol::Pg => (2, 0),
+        Protocol::Redis => (1, settings.proxy.shared_upstreams as u64),
+    };
     crate::fd_limit::Need {
         setting: "max_client_conn",
         clients: settings.proxy.max_client_conn,
-        per_client: 2,
-        upstream: 0,
+        per_client,
+        upstream,
     }
     .fit();
     // Sessions run on the proxy's own worker threads; this one runs the
