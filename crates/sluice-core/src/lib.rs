@@ -5,14 +5,15 @@
 //! policy under [`policy`], the [`Stage`] that puts a policy behind an
 //! admission limit, the device timing models under [`device`], the
 //! controllers that turn measurements into knob settings under
-//! [`controller`], the metric definitions under [`metrics`], and how the
-//! servers' listeners back off from failed accepts ([`backoff`]).
+//! [`controller`], the metric definitions under [`metrics`], and what the
+//! servers' listeners do when an accept fails or a client is one too many
+//! ([`accept`]).
 //!
 //! The crate is pure: it reads no clock (`now` is always an argument), spawns
 //! no thread and does no I/O. The same policy therefore runs in virtual time
 //! in `sluice-sim` and in wall time in the runtime and the proxy.
 
-pub mod backoff;
+pub mod accept;
 pub mod budget;
 pub mod controller;
 pub mod ctx;

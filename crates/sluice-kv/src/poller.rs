@@ -40,7 +40,7 @@ use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::EventfdFlags;
 use rustix::fd::OwnedFd;
 use slab::Slab;
-use sluice_core::backoff::AcceptBackoff;
+use sluice_core::accept::AcceptBackoff;
 
 use crate::committer::{Committer, Synced, HOLD_BACK};
 use crate::connection::{Connection, Next};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use sluice_core::backoff::AcceptBackoff;
+use sluice_core::accept::{AcceptBackoff, Refusal, Refusals};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -171,6 +171,7 @@ impl Proxy {
         let mut sessions = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
         let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        let refusals = Refusals::default();
         let (protocol, limit) = (self.config.protocol, self.config.max_client_conn);
         loop {
             tokio::select! {
@@ -180,7 +181,7 @@ impl Proxy {
                         while sessions.try_join_next().is_some() {}
                         if limit != 0 && sessions.len() >= limit {
                             tracing::debug!("client {peer} refused: max_client_conn = {limit} reached");
-                            self.workers.next().spawn(refuse(client, protocol, limit));
+                            self.workers.next().spawn(refuse(client, protocol, limit, refusals.begin()));
                             continue;
                         }
                         let session = session(client, peer, self.ctx.clone(), stopped.clone());
@@ -240,19 +241,19 @@ fn too_many_clients(protocol: Protocol, limit: usize) -> BytesMut {
 
 /// Tells a client over the limit why, and closes: the refusal is written,
 /// the write side shut, and what the client sends meanwhile read and
-/// dropped until it closes (up to [`REFUSAL_TIME`]), since closing with
-/// its bytes unread would reset the connection, and the reset can reach
-/// the client before it read the refusal.
-async fn refuse(client: Accepted, protocol: Protocol, limit: usize) {
+/// dropped until it closes (up to [`REFUSAL_TIME`]) if `refusal` may wait
+/// (see sluice-core's `accept`: closing with the client's bytes unread
+/// would reset the connection, and the reset can reach the client before
+/// it read the refusal).
+async fn refuse(client: Accepted, protocol: Protocol, limit: usize, refusal: Refusal) {
     let Ok(mut client) = client.register() else {
         return;
     };
-    let refusal = too_many_clients(protocol, limit);
     let told = async {
-        client.write_all(&refusal).await?;
+        client.write_all(&too_many_clients(protocol, limit)).await?;
         client.shutdown().await?;
         let mut sink = [0u8; 512];
-        while client.read(&mut sink).await? > 0 {}
+        while refusal.may_wait && client.read(&mut sink).await? > 0 {}
         io::Result::Ok(())
     };
     let _ = tokio::time::timeout(REFUSAL_TIME, told).await;

@@ -53,11 +53,11 @@ pub mod shard;
 pub mod slot;
 pub mod stats;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_core::backoff::AcceptBackoff;
+use sluice_core::accept::{AcceptBackoff, Refusal, Refusals};
 use sluice_resp::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -112,7 +112,7 @@ impl Bound {
         }
         let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
         let clients = &self.router.clients;
-        let lingering = Arc::new(AtomicUsize::new(0));
+        let refusals = Refusals::default();
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
@@ -121,7 +121,7 @@ impl Bound {
                     if self.max_clients != 0 && connected >= self.max_clients as u64 {
                         clients.refused.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!("client {peer} refused: max_clients = {} reached", self.max_clients);
-                        tokio::spawn(refuse(stream, lingering.clone()));
+                        tokio::spawn(refuse(stream, refusals.begin()));
                         continue;
                     }
                     let connected = Connected::new(self.router.clone());
@@ -161,28 +161,19 @@ impl Drop for Connected {
     }
 }
 
-/// Refused clients whose refusal waits for them to close, at most: each
-/// holds a descriptor meanwhile, and a flood of them must not take the
-/// descriptors the clients served need.
-const LINGERING: usize = 16;
-
-/// Tells a client over `max_clients` so, and closes. The refusal is
-/// written and the write side shut; then, unless [`LINGERING`] refusals
-/// wait already, what the client sends meanwhile is read and dropped until
-/// it closes (up to a second), since closing with its bytes unread would
-/// reset the connection, and the reset can reach the client before it
-/// read the refusal.
-async fn refuse(mut stream: TcpStream, lingering: Arc<AtomicUsize>) {
-    let linger = lingering.fetch_add(1, Ordering::Relaxed) < LINGERING;
+/// Tells a client over `max_clients` so, and closes: the refusal is
+/// written and the write side shut, then what the client sends meanwhile
+/// read and dropped until it closes (up to a second), if `refusal` may
+/// wait (see sluice-core's `accept`).
+async fn refuse(mut stream: TcpStream, refusal: Refusal) {
     let told = async {
         stream.write_all(sluice_resp::MAX_CLIENTS_REACHED).await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 512];
-        while linger && stream.read(&mut sink).await? > 0 {}
+        while refusal.may_wait && stream.read(&mut sink).await? > 0 {}
         std::io::Result::Ok(())
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), told).await;
-    lingering.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Steers the shards' compactions every interval, for as long as the

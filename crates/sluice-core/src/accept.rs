@@ -1,4 +1,5 @@
-//! How a listener waits after a failed accept, and how often it says so.
+//! What a listener does when an accept fails, and when a client is one
+//! too many.
 //!
 //! A server that runs out of file descriptors fails every accept until a
 //! connection closes; the connection it cannot take stays in the backlog,
@@ -9,10 +10,18 @@
 //! count since the last report. A failure that concerns one connection
 //! only (it went away before it was accepted) needs no pause.
 //!
+//! A client beyond the listener's bound is told so and closed. Its
+//! refusal waits for it to close (up to a moment) before closing too,
+//! since closing with the client's bytes unread would reset the
+//! connection, and the reset can reach the client before the refusal.
+//! Each such wait holds a descriptor, so a flood of refused clients could
+//! take the descriptors the clients served need: [`Refusals`] bounds how
+//! many wait at once, and the others close as soon as they are told.
+//!
 //! ```
 //! use std::io;
 //! use std::time::{Duration, Instant};
-//! use sluice_core::backoff::AcceptBackoff;
+//! use sluice_core::accept::AcceptBackoff;
 //!
 //! let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
 //! let out_of_fds = io::Error::from_raw_os_error(libc::EMFILE);
@@ -27,6 +36,8 @@
 //! ```
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Failures are reported at most once this often.
@@ -79,6 +90,39 @@ impl AcceptBackoff {
     /// An accept succeeded: the next failure pauses briefly again.
     pub fn succeeded(&mut self) {
         self.next = self.first;
+    }
+}
+
+/// Refusals that wait for their client to close, at most [`Refusals::WAITING`]
+/// at once.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals(Arc<AtomicUsize>);
+
+/// One refusal under way; it counts among the waiting until dropped.
+#[derive(Debug)]
+pub struct Refusal {
+    waiting: Arc<AtomicUsize>,
+    /// Whether this one may wait for its client to close.
+    pub may_wait: bool,
+}
+
+impl Refusals {
+    /// Refusals that wait at once, at most.
+    pub const WAITING: usize = 16;
+
+    /// A refusal begins.
+    pub fn begin(&self) -> Refusal {
+        let before = self.0.fetch_add(1, Ordering::Relaxed);
+        Refusal {
+            waiting: self.0.clone(),
+            may_wait: before < Self::WAITING,
+        }
+    }
+}
+
+impl Drop for Refusal {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -150,6 +194,19 @@ mod tests {
         assert_eq!(pause, Duration::ZERO);
         let (pause, _) = backoff.failed(now, &io::Error::from_raw_os_error(libc::EMFILE));
         assert_eq!(pause, ms(20), "a lost connection leaves the doubling where it was");
+    }
+
+    #[test]
+    fn refusals_beyond_the_bound_do_not_wait_and_a_finished_one_frees_its_place() {
+        let refusals = Refusals::default();
+        let first: Vec<Refusal> = (0..Refusals::WAITING).map(|_| refusals.begin()).collect();
+        assert!(first.iter().all(|r| r.may_wait));
+        let over = refusals.begin();
+        assert!(!over.may_wait);
+        drop(over);
+        assert!(!refusals.begin().may_wait, "still full");
+        drop(first);
+        assert!(refusals.begin().may_wait);
     }
 
     #[test]
