@@ -400,8 +400,18 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[&[u8]]) -> 
         ("auth", _) => Reply::Error(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
         ),
-        ("command", _) | ("config", _) => Reply::Array(Vec::new()),
-        ("info", _) => Reply::Bulk(Some(info(router).into_bytes())),
+        // Clients ask these at connect time and take an empty answer as
+        // "nothing known"; the router has no settings of its own to get.
+        ("command", []) => Reply::Array(Vec::new()),
+        ("command", [sub, ..]) | ("config", [sub, ..]) if sub.eq_ignore_ascii_case(b"docs") || sub.eq_ignore_ascii_case(b"get") => {
+            Reply::Array(Vec::new())
+        }
+        ("command", [sub, ..]) | ("config", [sub, ..]) => Reply::error(format!(
+            "{} {} is not supported through sluice route (a shard's settings are set on the shard)",
+            name.to_uppercase(),
+            String::from_utf8_lossy(sub).to_uppercase()
+        )),
+        ("info", sections) => Reply::Bulk(Some(info(router, sections).into_bytes())),
         _ => arity(),
     }
 }
@@ -462,17 +472,37 @@ fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
     }
 }
 
-/// `INFO`: who answers, and what the router has measured.
-fn info(router: &Router) -> String {
+/// `INFO [section ...]`: who answers, and what the router has measured;
+/// of the sections asked for, those the router has (Redis answers an
+/// unknown section with nothing, too).
+fn info(router: &Router, asked: &[&[u8]]) -> String {
     let stats = crate::admin::snapshot(router);
-    let mut text = String::from("# Server\r\nredis_version:7.0.0\r\nsluice_route:1\r\n# Router\r\n");
-    text.push_str(&format!(
-        "requests:{}\r\nfailed:{}\r\nshards:{}\r\n",
+    let router_section = format!(
+        "# Router\r\nrequests:{}\r\nfailed:{}\r\nshards:{}\r\nconnected_clients:{}\r\n",
         stats.requests,
         stats.failed,
-        stats.shards.len()
-    ));
-    text
+        stats.shards.len(),
+        stats.clients,
+    );
+    let sections = [
+        (
+            "server",
+            "# Server\r\nredis_version:7.0.0\r\nsluice_route:1\r\n".to_string(),
+        ),
+        ("router", router_section),
+    ];
+    let all = asked.is_empty()
+        || (asked.iter()).any(|s| {
+            [&b"all"[..], b"default", b"everything"]
+                .iter()
+                .any(|a| s.eq_ignore_ascii_case(a))
+        });
+    let wanted = |name: &str| all || asked.iter().any(|s| s.eq_ignore_ascii_case(name.as_bytes()));
+    sections
+        .into_iter()
+        .filter(|(name, _)| wanted(name))
+        .map(|(_, text)| text)
+        .collect()
 }
 
 #[cfg(test)]

@@ -121,6 +121,10 @@ pub struct PoolConfig {
     /// Time budget of every request, sent with its sub-requests; none if
     /// unset.
     pub budget_ms: Option<f64>,
+    /// Clients watching keys (from WATCH to EXEC) on one shard at once:
+    /// each holds a connection to the shard of its own, where the shard
+    /// keeps its watch. One more WATCH is refused, naming this bound.
+    pub max_watching: usize,
 }
 
 impl Default for PoolConfig {
@@ -131,6 +135,7 @@ impl Default for PoolConfig {
             connect_timeout_ms: 1000,
             reply_timeout_ms: 30_000,
             budget_ms: None,
+            max_watching: 256,
         }
     }
 }

@@ -140,6 +140,7 @@ impl Router {
             pool: config.pool.size,
             connect_timeout: Duration::from_millis(config.pool.connect_timeout_ms),
             reply_timeout: Duration::from_millis(config.pool.reply_timeout_ms),
+            max_watching: config.pool.max_watching,
         };
         let (topology, options) = match &config.cluster {
             None => {

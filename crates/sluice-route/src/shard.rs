@@ -46,6 +46,8 @@ pub struct ShardOptions {
     pub pool: usize,
     pub connect_timeout: Duration,
     pub reply_timeout: Duration,
+    /// Connections reserved for watching clients at once, at most.
+    pub max_watching: usize,
 }
 
 pub struct Shard {
@@ -58,6 +60,8 @@ pub struct Shard {
     pipeline: tokio::sync::Mutex<Option<Arc<Pipeline>>>,
     /// The router's own connection, for its control loop.
     control: tokio::sync::Mutex<Option<Conn>>,
+    /// Connections reserved for watching clients now.
+    watching: Arc<AtomicU64>,
     pub stats: ShardStats,
 }
 
@@ -90,6 +94,7 @@ impl Shard {
             idle: Mutex::new(Vec::new()),
             pipeline: tokio::sync::Mutex::new(None),
             control: tokio::sync::Mutex::new(None),
+            watching: Arc::default(),
             stats: ShardStats::default(),
         }
     }
@@ -144,10 +149,20 @@ impl Shard {
     /// A connection of the shard's own for one client, kept from its
     /// `WATCH` to its `EXEC`: the shard holds the client's watched keys on
     /// that connection, so nothing else may be sent on it meanwhile.
+    /// At most `max_watching` are reserved at once: each costs the router a
+    /// descriptor (and the shard a connection) for as long as the client
+    /// cares to watch.
     pub async fn reserve(&self) -> Result<Reserved, ShardError> {
+        let slot = Watching::take(&self.watching, self.options.max_watching as u64).ok_or_else(|| {
+            self.unreachable(format!(
+                "has {} clients watching keys already (pool.max_watching); try again once one has run EXEC",
+                self.options.max_watching
+            ))
+        })?;
         Ok(Reserved {
             conn: self.idle_or_new().await?,
             broken: false,
+            _slot: slot,
         })
     }
 
@@ -180,14 +195,23 @@ impl Shard {
     }
 
     /// Runs one sub-request's exchange `talk`: a pass at the gate first,
-    /// then counted and timed.
+    /// then counted and timed. The pass is waited for at most the reply
+    /// timeout too, so that behind a shard that hangs, sub-requests fail
+    /// within twice the timeout, not one timeout for each turn of the pool.
     async fn counted(
         &self,
         ctx: Ctx,
         talk: impl std::future::Future<Output = Result<Vec<u8>, ShardError>>,
     ) -> Result<Vec<u8>, ShardError> {
         let waited = Instant::now();
-        let _pass = self.gate.enter(ctx).await;
+        let Ok(_pass) = tokio::time::timeout(self.options.reply_timeout, self.gate.enter(ctx)).await else {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(self.unreachable(format!(
+                "had none of its {} places free within {} ms (the sub-requests there are waiting for it)",
+                self.options.pool,
+                self.options.reply_timeout.as_millis()
+            )));
+        };
         let started = Instant::now();
         self.stats.gate_wait.record(started - waited);
         self.stats.sub_requests.fetch_add(1, Ordering::Relaxed);
@@ -300,7 +324,7 @@ impl Shard {
         match e {
             Exchange::Broken(e) => self.error(format!("failed: {e}")),
             Exchange::TimedOut => self.error(format!(
-                "did not answer within {} ms",
+                "did not answer within {} ms (the command may still run there)",
                 self.options.reply_timeout.as_millis()
             )),
         }
@@ -353,6 +377,11 @@ impl Shard {
         let connect = TcpStream::connect(&self.addr);
         let stream = match tokio::time::timeout(self.options.connect_timeout, connect).await {
             Ok(Ok(s)) => s,
+            Ok(Err(e)) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                return Err(self.unreachable(format!(
+                    "could not be reached: the router is out of file descriptors ({e}); raise its open-file limit (ulimit -n)"
+                )))
+            }
             Ok(Err(e)) => return Err(self.unreachable(format!("is unavailable: {e}"))),
             Err(_) => {
                 return Err(self.unreachable(format!(
@@ -416,6 +445,23 @@ pub struct Reserved {
     conn: Conn,
     /// An exchange on it failed: its state is unknown, so it is closed.
     broken: bool,
+    _slot: Watching,
+}
+
+/// One of a shard's `max_watching` places, held until dropped.
+struct Watching(Arc<AtomicU64>);
+
+impl Watching {
+    fn take(watching: &Arc<AtomicU64>, max: u64) -> Option<Watching> {
+        let taken = watching.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1));
+        taken.ok().map(|_| Watching(watching.clone()))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One sub-request counted in flight until dropped, however its call ends

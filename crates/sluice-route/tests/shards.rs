@@ -161,6 +161,19 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     );
     assert!(error_text(c.call(&["PFCOUNT", "foo", "bar"])).contains("cannot be merged"));
     assert!(error_text(c.call(&["RANGE", "a", "", "-1"])).contains("not an integer"));
+    // The router's own answers have Redis's shapes, or say what it lacks.
+    assert!(error_text(c.call(&["CONFIG", "SET", "maxmemory", "1"])).contains("CONFIG SET is not supported"));
+    assert!(error_text(c.call(&["COMMAND", "COUNT"])).contains("COMMAND COUNT is not supported"));
+    assert_eq!(c.call(&["CONFIG", "GET", "maxmemory"]), Reply::Array(Vec::new()));
+    assert_eq!(c.call(&["INFO", "keyspace"]), bulk(""));
+    let Reply::Bulk(Some(router_info)) = c.call(&["INFO", "router"]) else {
+        panic!("INFO router")
+    };
+    let router_info = String::from_utf8(router_info).unwrap();
+    assert!(
+        router_info.starts_with("# Router") && router_info.contains("requests:"),
+        "{router_info}"
+    );
     assert_eq!(c.call(&["PING"]), Reply::Simple("PONG".into()));
     // A malformed request is answered and closes only its own connection.
     let mut bad = Client::connect(router);
@@ -206,6 +219,70 @@ fn a_client_over_max_clients_is_told_so_and_a_place_that_frees_is_used_again() {
     }
     let mut fourth = Client::connect(router);
     assert_eq!(fourth.call(&["GET", "k"]), bulk("v"));
+}
+
+#[test]
+fn watching_clients_are_bounded_a_shard_at_a_time() {
+    let shard = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard.0], "[pool]\nmax_watching = 2\n");
+    let mut watchers: Vec<Client> = (0..2).map(|_| Client::connect(router)).collect();
+    for (i, c) in watchers.iter_mut().enumerate() {
+        assert_eq!(c.call(&["WATCH", &format!("w{i}")]), Reply::ok());
+    }
+    let mut third = Client::connect(router);
+    let refused = error_text(third.call(&["WATCH", "w3"]));
+    assert!(refused.contains("max_watching"), "{refused}");
+    assert_eq!(
+        third.call(&["SET", "w3", "v"]),
+        Reply::ok(),
+        "the refused client is served"
+    );
+    let first = &mut watchers[0];
+    assert_eq!(first.call(&["MULTI"]), Reply::ok());
+    assert_eq!(first.call(&["SET", "w0", "x"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(first.call(&["EXEC"]), Reply::Array(vec![Reply::ok()]));
+    assert_eq!(third.call(&["WATCH", "w3"]), Reply::ok(), "a place freed by EXEC");
+}
+
+/// Behind a shard that accepts and never answers, with one place in its
+/// pool, requests fail within twice the reply timeout, however many queue:
+/// the one at the shard when it times out, those behind it when their wait
+/// for a place does.
+#[test]
+fn requests_queued_behind_a_hung_shard_fail_within_twice_the_timeout() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let (router, state) = start_router(&[silent_addr], "[pool]\nsize = 1\nreply_timeout_ms = 1000\n");
+    let waiting: Vec<_> = (0..6)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let e = error_text(Client::connect(router).call(&["GET", &format!("k{i}")]));
+                (e, started.elapsed())
+            })
+        })
+        .collect();
+    let failed: Vec<_> = waiting.into_iter().map(|t| t.join().unwrap()).collect();
+    for (e, took) in &failed {
+        // One timeout at the shard, one for the place: 2 s, with room for
+        // a slow machine; one turn of the pool each would take 6 s.
+        assert!(*took < Duration::from_secs(4), "{e} after {took:?}");
+    }
+    assert!(failed.iter().any(|(e, _)| e.contains("may still run")), "{failed:?}");
+    assert!(failed.iter().any(|(e, _)| e.contains("places free")), "{failed:?}");
+    assert_eq!(
+        state.shards()[0]
+            .stats
+            .in_flight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 #[test]

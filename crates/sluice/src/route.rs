@@ -92,13 +92,17 @@ pub fn run(args: RouteArgs) -> Result<()> {
 
 /// Connections the router may open to its shards: a pool to each
 /// `sluice serve`, one pipeline to each Redis (in cluster mode, at least
-/// one to each seed).
+/// one to each seed), and to each the connections of its watching clients.
 fn upstream(config: &Config) -> u64 {
+    let watching = config.pool.max_watching as u64;
     let listed = config.shards.iter().map(|s| match s.kind {
-        ShardKind::Sluice => config.pool.size as u64,
-        ShardKind::Redis => 1,
+        ShardKind::Sluice => config.pool.size as u64 + watching,
+        ShardKind::Redis => 1 + watching,
     });
-    let seeds = config.cluster.as_ref().map_or(0, |c| c.seeds.len() as u64);
+    let seeds = config
+        .cluster
+        .as_ref()
+        .map_or(0, |c| c.seeds.len() as u64 * (1 + watching));
     listed.sum::<u64>() + seeds
 }
 

@@ -354,7 +354,8 @@ fn route_takes_the_clients_its_open_file_limit_has_room_for() {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n[[shard]]\nname = \"a\"\naddr = \"127.0.0.1:9\"\nslots = \"0-16383\"\n"
+            "listen = \"127.0.0.1:{port}\"\n[pool]\nmax_watching = 16\n\
+             [[shard]]\nname = \"a\"\naddr = \"127.0.0.1:9\"\nslots = \"0-16383\"\n"
         ),
     )
     .unwrap();
@@ -373,9 +374,10 @@ fn route_takes_the_clients_its_open_file_limit_has_room_for() {
     while !said.contains("listening on") {
         assert!(stderr.read_line(&mut said).unwrap() > 0, "the router ended: {said}");
     }
-    // 200 descriptors less 64 for the shard's pool and 32 of its own.
+    // 200 descriptors less 64 for the shard's pool, 16 for its watching
+    // clients and 32 of its own.
     assert!(
-        said.contains("max_clients = 10000 does not fit") && said.contains("104 clients do"),
+        said.contains("max_clients = 10000 does not fit") && said.contains("88 clients do"),
         "{said}"
     );
     let connect = || {
@@ -389,7 +391,7 @@ fn route_takes_the_clients_its_open_file_limit_has_room_for() {
         c.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b"+PONG\r\n");
     };
-    let mut served: Vec<_> = (0..104).map(|_| connect()).collect();
+    let mut served: Vec<_> = (0..88).map(|_| connect()).collect();
     for c in &mut served {
         ping(c);
     }
