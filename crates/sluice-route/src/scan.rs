@@ -8,8 +8,14 @@
 //! The router keeps its cursors (a token for each pair of shard and
 //! shard cursor) rather than packing the pair into the number: a
 //! `sluice serve` cursor uses all 64 bits, and clients parse cursors as
-//! 64-bit integers. Tokens are kept least recently used first out.
+//! 64-bit integers. Tokens are kept least recently used first out, and are
+//! drawn from a keyed hash of a counter, so that no client can guess
+//! another's (nor one of an earlier run of the router). Since the table is
+//! shared (a client's pool may send a scan's calls on different
+//! connections), a client that starts more than [`KEPT`] scans before
+//! another continues its own ends that one with "invalid cursor".
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -30,18 +36,16 @@ pub struct Position {
 pub struct ScanCursors {
     kept: Mutex<LruCache<u64, Position>>,
     next: AtomicU64,
+    /// Keys of the hash that turns the counter into tokens, random per run.
+    keys: RandomState,
 }
 
 impl Default for ScanCursors {
     fn default() -> Self {
-        // Tokens of an earlier run of the router are below this one's first
-        // as long as the clock moves forward: unknown, not someone else's.
-        let start = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64 & (u64::MAX >> 1));
         ScanCursors {
             kept: Mutex::new(LruCache::new(KEPT.try_into().expect("KEPT is not 0"))),
-            next: AtomicU64::new(start.max(1)),
+            next: AtomicU64::new(0),
+            keys: RandomState::new(),
         }
     }
 }
@@ -78,7 +82,9 @@ impl ScanCursors {
         } else {
             return b"0".to_vec();
         };
-        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        // Positive as a signed 64-bit number, as clients may parse it, and
+        // never 0, which ends a scan.
+        let token = (self.keys.hash_one(self.next.fetch_add(1, Ordering::Relaxed)) >> 1).max(1);
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).put(token, position);
         token.to_string().into_bytes()
     }
@@ -116,6 +122,13 @@ mod tests {
         );
         assert_eq!(c.after(1, 2, b"0"), b"0".to_vec(), "the last shard done: the scan is");
         assert!(c.position(b"12345").is_err());
+        let (a, b) = (c.after(0, 2, b"5"), c.after(0, 2, b"6"));
+        let parse = |t: &[u8]| std::str::from_utf8(t).unwrap().parse::<i64>().unwrap();
+        assert!(parse(&a) > 0 && parse(&b) > 0);
+        assert!(
+            parse(&a).abs_diff(parse(&b)) > 1 << 20,
+            "tokens follow no sequence: {a:?} {b:?}"
+        );
         assert!(c.position(b"x").is_err());
     }
 }
