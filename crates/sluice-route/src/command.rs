@@ -189,6 +189,9 @@ const LOCAL: &[&str] = &[
     "discard", "watch", "unwatch", "time",
 ];
 
+const PUBSUB: &str = "pub/sub is not supported through sluice route";
+const BLOCKING: &str = "blocking commands are not supported through sluice route";
+
 /// Commands that need one connection's state across commands, or the
 /// whole key space, and so cannot be split.
 const REFUSED: &[(&str, &str)] = &[
@@ -196,15 +199,30 @@ const REFUSED: &[(&str, &str)] = &[
         "randomkey",
         "commands over the whole key space are not supported through sluice route",
     ),
-    ("subscribe", "pub/sub is not supported through sluice route"),
-    ("psubscribe", "pub/sub is not supported through sluice route"),
-    ("publish", "pub/sub is not supported through sluice route"),
-    ("blpop", "blocking commands are not supported through sluice route"),
-    ("brpop", "blocking commands are not supported through sluice route"),
-    ("blmove", "blocking commands are not supported through sluice route"),
-    ("brpoplpush", "blocking commands are not supported through sluice route"),
-    ("bzpopmin", "blocking commands are not supported through sluice route"),
-    ("bzpopmax", "blocking commands are not supported through sluice route"),
+    ("subscribe", PUBSUB),
+    ("psubscribe", PUBSUB),
+    ("ssubscribe", PUBSUB),
+    ("unsubscribe", PUBSUB),
+    ("punsubscribe", PUBSUB),
+    ("publish", PUBSUB),
+    ("pubsub", PUBSUB),
+    ("blpop", BLOCKING),
+    ("brpop", BLOCKING),
+    ("blmove", BLOCKING),
+    ("brpoplpush", BLOCKING),
+    ("blmpop", BLOCKING),
+    ("bzpopmin", BLOCKING),
+    ("bzpopmax", BLOCKING),
+    ("bzmpop", BLOCKING),
+    (
+        "xread",
+        "XREAD is not supported through sluice route: its streams may be on several shards, and BLOCK would hold one",
+    ),
+    ("wait", "WAIT is not supported through sluice route: ask each shard"),
+    (
+        "monitor",
+        "MONITOR is not supported through sluice route: monitor each shard",
+    ),
     (
         "pfcount",
         "commands over several keys whose replies cannot be merged are not supported through sluice route",

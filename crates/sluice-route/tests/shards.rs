@@ -135,6 +135,8 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     let mut c = Client::connect(router);
     assert!(error_text(c.call(&["FROBNICATE", "x"])).contains("cannot route 'frobnicate'"));
     assert!(error_text(c.call(&["RANDOMKEY"])).contains("whole key space"));
+    assert!(error_text(c.call(&["BLMPOP", "1", "1", "k", "LEFT"])).contains("blocking commands are not supported"));
+    assert!(error_text(c.call(&["MONITOR"])).contains("monitor each shard"));
     assert!(error_text(c.call(&["GET"])).contains("wrong number of arguments for 'get'"));
     assert!(error_text(c.call(&["MSET", "a", "1", "b"])).contains("wrong number of arguments for 'mset'"));
     // "foo" and "bar" are on different shards of two.
