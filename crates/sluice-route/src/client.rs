@@ -382,6 +382,9 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[&[u8]]) -> 
             Reply::Array(vec![bulk(now.as_secs()), bulk(now.subsec_micros().into())])
         }
         ("select", [db]) if *db == b"0" => Reply::ok(),
+        ("select", [db]) if std::str::from_utf8(db).ok().and_then(|d| d.parse::<i64>().ok()).is_none() => {
+            Reply::error("value is not an integer or out of range")
+        }
         ("select", [_]) => Reply::error("SELECT is not allowed in cluster mode"),
         ("quit", _) => {
             session.quit = true;
@@ -466,6 +469,13 @@ fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
         ("getname", []) => Reply::Bulk(session.name.clone()),
         ("id", []) => Reply::Integer(session.id as i64),
         ("setinfo", [_, _]) => Reply::ok(),
+        ("info", []) => {
+            let name = String::from_utf8_lossy(session.name.as_deref().unwrap_or_default()).into_owned();
+            let resp = if session.resp3 { 3 } else { 2 };
+            Reply::Bulk(Some(
+                format!("id={} name={name} db=0 resp={resp}\n", session.id).into_bytes(),
+            ))
+        }
         _ => Reply::error(format!(
             "unknown subcommand or wrong number of arguments for 'CLIENT|{sub}'"
         )),

@@ -168,6 +168,13 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert!(error_text(c.call(&["COMMAND", "COUNT"])).contains("COMMAND COUNT is not supported"));
     assert_eq!(c.call(&["CONFIG", "GET", "maxmemory"]), Reply::Array(Vec::new()));
     assert_eq!(c.call(&["INFO", "keyspace"]), bulk(""));
+    assert!(error_text(c.call(&["SELECT", "x"])).contains("not an integer"));
+    assert!(error_text(c.call(&["SELECT", "1"])).contains("not allowed in cluster mode"));
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "named"]), Reply::ok());
+    let Reply::Bulk(Some(me)) = c.call(&["CLIENT", "INFO"]) else {
+        panic!("CLIENT INFO")
+    };
+    assert!(String::from_utf8(me).unwrap().contains(" name=named "));
     let Reply::Bulk(Some(router_info)) = c.call(&["INFO", "router"]) else {
         panic!("INFO router")
     };
