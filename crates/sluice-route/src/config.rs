@@ -123,7 +123,9 @@ pub struct PoolConfig {
     pub budget_ms: Option<f64>,
     /// Clients watching keys (from WATCH to EXEC) on one shard at once:
     /// each holds a connection to the shard of its own, where the shard
-    /// keeps its watch. One more WATCH is refused, naming this bound.
+    /// keeps its watch. One more WATCH is refused, naming this bound. The
+    /// router's open-file budget holds these beside the pools, so a large
+    /// bound takes places from clients where the limit is low.
     pub max_watching: usize,
 }
 
@@ -135,7 +137,7 @@ impl Default for PoolConfig {
             connect_timeout_ms: 1000,
             reply_timeout_ms: 30_000,
             budget_ms: None,
-            max_watching: 256,
+            max_watching: 64,
         }
     }
 }
