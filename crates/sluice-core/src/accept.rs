@@ -93,6 +93,13 @@ impl AcceptBackoff {
     }
 }
 
+impl Default for AcceptBackoff {
+    /// The proxy's and the router's: 10 ms, doubling to 1 s.
+    fn default() -> Self {
+        AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1))
+    }
+}
+
 /// Refusals that wait for their client to close, at most [`Refusals::WAITING`]
 /// at once.
 #[derive(Debug, Clone, Default)]

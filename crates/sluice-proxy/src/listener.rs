@@ -170,7 +170,7 @@ impl Proxy {
         let (stop, stopped) = watch::channel(false);
         let mut sessions = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        let mut backoff = AcceptBackoff::default();
         let refusals = Refusals::default();
         let (protocol, limit) = (self.config.protocol, self.config.max_client_conn);
         loop {

@@ -110,7 +110,7 @@ impl Bound {
                 }
             });
         }
-        let mut backoff = AcceptBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        let mut backoff = AcceptBackoff::default();
         let clients = &self.router.clients;
         let refusals = Refusals::default();
         loop {

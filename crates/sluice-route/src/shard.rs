@@ -60,8 +60,8 @@ pub struct Shard {
     pipeline: tokio::sync::Mutex<Option<Arc<Pipeline>>>,
     /// The router's own connection, for its control loop.
     control: tokio::sync::Mutex<Option<Conn>>,
-    /// Connections reserved for watching clients now.
-    watching: Arc<AtomicU64>,
+    /// Places for watching clients' reserved connections, `max_watching`.
+    watching: Arc<tokio::sync::Semaphore>,
     pub stats: ShardStats,
 }
 
@@ -87,6 +87,7 @@ pub enum Asking {
 impl Shard {
     pub fn new(name: String, addr: String, options: ShardOptions, gate: Arc<Gate>) -> Shard {
         Shard {
+            watching: Arc::new(tokio::sync::Semaphore::new(options.max_watching)),
             name,
             addr,
             options,
@@ -94,7 +95,6 @@ impl Shard {
             idle: Mutex::new(Vec::new()),
             pipeline: tokio::sync::Mutex::new(None),
             control: tokio::sync::Mutex::new(None),
-            watching: Arc::default(),
             stats: ShardStats::default(),
         }
     }
@@ -153,7 +153,7 @@ impl Shard {
     /// descriptor (and the shard a connection) for as long as the client
     /// cares to watch.
     pub async fn reserve(&self) -> Result<Reserved, ShardError> {
-        let slot = Watching::take(&self.watching, self.options.max_watching as u64).ok_or_else(|| {
+        let slot = self.watching.clone().try_acquire_owned().map_err(|_| {
             self.unreachable(format!(
                 "has {} clients watching keys already (pool.max_watching); try again once one has run EXEC",
                 self.options.max_watching
@@ -445,23 +445,8 @@ pub struct Reserved {
     conn: Conn,
     /// An exchange on it failed: its state is unknown, so it is closed.
     broken: bool,
-    _slot: Watching,
-}
-
-/// One of a shard's `max_watching` places, held until dropped.
-struct Watching(Arc<AtomicU64>);
-
-impl Watching {
-    fn take(watching: &Arc<AtomicU64>, max: u64) -> Option<Watching> {
-        let taken = watching.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1));
-        taken.ok().map(|_| Watching(watching.clone()))
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+    /// One of the shard's `max_watching` places, given back on drop.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// One sub-request counted in flight until dropped, however its call ends
