@@ -28,6 +28,12 @@
 //! ([`AcceptBackoff`]), so that the server does not spin while it waits
 //! for connections to close; errors that concern one connection only
 //! (aborted before it was accepted) are retried at once.
+//!
+//! A client beyond [`ServerOptions::max_clients`] is told so in RESP and
+//! closed at once, as redis-server does: the refusal holds no worker and
+//! no descriptor past the accept.
+//!
+//! [`ServerOptions::max_clients`]: crate::ServerOptions::max_clients
 
 use std::collections::VecDeque;
 use std::io;
@@ -356,6 +362,14 @@ impl Poller {
         let mut accepting = lock(&self.accepting);
         for _ in 0..ACCEPT_BATCH {
             let e = match self.listener.accept() {
+                Ok((stream, _))
+                    if self.shared.clients.load(Ordering::Relaxed) as usize >= self.shared.options.max_clients =>
+                {
+                    accepting.succeeded();
+                    refuse(stream);
+                    self.shared.rejected.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 Ok((stream, _)) => match self.register(stream) {
                     Ok(()) => {
                         accepting.succeeded();
@@ -466,6 +480,20 @@ fn give_back_memory() {
     // allocator's own locks.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Tells a client over `max_clients` so and closes its connection. The
+/// write cannot block: the socket is new, its buffer empty. Whatever the
+/// client sent already is read first, since closing with bytes unread
+/// would reset the connection, and the reset can overtake the refusal.
+fn refuse(mut stream: std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let _ = stream.write_all(sluice_resp::MAX_CLIENTS_REACHED);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if stream.set_nonblocking(true).is_ok() {
+        let mut unread = [0u8; 4096];
+        while matches!(stream.read(&mut unread), Ok(n) if n > 0) {}
     }
 }
 

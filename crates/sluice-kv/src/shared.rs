@@ -41,6 +41,10 @@ pub struct ServerOptions {
     /// Longest a Lua script runs before it is stopped: it holds every
     /// writer while it runs.
     pub script_time_limit: std::time::Duration,
+    /// Clients connected at once (Redis's `maxclients`): the next is told
+    /// so in RESP and closed, so that a flood of connections cannot take
+    /// the descriptors and memory the clients already in are served with.
+    pub max_clients: usize,
 }
 
 /// Workers by default: four per core. One per core serves at a time
@@ -65,6 +69,7 @@ impl Default for ServerOptions {
             workers: default_workers(),
             active_workers: cores(),
             script_time_limit: std::time::Duration::from_secs(5),
+            max_clients: sluice_resp::MAX_CLIENTS,
         }
     }
 }
@@ -94,6 +99,8 @@ pub(crate) struct Shared {
     pub next_client: AtomicU64,
     /// Connections open now: the poller's count, kept for INFO.
     pub clients: AtomicU64,
+    /// Connections refused because `max_clients` were connected.
+    pub rejected: AtomicU64,
     /// Commands run since the server started.
     pub commands: AtomicU64,
     pub started: Instant,
@@ -130,6 +137,7 @@ impl Shared {
             next_request: AtomicU64::new(0),
             next_client: AtomicU64::new(1),
             clients: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             started: Instant::now(),
             io_estimates: IoEstimates::default(),

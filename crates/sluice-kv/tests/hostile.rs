@@ -1,5 +1,6 @@
 //! `sluice serve`'s server against hostile clients, over real sockets:
-//! more connections than the process may have file descriptors, clients
+//! more connections than the process may have file descriptors or than
+//! `max_clients` lets in, clients
 //! that announce huge requests without authenticating, pipelines written
 //! in full before any reply is read, and clients that do not read.
 //!
@@ -293,6 +294,57 @@ fn idle_clients_take_no_thread_and_little_memory() {
     let each = server.rss().saturating_sub(before) / 500;
     assert!(each <= 32 << 10, "{} KiB per idle client", each >> 10);
     server.assert_alive();
+}
+
+/// Clients beyond `max_clients` are told so in RESP, as redis-server
+/// tells them, and counted; the clients in are served meanwhile, and a
+/// place one of them frees is taken again.
+#[test]
+fn clients_beyond_max_clients_are_refused_and_a_freed_place_is_taken_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let db = Arc::new(Db::open(rt, dir.path(), Options::default()).unwrap());
+    let options = ServerOptions {
+        max_clients: 3,
+        ..ServerOptions::default()
+    };
+    let server = Server::bind("127.0.0.1:0", db, options).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || server.run());
+    let mut clients: Vec<Client> = (0..3).map(|_| Client::connect(addr)).collect();
+    for c in &mut clients {
+        assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    }
+    for _ in 0..5 {
+        let mut refused = Client::connect(addr);
+        assert_eq!(refused.line(), "-ERR max number of clients reached\r\n");
+        assert_eq!(refused.line(), "", "closed once told");
+    }
+    assert_eq!(
+        clients[0].call(&["SET", "k", "v"]),
+        "+OK\r\n",
+        "the clients in are served"
+    );
+    let info = clients[0].call(&["INFO", "clients"]);
+    assert!(info.contains("connected_clients:3\r\nmaxclients:3\r\n"), "{info}");
+    let info = clients[1].call(&["INFO", "stats"]);
+    assert!(info.contains("rejected_connections:5\r\n"), "{info}");
+    drop(clients.pop());
+    // The server learns of the close when it next polls the connection.
+    let started = Instant::now();
+    while !clients[0]
+        .call(&["INFO", "clients"])
+        .contains("connected_clients:2\r\n")
+    {
+        assert!(started.elapsed() < DEADLINE, "the server never saw the client leave");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut again = Client::connect(addr);
+    assert_eq!(
+        again.call(&["GET", "k"]),
+        "$1\r\nv\r\n",
+        "the freed place is taken again"
+    );
 }
 
 /// Runs `f` on a thread and fails the test if it does not finish in time.

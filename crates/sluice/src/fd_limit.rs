@@ -4,8 +4,8 @@
 //! its shards or its database fail. So at start, as redis-server does,
 //! each server raises its soft limit toward what its clients need (up to
 //! the hard limit), and where it cannot reach that, says how many fit:
-//! the router then takes that many (it refuses the next in RESP) and the
-//! proxy warns. (`sluice serve` only raises its limit.)
+//! the router and `sluice serve` then take that many (they refuse the next
+//! in RESP) and the proxy warns.
 
 /// Descriptors a server keeps besides its clients' and its upstream
 /// connections: listeners, the admin port, files, the runtime's own
@@ -49,9 +49,10 @@ impl Need<'_> {
             0 => String::new(),
             n => format!(", {n} for upstream connections"),
         };
+        let descriptors = if per_client == 1 { "descriptor" } else { "descriptors" };
         eprintln!(
-            "warning: {setting} = {clients} does not fit in the open-file limit of {limit} (ulimit -n): \
-             {fit} clients do, at {per_client} descriptors a client{upstream} and {OWN} for the server's own; \
+            "warning: {setting} {clients} does not fit in the open-file limit of {limit} (ulimit -n): \
+             {fit} clients do, at {per_client} {descriptors} a client{upstream} and {OWN} for the server's own; \
              raise the limit or lower {setting}"
         );
         fit

@@ -39,7 +39,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     of the pool (--workers), so that no client waits on another's I/O. A write is \
     acknowledged once the WAL is synced; one sync covers every connection waiting.\n\n\
     A failed write to disk (a full disk) stops writes, each refused with the cause, until a \
-    retry succeeds; then they resume. Accept errors (out of file descriptors) are logged and \
+    retry succeeds; then they resume. A client beyond --max-clients is told so in RESP and \
+    closed, as redis-server does. Accept errors (out of file descriptors) are logged and \
     backed off. Logs go to stderr (RUST_LOG sets the level; info by default).\n\n\
     Example: sluice serve --dir data --port 6380, then redis-cli -p 6380 set k v"
 )]
@@ -82,6 +83,11 @@ pub struct ServeArgs {
     /// milliseconds: a script holds every writer while it runs
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub script_time_limit: u64,
+    /// Clients connected at once, as Redis's maxclients: the next is told "max number of
+    /// clients reached" and closed. Lowered, with a warning, to what the open-file limit
+    /// (ulimit -n) has room for
+    #[arg(long, default_value_t = sluice_resp::MAX_CLIENTS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_clients: u32,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -108,17 +114,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let db = Db::open(Runtime::new(config)?, &args.dir, options)
         .with_context(|| format!("opening the store in {}", args.dir.display()))?;
+    // Room for the clients in the open-file limit, as far as the hard limit
+    // allows; a store's files are among the server's own descriptors.
+    let max_clients = crate::fd_limit::Need {
+        setting: "--max-clients",
+        clients: args.max_clients as usize,
+        per_client: 1,
+        upstream: 0,
+    }
+    .fit();
     let server_options = ServerOptions {
         password: args.password,
+        max_clients,
         workers: args.workers.map_or_else(sluice_kv::default_workers, usize::from),
         active_workers: args.active_workers.map_or_else(sluice_kv::cores, usize::from),
         script_time_limit: std::time::Duration::from_millis(args.script_time_limit),
         ..ServerOptions::default()
     };
-    // Room for as many clients as redis-server takes (maxclients 10,000),
-    // as far as the hard limit allows; past it, failed accepts are logged
-    // and backed off.
-    let _ = rlimit::increase_nofile_limit(10_000 + 32);
     let addr = (args.bind.as_str(), args.port);
     let server = Server::bind(addr, Arc::new(db), server_options)
         .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;

@@ -342,14 +342,8 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
 /// flood of more is refused as cleanly, and those it took are served.
 #[test]
 fn route_takes_the_clients_its_open_file_limit_has_room_for() {
-    use std::io::{BufRead, Read, Write};
-    use std::os::unix::process::CommandExt;
     let dir = scratch("route-fds");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let config = dir.join("route.toml");
     std::fs::write(
         &config,
@@ -359,27 +353,66 @@ fn route_takes_the_clients_its_open_file_limit_has_room_for() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    command
-        .args(["route", "--config", config.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe, and nothing else runs in the
-    // child between fork and exec.
-    unsafe {
-        command.pre_exec(|| rlimit::setrlimit(rlimit::Resource::NOFILE, 200, 200));
-    }
-    let mut router = Running(command.spawn().unwrap());
-    let mut stderr = std::io::BufReader::new(router.0.stderr.take().unwrap());
-    let mut said = String::new();
-    while !said.contains("listening on") {
-        assert!(stderr.read_line(&mut said).unwrap() > 0, "the router ended: {said}");
-    }
+    let (_router, said) = start_under_nofile(&["route", "--config", config.to_str().unwrap()], 200);
     // 200 descriptors less 64 for the shard's pool, 16 for its watching
     // clients and 32 of its own.
     assert!(
-        said.contains("max_clients = 10000 does not fit") && said.contains("88 clients do"),
+        said.contains("max_clients 10000 does not fit") && said.contains("88 clients do"),
         "{said}"
     );
+    takes_then_refuses(port, 88);
+}
+
+/// `sluice serve` does the same with its `--max-clients`.
+#[test]
+fn serve_takes_the_clients_its_open_file_limit_has_room_for() {
+    let dir = scratch("serve-fds");
+    let port = free_port();
+    let args = ["serve", "--dir", dir.to_str().unwrap(), "--port", &port.to_string()];
+    let (_server, said) = start_under_nofile(&args, 200);
+    // 200 descriptors less 32 for its own: listener, poller, the store's files.
+    assert!(
+        said.contains("--max-clients 10000 does not fit") && said.contains("168 clients do"),
+        "{said}"
+    );
+    takes_then_refuses(port, 168);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `sluice args` under an open-file limit of `nofile`, once it has said
+/// it listens; what it said on stderr until then.
+fn start_under_nofile(args: &[&str], nofile: u64) -> (Running, String) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(args).stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe, and nothing else runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(move || rlimit::setrlimit(rlimit::Resource::NOFILE, nofile, nofile));
+    }
+    let mut child = Running(command.spawn().unwrap());
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains(" on 127.0.0.1:") {
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "it ended: {said}");
+    }
+    // Whatever it logs later goes on draining, so that it never blocks.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, said)
+}
+
+/// The server on `port` serves `fit` clients, tells a flood of 300 more
+/// that the clients are too many, and serves the first ones still.
+fn takes_then_refuses(port: u16, fit: usize) {
+    use std::io::{Read, Write};
     let connect = || {
         let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
@@ -391,7 +424,7 @@ fn route_takes_the_clients_its_open_file_limit_has_room_for() {
         c.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b"+PONG\r\n");
     };
-    let mut served: Vec<_> = (0..88).map(|_| connect()).collect();
+    let mut served: Vec<_> = (0..fit).map(|_| connect()).collect();
     for c in &mut served {
         ping(c);
     }

@@ -3,7 +3,8 @@
 //! turns while they run (flush, compaction and the expiry sweeper: a
 //! byte rate and an I/O rate, 0 for none; pause; critical, which runs
 //! their I/O as foreground work), and, read-only, the few of Redis's parameters that tools ask
-//! for on connecting (`appendonly`, `appendfsync`, `save`, `databases`).
+//! for on connecting (`appendonly`, `appendfsync`, `save`, `databases`,
+//! `maxclients`).
 //!
 //! A paused compaction starts no merge and holds a running one between its
 //! I/Os, until L0 reaches the count at which writes stop: then it runs
@@ -72,6 +73,7 @@ const PARAMETERS: &[(&str, Parameter)] = &[
     ("flush-paused", Parameter::Knob(Task::Flush, Knob::Paused)),
     ("flush-rate-bytes", Parameter::Knob(Task::Flush, Knob::RateBytes)),
     ("flush-rate-iops", Parameter::Knob(Task::Flush, Knob::RateIops)),
+    ("maxclients", Parameter::Fixed(|s| s.options.max_clients.to_string())),
     ("save", Parameter::Fixed(|_| String::new())),
 ];
 

@@ -69,6 +69,7 @@ fn cluster(_: &Shared, s: &mut String) {
 
 fn clients(shared: &Shared, s: &mut String) {
     let _ = write!(s, "connected_clients:{}\r\n", shared.clients.load(Ordering::Relaxed));
+    let _ = write!(s, "maxclients:{}\r\n", shared.options.max_clients);
     let _ = write!(s, "blocked_clients:{}\r\n", shared.waiters.blocked());
 }
 
@@ -81,9 +82,10 @@ fn persistence(shared: &Shared, s: &mut String) {
 fn stats(shared: &Shared, s: &mut String) {
     let _ = write!(
         s,
-        "total_connections_received:{}\r\ntotal_commands_processed:{}\r\nexpired_keys:{}\r\n",
+        "total_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\n",
         shared.next_client.load(Ordering::Relaxed) - 1,
         shared.commands.load(Ordering::Relaxed),
+        shared.rejected.load(Ordering::Relaxed),
         shared.expired_keys.load(Ordering::Relaxed)
     );
 }
