@@ -25,6 +25,10 @@ use crate::router::{Answer, Origin, Router, Watched};
 /// Connection ids, for `CLIENT ID`.
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 
+/// What a queued argument costs beside its bytes: its vector and its
+/// header on the wire to the shard.
+const ARGUMENT_OVERHEAD: usize = 32;
+
 /// A pipeline's replies are written once this many bytes are pending,
 /// so that a long pipeline does not buffer all its replies.
 const FLUSH_AT: usize = 64 << 10;
@@ -36,6 +40,9 @@ struct Session {
     quit: bool,
     /// The transaction being queued, between MULTI and EXEC.
     transaction: Option<Transaction>,
+    /// Bytes a transaction's commands may take: it goes to its shard whole
+    /// at EXEC, one request, bounded as a request is (`max_request_mb`).
+    max_transaction: usize,
     /// The client's watch, from WATCH to EXEC, DISCARD or UNWATCH.
     watched: Option<Watched>,
 }
@@ -100,6 +107,8 @@ impl Requests {
 #[derive(Default)]
 struct Transaction {
     queued: Vec<Vec<Vec<u8>>>,
+    /// The queued commands' bytes, as [`Session::max_transaction`] counts them.
+    bytes: usize,
     first_key: Option<Vec<u8>>,
     /// A command was refused while queueing: EXEC answers EXECABORT, as
     /// Redis does.
@@ -115,6 +124,7 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
         name: None,
         quit: false,
         transaction: None,
+        max_transaction: limits.max_bulk,
         watched: None,
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
@@ -325,6 +335,22 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
     }
     if t.first_key.is_none() {
         t.first_key = keys.first().map(|k| k.to_vec());
+    }
+    // A transaction EXEC will abort keeps nothing more: a client cannot
+    // grow the router past a refusal by going on queueing.
+    if t.refused {
+        return Reply::Simple("QUEUED".into()).into();
+    }
+    t.bytes += args.iter().map(|a| a.len() + ARGUMENT_OVERHEAD).sum::<usize>();
+    if t.bytes > session.max_transaction {
+        t.queued = Vec::new();
+        return refused(
+            t,
+            Reply::Error(format!(
+                "ERR transaction larger than {} MiB (max_request_mb): it goes to its shard as one request at EXEC; discarded",
+                session.max_transaction >> 20
+            )),
+        );
     }
     t.queued.push(args.iter().map(|a| a.to_vec()).collect());
     Reply::Simple("QUEUED".into()).into()

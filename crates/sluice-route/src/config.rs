@@ -155,7 +155,8 @@ pub struct Config {
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     /// Largest request a client may send, in MiB (Redis's
-    /// `proto-max-bulk-len` is 512).
+    /// `proto-max-bulk-len` is 512); a transaction, sent whole to its shard
+    /// at EXEC, is one request.
     #[serde(default = "default_max_request_mb")]
     pub max_request_mb: usize,
     /// Clients connected at once; one more is told

@@ -623,6 +623,42 @@ fn a_request_larger_than_the_limit_as_a_whole_is_refused() {
     assert_eq!(other.call(&["SET", "small", "ok"]), Reply::ok());
 }
 
+/// A transaction goes to its shard as one request at EXEC, so it is
+/// bounded as a request is: the command that takes it past
+/// `max_request_mb` is refused, the transaction is dropped then and
+/// there, and EXEC aborts it.
+#[test]
+fn a_transaction_larger_than_the_request_limit_is_refused_and_not_kept() {
+    let (shard, _dir) = start_shard("127.0.0.1:0");
+    let (router, _) = start_router(&[shard], "max_request_mb = 1\n");
+    let mut c = Client::connect(router);
+    let value = "x".repeat(400 << 10);
+    let queued = Reply::Simple("QUEUED".into());
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["SET", "{t}a", &value]), queued);
+    assert_eq!(c.call(&["SET", "{t}b", &value]), queued);
+    let e = error_text(c.call(&["SET", "{t}c", &value]));
+    assert!(e.contains("transaction larger than 1 MiB (max_request_mb)"), "{e}");
+    assert_eq!(
+        c.call(&["SET", "{t}d", "small"]),
+        queued,
+        "queued, as Redis goes on after a refusal"
+    );
+    assert!(error_text(c.call(&["EXEC"])).starts_with("EXECABORT"));
+    assert_eq!(
+        c.call(&["EXISTS", "{t}a", "{t}d"]),
+        Reply::Integer(0),
+        "nothing of it ran"
+    );
+    assert_eq!(c.call(&["MULTI"]), Reply::ok());
+    assert_eq!(c.call(&["SET", "{t}a", &value]), queued);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        Reply::Array(vec![Reply::ok()]),
+        "the next transaction runs"
+    );
+}
+
 /// A transaction whose keys share a slot runs on their shard, atomically;
 /// one that spans shards is refused as Redis Cluster refuses it, command by
 /// command, and EXEC then aborts.
