@@ -195,14 +195,36 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
 }
 
 /// A shard's RESP2 reply to `args` as a RESP3 client expects it, the
-/// shapes Redis 7 gives in RESP3: nulls as nulls, HGETALL's pairs as a
-/// map, a set's members as a set, scores as doubles, and WITHSCORES as
-/// [member, score] pairs (what redis-py, RESP3 by default, unpacks).
+/// shapes Redis 7 gives in RESP3 ([`shape`]).
 fn resp3(args: &[&[u8]], raw: &[u8]) -> Reply {
-    let reply = match parse_reply(raw, &Limits::relay()) {
-        Ok(Some((reply, _))) => reply,
-        _ => return Reply::error("a shard's reply does not parse"),
-    };
+    match parse_reply(raw, &Limits::relay()) {
+        Ok(Some((reply, _))) => shape(args, reply),
+        _ => Reply::error("a shard's reply does not parse"),
+    }
+}
+
+/// A transaction's RESP2 reply, each command's reply in its RESP3 shape.
+fn exec_resp3(queued: &[Vec<Vec<u8>>], raw: &[u8]) -> Reply {
+    match parse_reply(raw, &Limits::relay()) {
+        Ok(Some((Reply::Array(replies), _))) if replies.len() == queued.len() => {
+            let shaped = replies.into_iter().zip(queued).map(|(reply, command)| {
+                let args: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+                shape(&args, reply)
+            });
+            Reply::Array(shaped.collect())
+        }
+        // A null (a watched key changed) or an error: nothing to shape.
+        Ok(Some((other, _))) => other,
+        _ => Reply::error("a shard's reply does not parse"),
+    }
+}
+
+/// The RESP3 shape of a reply to `args` that a shard gave in RESP2: nulls
+/// as nulls, HGETALL's pairs as a map, a set's members as a set, scores as
+/// doubles, and WITHSCORES or ZPOPMIN's count as [member, score] pairs
+/// (what redis-py, RESP3 by default, unpacks: left flat, it reads every
+/// other element and loses the rest).
+fn shape(args: &[&[u8]], reply: Reply) -> Reply {
     let name = args[0].to_ascii_lowercase();
     let has = |word: &[u8]| args[1..].iter().any(|a| a.eq_ignore_ascii_case(word));
     let double = |r: Reply| match r {
@@ -220,6 +242,16 @@ fn resp3(args: &[&[u8]], raw: &[u8]) -> Reply {
         {
             let scored = pairs(items).into_iter().map(|(m, s)| Reply::Array(vec![m, double(s)]));
             Reply::Array(scored.collect())
+        }
+        // With a count, pairs; without, one member and its score, flat.
+        (b"zpopmin" | b"zpopmax", Reply::Array(items)) if args.len() > 2 => {
+            let scored = pairs(items).into_iter().map(|(m, s)| Reply::Array(vec![m, double(s)]));
+            Reply::Array(scored.collect())
+        }
+        (b"zpopmin" | b"zpopmax", Reply::Array(mut items)) if items.len() == 2 => {
+            let score = items.pop().map(double).expect("two items");
+            items.push(score);
+            Reply::Array(items)
         }
         (_, other) => other,
     }
@@ -317,7 +349,10 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
             if let Some(w) = watched {
                 w.release(true);
             }
-            return answer;
+            return match answer {
+                Answer::Raw(raw) if session.resp3 => Answer::Reply(exec_resp3(&t.queued, &raw)),
+                other => other,
+            };
         }
         _ => {}
     }
@@ -546,6 +581,39 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use sluice_resp::{encode_command, parse};
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    fn double(s: &str) -> Reply {
+        Reply::Double(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn popped_members_take_redis_7_s_resp3_shapes_alone_and_in_a_transaction() {
+        let flat = || Reply::Array(vec![bulk("c"), bulk("3"), bulk("b"), bulk("2.5")]);
+        let paired = Reply::Array(vec![
+            Reply::Array(vec![bulk("c"), double("3")]),
+            Reply::Array(vec![bulk("b"), double("2.5")]),
+        ]);
+        assert_eq!(shape(&[b"ZPOPMAX", b"z", b"2"], flat()), paired);
+        let one = Reply::Array(vec![bulk("a"), bulk("1")]);
+        assert_eq!(
+            shape(&[b"zpopmin", b"z"], one),
+            Reply::Array(vec![bulk("a"), double("1")])
+        );
+        let queued = vec![
+            vec![b"ZPOPMAX".to_vec(), b"z".to_vec(), b"2".to_vec()],
+            vec![b"GET".to_vec(), b"k".to_vec()],
+        ];
+        let mut raw = Vec::new();
+        Reply::Array(vec![flat(), Reply::Bulk(None)]).encode_as(&mut raw, false);
+        assert_eq!(exec_resp3(&queued, &raw), Reply::Array(vec![paired, Reply::Bulk(None)]));
+        let mut aborted = Vec::new();
+        Reply::Array(Vec::new()).encode_as(&mut aborted, false);
+        assert_eq!(exec_resp3(&queued, &aborted), Reply::Array(Vec::new()), "left as it is");
+    }
 
     /// A request on the wire: an array of any bytes, or an inline line of
     /// plain words, a quoted one among them.

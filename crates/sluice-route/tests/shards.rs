@@ -397,6 +397,16 @@ for kwargs in ({}, {"protocol": 2}):
     assert [(m, s) for m, s in r.zrange("z", 0, -1, withscores=True)] == [(b"a", 1.5), (b"b", 2.0)]
     assert r.zincrby("z", 1, "a") == 2.5
     r.delete("z")
+    # ZPOPMIN/ZPOPMAX with a count answer pairs in RESP3 and a flat list in
+    # RESP2; redis-py reads each as its protocol gives it, alone and in a
+    # transaction's replies.
+    r.zadd("z", {"a": 1, "b": 2.5, "c": 3})
+    assert r.zpopmax("z", 2) == [(b"c", 3.0), (b"b", 2.5)], r.zpopmax("z", 2)
+    assert r.zpopmin("z") == [(b"a", 1.0)]
+    p = r.pipeline()
+    p.zadd("z", {"a": 1, "b": 2.5})
+    p.zpopmin("z", 2)
+    assert p.execute() == [2, [(b"a", 1.0), (b"b", 2.5)]]
     # Optimistic locking: transaction() watches, retries on WatchError.
     r.set("{acct}:balance", 10)
     def withdraw(pipe):
