@@ -271,6 +271,8 @@ const COMMANDS: &[Command] = &[
     command("sunion", |n| n >= 1, |s, _, name, r| set::combined(s, name, r)),
     command("sunionstore", |n| n >= 2, store_combined),
     command("time", |n| n == 0, |_, _, _, _| time()),
+    // The store keeps no access times: TOUCH counts the keys that exist.
+    command("touch", |n| n >= 1, |s, _, _, r| exists(s, r)),
     command("ttl", |n| n == 1, |s, _, name, r| expire::ttl(s, name, &r[0])),
     command("type", |n| n == 1, |s, _, _, r| type_of(s, &r[0])),
     command("unlink", |n| n >= 1, |s, _, _, r| delete::del(s, r)),
@@ -595,6 +597,9 @@ fn hello(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Reply {
         (text("server"), text("sluice")),
         (text("version"), text(env!("CARGO_PKG_VERSION"))),
         (text("proto"), Reply::Integer(if resp3 { 3 } else { 2 })),
+        // Redis's fields in Redis's order: clients that read the RESP2
+        // reply by position take the mode from the ninth element.
+        (text("id"), Reply::Integer(session.id as i64)),
         (text("mode"), text("standalone")),
         (text("role"), text("master")),
         (text("modules"), Reply::Array(Vec::new())),

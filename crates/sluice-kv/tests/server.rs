@@ -86,6 +86,7 @@ fn commands_answer_as_redis_does() {
     assert_eq!(c.call(&["MSET", "b", "2", "c", "3"]), "+OK\r\n");
     assert_eq!(c.call(&["MGET", "a", "x", "c"]), "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n3\r\n");
     assert_eq!(c.call(&["EXISTS", "a", "b", "x"]), ":2\r\n");
+    assert_eq!(c.call(&["TOUCH", "a", "x", "b"]), ":2\r\n", "keys that exist, as Redis counts them");
     assert_eq!(
         c.call(&["RANGE", "b", ""]),
         "*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nc\r\n$1\r\n3\r\n"
@@ -1207,13 +1208,14 @@ fn hello_switches_between_resp2_and_resp3() {
     let mut c = Client::connect(addr);
     assert_eq!(c.call(&["HSET", "h", "f", "v"]), ":1\r\n");
     let hello = c.call(&["HELLO", "3"]);
-    assert!(hello.starts_with("%6\r\n$6\r\nserver\r\n$6\r\nsluice\r\n"), "{hello}");
-    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+    assert!(hello.starts_with("%7\r\n$6\r\nserver\r\n$6\r\nsluice\r\n"), "{hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:"), "{hello}");
+    assert!(hello.contains("$4\r\nmode\r\n$10\r\nstandalone\r\n"), "{hello}");
     assert_eq!(c.call(&["GET", "missing"]), "_\r\n");
     assert_eq!(c.call(&["HGETALL", "h"]), "%1\r\n$1\r\nf\r\n$1\r\nv\r\n");
     assert_eq!(c.call(&["MGET", "missing", "h2"]), "*2\r\n_\r\n_\r\n");
     let hello = c.call(&["hello", "2", "SETNAME", "worker"]);
-    assert!(hello.starts_with("*12\r\n") && hello.contains(":2\r\n"), "{hello}");
+    assert!(hello.starts_with("*14\r\n") && hello.contains(":2\r\n"), "{hello}");
     assert_eq!(c.call(&["GET", "missing"]), "$-1\r\n");
     assert_eq!(c.call(&["HGETALL", "h"]), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n");
     assert_eq!(c.call(&["HELLO", "4"]), "-NOPROTO unsupported protocol version\r\n");
@@ -1243,7 +1245,7 @@ fn hello_authenticates_with_its_auth_option() {
         .call(&["HELLO", "3", "AUTH", "alice", "nope"])
         .starts_with("-WRONGPASS"));
     assert_eq!(c.call(&["GET", "k"]), "-NOAUTH Authentication required.\r\n");
-    assert!(c.call(&["HELLO", "3", "AUTH", "alice", "pw"]).starts_with("%6\r\n"));
+    assert!(c.call(&["HELLO", "3", "AUTH", "alice", "pw"]).starts_with("%7\r\n"));
     assert_eq!(c.call(&["GET", "k"]), "_\r\n");
     assert!(
         c.call(&["INFO"]).contains("tenant_alice:"),

@@ -15,20 +15,22 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
 #[command(
     long_about = "Serve a sluice-kv store over RESP2 and RESP3 (after HELLO 3), the Redis protocol.\n\n\
     Commands: GET, SET (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL), SETEX, PSETEX, GETSET, \
-    SETNX, STRLEN, APPEND, GETDEL, GETEX, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, DEL, EXISTS, MGET, \
+    SETNX, STRLEN, APPEND, GETDEL, GETEX, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, DEL, UNLINK, EXISTS, TOUCH, MGET, \
     MSET, TYPE; HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HKEYS, HVALS, HSTRLEN, HDEL, HEXISTS, HLEN, HINCRBY, HINCRBYFLOAT, HSCAN; SADD, SREM, SCARD, SISMEMBER, SMISMEMBER, SMEMBERS, SINTER, SUNION, SDIFF, SINTERCARD, SINTERSTORE, SUNIONSTORE, SDIFFSTORE, SMOVE, SPOP, SRANDMEMBER, SSCAN; ZADD (NX, XX, GT, LT, \
     CH, INCR), ZINCRBY, ZREM, ZCARD, ZSCORE, ZRANK, ZREVRANK, ZRANGE (BYSCORE, BYLEX, REV, LIMIT, \
     WITHSCORES), ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZCOUNT, ZLEXCOUNT, ZMSCORE, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZREMRANGEBYRANK, ZPOPMIN, ZPOPMAX, BZPOPMIN, BZPOPMAX; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP (with a count), LLEN, \
     LINDEX, LRANGE, LSET, LTRIM, LMOVE, RPOPLPUSH, LMPOP, BLPOP, BRPOP, BLMPOP, BLMOVE, BRPOPLPUSH, LREM, LINSERT, LPOS (a blocked client holds no worker); XADD (NOMKSTREAM, MAXLEN, MINID), XLEN, XRANGE, XREVRANGE, XDEL, XTRIM, XREAD (COUNT, BLOCK; not consumer groups); SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH, PUBSUB (a subscriber holds no worker; one that leaves 32 MiB of messages unread is closed); \
-    KEYS, SCAN (MATCH, COUNT, TYPE); EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
+    KEYS, SCAN (MATCH, COUNT, TYPE), DBSIZE, FLUSHDB, FLUSHALL; EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (LOAD, \
-    EXISTS, FLUSH): Lua 5.1 scripts, each run atomically; CLIENT (ID, \
+    EXISTS, FLUSH): Lua 5.1 scripts, each run atomically (redis.call and its kin; not \
+    Redis's cjson, cmsgpack, bit and struct libraries); CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \
     DOCS: arity, flags, key positions as Redis 7 gives them); \
     SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
-    < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved). \
+    < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved); a value \
+    holds at most 16 MiB. \
     Every command runs as foreground work of its tenant: the connection, or the user named \
     by AUTH user password. Flush, compaction and the expiry sweeper (which deletes values \
     past their deadline, as Redis's active expiry does) run as background tasks; INFO reports \

@@ -719,6 +719,13 @@ pub(super) const INFO: &[Info] = &[
     ),
     info("time", 1, &["loading", "stale", "fast"], [0, 0, 0], &["@fast"]),
     info(
+        "touch",
+        -2,
+        &["readonly", "fast"],
+        [1, -1, 1],
+        &["@keyspace", "@read", "@fast"],
+    ),
+    info(
         "ttl",
         2,
         &["readonly", "fast"],
