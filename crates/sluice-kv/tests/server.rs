@@ -86,7 +86,11 @@ fn commands_answer_as_redis_does() {
     assert_eq!(c.call(&["MSET", "b", "2", "c", "3"]), "+OK\r\n");
     assert_eq!(c.call(&["MGET", "a", "x", "c"]), "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n3\r\n");
     assert_eq!(c.call(&["EXISTS", "a", "b", "x"]), ":2\r\n");
-    assert_eq!(c.call(&["TOUCH", "a", "x", "b"]), ":2\r\n", "keys that exist, as Redis counts them");
+    assert_eq!(
+        c.call(&["TOUCH", "a", "x", "b"]),
+        ":2\r\n",
+        "keys that exist, as Redis counts them"
+    );
     assert_eq!(
         c.call(&["RANGE", "b", ""]),
         "*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nc\r\n$1\r\n3\r\n"

@@ -7,7 +7,8 @@
 //! (RENAME, LMOVE, SMOVE, ...), MSETNX, which is all or nothing, and the
 //! set operations (SINTER, SUNIONSTORE, ...), which read their keys as
 //! one, go to their shard if the keys share a slot. A range scan (`RANGE`) and KEYS
-//! go to every shard, and so do FLUSHALL, FLUSHDB and DBSIZE; SCAN walks
+//! go to every shard, and so do FLUSHALL, FLUSHDB, DBSIZE and SCRIPT (a
+//! script is loaded on every shard); SCAN walks
 //! the shards one after another. Scripts go where their keys are, if they
 //! are all in one slot (with none, to the shard of slot 0). The router
 //! sees only the keys a script declares: as Redis Cluster requires, a
@@ -45,9 +46,10 @@ pub enum Route {
     /// Keys from index 1, each followed by `step - 1` values, split by
     /// shard.
     Keys { step: usize, merge: Merge },
-    /// `EVAL`/`EVALSHA`/`FCALL` and their read-only forms: `numkeys` at
-    /// index 2, the keys after it; all must share a slot.
-    Script,
+    /// A count of keys at this index, the keys after it; all must share a
+    /// slot: at 2 for `EVAL`/`EVALSHA`/`FCALL` and their read-only forms,
+    /// at 1 for LMPOP, SINTERCARD, ZINTERCARD and ZMPOP.
+    Counted(usize),
     /// Two keys at indexes 1 and 2 (RENAME, LMOVE, ...): to their shard;
     /// they must share a slot, as Redis Cluster requires.
     Pair,
@@ -61,7 +63,8 @@ pub enum Route {
     /// To every shard, the arrays they answer joined (KEYS).
     Every,
     /// To every shard, one answer for all: the shards' own if they all gave
-    /// the same, else the first error (FLUSHALL, FLUSHDB).
+    /// the same, else the first error (FLUSHALL, FLUSHDB, SCRIPT LOAD);
+    /// SCRIPT EXISTS's flags, 1 where every shard has the script.
     Everywhere,
     /// To every shard, the integers they answer added (DBSIZE).
     Sum,
@@ -269,7 +272,10 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
         table.insert(name, r);
     }
     for name in ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"] {
-        table.insert(name, Route::Script);
+        table.insert(name, Route::Counted(2));
+    }
+    for name in ["lmpop", "sintercard", "zintercard", "zmpop"] {
+        table.insert(name, Route::Counted(1));
     }
     for name in ["rename", "renamenx", "copy", "smove", "lmove", "rpoplpush"] {
         table.insert(name, Route::Pair);
@@ -282,23 +288,27 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
     table.insert("keys", Route::Every);
     table.insert("flushall", Route::Everywhere);
     table.insert("flushdb", Route::Everywhere);
+    // SCRIPT LOAD, EXISTS and FLUSH: a script is cached on every shard, as
+    // a Redis Cluster client loads it on every node.
+    table.insert("script", Route::Everywhere);
     table.insert("dbsize", Route::Sum);
     table.insert("scan", Route::Scan);
     table
 });
 
-/// The keys of a script call (`EVAL script numkeys key... arg...`), or an
-/// error in Redis's words (without its `ERR `).
-pub fn script_keys<'s, 'a>(args: &'s [&'a [u8]]) -> Result<&'s [&'a [u8]], String> {
+/// The keys of a [`Route::Counted`] command whose count is at `at` (`EVAL
+/// script numkeys key... arg...`), or an error in Redis's words (without
+/// its `ERR `).
+pub fn counted_keys<'s, 'a>(args: &'s [&'a [u8]], at: usize) -> Result<&'s [&'a [u8]], String> {
     let numkeys = args
-        .get(2)
+        .get(at)
         .and_then(|n| std::str::from_utf8(n).ok())
         .and_then(|n| n.parse::<i64>().ok())
         .ok_or("value is not an integer or out of range")?;
     if numkeys < 0 {
         return Err("Number of keys can't be negative".into());
     }
-    args.get(3..3 + numkeys as usize)
+    args.get(at + 1..at + 1 + numkeys as usize)
         .ok_or_else(|| "Number of keys can't be greater than number of args".into())
 }
 
@@ -318,7 +328,7 @@ pub fn keys_of<'a>(name: &str, route: Route, args: &[&'a [u8]]) -> Result<Vec<&'
             Ok(args[1..].iter().step_by(step).copied().collect())
         }
         Route::Keys { .. } => Err(arity()),
-        Route::Script => Ok(script_keys(args)?.to_vec()),
+        Route::Counted(at) => Ok(counted_keys(args, at)?.to_vec()),
         Route::Pair => args.get(1..3).map(<[&[u8]]>::to_vec).ok_or_else(arity),
         Route::Together { step } => together(args, step).map(|keys| keys.collect()).ok_or_else(arity),
         // UNWATCH is queued, as Redis queues it, and does nothing there.
@@ -383,15 +393,18 @@ mod tests {
     }
 
     #[test]
-    fn script_keys_follow_numkeys() {
+    fn counted_keys_follow_their_count() {
         let args: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"2", b"a", b"b", b"x"];
-        assert_eq!(script_keys(&args).unwrap(), &args[3..5]);
+        assert_eq!(counted_keys(&args, 2).unwrap(), &args[3..5]);
         let mut over = args.clone();
         over[2] = b"9";
-        assert!(script_keys(&over).unwrap_err().contains("greater than"));
+        assert!(counted_keys(&over, 2).unwrap_err().contains("greater than"));
         over[2] = b"-1";
-        assert!(script_keys(&over).unwrap_err().contains("negative"));
+        assert!(counted_keys(&over, 2).unwrap_err().contains("negative"));
         over[2] = b"x";
-        assert!(script_keys(&over).unwrap_err().contains("not an integer"));
+        assert!(counted_keys(&over, 2).unwrap_err().contains("not an integer"));
+        let lmpop: Vec<&[u8]> = vec![b"LMPOP", b"2", b"{l}a", b"{l}b", b"LEFT", b"COUNT", b"3"];
+        assert_eq!(route("lmpop"), Route::Counted(1));
+        assert_eq!(keys_of("lmpop", route("lmpop"), &lmpop).unwrap(), &lmpop[2..4]);
     }
 }

@@ -19,7 +19,7 @@ use sluice_core::time::from_ms;
 use sluice_core::{Ctx, Nanos, TenantId};
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
-use crate::command::{script_keys, together, Merge, Route};
+use crate::command::{counted_keys, together, Merge, Route};
 use crate::compaction::Steering;
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
@@ -359,7 +359,7 @@ impl Router {
                 }
                 self.split(args, step)
             }
-            Route::Pair | Route::Together { .. } | Route::Script => {
+            Route::Pair | Route::Together { .. } | Route::Counted(_) => {
                 let placed = match route {
                     Route::Pair => match args.get(1..3) {
                         Some(keys) => self.place(keys.iter().copied()),
@@ -369,10 +369,11 @@ impl Router {
                         Some(keys) => self.place(keys),
                         None => return arity(),
                     },
-                    _ => match script_keys(args) {
+                    Route::Counted(at) => match counted_keys(args, at) {
                         Ok(keys) => self.place(keys.iter().copied()),
                         Err(e) => return Reply::Error(format!("ERR {e}")).into(),
                     },
+                    _ => unreachable!("the routes matched above"),
                 };
                 match placed {
                     Ok(slot) => vec![Part {
@@ -818,9 +819,38 @@ fn same_everywhere(mut replies: Vec<Vec<u8>>) -> Answer {
     }
     match replies.pop() {
         Some(last) if replies.iter().all(|r| *r == last) => Answer::Raw(last),
-        Some(_) => Reply::error("the shards answered differently").into(),
+        Some(last) => {
+            replies.push(last);
+            held_everywhere(&replies)
+                .map_or_else(|| Reply::error("the shards answered differently").into(), Answer::from)
+        }
         None => Reply::error("no shard to send it to").into(),
     }
+}
+
+/// Where every shard answered an array of 0s and 1s of one length (SCRIPT
+/// EXISTS), 1 at each place where all answered 1: a script is there for a
+/// client only if every shard its keys may lead to has it.
+fn held_everywhere(replies: &[Vec<u8>]) -> Option<Reply> {
+    let mut held: Option<Vec<i64>> = None;
+    for raw in replies {
+        let Ok(Some((Reply::Array(items), _))) = parse_reply(raw, &Limits::relay()) else {
+            return None;
+        };
+        let flags: Vec<i64> = items
+            .into_iter()
+            .map(|r| match r {
+                Reply::Integer(n @ (0 | 1)) => Some(n),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        match &mut held {
+            None => held = Some(flags),
+            Some(held) if held.len() == flags.len() => held.iter_mut().zip(flags).for_each(|(h, f)| *h = (*h).min(f)),
+            Some(_) => return None,
+        }
+    }
+    held.map(|flags| Reply::Array(flags.into_iter().map(Reply::Integer).collect()))
 }
 
 /// The integers every shard answered, added; else a shard's error.

@@ -728,6 +728,38 @@ fn transactions_on_one_slot_run_on_its_shard_and_others_are_refused() {
     assert_eq!(c.call(&["EXEC"]), Reply::error("EXEC without MULTI"));
     assert_eq!(c.call(&["MULTI"]), Reply::ok());
     assert_eq!(c.call(&["EXEC"]), Reply::Array(Vec::new()));
+
+    // A script is loaded on every shard, so EVALSHA runs wherever its keys
+    // lead; EXISTS says 1 only where every shard has it.
+    let Reply::Bulk(Some(sha)) = c.call(&["SCRIPT", "LOAD", "return redis.call('GET', KEYS[1])"]) else {
+        panic!("SCRIPT LOAD")
+    };
+    let sha = String::from_utf8(sha).unwrap();
+    for key in ["foo", "bar"] {
+        assert_eq!(c.call(&["SET", key, key]), Reply::ok());
+        assert_eq!(c.call(&["EVALSHA", &sha, "1", key]), bulk(key), "on {key}'s shard");
+    }
+    let mut only_one = Client::connect(shard);
+    let Reply::Bulk(Some(lone)) = only_one.call(&["SCRIPT", "LOAD", "return 7"]) else {
+        panic!("SCRIPT LOAD on one shard")
+    };
+    let lone = String::from_utf8(lone).unwrap();
+    assert_eq!(
+        c.call(&["SCRIPT", "EXISTS", &sha, &lone]),
+        Reply::Array(vec![Reply::Integer(1), Reply::Integer(0)])
+    );
+    assert_eq!(c.call(&["SCRIPT", "FLUSH"]), Reply::ok());
+    assert_eq!(
+        c.call(&["SCRIPT", "EXISTS", &sha]),
+        Reply::Array(vec![Reply::Integer(0)])
+    );
+    // Commands that count their keys go to the keys' shard.
+    assert_eq!(c.call(&["RPUSH", "{l}a", "1", "2"]), Reply::Integer(2));
+    assert_eq!(
+        c.call(&["LMPOP", "2", "{l}b", "{l}a", "LEFT"]),
+        Reply::Array(vec![bulk("{l}a"), Reply::Array(vec![bulk("1")])])
+    );
+    assert!(error_text(c.call(&["LMPOP", "2", "foo", "bar", "LEFT"])).starts_with("CROSSSLOT"));
 }
 
 /// WATCH runs on a connection reserved for the client on its keys' shard,

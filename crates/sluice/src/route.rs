@@ -22,6 +22,10 @@ use crate::fd_limit::Need;
     an id in arrival order that travels with its sub-requests: inside SLUICE.WITH to sluice serve \
     shards (whose coop I/O policy serves it in that order), and through each shard's gate, which \
     lets sub-requests into the shard's pipeline in request order, to a stock Redis.\n\n\
+    Commands over several keys that cannot be split (RENAME, SMOVE, SINTER, LMPOP, MULTI...EXEC, \
+    EVAL and the rest) need their keys in one slot, else CROSSSLOT, as in Redis Cluster; SCRIPT \
+    LOAD, FLUSHALL and DBSIZE go to every shard. Not supported, each refused with an error naming \
+    it: pub/sub, blocking commands (BLPOP, BZPOPMIN, ...), XREAD, WAIT, MONITOR, RANDOMKEY.\n\n\
     Quick start, in front of a Redis Cluster: sluice route --listen 127.0.0.1:6390 --cluster 127.0.0.1:7000\n\
     With a file of shards and their slots: sluice route --config route.toml \
     (every setting: docs/route.example.toml).\n\
