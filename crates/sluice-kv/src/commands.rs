@@ -310,6 +310,7 @@ const COMMANDS: &[Command] = &[
     command("zrevrangebylex", |n| n >= 3, zrange),
     command("zrevrangebyscore", |n| n >= 3, zrange),
     command("zrevrank", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
+    command("zscan", |n| n >= 2, |s, _, _, r| zset::zscan(s, r)),
     command("zscore", |n| n == 2, |s, _, name, r| zset::read_zset(s, name, r)),
 ];
 

@@ -205,6 +205,13 @@ fn hashes_and_sorted_sets_answer_as_redis_does() {
     );
     assert_eq!(scan(&mut c, &["-inf", "(1"]), "*1\r\n$3\r\nneg\r\n");
     assert_eq!(scan(&mut c, &["-inf", "+inf", "LIMIT", "4", "10"]), "*1\r\n$1\r\nc\r\n");
+    assert_eq!(
+        c.call(&["ZSCAN", "_indices", "0", "MATCH", "a*"]),
+        "*2\r\n$1\r\n0\r\n*4\r\n$1\r\na\r\n$1\r\n1\r\n$2\r\na2\r\n$1\r\n1\r\n",
+        "one page, members with their scores in score order"
+    );
+    assert_eq!(c.call(&["ZSCAN", "missing", "0"]), "*2\r\n$1\r\n0\r\n*0\r\n");
+    assert!(c.call(&["ZSCAN", "_indices", "x"]).starts_with("-ERR invalid cursor"));
     assert_eq!(c.call(&["ZREM", "_indices", "a", "a", "zz"]), ":1\r\n");
     assert_eq!(c.call(&["TYPE", "_indices"]), "+zset\r\n");
     assert_eq!(c.call(&["TYPE", "user1"]), "+hash\r\n");

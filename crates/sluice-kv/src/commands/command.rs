@@ -945,6 +945,7 @@ pub(super) const INFO: &[Info] = &[
         [1, 1, 1],
         &["@read", "@sortedset", "@fast"],
     ),
+    info("zscan", -3, &["readonly"], [1, 1, 1], &["@read", "@sortedset", "@slow"]),
     info(
         "zscore",
         3,

@@ -13,8 +13,10 @@ use std::collections::hash_map::{Entry, HashMap};
 
 use super::delete::make_collection;
 use super::integer::{not_integer, parse_i64};
+use super::keys::{scan_options, scan_reply, ScanOptions};
 use super::store;
 use super::value::{read_header, run};
+use crate::glob::glob_match;
 use crate::keyspace::{with_deadline, Deadline, Tag, ZsetMeta};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -358,6 +360,27 @@ pub(super) fn pop_extremes(shared: &Shared, key: &[u8], min: bool, count: u64) -
 /// A member and its score, as the pops reply them.
 pub(super) fn scored(score: f64, member: Vec<u8>) -> [Reply; 2] {
     [Reply::Bulk(Some(member)), Reply::Double(format_score(score))]
+}
+
+/// `ZSCAN key cursor [MATCH pattern] [COUNT count]`: every member and its
+/// score in one page (cursor 0), as Redis answers for a small set (a
+/// sorted set here is read whole by its score index anyway); scores as
+/// bulk strings, in RESP3 too, as Redis gives a scan's reply.
+pub(super) fn zscan(shared: &Shared, args: &[Vec<u8>]) -> Reply {
+    run(|| {
+        // Redis reads the cursor, then the key, then the options.
+        scan_options(&args[1..2], false)?;
+        let Some(meta) = meta(shared, &args[0])? else {
+            return Ok(scan_reply(0, Vec::new()));
+        };
+        let (_, ScanOptions { pattern, .. }) = scan_options(&args[1..], false)?;
+        let all = index(shared, &meta, &meta.prefix(b's'), &meta.end_of(b's'), usize::MAX)?;
+        let page = all
+            .into_iter()
+            .filter(|(_, m)| pattern.is_none_or(|p| glob_match(p, m)))
+            .flat_map(|(score, m)| [Reply::Bulk(Some(m)), Reply::Bulk(Some(format_score(score)))]);
+        Ok(scan_reply(0, page.collect()))
+    })
 }
 
 /// `ZPOPMIN key [count]`, `ZPOPMAX key [count]`: member, score, ...; in
