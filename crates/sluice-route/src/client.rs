@@ -467,8 +467,9 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[&[u8]]) -> 
         // Clients ask these at connect time and take an empty answer as
         // "nothing known"; the router has no settings of its own to get.
         ("command", []) => Reply::Array(Vec::new()),
+        // Maps in RESP3, as Redis 7 answers both.
         ("command", [sub, ..]) | ("config", [sub, ..]) if sub.eq_ignore_ascii_case(b"docs") || sub.eq_ignore_ascii_case(b"get") => {
-            Reply::Array(Vec::new())
+            Reply::Map(Vec::new())
         }
         ("command", [sub, ..]) | ("config", [sub, ..]) => Reply::error(format!(
             "{} {} is not supported through sluice route (a shard's settings are set on the shard)",
@@ -494,6 +495,9 @@ fn hello(session: &mut Session, rest: &[&[u8]]) -> Reply {
     while let Some((option, more)) = options.split_first() {
         match (option.to_ascii_lowercase().as_slice(), more) {
             (b"setname", [name, tail @ ..]) => {
+                if let Err(refused) = check_name(name) {
+                    return refused;
+                }
                 session.name = Some(name.to_vec());
                 options = tail;
             }
@@ -523,10 +527,13 @@ fn hello(session: &mut Session, rest: &[&[u8]]) -> Reply {
 
 fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
     match (sub, args) {
-        ("setname", [name]) => {
-            session.name = Some(name.to_vec());
-            Reply::ok()
-        }
+        ("setname", [name]) => match check_name(name) {
+            Ok(()) => {
+                session.name = Some(name.to_vec());
+                Reply::ok()
+            }
+            Err(refused) => refused,
+        },
         ("getname", []) => Reply::Bulk(session.name.clone()),
         ("id", []) => Reply::Integer(session.id as i64),
         ("setinfo", [_, _]) => Reply::ok(),
@@ -539,6 +546,17 @@ fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
         }
         _ => Reply::error(format!(
             "unknown subcommand or wrong number of arguments for 'CLIENT|{sub}'"
+        )),
+    }
+}
+
+/// A client name as Redis takes it: printable, no spaces (`CLIENT INFO`
+/// and the tenant it names are lines of `key=value` fields).
+fn check_name(name: &[u8]) -> Result<(), Reply> {
+    match name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+        true => Ok(()),
+        false => Err(Reply::error(
+            "Client names cannot contain spaces, newlines or special characters.",
         )),
     }
 }
@@ -558,7 +576,7 @@ fn info(router: &Router, asked: &[&[u8]]) -> String {
     let sections = [
         (
             "server",
-            "# Server\r\nredis_version:7.0.0\r\nsluice_route:1\r\n".to_string(),
+            "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nsluice_route:1\r\n".to_string(),
         ),
         ("router", router_section),
     ];

@@ -170,7 +170,15 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert_eq!(c.call(&["INFO", "keyspace"]), bulk(""));
     assert!(error_text(c.call(&["SELECT", "x"])).contains("not an integer"));
     assert!(error_text(c.call(&["SELECT", "1"])).contains("not allowed in cluster mode"));
+    assert!(error_text(c.call(&["CLIENT", "SETNAME", "bad name"])).contains("cannot contain spaces"));
     assert_eq!(c.call(&["CLIENT", "SETNAME", "named"]), Reply::ok());
+    let mut resp3 = Client::connect(router);
+    assert!(matches!(resp3.call(&["HELLO", "3"]), Reply::Map(_)));
+    assert_eq!(
+        resp3.call(&["CONFIG", "GET", "maxmemory"]),
+        Reply::Map(Vec::new()),
+        "a map, as Redis 7's"
+    );
     let Reply::Bulk(Some(me)) = c.call(&["CLIENT", "INFO"]) else {
         panic!("CLIENT INFO")
     };
