@@ -28,6 +28,7 @@
 //! is also what `MULTI` checks before it queues one.
 
 mod blocking;
+mod cjson;
 mod client;
 mod command;
 mod config;

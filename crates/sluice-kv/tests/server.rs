@@ -1839,10 +1839,19 @@ fn scripts_answer_as_redis_does() {
             "-ERR Write commands are not allowed from read-only scripts. script: b2f0aa4dab03f57e525ce5de8b0c57131392d0fe\r\n",
         ),
         (&["EVAL", "return ARGV[2] .. KEYS[1]", "1", "k", "a", "b"], "$2\r\nbk\r\n"),
+        (&["EVAL", "return cjson.encode({a = {1, 2}})", "0"], "$11\r\n{\"a\":[1,2]}\r\n"),
+        (&["EVAL", "return cjson.decode(ARGV[1]).n + 1", "0", "{\"n\":41}"], ":42\r\n"),
     ];
     for (command, expected) in cases {
         assert_eq!(&c.call(command), expected, "{command:?}");
     }
+    // Globals are Redis 7's: read-only, so no script leaves state behind.
+    let set_global = c.call(&["EVAL", "x = 5 return x", "0"]);
+    assert!(
+        set_global.contains("Attempt to modify a readonly table"),
+        "{set_global}"
+    );
+    assert_eq!(c.call(&["EVAL", "local x = 5 return x", "0"]), ":5\r\n");
 }
 
 /// A script runs alone: read-modify-write scripts from several clients

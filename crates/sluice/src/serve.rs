@@ -22,8 +22,8 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     LINDEX, LRANGE, LSET, LTRIM, LMOVE, RPOPLPUSH, LMPOP, BLPOP, BRPOP, BLMPOP, BLMOVE, BRPOPLPUSH, LREM, LINSERT, LPOS (a blocked client holds no worker); XADD (NOMKSTREAM, MAXLEN, MINID), XLEN, XRANGE, XREVRANGE, XDEL, XTRIM, XREAD (COUNT, BLOCK; not consumer groups); SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH, PUBSUB (a subscriber holds no worker; one that leaves 32 MiB of messages unread is closed); \
     KEYS, SCAN (MATCH, COUNT, TYPE), DBSIZE, FLUSHDB, FLUSHALL; EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (LOAD, \
-    EXISTS, FLUSH): Lua 5.1 scripts, each run atomically (redis.call and its kin; not \
-    Redis's cjson, cmsgpack, bit and struct libraries); CLIENT (ID, \
+    EXISTS, FLUSH): Lua 5.1 scripts, each run atomically (redis.call and its kin, cjson, \
+    read-only globals; not Redis's cmsgpack, bit and struct libraries); CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \

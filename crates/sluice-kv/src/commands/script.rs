@@ -17,10 +17,11 @@
 //! (5 s by default, `sluice serve --script-time-limit`) is stopped (Redis
 //! lets it run and answers other clients `BUSY` until `SCRIPT KILL`; here
 //! other writers wait on the stripes, so it must end); its writes so far
-//! are kept, as for any failure. Only the `string`, `table` and `math`
-//! libraries are loaded (no `cjson`, `cmsgpack`, `bit` or `struct`), and a
-//! script may set globals. Errors name the script by its SHA1 but not its
-//! line (`script: <sha1>`, where Redis adds `, on @user_script:<line>.`).
+//! are kept, as for any failure. The `string`, `table` and `math`
+//! libraries are loaded, and `cjson` (`cjson.rs`); not `cmsgpack`, `bit`
+//! or `struct`. Globals are read-only, as in Redis 7. Errors name the
+//! script by its SHA1 but not its line (`script: <sha1>`, where Redis adds
+//! `, on @user_script:<line>.`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -161,6 +162,7 @@ fn run_script(
         let globals = lua.globals();
         globals.set("KEYS", strings(&lua, keys)?)?;
         globals.set("ARGV", strings(&lua, argv)?)?;
+        globals.set("cjson", super::cjson::library(&lua)?)?;
         let session = RefCell::new(session);
         let command = |lua: &Lua, args: MultiValue, raise: bool| -> mlua::Result<Value> {
             let args = command_args(lua, args)?;
@@ -206,7 +208,11 @@ fn run_script(
                 redis.set(*level, i)?;
             }
             lua.globals().set("redis", redis)?;
-            let value: Value = lua.load(body).set_name("=user_script").call(())?;
+            let value: Value = lua
+                .load(body)
+                .set_name("=user_script")
+                .set_environment(read_only_globals(&lua)?)
+                .call(())?;
             Ok(from_lua(value))
         })
     })();
@@ -219,6 +225,23 @@ fn run_script(
             other => Reply::error(format!("{} script: {sha}", lua_message(&other))),
         },
     })
+}
+
+/// The script's globals: Redis's, readable and not writable, as Redis 7
+/// keeps them, so that a script cannot leave state for the next or
+/// replace `redis.call` (its locals are its own).
+fn read_only_globals(lua: &Lua) -> mlua::Result<Table> {
+    let view = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set("__index", lua.globals())?;
+    meta.set(
+        "__newindex",
+        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime("Attempt to modify a readonly table"))
+        })?,
+    )?;
+    view.set_metatable(Some(meta));
+    Ok(view)
 }
 
 fn strings(lua: &Lua, items: &[Vec<u8>]) -> mlua::Result<Table> {
