@@ -229,6 +229,16 @@ const COMMANDS: &[Command] = &[
     command("range", |n| (2..=3).contains(&n), |s, _, _, r| range(s, r)),
     command("rename", |n| n == 2, |s, _, _, r| rename::rename(s, r, false)),
     command("renamenx", |n| n == 2, |s, _, _, r| rename::rename(s, r, true)),
+    // A server alone: a primary with no replicas, as clients that check
+    // where they may write ask it.
+    command(
+        "role",
+        |n| n == 0,
+        |_, _, _, _| {
+            let master = Reply::Bulk(Some(b"master".to_vec()));
+            Reply::Array(vec![master, Reply::Integer(0), Reply::Array(Vec::new())])
+        },
+    ),
     command("rpop", |n| n == 1 || n == 2, |s, _, _, r| list::pop(s, r, End::Right)),
     command(
         "rpoplpush",

@@ -116,6 +116,10 @@ fn commands_answer_as_redis_does() {
     assert!(info.contains("tenant_alice:ops="), "{info}");
     assert!(info.contains("flush:bytes="), "{info}");
     assert!(info.contains("level0:tables="), "{info}");
+    for field in ["role:master\r\n", "loading:0\r\n", "used_memory:", "used_memory_human:"] {
+        assert!(info.contains(field), "{field} in {info}");
+    }
+    assert_eq!(c.call(&["ROLE"]), "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");
     let time = c.call(&["TIME"]);
     let fields: Vec<&str> = time.split("\r\n").collect();
     assert_eq!(fields[0], "*2", "{time}");

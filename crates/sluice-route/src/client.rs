@@ -477,6 +477,12 @@ fn local(router: &Router, session: &mut Session, name: &str, args: &[&[u8]]) -> 
             String::from_utf8_lossy(sub).to_uppercase()
         )),
         ("info", sections) => Reply::Bulk(Some(info(router, sections).into_bytes())),
+        // One endpoint a client writes to, as a primary alone.
+        ("role", []) => Reply::Array(vec![
+            Reply::Bulk(Some(b"master".to_vec())),
+            Reply::Integer(0),
+            Reply::Array(Vec::new()),
+        ]),
         _ => arity(),
     }
 }

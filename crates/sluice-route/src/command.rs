@@ -189,7 +189,7 @@ const FIRST_KEY: &[&str] = &[
 /// the watch).
 const LOCAL: &[&str] = &[
     "ping", "echo", "hello", "select", "quit", "command", "client", "auth", "reset", "config", "info", "multi", "exec",
-    "discard", "watch", "unwatch", "time",
+    "discard", "watch", "unwatch", "time", "role",
 ];
 
 const PUBSUB: &str = "pub/sub is not supported through sluice route";

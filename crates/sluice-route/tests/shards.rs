@@ -168,6 +168,10 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     assert!(error_text(c.call(&["COMMAND", "COUNT"])).contains("COMMAND COUNT is not supported"));
     assert_eq!(c.call(&["CONFIG", "GET", "maxmemory"]), Reply::Array(Vec::new()));
     assert_eq!(c.call(&["INFO", "keyspace"]), bulk(""));
+    assert_eq!(
+        c.call(&["ROLE"]),
+        Reply::Array(vec![bulk("master"), Reply::Integer(0), Reply::Array(Vec::new())])
+    );
     assert!(error_text(c.call(&["SELECT", "x"])).contains("not an integer"));
     assert!(error_text(c.call(&["SELECT", "1"])).contains("not allowed in cluster mode"));
     assert!(error_text(c.call(&["CLIENT", "SETNAME", "bad name"])).contains("cannot contain spaces"));

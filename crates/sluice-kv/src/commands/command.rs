@@ -577,6 +577,13 @@ pub(super) const INFO: &[Info] = &[
         [1, 2, 1],
         &["@keyspace", "@write", "@fast"],
     ),
+    info(
+        "role",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        [0, 0, 0],
+        &["@admin", "@fast", "@dangerous"],
+    ),
     info("rpop", -2, &["write", "fast"], [1, 1, 1], &["@write", "@list", "@fast"]),
     info(
         "rpoplpush",

@@ -1,5 +1,6 @@
 //! `INFO [section...]`: Redis's `key:value` sections that clients and
-//! tools read (server, clients, persistence, stats, cluster), and Sluice's own: the
+//! tools read (server, clients, memory, persistence, stats, replication,
+//! cluster), and Sluice's own: the
 //! tenants (requests, errors, latency and deadlines missed), the
 //! background tasks (work done, backlog, knobs) and the store's levels.
 //! With no section, or `default`, `all` or `everything`, every section; a
@@ -19,8 +20,10 @@ type Section = fn(&Shared, &mut String);
 const SECTIONS: &[(&str, &str, Section)] = &[
     ("server", "Server", server),
     ("clients", "Clients", clients),
+    ("memory", "Memory", memory),
     ("persistence", "Persistence", persistence),
     ("stats", "Stats", stats),
+    ("replication", "Replication", replication),
     ("cluster", "Cluster", cluster),
     ("tenants", "Tenants", tenants),
     ("background", "Background", background),
@@ -73,10 +76,33 @@ fn clients(shared: &Shared, s: &mut String) {
     let _ = write!(s, "blocked_clients:{}\r\n", shared.waiters.blocked());
 }
 
+/// The process's resident memory: the store does not count its own
+/// allocations, and what Redis calls `used_memory` is what tools chart.
+fn memory(_: &Shared, s: &mut String) {
+    let rss = resident_bytes().unwrap_or(0);
+    let _ = write!(
+        s,
+        "used_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\n",
+        rss as f64 / f64::from(1 << 20)
+    );
+}
+
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
+
+/// A server alone: no replicas, no primary.
+fn replication(_: &Shared, s: &mut String) {
+    s.push_str("role:master\r\nconnected_slaves:0\r\n");
+}
+
 fn persistence(shared: &Shared, s: &mut String) {
     // The WAL is Redis's append-only file: synced before each write is
     // acknowledged unless the server runs with --no-sync.
-    let _ = write!(s, "aof_enabled:{}\r\n", u8::from(shared.db.options().sync));
+    // The store is open (and recovered) before the server listens.
+    let _ = write!(s, "loading:0\r\naof_enabled:{}\r\n", u8::from(shared.db.options().sync));
 }
 
 fn stats(shared: &Shared, s: &mut String) {
