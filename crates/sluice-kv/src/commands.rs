@@ -27,6 +27,7 @@
 //! name before it runs (unknown, or the wrong number of arguments), which
 //! is also what `MULTI` checks before it queues one.
 
+mod bitop;
 mod blocking;
 mod cjson;
 mod client;
