@@ -31,6 +31,7 @@ mod bitop;
 mod blocking;
 mod cjson;
 mod client;
+mod cmsgpack;
 mod command;
 mod config;
 mod delete;

@@ -1846,6 +1846,10 @@ fn scripts_answer_as_redis_does() {
         (&["EVAL", "return cjson.encode({a = {1, 2}})", "0"], "$11\r\n{\"a\":[1,2]}\r\n"),
         (&["EVAL", "return cjson.decode(ARGV[1]).n + 1", "0", "{\"n\":41}"], ":42\r\n"),
         (&["EVAL", "return bit.tohex(bit.bor(bit.lshift(1, 8), 15))", "0"], "$8\r\n0000010f\r\n"),
+        (
+            &["EVAL", "return cmsgpack.unpack(cmsgpack.pack({delay = 5})).delay", "0"],
+            ":5\r\n",
+        ),
     ];
     for (command, expected) in cases {
         assert_eq!(&c.call(command), expected, "{command:?}");

@@ -23,7 +23,7 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     KEYS, SCAN (MATCH, COUNT, TYPE), DBSIZE, FLUSHDB, FLUSHALL; EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (LOAD, \
     EXISTS, FLUSH): Lua 5.1 scripts, each run atomically (redis.call and its kin, cjson, \
-    bit, read-only globals; not Redis's cmsgpack and struct libraries); CLIENT (ID, \
+    cmsgpack, bit, read-only globals; not Redis's struct library); CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \

@@ -18,8 +18,8 @@
 //! lets it run and answers other clients `BUSY` until `SCRIPT KILL`; here
 //! other writers wait on the stripes, so it must end); its writes so far
 //! are kept, as for any failure. The `string`, `table` and `math`
-//! libraries are loaded, and `cjson` (`cjson.rs`) and `bit` (`bitop.rs`);
-//! not `cmsgpack` or `struct`. Globals are read-only, as in Redis 7. Errors name the
+//! libraries are loaded, and `cjson` (`cjson.rs`), `cmsgpack`
+//! (`cmsgpack.rs`) and `bit` (`bitop.rs`); not `struct`. Globals are read-only, as in Redis 7. Errors name the
 //! script by its SHA1 but not its line (`script: <sha1>`, where Redis adds
 //! `, on @user_script:<line>.`).
 
@@ -164,6 +164,7 @@ fn run_script(
         globals.set("ARGV", strings(&lua, argv)?)?;
         globals.set("cjson", super::cjson::library(&lua)?)?;
         globals.set("bit", super::bitop::library(&lua)?)?;
+        globals.set("cmsgpack", super::cmsgpack::library(&lua)?)?;
         let session = RefCell::new(session);
         let command = |lua: &Lua, args: MultiValue, raise: bool| -> mlua::Result<Value> {
             let args = command_args(lua, args)?;
