@@ -42,6 +42,7 @@ mod integer;
 mod keys;
 mod list;
 mod long_double;
+mod lua_table;
 mod pubsub;
 mod rename;
 mod script;

@@ -27,6 +27,8 @@
 use mlua::{Lua, Table, Value};
 use serde_json::{Map, Number, Value as Json};
 
+use super::lua_table::{entries, Entries};
+
 /// Deepest nesting of tables or JSON containers (lua-cjson's default).
 const MAX_DEPTH: usize = 1000;
 
@@ -88,29 +90,16 @@ fn number(n: f64) -> mlua::Result<Json> {
         .ok_or_else(|| mlua::Error::runtime("Cannot serialise number: must not be NaN or Inf"))
 }
 
-/// An array if the keys are exactly 1..n, else an object.
+/// An array if the keys are exactly 1..n (n ≥ 1), else an object.
 fn table(t: &Table, depth: usize) -> mlua::Result<Json> {
-    let len = t.raw_len();
-    let mut pairs = Vec::new();
-    for pair in t.pairs::<Value, Value>() {
-        pairs.push(pair?);
+    let Entries { pairs, sequence } = entries(t)?;
+    if !sequence || pairs.is_empty() {
+        return object(&pairs, depth);
     }
-    if len > 0 && pairs.len() == len {
-        let mut items = vec![Json::Null; len];
-        for (key, value) in &pairs {
-            let index = match key {
-                Value::Integer(i) => *i as f64,
-                Value::Number(n) => *n,
-                _ => f64::NAN,
-            };
-            if !(index.fract() == 0.0 && (1.0..=len as f64).contains(&index)) {
-                return object(&pairs, depth);
-            }
-            items[index as usize - 1] = to_json(value, depth)?;
-        }
-        return Ok(Json::Array(items));
-    }
-    object(&pairs, depth)
+    let items: mlua::Result<Vec<Json>> = (1..=pairs.len())
+        .map(|i| to_json(&t.raw_get::<Value>(i)?, depth))
+        .collect();
+    Ok(Json::Array(items?))
 }
 
 fn object(pairs: &[(Value, Value)], depth: usize) -> mlua::Result<Json> {

@@ -21,6 +21,8 @@
 use mlua::{Lua, MultiValue, Table, Value, Variadic};
 use rmp::encode;
 
+use super::lua_table::{entries, Entries};
+
 /// Tables nested deeper than this pack as nil (lua-cmsgpack's
 /// `LUACMSGPACK_MAX_NESTING`).
 const MAX_NESTING: usize = 16;
@@ -87,22 +89,12 @@ fn pack(out: &mut Vec<u8>, value: &Value, depth: usize) -> mlua::Result<()> {
     }
 }
 
-/// An array if the keys are exactly 1..n, else a map.
+/// An array if the keys are exactly 1..n (the empty table included), else
+/// a map.
 fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> mlua::Result<()> {
-    let mut pairs = Vec::new();
-    for pair in t.pairs::<Value, Value>() {
-        pairs.push(pair?);
-    }
-    let position = |key: &Value| match key {
-        Value::Integer(i) => Some(*i as f64),
-        Value::Number(n) => Some(*n),
-        _ => None,
-    };
+    let Entries { pairs, sequence } = entries(t)?;
     let n = pairs.len();
-    let array = pairs
-        .iter()
-        .all(|(k, _)| position(k).is_some_and(|i| i.fract() == 0.0 && (1.0..=n as f64).contains(&i)));
-    if array {
+    if sequence {
         written(encode::write_array_len(out, n as u32))?;
         for i in 1..=n {
             pack(out, &t.raw_get::<Value>(i)?, depth)?;
