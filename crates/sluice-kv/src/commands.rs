@@ -19,7 +19,8 @@
 //!
 //! Lists (`commands/list.rs`; which list commands are offered and why:
 //! `keyspace.rs`; the blocking pops: `commands/blocking.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
-//! `commands/script.rs`). Deleting a value of any type, or writing another
+//! `commands/script.rs`; the libraries Redis gives them: `commands/cjson.rs`,
+//! `commands/cmsgpack.rs`, `commands/bitop.rs`). Deleting a value of any type, or writing another
 //! over it, and FLUSHALL and FLUSHDB: `commands/delete.rs`.
 //!
 //! Every command is a row of one table ([`COMMANDS`]): its name, the
