@@ -19,9 +19,10 @@
 //! other writers wait on the stripes, so it must end); its writes so far
 //! are kept, as for any failure. The `string`, `table` and `math`
 //! libraries are loaded, and `cjson` (`cjson.rs`), `cmsgpack`
-//! (`cmsgpack.rs`) and `bit` (`bitop.rs`); not `struct`. Globals are read-only, as in Redis 7. Errors name the
-//! script by its SHA1 but not its line (`script: <sha1>`, where Redis adds
-//! `, on @user_script:<line>.`).
+//! (`cmsgpack.rs`) and `bit` (`bitop.rs`); not `struct`. Globals are
+//! read-only, as in Redis 7. Errors name the script by its SHA1 but not
+//! its line (`script: <sha1>`, where Redis adds `, on
+//! @user_script:<line>.`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
