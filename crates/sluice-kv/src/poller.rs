@@ -483,19 +483,31 @@ fn give_back_memory() {
     }
 }
 
-/// Tells a client over `max_clients` so and closes its connection. The
-/// write cannot block: the socket is new, its buffer empty. Whatever the
-/// client sent already is read first, since closing with bytes unread
-/// would reset the connection, and the reset can overtake the refusal.
+/// Tells a client over `max_clients` so and closes its connection, without
+/// blocking the worker: the socket is new, so its empty send buffer takes
+/// the refusal at once. What the client sent already is read first (up to
+/// [`REFUSAL_DRAIN`]), since closing with bytes unread would reset the
+/// connection, and the reset can overtake the refusal; a client that goes
+/// on sending cannot hold the worker past that bound.
 fn refuse(mut stream: std::net::TcpStream) {
     use std::io::{Read, Write};
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
     let _ = stream.write_all(sluice_resp::MAX_CLIENTS_REACHED);
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    if stream.set_nonblocking(true).is_ok() {
-        let mut unread = [0u8; 4096];
-        while matches!(stream.read(&mut unread), Ok(n) if n > 0) {}
+    let mut unread = [0u8; 4096];
+    let mut drained = 0;
+    while drained < REFUSAL_DRAIN {
+        match stream.read(&mut unread) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
+        }
     }
 }
+
+/// Bytes a refused client's connection is drained of at most.
+const REFUSAL_DRAIN: usize = 64 << 10;
 
 /// Interest in one readiness of a socket, after which it is disarmed until
 /// re-armed: no two workers ever hold one connection.
