@@ -227,33 +227,43 @@ fn exec_resp3(queued: &[Vec<Vec<u8>>], raw: &[u8]) -> Reply {
 fn shape(args: &[&[u8]], reply: Reply) -> Reply {
     let name = args[0].to_ascii_lowercase();
     let has = |word: &[u8]| args[1..].iter().any(|a| a.eq_ignore_ascii_case(word));
-    let double = |r: Reply| match r {
-        Reply::Bulk(Some(text)) => Reply::Double(text),
-        other => other,
-    };
     match (name.as_slice(), reply) {
         (b"hgetall", Reply::Array(items)) => Reply::Map(pairs(items)),
         (b"smembers" | b"sinter" | b"sunion" | b"sdiff" | b"spop", Reply::Array(items)) => Reply::Set(items),
-        (b"zscore" | b"zincrby", r) => double(r),
-        (b"zadd", r) if has(b"incr") => double(r),
-        (b"zmscore", Reply::Array(items)) => Reply::Array(items.into_iter().map(double).collect()),
+        (b"zscore" | b"zincrby", r) => as_double(r),
+        (b"zadd", r) if has(b"incr") => as_double(r),
+        (b"zmscore", Reply::Array(items)) => Reply::Array(items.into_iter().map(as_double).collect()),
+        // WITHSCORES, and ZPOPMIN's count: [member, score] pairs.
         (b"zrange" | b"zrangebyscore" | b"zrevrange" | b"zrevrangebyscore", Reply::Array(items))
             if has(b"withscores") =>
         {
-            let scored = pairs(items).into_iter().map(|(m, s)| Reply::Array(vec![m, double(s)]));
-            Reply::Array(scored.collect())
+            scored_pairs(items)
         }
-        // With a count, pairs; without, one member and its score, flat.
-        (b"zpopmin" | b"zpopmax", Reply::Array(items)) if args.len() > 2 => {
-            let scored = pairs(items).into_iter().map(|(m, s)| Reply::Array(vec![m, double(s)]));
-            Reply::Array(scored.collect())
-        }
+        (b"zpopmin" | b"zpopmax", Reply::Array(items)) if args.len() > 2 => scored_pairs(items),
+        // Without a count, one member and its score, flat.
         (b"zpopmin" | b"zpopmax", Reply::Array(mut items)) if items.len() == 2 => {
-            let score = items.pop().map(double).expect("two items");
+            let score = items.pop().map(as_double).expect("two items");
             items.push(score);
             Reply::Array(items)
         }
         (_, other) => other,
+    }
+}
+
+/// A flat member, score, ... array as [member, score] pairs, each score a
+/// double.
+fn scored_pairs(items: Vec<Reply>) -> Reply {
+    let scored = pairs(items)
+        .into_iter()
+        .map(|(m, s)| Reply::Array(vec![m, as_double(s)]));
+    Reply::Array(scored.collect())
+}
+
+/// A score a shard sent as a bulk string, as the double RESP3 has for it.
+fn as_double(r: Reply) -> Reply {
+    match r {
+        Reply::Bulk(Some(text)) => Reply::Double(text),
+        other => other,
     }
 }
 
@@ -559,12 +569,12 @@ fn client(session: &mut Session, sub: &str, args: &[&[u8]]) -> Reply {
 /// A client name as Redis takes it: printable, no spaces (`CLIENT INFO`
 /// and the tenant it names are lines of `key=value` fields).
 fn check_name(name: &[u8]) -> Result<(), Reply> {
-    match name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
-        true => Ok(()),
-        false => Err(Reply::error(
-            "Client names cannot contain spaces, newlines or special characters.",
-        )),
+    if name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+        return Ok(());
     }
+    Err(Reply::error(
+        "Client names cannot contain spaces, newlines or special characters.",
+    ))
 }
 
 /// `INFO [section ...]`: who answers, and what the router has measured;

@@ -299,7 +299,7 @@ static TABLE: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
 /// The keys of a [`Route::Counted`] command whose count is at `at` (`EVAL
 /// script numkeys key... arg...`), or an error in Redis's words (without
 /// its `ERR `).
-pub fn counted_keys<'s, 'a>(args: &'s [&'a [u8]], at: usize) -> Result<&'s [&'a [u8]], String> {
+fn counted_keys<'s, 'a>(args: &'s [&'a [u8]], at: usize) -> Result<&'s [&'a [u8]], String> {
     let numkeys = args
         .get(at)
         .and_then(|n| std::str::from_utf8(n).ok())
@@ -314,7 +314,7 @@ pub fn counted_keys<'s, 'a>(args: &'s [&'a [u8]], at: usize) -> Result<&'s [&'a 
 
 /// The keys of a [`Route::Together`] command, `None` if its arguments do
 /// not come in whole groups of `step`.
-pub fn together<'s, 'a>(args: &'s [&'a [u8]], step: usize) -> Option<impl Iterator<Item = &'a [u8]> + 's> {
+fn together<'s, 'a>(args: &'s [&'a [u8]], step: usize) -> Option<impl Iterator<Item = &'a [u8]> + 's> {
     (args.len() > step && (args.len() - 1).is_multiple_of(step)).then(|| args[1..].iter().step_by(step).copied())
 }
 

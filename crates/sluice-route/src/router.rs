@@ -19,7 +19,7 @@ use sluice_core::time::from_ms;
 use sluice_core::{Ctx, Nanos, TenantId};
 use sluice_resp::{array_items, parse_reply, Limits, Reply};
 
-use crate::command::{counted_keys, together, Merge, Route};
+use crate::command::{keys_of, Merge, Route};
 use crate::compaction::Steering;
 use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
@@ -359,23 +359,13 @@ impl Router {
                 }
                 self.split(args, step)
             }
+            // Keys that must share a slot, found as a transaction finds them.
             Route::Pair | Route::Together { .. } | Route::Counted(_) => {
-                let placed = match route {
-                    Route::Pair => match args.get(1..3) {
-                        Some(keys) => self.place(keys.iter().copied()),
-                        None => return arity(),
-                    },
-                    Route::Together { step } => match together(args, step) {
-                        Some(keys) => self.place(keys),
-                        None => return arity(),
-                    },
-                    Route::Counted(at) => match counted_keys(args, at) {
-                        Ok(keys) => self.place(keys.iter().copied()),
-                        Err(e) => return Reply::Error(format!("ERR {e}")).into(),
-                    },
-                    _ => unreachable!("the routes matched above"),
+                let keys = match keys_of(name, route, args) {
+                    Ok(keys) => keys,
+                    Err(e) => return Reply::Error(format!("ERR {e}")).into(),
                 };
-                match placed {
+                match self.place(keys) {
                     Ok(slot) => vec![Part {
                         slot,
                         args: whole(),
@@ -817,15 +807,13 @@ fn same_everywhere(mut replies: Vec<Vec<u8>>) -> Answer {
     if let Some(e) = replies.iter().find(|r| r.first() == Some(&b'-')) {
         return Answer::Raw(e.clone());
     }
-    match replies.pop() {
-        Some(last) if replies.iter().all(|r| *r == last) => Answer::Raw(last),
-        Some(last) => {
-            replies.push(last);
-            held_everywhere(&replies)
-                .map_or_else(|| Reply::error("the shards answered differently").into(), Answer::from)
-        }
-        None => Reply::error("no shard to send it to").into(),
+    let Some(first) = replies.first() else {
+        return Reply::error("no shard to send it to").into();
+    };
+    if replies.iter().all(|r| r == first) {
+        return Answer::Raw(replies.swap_remove(0));
     }
+    held_everywhere(&replies).map_or_else(|| Reply::error("the shards answered differently").into(), Answer::from)
 }
 
 /// Where every shard answered an array of 0s and 1s of one length (SCRIPT

@@ -128,18 +128,18 @@ fn to_lua(lua: &Lua, json: Json) -> mlua::Result<Value> {
         Json::Number(n) => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
         Json::String(s) => Value::String(lua.create_string(&s)?),
         Json::Array(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.into_iter().enumerate() {
-                t.raw_set(i + 1, to_lua(lua, item)?)?;
-            }
-            Value::Table(t)
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|item| to_lua(lua, item))
+                .collect::<mlua::Result<_>>()?;
+            Value::Table(lua.create_sequence_from(items)?)
         }
         Json::Object(map) => {
-            let t = lua.create_table_with_capacity(0, map.len())?;
-            for (key, value) in map {
-                t.raw_set(key, to_lua(lua, value)?)?;
-            }
-            Value::Table(t)
+            let pairs: Vec<(String, Value)> = map
+                .into_iter()
+                .map(|(key, value)| Ok((key, to_lua(lua, value)?)))
+                .collect::<mlua::Result<_>>()?;
+            Value::Table(lua.create_table_from(pairs)?)
         }
     })
 }

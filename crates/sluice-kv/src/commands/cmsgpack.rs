@@ -120,23 +120,23 @@ fn to_lua(lua: &Lua, value: rmpv::Value) -> mlua::Result<Value> {
         Packed::String(s) => Value::String(lua.create_string(s.into_bytes())?),
         Packed::Binary(b) | Packed::Ext(_, b) => Value::String(lua.create_string(b)?),
         Packed::Array(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.into_iter().enumerate() {
-                t.raw_set(i + 1, to_lua(lua, item)?)?;
-            }
-            Value::Table(t)
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|item| to_lua(lua, item))
+                .collect::<mlua::Result<_>>()?;
+            Value::Table(lua.create_sequence_from(items)?)
         }
         Packed::Map(pairs) => {
-            let t = lua.create_table_with_capacity(0, pairs.len())?;
+            let mut entries = Vec::with_capacity(pairs.len());
             for (key, value) in pairs {
                 // A nil key cannot index a Lua table: lua-cmsgpack drops
                 // the pair too.
                 match to_lua(lua, key)? {
                     Value::Nil => {}
-                    key => t.raw_set(key, to_lua(lua, value)?)?,
+                    key => entries.push((key, to_lua(lua, value)?)),
                 }
             }
-            Value::Table(t)
+            Value::Table(lua.create_table_from(entries)?)
         }
     })
 }
