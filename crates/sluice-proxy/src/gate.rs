@@ -40,6 +40,7 @@ use std::mem;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use slab::Slab;
 use sluice_core::controller::{check_positive, Period, PeriodTenant};
@@ -182,7 +183,7 @@ struct State {
     /// By `TenantId`; a forgotten tenant's id is given to the next new one.
     tenants: Slab<TenantRecord>,
     by_name: HashMap<Arc<str>, TenantId>,
-    waiters: HashMap<u64, oneshot::Sender<()>>,
+    waiters: FxHashMap<u64, oneshot::Sender<()>>,
     next_tag: u64,
     /// Requests holding a parked slot (not counted by the stage).
     parked: usize,
@@ -264,7 +265,7 @@ impl Gate {
             stage,
             tenants: Slab::new(),
             by_name: HashMap::new(),
-            waiters: HashMap::new(),
+            waiters: FxHashMap::default(),
             next_tag: 0,
             parked: 0,
             peak_demand: 0,

@@ -10,6 +10,7 @@
 //! | `workers` | the threads sessions run on: an event loop each, a session kept on one | – |
 //! | [`pg`], [`redis`] | each protocol's framing (PostgreSQL's in `pg::frame`; RESP's is the shared codec, `sluice-resp`), what one request is and its context (`pg::context`, `redis::context`); TLS for PostgreSQL clients (`pg::tls`) and to the server (`pg::upstream_tls`); PostgreSQL backends and opt-in transaction pooling (`pg::pool`), with the prepared statements it keeps for clients (`pg::prepared`) and the passwords it opens backends with (`pg::auth_file`, answered by `pg::password`) | PostgreSQL's protocol v3; RESP2 and RESP3; PgBouncer's transaction mode |
 //! | `relay`, `buffer` | what sessions of both protocols share, knowing no protocol: the neutral context, asking the gate, the two-direction drive loop, the `Backlog`; read buffers | – |
+//! | [`race`] | a session's branches raced in one task, each polled only when its own waker fired | – |
 //! | `client` | where clients connect (TCP, and a Unix socket file if configured) and who a client is | – |
 //! | `socket` | a plain connection: TCP, or a Unix socket (the upstream's when it is a path; clients' on `listen_unix`) | – |
 //! | `pg::background` | `[postgres.background]`: PostgreSQL's checkpoint settings steered by sluice-core's checkpoint controller through `ALTER SYSTEM`, recorded and given back | programmable background tasks §V-B, §VI |
@@ -58,6 +59,7 @@ pub mod gate;
 pub mod listener;
 pub mod optimizer;
 pub mod pg;
+pub mod race;
 pub mod redis;
 mod relay;
 pub mod service;

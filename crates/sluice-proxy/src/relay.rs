@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use crate::client::Peer;
 use crate::config::TenantKey;
 use crate::gate::{Gate, Refusal, Slot, Tenant};
+use crate::race::race;
 use crate::stats::{Stats, TenantStats};
 
 /// Replies a session holds for a client that has not read them yet, and
@@ -233,30 +234,33 @@ impl Flags {
 /// Runs both directions of a session until it ends. `up` returns why the
 /// client side stopped; `down` returns when the upstream closed, or, once
 /// draining or closing, when nothing is left in flight.
+///
+/// The directions and the shutdown watch race in [`crate::race`], so a
+/// wake-up polls only the branch it is for. A branch that does not end the
+/// session never completes.
 pub(crate) async fn drive(
     up: impl Future<Output = io::Result<ClientEnd>>,
     down: impl Future<Output = io::Result<()>>,
     flags: &Flags,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let mut up = pin!(up);
-    let mut down = pin!(down);
-    if *shutdown.borrow_and_update() {
-        flags.set(&flags.draining);
-    }
-    loop {
-        tokio::select! {
-            end = &mut up => {
-                match end? {
-                    ClientEnd::Closed => return Ok(()),
-                    ClientEnd::Shutdown => flags.set(&flags.draining),
-                    ClientEnd::ProtocolError | ClientEnd::Quit => flags.set(&flags.closing),
-                }
-                return down.await;
-            }
-            done = &mut down => return done,
+    // Polled first, so a session that starts during shutdown drains at once.
+    let watching = pin!(async {
+        if !*shutdown.borrow_and_update() {
             // A dropped sender means the server is gone: drain as well.
-            _ = shutdown.changed(), if !flags.draining() => flags.set(&flags.draining),
+            let _ = shutdown.changed().await;
         }
-    }
+        flags.set(&flags.draining);
+        std::future::pending().await
+    });
+    let up = pin!(async {
+        match up.await? {
+            ClientEnd::Closed => return Ok(()),
+            ClientEnd::Shutdown => flags.set(&flags.draining),
+            ClientEnd::ProtocolError | ClientEnd::Quit => flags.set(&flags.closing),
+        }
+        // What is in flight finishes; `down` ends the session.
+        std::future::pending().await
+    });
+    race(watching, up, pin!(down)).await
 }

@@ -16,7 +16,9 @@
 //! tenants). AppleS §5.3 has no such class; it is the baseline its SLO
 //! control is measured against — latency-sensitive users simply put first.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use super::Policy;
 use crate::ctx::TenantId;
@@ -59,7 +61,7 @@ impl Round {
     }
 
     /// The next job of this class, by deficit round robin.
-    fn pop(&mut self, queues: &mut HashMap<TenantId, TenantQueue>, zeta: f64) -> Option<Job> {
+    fn pop(&mut self, queues: &mut FxHashMap<TenantId, TenantQueue>, zeta: f64) -> Option<Job> {
         let mut passed = 0;
         loop {
             let tenant = *self.active.front()?;
@@ -89,7 +91,7 @@ impl Round {
 
     /// Every backlogged tenant is short of a whole request: skip the rounds
     /// in which nobody could issue one, instead of spinning through them.
-    fn fast_forward(&self, queues: &mut HashMap<TenantId, TenantQueue>, zeta: f64) {
+    fn fast_forward(&self, queues: &mut FxHashMap<TenantId, TenantQueue>, zeta: f64) {
         let rounds = self
             .active
             .iter()
@@ -107,7 +109,7 @@ impl Round {
 
 pub struct Wrr {
     zeta: f64,
-    queues: HashMap<TenantId, TenantQueue>,
+    queues: FxHashMap<TenantId, TenantQueue>,
     /// Strict tenants' round, then everyone else's.
     rounds: [Round; 2],
     len: usize,
@@ -127,7 +129,7 @@ impl Wrr {
     pub fn new(zeta: f64) -> Self {
         Wrr {
             zeta: positive(zeta),
-            queues: HashMap::new(),
+            queues: FxHashMap::default(),
             rounds: Default::default(),
             len: 0,
             name: "wrr",

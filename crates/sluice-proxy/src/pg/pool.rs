@@ -52,7 +52,7 @@
 //! transaction pooler: docs/transaction-pooling.md has the whole table. A client that disconnects in the middle of a request takes
 //! its backend with it: it is closed, never pooled.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -61,6 +61,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 use thiserror::Error;
 use tokio::io::AsyncWrite;
 use tokio_util::either::Either;
@@ -270,7 +271,10 @@ pub(crate) struct PoolSettings {
 /// Idle backends by StartupMessage.
 pub(crate) struct Pool {
     settings: PoolSettings,
-    idle: Mutex<HashMap<Bytes, Idle>>,
+    /// Hashed with Fx, not SipHash: a key is a login the server accepted,
+    /// not bytes any client can choose, and hashing it is on every
+    /// request's path.
+    idle: Mutex<FxHashMap<Bytes, Idle>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -303,7 +307,7 @@ impl Pool {
         self.settings.max_prepared
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Bytes, Idle>> {
+    fn lock(&self) -> MutexGuard<'_, FxHashMap<Bytes, Idle>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -217,7 +217,9 @@ impl Statements {
     /// A simple Query: SQL about session state is mapped to the client's
     /// own (see [`super::sql`]).
     fn query(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
-        let text = split_cstr(body).map_or(body, |(text, _)| text);
+        // A Query's body is its text and one NUL: a text with a NUL inside is
+        // the server's to refuse, so there is nothing to scan for.
+        let text = body.strip_suffix(b"\0").unwrap_or(body);
         let rewritten = self.session_sql(text, made, out, true);
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
@@ -415,7 +417,7 @@ fn statement_named(body: &[u8]) -> Option<&[u8]> {
 
 /// A NUL-terminated string and what follows it.
 fn split_cstr(body: &[u8]) -> Option<(&[u8], &[u8])> {
-    let end = body.iter().position(|&b| b == 0)?;
+    let end = memchr::memchr(0, body)?;
     Some((&body[..end], &body[end + 1..]))
 }
 

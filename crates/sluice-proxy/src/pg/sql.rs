@@ -28,6 +28,11 @@ pub(crate) enum SessionSql {
 /// is one of the statements above.
 pub(crate) fn classify(query: &[u8]) -> Option<SessionSql> {
     let mut words = Words { rest: query };
+    words.skip_blanks();
+    // Its first letter rules out almost every query a client sends.
+    if !matches!(words.rest.first().map(u8::to_ascii_lowercase), Some(b'l' | b'd')) {
+        return None;
+    }
     let first = words.keyword()?;
     if first.eq_ignore_ascii_case(b"LISTEN") {
         return Some(SessionSql::Listen);
