@@ -23,8 +23,9 @@
 //!   docs/BENCHMARKS.md, "pgbench's own runs: the model between runs, and
 //!   pooled backends beyond P").
 //! - With `refine` (the default, a departure), after the fit also measure
-//!   λ(C) and λ(2C) and keep the best measured P, but P = every user
-//!   unless the best beat it by more than [`MARGIN`]: on PostgreSQL Eq. 2's
+//!   λ(C) and λ(2C) and keep the best measured P, but P = every user,
+//!   where 2C reaches them, unless the best beat it by more than
+//!   [`MARGIN`]: on PostgreSQL Eq. 2's
 //!   first maximum lies at 7–11, below the peak near 16 that a hand sweep
 //!   finds, and holding users back costs them queueing that no sample of
 //!   throughput counts, so it must pay by more than noise
@@ -113,6 +114,18 @@ fn choice_with_margin(samples: &[Sample], default: usize) -> Sample {
         Some(d) if best.throughput <= d.throughput * (1.0 + MARGIN) => *d,
         _ => best,
     }
+}
+
+/// The P a refinement keeps unless another beat it by more than
+/// [`MARGIN`]: every user, when the refinement's multiples of the model's
+/// C reach them; else none, and the best measured is kept. Letting every user
+/// in gives up the gate's fairness, which is worth a little throughput
+/// only near the matching point: at 256 users on PostgreSQL a margin for
+/// every user kept P = 256 on a 9% deficit to P = 23, and the users were
+/// served as unfairly as directly, U_f 0.43 and V_l 1.25
+/// (docs/BENCHMARKS.md, "First contact after the relay's change").
+fn refined_default(users: usize, c: usize, multiples: usize) -> Option<usize> {
+    (users <= multiples * c).then_some(users)
 }
 
 /// Where the search stands.
@@ -568,17 +581,20 @@ impl ModelSearch {
     /// another P beat it.
     fn finish_best(&mut self, sweep: Sweep, samples: &[Sample], held: Held, now: Nanos) {
         let (default, how, whom) = match sweep {
-            Sweep::Model => (held.users, "refined", "every user in"),
-            Sweep::Around => (held.p, "re-run", "the P held"),
+            Sweep::Model => {
+                let c = matching_point(samples[0], samples[1], samples[2]).p;
+                let every_user = refined_default(held.users, c, self.config.refine_multiples);
+                (every_user, "refined", "every user in")
+            }
+            Sweep::Around => (Some(held.p), "re-run", "the P held"),
         };
-        let best = choice_with_margin(samples, default);
-        let kept = if best.p == default {
-            format!(
-                "P = {default} ({whom}) kept unless beaten by more than {:.0}%",
+        let best = default.map_or_else(|| best_measured(samples), |d| choice_with_margin(samples, d));
+        let kept = match default {
+            Some(d) if best.p == d => format!(
+                "P = {d} ({whom}) kept unless beaten by more than {:.0}%",
                 MARGIN * 100.0
-            )
-        } else {
-            "best measured".into()
+            ),
+            _ => "best measured".into(),
         };
         let why = format!("model, {how}: {}; {kept}", shown(samples));
         // Logged even when P stays: the log shows where each sampling ended.
@@ -927,6 +943,24 @@ mod tests {
         assert_eq!(choice_with_margin(&eight, 8).p, 8);
         let many = samples(&[(2, 700.0), (23, 1900.0), (256, 1300.0), (16, 2000.0), (32, 1800.0)]);
         assert_eq!(choice_with_margin(&many, 256).p, 16);
+    }
+
+    /// Every user is the refinement's default only within reach of 2C:
+    /// at 8 users (C = 6) P = 8 kept on a 5% deficit; at 256 users (C = 7)
+    /// the samples of a first contact on PostgreSQL, where λ(23) beat
+    /// λ(256) by 9%, hold P = 23 and the gate keeps its fairness.
+    #[test]
+    fn every_user_is_the_default_only_within_reach_of_the_refinement() {
+        assert_eq!(refined_default(8, 6, 2), Some(8));
+        assert_eq!(refined_default(8, 3, 2), None, "2C = 6 does not reach 8 users");
+        assert_eq!(refined_default(256, 7, 2), None);
+        let first_contact = samples(&[(2, 1320.0), (23, 2066.0), (256, 1890.0), (7, 1876.0), (14, 2029.0)]);
+        assert_eq!(
+            choice_with_margin(&first_contact, 256).p,
+            256,
+            "with every user the default"
+        );
+        assert_eq!(best_measured(&first_contact).p, 23);
     }
 
     proptest::proptest! {
