@@ -19,8 +19,8 @@ const IDLE_READ_SIZE: usize = 2 * 1024;
 /// (docs/BENCHMARKS.md, "Idle PostgreSQL clients").
 ///
 /// An empty buffer with half of `IDLE_READ_SIZE` or more left is read into
-/// as it is: making room moves its start back, a call that cost 2% of the
-/// proxy's instructions when made at every read.
+/// as it is: making room moves its start back, a call that costs more than
+/// the read it would serve (docs/BENCHMARKS.md, "Polled when woken").
 pub(crate) fn room_to_read(buf: &mut BytesMut) {
     if !buf.is_empty() {
         buf.reserve(READ_SIZE);

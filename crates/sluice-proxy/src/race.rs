@@ -10,8 +10,9 @@
 //!
 //! Written by hand rather than taken from `futures-concurrency`, whose joins
 //! do the same with a mutex and a scan of a readiness array at every poll
-//! and wake: an atomic bit mask in their place saved 8% of the proxy's
-//! instructions under pgbench (docs/BENCHMARKS.md, "Polled when woken").
+//! and wake: an atomic bit mask in their place costs 8% fewer of the
+//! proxy's instructions under pgbench (docs/BENCHMARKS.md, "Polled when
+//! woken").
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
