@@ -56,6 +56,12 @@ impl Histogram {
     pub fn reset(&self) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).reset();
     }
+
+    /// How many recorded values are at most `d`, and how many there are.
+    pub fn count_within(&self, d: Duration) -> (u64, u64) {
+        let h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (h.count_between(0, d.as_micros() as u64), h.len())
+    }
 }
 
 /// The router's clients.
@@ -84,4 +90,19 @@ pub struct RequestStats {
     pub redirects: AtomicU64,
     /// The widest fan-out seen.
     pub max_fanout: AtomicU64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_within_counts_values_up_to_the_bound() {
+        let h = Histogram::default();
+        for ms in [0, 1, 2, 3, 300] {
+            h.record(Duration::from_millis(ms));
+        }
+        assert_eq!(h.count_within(Duration::from_millis(2)), (3, 5));
+        assert_eq!(h.count_within(Duration::from_secs(1)), (5, 5));
+    }
 }
