@@ -577,8 +577,9 @@ impl ModelSearch {
     }
 
     /// Lets in for `held.users` what [`choice_with_margin`] keeps: after a
-    /// re-run `held.p`, after the model's samples P = every user, unless
-    /// another P beat it.
+    /// re-run `held.p`, after the model's samples P = every user where the
+    /// refinement reached them ([`refined_default`]), unless another P beat
+    /// it; otherwise the best measured.
     fn finish_best(&mut self, sweep: Sweep, samples: &[Sample], held: Held, now: Nanos) {
         let (default, how, whom) = match sweep {
             Sweep::Model => {
