@@ -10,6 +10,7 @@ use std::time::Instant;
 use slab::Slab;
 use sluice_core::metrics::LatencyHistogram;
 use sluice_io::{Background, TaskKind};
+use sluice_resp::slot::SlotRanges;
 
 use crate::blocked::Waiters;
 use crate::cursors::Cursors;
@@ -121,6 +122,12 @@ pub(crate) struct Shared {
     pub waiters: Waiters,
     /// Subscriptions to channels and patterns.
     pub pubsub: PubSub,
+    /// The hash slots this store serves as a shard behind `sluice route`
+    /// (`CONFIG SET shard-slots`, which the router sends on connecting);
+    /// none: every key is its own. A script that reaches a key of another
+    /// slot is refused, as a Redis Cluster node refuses it, since the
+    /// router would never look for that key here.
+    pub shard_slots: Mutex<Option<SlotRanges>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -150,8 +157,18 @@ impl Shared {
             collections: AtomicBool::new(db.scan(&[RESERVED], None, 1).map_or(true, |e| !e.is_empty())),
             waiters: Waiters::default(),
             pubsub: PubSub::default(),
+            shard_slots: Mutex::new(None),
             db,
         }
+    }
+
+    /// The hash slots this store serves, if it is a shard behind a router.
+    pub fn shard_slots(&self) -> Option<SlotRanges> {
+        lock(&self.shard_slots).clone()
+    }
+
+    pub fn set_shard_slots(&self, slots: Option<SlotRanges>) {
+        *lock(&self.shard_slots) = slots;
     }
 
     /// The id of the tenant named `name`, registering it on first use.

@@ -1886,6 +1886,53 @@ fn scripts_run_atomically() {
     assert_eq!(c.call(&["EXEC"]), "*1\r\n:201\r\n");
 }
 
+/// A shard told its slots (as `sluice route` tells it) refuses a script's
+/// command on a key of another slot, naming the key, and writes nothing
+/// for it; a key of its own slots goes through, and clearing the slots
+/// makes every key its own again.
+#[test]
+fn a_shard_refuses_a_script_reaching_a_key_of_another_slot() {
+    let (addr, _dir) = start(Options::default());
+    let mut c = Client::connect(addr);
+    // "foo" is in slot 12182, "bar" in 5061.
+    assert_eq!(c.call(&["CONFIG", "SET", "shard-slots", "0-8191"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "shard-slots"]),
+        "*2\r\n$11\r\nshard-slots\r\n$6\r\n0-8191\r\n"
+    );
+    let write_undeclared = "redis.call('set', KEYS[1], 'v'); return redis.call('set', 'foo', 'v')";
+    let refused = c.call(&["EVAL", write_undeclared, "1", "bar"]);
+    assert!(
+        refused.starts_with("-ERR Script attempted to access a non local key in a cluster node: 'foo' is in slot 12182, this shard serves slots 0-8191"),
+        "{refused}"
+    );
+    assert_eq!(
+        c.call(&["EXISTS", "foo"]),
+        ":0\r\n",
+        "nothing written for the refused key"
+    );
+    assert_eq!(
+        c.call(&["GET", "bar"]),
+        "$1\r\nv\r\n",
+        "what the script wrote before is kept, as for any failure"
+    );
+    let pcall = c.call(&["EVAL", "return redis.pcall('mget', KEYS[1], 'foo')", "1", "bar"]);
+    assert!(
+        pcall.starts_with("-ERR Script attempted to access a non local key"),
+        "{pcall}"
+    );
+    assert_eq!(c.call(&["EVAL", "return redis.call('get', 'bar')", "0"]), "$1\r\nv\r\n");
+    for bad in ["16384", "9-2", "x"] {
+        let reply = c.call(&["CONFIG", "SET", "shard-slots", bad]);
+        assert!(
+            reply.starts_with("-ERR CONFIG SET failed (possibly related to argument 'shard-slots')"),
+            "{bad}: {reply}"
+        );
+    }
+    assert_eq!(c.call(&["CONFIG", "SET", "shard-slots", ""]), "+OK\r\n");
+    assert_eq!(c.call(&["EVAL", write_undeclared, "1", "bar"]), "+OK\r\n");
+}
+
 /// A script that never ends is stopped at the server's time limit, and
 /// keeps what it wrote before, as a failed script does.
 #[test]

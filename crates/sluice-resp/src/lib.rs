@@ -19,6 +19,7 @@
 //! | `request` | requests: [`CommandParser`] (resumable ranges, for a relay), [`RequestParser`] (owned arguments, resumable, for a server) and [`parse`] (the same, one call), [`encode_command`] |
 //! | `scan` | replies framed: [`ReplyScanner`] (resumable, every RESP2 and RESP3 type), [`reply_len`], [`array_items`] |
 //! | `reply` | replies as values: [`Reply`], its encoding in RESP2 and RESP3, [`parse_reply`] |
+//! | [`slot`] | Redis Cluster's hash slots: a key's slot, and ranges of slots |
 //! | [`request_context`] | Sluice's one extension: `SLUICE.WITH`, the request context (id, budget, tenant) a command may carry |
 //!
 //! Written by hand because the message boundaries are the point, and no
@@ -53,6 +54,7 @@ mod reply;
 mod request;
 pub mod request_context;
 mod scan;
+pub mod slot;
 mod wire;
 
 pub use error::ProtocolError;

@@ -354,7 +354,7 @@ async fn transaction(router: &Router, session: &mut Session, name: &str, args: &
             if t.queued.is_empty() && watched.is_none() {
                 return Reply::Array(Vec::new()).into();
             }
-            let slot = t.first_key.as_deref().map_or(0, crate::slot::slot);
+            let slot = t.first_key.as_deref().map_or(0, sluice_resp::slot::slot);
             let answer = router.transaction(slot, &t.queued, origin, watched.as_mut()).await;
             if let Some(w) = watched {
                 w.release(true);

@@ -12,10 +12,10 @@
 //! the shards one after another. Scripts go where their keys are, if they
 //! are all in one slot (with none, to the shard of slot 0). The router
 //! sees only the keys a script declares: as Redis Cluster requires, a
-//! script must declare every key it touches, since one that writes an
-//! undeclared key of another slot writes it on the wrong shard, where the
-//! router never looks for it. (Redis Cluster refuses such a script; a
-//! shard behind the router cannot, as it does not know its slots.) MULTI, EXEC and DISCARD are the client's
+//! script must declare every key it touches, since an undeclared key of
+//! another slot would be written on the wrong shard, where the router never
+//! looks for it. A `sluice serve` shard refuses such a script, as a Redis
+//! Cluster node does, from the slots the router tells it (`shard.rs`). MULTI, EXEC and DISCARD are the client's
 //! session's: commands are queued at the router and sent together to the
 //! shard of their keys, which must share a slot ([`keys_of`] finds them).
 //! A command that is neither answered here nor in the table is refused

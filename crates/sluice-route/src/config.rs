@@ -50,7 +50,7 @@ use serde::Deserialize;
 use sluice_core::controller::compaction_schedule::{CompactionSchedule, CompactionScheduleConfig, Schedule};
 use sluice_core::policy::PolicySpec;
 
-use crate::slot::SLOTS;
+use sluice_resp::slot::{SlotRanges, SLOTS};
 
 /// Why a configuration is refused.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +90,15 @@ pub struct ShardConfig {
     pub kind: ShardKind,
     /// The shard's password, sent with `AUTH` on every new connection.
     pub password: Option<String>,
+}
+
+impl ShardConfig {
+    /// Its `slots`, parsed.
+    pub fn ranges(&self) -> Result<SlotRanges, ConfigError> {
+        self.slots
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("shard {:?}: {e}", self.name)))
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -355,9 +364,8 @@ impl Config {
             if self.shards[..i].iter().any(|s| s.name == shard.name) {
                 return invalid(format!("two shards are named {:?}", shard.name));
             }
-            for (lo, hi) in
-                parse_ranges(&shard.slots).map_err(|e| ConfigError::Invalid(format!("shard {:?}: {e}", shard.name)))?
-            {
+            let ranges = shard.ranges()?;
+            for &(lo, hi) in ranges.ranges() {
                 for s in lo..=hi {
                     if let Some(other) = owner[s as usize] {
                         return invalid(format!(
@@ -384,28 +392,6 @@ impl Config {
         }
         Ok(owner.into_iter().map(|o| o.unwrap_or_default()).collect())
     }
-}
-
-/// `"0-99,200,300-301"` as inclusive ranges.
-fn parse_ranges(text: &str) -> Result<Vec<(u16, u16)>, String> {
-    let slot = |s: &str| -> Result<u16, String> {
-        match s.trim().parse::<u16>() {
-            Ok(n) if n < SLOTS => Ok(n),
-            _ => Err(format!("{:?} is not a slot (0-{})", s.trim(), SLOTS - 1)),
-        }
-    };
-    text.split(',')
-        .map(|part| {
-            let (lo, hi) = match part.split_once('-') {
-                Some((lo, hi)) => (slot(lo)?, slot(hi)?),
-                None => (slot(part)?, slot(part)?),
-            };
-            if lo > hi {
-                return Err(format!("the range {:?} runs backwards", part.trim()));
-            }
-            Ok((lo, hi))
-        })
-        .collect()
 }
 
 #[cfg(test)]

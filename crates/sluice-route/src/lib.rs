@@ -14,7 +14,7 @@
 //!
 //! | piece | file |
 //! |---|---|
-//! | hash slots and hash tags | `slot.rs` |
+//! | hash slots and hash tags | `sluice_resp::slot` |
 //! | the command table: where each command goes | `command.rs` |
 //! | configuration (TOML) | `config.rs` |
 //! | splitting, request context, merging, MOVED/ASK | `router.rs` |
@@ -50,7 +50,6 @@ mod pipeline;
 pub mod router;
 pub mod scan;
 pub mod shard;
-pub mod slot;
 pub mod stats;
 
 use std::sync::atomic::Ordering;

@@ -25,8 +25,8 @@ use crate::config::{Config, ConfigError, ShardKind, TenantConfig};
 use crate::gate::Gate;
 use crate::scan::ScanCursors;
 use crate::shard::{Asking, Reserved, Shard, ShardError, ShardOptions};
-use crate::slot::{slot, SLOTS};
 use crate::stats::{ClientStats, RequestStats};
+use sluice_resp::slot::{slot, SLOTS};
 
 /// `RANGE`'s count when the client gives none, as `sluice serve`'s.
 const DEFAULT_RANGE_COUNT: usize = 100;
@@ -134,9 +134,10 @@ impl Router {
     /// map read from the first seed that answers.
     pub async fn new(config: &Config) -> Result<Arc<Router>, ConfigError> {
         let order = config.order()?;
-        let shard_options = |kind, password: Option<String>| ShardOptions {
+        let shard_options = |kind, password: Option<String>, slots| ShardOptions {
             kind,
             password,
+            slots,
             pool: config.pool.size,
             connect_timeout: Duration::from_millis(config.pool.connect_timeout_ms),
             reply_timeout: Duration::from_millis(config.pool.reply_timeout_ms),
@@ -149,23 +150,27 @@ impl Router {
                     .shards
                     .iter()
                     .map(|s| {
-                        let options = shard_options(s.kind, s.password.clone());
-                        Arc::new(Shard::new(
+                        let slots = match s.kind {
+                            ShardKind::Sluice => Some(s.ranges()?),
+                            ShardKind::Redis => None,
+                        };
+                        let options = shard_options(s.kind, s.password.clone(), slots);
+                        Ok(Arc::new(Shard::new(
                             s.name.clone(),
                             s.addr.clone(),
                             options,
                             Gate::new(config.pool.size, order),
-                        ))
+                        )))
                     })
-                    .collect();
-                (Topology { owner, shards }, shard_options(ShardKind::Sluice, None))
+                    .collect::<Result<_, ConfigError>>()?;
+                (Topology { owner, shards }, shard_options(ShardKind::Sluice, None, None))
             }
             Some(c) => {
                 let empty = Topology {
                     owner: vec![0; SLOTS as usize],
                     shards: Vec::new(),
                 };
-                (empty, shard_options(ShardKind::Redis, c.password.clone()))
+                (empty, shard_options(ShardKind::Redis, c.password.clone(), None))
             }
         };
         let router = Arc::new(Router {

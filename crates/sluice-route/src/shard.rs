@@ -11,12 +11,20 @@
 //! back to the pool. A shard that is down costs each sub-request one
 //! refused connect, reported as an error naming the shard, and is used
 //! again as soon as a connect succeeds.
+//!
+//! Each new connection to `sluice serve` tells the shard its slots
+//! (`CONFIG SET shard-slots`, written ahead of the connection's first
+//! command, so it costs no round trip), so that a script reaching a key
+//! the router would look for elsewhere is refused there instead of written
+//! where nobody finds it; a shard restarted has forgotten them, and learns
+//! them again on the connection that finds it back.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::Ctx;
+use sluice_resp::slot::SlotRanges;
 use sluice_resp::{encode_command, parse_reply, request_context, Limits, Reply, ReplyScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,6 +56,9 @@ pub struct ShardOptions {
     pub reply_timeout: Duration,
     /// Connections reserved for watching clients at once, at most.
     pub max_watching: usize,
+    /// The slots the shard serves, told to a `sluice serve` shard on each
+    /// new connection; none in front of Redis.
+    pub slots: Option<SlotRanges>,
 }
 
 pub struct Shard {
@@ -62,6 +73,11 @@ pub struct Shard {
     control: tokio::sync::Mutex<Option<Conn>>,
     /// Places for watching clients' reserved connections, `max_watching`.
     watching: Arc<tokio::sync::Semaphore>,
+    /// `CONFIG SET shard-slots ...`, encoded, if the shard is told its slots.
+    greeting: Option<Arc<[u8]>>,
+    /// The shard refused its slots once (a `sluice serve` too old to take
+    /// them): said once, not at every connection.
+    slots_refused: AtomicBool,
     pub stats: ShardStats,
 }
 
@@ -86,7 +102,13 @@ pub enum Asking {
 
 impl Shard {
     pub fn new(name: String, addr: String, options: ShardOptions, gate: Arc<Gate>) -> Shard {
+        let greeting = options.slots.as_ref().map(|slots| {
+            let mut out = Vec::new();
+            encode_command(&["CONFIG", "SET", "shard-slots", &slots.to_string()], &mut out);
+            Arc::from(out)
+        });
         Shard {
+            greeting,
             watching: Arc::new(tokio::sync::Semaphore::new(options.max_watching)),
             name,
             addr,
@@ -95,6 +117,7 @@ impl Shard {
             idle: Mutex::new(Vec::new()),
             pipeline: tokio::sync::Mutex::new(None),
             control: tokio::sync::Mutex::new(None),
+            slots_refused: AtomicBool::new(false),
             stats: ShardStats::default(),
         }
     }
@@ -177,7 +200,9 @@ impl Shard {
     ) -> Result<Vec<u8>, ShardError> {
         let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, Asking::No);
         let talk = async {
-            let result = talk(&mut reserved.conn, &out, replies, self.options.reply_timeout).await;
+            let result = self
+                .talk(&mut reserved.conn, &out, replies, self.options.reply_timeout)
+                .await;
             reserved.broken |= result.is_err();
             result.map_err(|e| self.failure(e))
         };
@@ -238,7 +263,7 @@ impl Shard {
         let mut out = Vec::new();
         encode_command(args, &mut out);
         let timeout = self.options.connect_timeout;
-        let raw = talk(&mut conn, &out, 1, timeout).await.map_err(|e| match e {
+        let raw = self.talk(&mut conn, &out, 1, timeout).await.map_err(|e| match e {
             Exchange::TimedOut => self.error(format!(
                 "did not answer the router's {} within {} ms",
                 String::from_utf8_lossy(args.first().copied().unwrap_or_default()),
@@ -283,7 +308,8 @@ impl Shard {
         }
         let mut conn = self.idle_or_new().await?;
         // The connection goes back to the pool only after a whole exchange.
-        let reply = talk(&mut conn, &out, replies, self.options.reply_timeout)
+        let reply = self
+            .talk(&mut conn, &out, replies, self.options.reply_timeout)
             .await
             .map_err(|e| self.failure(e))?;
         self.give_back(conn);
@@ -396,6 +422,8 @@ impl Shard {
             buf: Vec::new(),
             scanner: ReplyScanner::default(),
             scanned: 0,
+            greeting: None,
+            greeted: None,
         };
         if let Some(password) = &self.options.password {
             let mut out = Vec::new();
@@ -414,15 +442,40 @@ impl Shard {
                 Err(_) => return Err(self.error("did not answer AUTH")),
             }
         }
+        conn.greeting = self.greeting.clone();
         Ok(conn)
+    }
+
+    /// [`talk`], then a word if the shard refused the slots a new
+    /// connection told it (once, not at every connection).
+    async fn talk(&self, conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) -> Result<Vec<u8>, Exchange> {
+        let reply = talk(conn, out, replies, timeout).await?;
+        let refused = conn.greeted.take().filter(|raw| raw.first() != Some(&b'+'));
+        if let Some(raw) = refused.filter(|_| !self.slots_refused.swap(true, Ordering::Relaxed)) {
+            tracing::warn!(
+                "shard {} ({}) refused its slots ({}): scripts there are not checked for keys of other shards",
+                self.name,
+                self.addr,
+                String::from_utf8_lossy(&raw).trim_end()
+            );
+        }
+        Ok(reply)
     }
 }
 
 /// Writes `out` on `conn` and reads its `replies` replies: the last, or the
-/// first if it is an error (a refused `ASKING` or `MULTI`).
+/// first if it is an error (a refused `ASKING` or `MULTI`). A new
+/// connection's greeting goes ahead of `out`, its reply kept apart in
+/// `conn.greeted`.
 async fn talk(conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) -> Result<Vec<u8>, Exchange> {
     let exchange = async {
-        conn.stream.write_all(out).await?;
+        match conn.greeting.take() {
+            Some(greeting) => {
+                conn.stream.write_all(&[&greeting[..], out].concat()).await?;
+                conn.greeted = Some(conn.read_reply().await?);
+            }
+            None => conn.stream.write_all(out).await?,
+        }
         let first = conn.read_reply().await?;
         let mut last = None;
         for _ in 1..replies {
@@ -480,6 +533,10 @@ struct Conn {
     scanner: ReplyScanner,
     /// The bytes of `buf` it has taken.
     scanned: usize,
+    /// To be written ahead of the first command ([`Shard::greeting`]).
+    greeting: Option<Arc<[u8]>>,
+    /// The shard's reply to it, until [`Shard::talk`] reads it.
+    greeted: Option<Vec<u8>>,
 }
 
 impl Conn {

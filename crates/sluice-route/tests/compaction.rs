@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use sluice_core::controller::compaction_schedule::{Schedule, Why};
 use sluice_kv::Options;
+use sluice_resp::slot::slot;
 use sluice_resp::Reply;
 use sluice_route::compaction::Steering;
 use sluice_route::config::Config;
-use sluice_route::slot::slot;
 use support::{start_router_from, start_shard_with, Client};
 
 /// Small memtables, so that a few hundred KiB of writes leave a shard

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_resp::slot::slot;
 use sluice_resp::Reply;
-use sluice_route::slot::slot;
 use sluice_route::Router;
 use support::{bulk, start_router_from, under_ci, Client};
 

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_resp::slot::slot;
 use sluice_resp::Reply;
-use sluice_route::slot::slot;
 use sluice_route::Router;
 use support::{a_slow_reader_stalls_no_other, bulk, free_port, start_router_from, under_ci, Client};
 

@@ -13,8 +13,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_resp::slot::slot;
 use sluice_resp::{Limits, Reply};
-use sluice_route::slot::slot;
 use sluice_route::Router;
 use support::{a_slow_reader_stalls_no_other, bulk, start_router_from, start_shard, under_ci, Client};
 
@@ -142,6 +142,25 @@ fn what_cannot_be_routed_gets_an_error_naming_it() {
     // "foo" and "bar" are on different shards of two.
     assert_ne!(slot(b"foo") / 8192, slot(b"bar") / 8192);
     assert!(error_text(c.call(&["EVAL", "return 1", "2", "foo", "bar"])).starts_with("CROSSSLOT"));
+    // A script goes to the shard of the keys it declares; one that reaches
+    // a key of the other shard is refused there, which knows its slots
+    // from the router, and writes nothing a GET through the router would
+    // not find.
+    let undeclared = error_text(c.call(&["EVAL", "return redis.call('set', 'foo', 'x')", "1", "bar"]));
+    assert!(
+        undeclared.contains("non local key in a cluster node: 'foo' is in slot 12182, this shard serves slots 0-8191"),
+        "{undeclared}"
+    );
+    assert_eq!(Client::connect(shard).call(&["EXISTS", "foo"]), Reply::Integer(0));
+    assert_eq!(
+        c.call(&["EVAL", "return redis.call('set', KEYS[1], 'x')", "1", "foo"]),
+        Reply::ok()
+    );
+    assert_eq!(c.call(&["GET", "foo"]), bulk("x"));
+    assert_eq!(
+        Client::connect(other).call(&["CONFIG", "GET", "shard-slots"]),
+        Reply::Array(vec![bulk("shard-slots"), bulk("8192-16383")])
+    );
     assert!(error_text(c.call(&["LMOVE", "foo", "bar", "LEFT", "LEFT"])).starts_with("CROSSSLOT"));
     assert!(error_text(c.call(&["MSETNX", "foo", "1", "bar", "2"])).starts_with("CROSSSLOT"));
     assert_eq!(c.call(&["MSETNX", "{m}a", "1", "{m}b", "2"]), Reply::Integer(1));
@@ -451,13 +470,19 @@ print("ok")
 }
 
 /// A stand-in for a `sluice serve` shard that hands every command it
-/// receives to `seen` and answers `+OK`, or one value a key to MGET.
+/// receives to `seen` and answers `+OK`, or one value a key to MGET; the
+/// greeting of each new connection (`CONFIG SET shard-slots`) it answers
+/// with `greeted` and keeps to itself.
 fn recording_shard(seen: std::sync::mpsc::Sender<Vec<Vec<u8>>>) -> SocketAddr {
+    greeted_shard(seen, Reply::ok())
+}
+
+fn greeted_shard(seen: std::sync::mpsc::Sender<Vec<Vec<u8>>>, greeted: Reply) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for mut stream in listener.incoming().flatten() {
-            let seen = seen.clone();
+            let (seen, greeted) = (seen.clone(), greeted.clone());
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -465,6 +490,13 @@ fn recording_shard(seen: std::sync::mpsc::Sender<Vec<Vec<u8>>>) -> SocketAddr {
                     while let Ok(Some((args, used))) = sluice_resp::parse(&buf, &Limits::default()) {
                         buf.drain(..used);
                         let mut reply = Vec::new();
+                        if args[0] == b"CONFIG" {
+                            greeted.encode(&mut reply);
+                            if stream.write_all(&reply).is_err() {
+                                return;
+                            }
+                            continue;
+                        }
                         if args.get(4).is_some_and(|a| a == b"MGET") {
                             Reply::Array(args[5..].iter().map(|_| bulk("v")).collect()).encode(&mut reply);
                         } else {
@@ -484,6 +516,22 @@ fn recording_shard(seen: std::sync::mpsc::Sender<Vec<Vec<u8>>>) -> SocketAddr {
         }
     });
     addr
+}
+
+/// A shard that refuses its slots (a `sluice serve` without
+/// `shard-slots`) still serves: the refusal is the greeting's, not the
+/// reply to the command written after it.
+#[test]
+fn a_shard_that_refuses_its_slots_still_answers_its_commands() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let refused = Reply::Error("ERR Unknown option or number of arguments for CONFIG SET - 'shard-slots'".into());
+    let (router, _) = start_router(&[greeted_shard(tx, refused)], "");
+    let mut c = Client::connect(router);
+    for key in ["a", "b"] {
+        assert_eq!(c.call(&["SET", key, "1"]), Reply::ok());
+        let args = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(args[4..], [b"SET".to_vec(), key.as_bytes().to_vec(), b"1".to_vec()]);
+    }
 }
 
 /// What `sluice serve` shards receive: each command inside

@@ -30,7 +30,7 @@ impl Writer {
             let first_shard_slots = 16384 / shards as u16;
             let tag = (0u32..)
                 .map(|i| format!("w{i}"))
-                .find(|t| sluice_route::slot::slot(t.as_bytes()) < first_shard_slots)
+                .find(|t| sluice_resp::slot::slot(t.as_bytes()) < first_shard_slots)
                 .expect("some tag hashes into the first shard");
             format!("{{{tag}}}")
         };

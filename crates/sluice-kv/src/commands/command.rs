@@ -1024,14 +1024,21 @@ fn key_positions(info: &Info, argc: usize) -> impl Iterator<Item = usize> {
         .map(|p| p as usize)
 }
 
-fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
-    let Some(info) = find(name) else {
-        return Reply::error("Invalid command specified");
-    };
-    if !fits(info, rest.len() + 1) {
-        return Reply::error("Invalid number of arguments specified for command");
+/// The keys of the command `args` (its name first), where Redis finds
+/// them; none if the command is unknown or its arguments do not fit it.
+pub(super) fn keys_of(args: &[Vec<u8>]) -> Vec<&[u8]> {
+    match args.split_first() {
+        Some((name, rest)) => find(name)
+            .filter(|info| fits(info, args.len()))
+            .map(|info| keys_in(info, rest))
+            .unwrap_or_default(),
+        None => Vec::new(),
     }
-    let bulks = |keys: &[Vec<u8>]| Reply::Array(keys.iter().map(|k| Reply::Bulk(Some(k.clone()))).collect());
+}
+
+/// The keys among `rest`, a command's arguments after its name.
+fn keys_in<'a>(info: &Info, rest: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+    let all = |keys: &'a [Vec<u8>]| keys.iter().map(Vec::as_slice).collect();
     match info.movable {
         // Keys after their count; a count that does not fit names none,
         // and a script may have none (Redis's no_mandatory_keys).
@@ -1040,24 +1047,32 @@ fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
             let count = rest
                 .get(at)
                 .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
-            let keys = count.and_then(|n| rest.get(at + 1..at + 1 + n)).unwrap_or_default();
-            return bulks(keys);
+            all(count.and_then(|n| rest.get(at + 1..at + 1 + n)).unwrap_or_default())
         }
         // Keys after the keyword: half of what follows it.
         Movable::Keyword(word) => {
             let after = rest.iter().position(|a| a.eq_ignore_ascii_case(word.as_bytes()));
             let keys = after.map(|i| &rest[i + 1..]).unwrap_or_default();
-            return bulks(&keys[..keys.len() / 2]);
+            all(&keys[..keys.len() / 2])
         }
-        Movable::No => {}
+        Movable::No => key_positions(info, rest.len() + 1)
+            .map(|p| rest[p - 1].as_slice())
+            .collect(),
     }
-    let keys: Vec<Reply> = key_positions(info, rest.len() + 1)
-        .map(|p| Reply::Bulk(Some(rest[p - 1].clone())))
-        .collect();
-    if keys.is_empty() {
+}
+
+fn getkeys(name: &[u8], rest: &[Vec<u8>]) -> Reply {
+    let Some(info) = find(name) else {
+        return Reply::error("Invalid command specified");
+    };
+    if !fits(info, rest.len() + 1) {
+        return Reply::error("Invalid number of arguments specified for command");
+    }
+    let keys = keys_in(info, rest);
+    if keys.is_empty() && matches!(info.movable, Movable::No) {
         return Reply::error("The command has no key arguments");
     }
-    Reply::Array(keys)
+    Reply::Array(keys.into_iter().map(|k| Reply::Bulk(Some(k.to_vec()))).collect())
 }
 
 fn describe(info: &Info) -> Reply {

@@ -2,7 +2,10 @@
 //! tasks, which an operator or a controller that sees more than this node
 //! turns while they run (flush, compaction and the expiry sweeper: a
 //! byte rate and an I/O rate, 0 for none; pause; critical, which runs
-//! their I/O as foreground work), and, read-only, the few of Redis's parameters that tools ask
+//! their I/O as foreground work); `shard-slots`, the hash slots this store
+//! serves behind `sluice route` (ranges such as `0-5460,16000`; empty: no
+//! slots are checked), which the router sets on connecting; and,
+//! read-only, the few of Redis's parameters that tools ask
 //! for on connecting (`appendonly`, `appendfsync`, `save`, `databases`,
 //! `maxclients`).
 //!
@@ -18,6 +21,7 @@
 use std::sync::Arc;
 
 use sluice_io::{Background, Knobs};
+use sluice_resp::slot::SlotRanges;
 
 use crate::glob::glob_match;
 use crate::resp::Reply;
@@ -49,6 +53,8 @@ enum Parameter {
     Knob(Task, Knob),
     /// Redis's parameter, as this store answers it; it cannot be set.
     Fixed(fn(&Shared) -> String),
+    /// `shard-slots`.
+    ShardSlots,
 }
 
 const PARAMETERS: &[(&str, Parameter)] = &[
@@ -75,6 +81,7 @@ const PARAMETERS: &[(&str, Parameter)] = &[
     ("flush-rate-iops", Parameter::Knob(Task::Flush, Knob::RateIops)),
     ("maxclients", Parameter::Fixed(|s| s.options.max_clients.to_string())),
     ("save", Parameter::Fixed(|_| String::new())),
+    ("shard-slots", Parameter::ShardSlots),
 ];
 
 /// The WAL is synced before each write is acknowledged (`appendfsync
@@ -153,6 +160,7 @@ fn get(shared: &Shared, patterns: &[Vec<u8>]) -> Reply {
             let value = match parameter {
                 Parameter::Knob(t, knob) => show(&task(shared, t).knobs(), knob),
                 Parameter::Fixed(value) => value(shared),
+                Parameter::ShardSlots => shared.shard_slots().map(|s| s.to_string()).unwrap_or_default(),
             };
             (Reply::Bulk(Some(name.into())), Reply::Bulk(Some(value.into_bytes())))
         })
@@ -169,6 +177,7 @@ fn set(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
     };
     // Every parameter is checked before any is set.
     let mut knobs = TASKS.map(|t| task(shared, t).knobs());
+    let mut slots = None;
     let mut seen = Vec::new();
     for pair in pairs.chunks(2) {
         let name = pair[0].to_ascii_lowercase();
@@ -182,18 +191,36 @@ fn set(shared: &Shared, pairs: &[Vec<u8>]) -> Reply {
             return refused(&pair[0], "duplicate parameter");
         }
         seen.push(known);
-        let (t, knob) = match parameter {
-            Parameter::Knob(t, knob) => (t, knob),
+        match parameter {
+            Parameter::Knob(t, knob) => {
+                if let Err(why) = assign(&mut knobs[t as usize], knob, &pair[1]) {
+                    return refused(&pair[0], why);
+                }
+            }
+            Parameter::ShardSlots => match shard_slots(&pair[1]) {
+                Ok(parsed) => slots = Some(parsed),
+                Err(why) => return refused(&pair[0], &why),
+            },
             Parameter::Fixed(_) => return refused(&pair[0], "can't set immutable config"),
-        };
-        if let Err(why) = assign(&mut knobs[t as usize], knob, &pair[1]) {
-            return refused(&pair[0], why);
         }
     }
     for (t, k) in TASKS.into_iter().zip(knobs) {
         task(shared, t).set_knobs(k);
     }
+    if let Some(slots) = slots {
+        shared.set_shard_slots(slots);
+    }
     Reply::ok()
+}
+
+/// `shard-slots`' value: ranges of slots, or empty for none.
+fn shard_slots(value: &[u8]) -> Result<Option<SlotRanges>, String> {
+    let text =
+        std::str::from_utf8(value).map_err(|_| "argument must be slot ranges such as 0-5460,16000".to_string())?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some)
 }
 
 #[cfg(test)]

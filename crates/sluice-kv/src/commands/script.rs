@@ -23,6 +23,12 @@
 //! read-only, as in Redis 7. Errors name the script by its SHA1 but not
 //! its line (`script: <sha1>`, where Redis adds `, on
 //! @user_script:<line>.`).
+//!
+//! A shard told its hash slots (`CONFIG SET shard-slots`, sent by
+//! `sluice route`) refuses a command of a script whose key is in a slot it
+//! does not serve, as a Redis Cluster node does: the router sends a script
+//! to the shard of the keys it declares, and a key it did not declare
+//! written here would be one the router never looks for here.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -30,6 +36,7 @@ use std::time::Instant;
 
 use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use sha1::{Digest, Sha1};
+use sluice_resp::slot::{slot, SlotRanges};
 
 use super::integer::{not_integer, parse_i64};
 use super::session::Session;
@@ -167,11 +174,14 @@ fn run_script(
         globals.set("bit", super::bitop::library(&lua)?)?;
         globals.set("cmsgpack", super::cmsgpack::library(&lua)?)?;
         let session = RefCell::new(session);
+        let slots = shared.shard_slots();
         let command = |lua: &Lua, args: MultiValue, raise: bool| -> mlua::Result<Value> {
             let args = command_args(lua, args)?;
             let name = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
             let reply = if read_only && super::command::writes(&name) {
                 Reply::error("Write commands are not allowed from read-only scripts.")
+            } else if let Some(refusal) = slots.as_ref().and_then(|s| non_local_key(s, &args)) {
+                refusal
             } else {
                 call(shared, &mut session.borrow_mut(), &args)
             };
@@ -228,6 +238,19 @@ fn run_script(
             other => Reply::error(format!("{} script: {sha}", lua_message(&other))),
         },
     })
+}
+
+/// A shard's refusal of a command whose key is in a slot it does not
+/// serve, naming the key and the slots; none if every key is its own.
+fn non_local_key(slots: &SlotRanges, args: &[Vec<u8>]) -> Option<Reply> {
+    let key = super::command::keys_of(args)
+        .into_iter()
+        .find(|k| !slots.contains(slot(k)))?;
+    Some(Reply::error(format!(
+        "Script attempted to access a non local key in a cluster node: '{}' is in slot {}, this shard serves slots {slots}",
+        String::from_utf8_lossy(key),
+        slot(key)
+    )))
 }
 
 /// The script's globals: Redis's, readable and not writable, as Redis 7
