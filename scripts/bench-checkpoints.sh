@@ -18,7 +18,9 @@
 # Per run: throughput, latency p99 and p99.9 (every transaction, measured
 # from its scheduled start), the worst 10-second window's p99 over the
 # run's, checkpoints started by WAL volume (all, and during a burst), the
-# largest WAL since the redo point (sampled every 0.5 s), CPU steal. Then
+# largest WAL since the redo point (sampled every 0.5 s), the most WAL one
+# burst wrote (what a bound on recovery debt must hold for no checkpoint
+# to start inside a burst), CPU steal. Then
 # `sluice bench summarize`'s table, ratios to `defaults` paired by round.
 #
 #   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20] [--base 45] [--burst 15]
@@ -84,10 +86,11 @@ stop_pg_proxy
 base=$((capacity * base_share / 100)) burst=$((capacity * burst_share / 100))
 echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"
 
-# Samples WAL since the redo point (bytes) and the checkpointer's state.
+# Samples WAL since the redo point and WAL written since the server began
+# (bytes).
 sample() {
     while :; do
-        psql_db -c "SELECT extract(epoch FROM clock_timestamp()), pg_current_wal_lsn() - redo_lsn FROM pg_control_checkpoint()" \
+        psql_db -c "SELECT extract(epoch FROM clock_timestamp()), pg_current_wal_lsn() - redo_lsn, pg_current_wal_lsn() - '0/0' FROM pg_control_checkpoint()" \
             2>/dev/null | tr '|' ' ' || true
         sleep 0.5
     done
@@ -143,7 +146,7 @@ run() {
     fi
 }
 
-echo "round target tps p99_ms p999_ms worst10s_p99_ratio wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib steal" |
+echo "round target tps p99_ms p999_ms worst10s_p99_ratio wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib burst_wal_mib steal" |
     tee "$work/runs"
 for round in $(seq "$rounds"); do
     for config in worst defaults steered; do

@@ -7,11 +7,13 @@ DIR holds the run's pgbench transaction logs (base.* and burst-*.*, one
 line per transaction: client, number, latency in microseconds measured
 from the scheduled start, script, completion time in seconds and
 microseconds), `bursts` (each burst's start and end, epoch seconds),
-`debt` (epoch seconds and WAL bytes since the redo point, sampled) and
+`debt` (epoch seconds, WAL bytes since the redo point and WAL bytes
+written since the server began, sampled) and
 `pg.log` (PostgreSQL's log of the run, checkpoints logged). Prints:
 transactions per second, p99 and p99.9 in ms, the worst 10-second
 window's p99 over the run's, the checkpoints started by WAL volume, those
-started during a burst, and the largest WAL since the redo point in MiB.
+started during a burst, the largest WAL since the redo point in MiB, and
+the most WAL one burst wrote in MiB (from the samples nearest its ends).
 """
 
 import os
@@ -49,10 +51,17 @@ def main():
     by_wal = [at for at, cause in checkpoint_starts(os.path.join(run_dir, "pg.log")) if "wal" in cause]
     in_bursts = sum(1 for at in by_wal if any(start <= at <= end for start, end in bursts))
     with open(os.path.join(run_dir, "debt")) as f:
-        debts = [float(line.split()[1]) for line in f if len(line.split()) == 2]
+        samples = [tuple(map(float, line.split())) for line in f if len(line.split()) == 3]
+    debts = [debt for _, debt, _ in samples]
+
+    def written_by(at):
+        """WAL written since the server began, at the sample nearest `at`."""
+        return min(samples, key=lambda s: abs(s[0] - at))[2]
+
+    burst_wal = [written_by(end) - written_by(start) for start, end in bursts] if samples else []
     print(
         f"{len(txns) / seconds:.1f} {p99:.2f} {p999:.2f} {worst / p99:.3f} "
-        f"{len(by_wal)} {in_bursts} {max(debts, default=0) / 2**20:.1f}"
+        f"{len(by_wal)} {in_bursts} {max(debts, default=0) / 2**20:.1f} {max(burst_wal, default=0) / 2**20:.1f}"
     )
 
 
