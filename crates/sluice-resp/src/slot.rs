@@ -132,6 +132,19 @@ mod tests {
         assert!(r.contains(0) && r.contains(5460) && r.contains(16383) && !r.contains(5461));
     }
 
+    proptest::proptest! {
+        /// Any text is a slot set or an error, never a panic (it arrives
+        /// from the network in `CONFIG SET shard-slots`); a set prints as
+        /// text that parses back to it.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "[0-9, -]{0,24}|\\PC{0,24}") {
+            if let Ok(ranges) = text.parse::<SlotRanges>() {
+                proptest::prop_assert_eq!(ranges.to_string().parse::<SlotRanges>(), Ok(ranges.clone()));
+                proptest::prop_assert!(ranges.ranges().iter().all(|&(lo, hi)| lo <= hi && hi < SLOTS));
+            }
+        }
+    }
+
     #[test]
     fn bad_ranges_are_named() {
         let err = |text: &str| text.parse::<SlotRanges>().unwrap_err();
