@@ -26,7 +26,9 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     cmsgpack, bit, read-only globals; not Redis's struct library); CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
-    background tasks' knobs, changed while they run); COMMAND (COUNT, INFO, LIST, GETKEYS, \
+    background tasks' knobs, changed while they run; shard-slots: the hash slots this store serves \
+    behind sluice route, which the router sets, a script's command on a key of another slot refused); \
+    COMMAND (COUNT, INFO, LIST, GETKEYS, \
     DOCS: arity, flags, key positions as Redis 7 gives them); \
     SLUICE.WITH (a request context); and RANGE start end [count] (string keys start <= key \
     < end; an empty end is unbounded). Keys may not start with byte 0xff (reserved); a value \
