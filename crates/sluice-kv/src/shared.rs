@@ -127,7 +127,7 @@ pub(crate) struct Shared {
     /// none: every key is its own. A script that reaches a key of another
     /// slot is refused, as a Redis Cluster node refuses it, since the
     /// router would never look for that key here.
-    pub shard_slots: Mutex<Option<SlotRanges>>,
+    shard_slots: Mutex<Option<SlotRanges>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,6 +167,7 @@ impl Shared {
         lock(&self.shard_slots).clone()
     }
 
+    /// Makes this store a shard serving `slots`, or (none) no shard.
     pub fn set_shard_slots(&self, slots: Option<SlotRanges>) {
         *lock(&self.shard_slots) = slots;
     }

@@ -73,7 +73,7 @@ impl FromStr for SlotRanges {
         let slot = |s: &str| -> Result<u16, String> {
             match s.trim().parse::<u16>() {
                 Ok(n) if n < SLOTS => Ok(n),
-                _ => Err(format!("{:?} is not a slot (0-{})", s.trim(), SLOTS - 1)),
+                _ => Err(format!("{} is not a slot (0-{})", shown(s), SLOTS - 1)),
             }
         };
         let ranges = text
@@ -84,12 +84,35 @@ impl FromStr for SlotRanges {
                     None => (slot(part)?, slot(part)?),
                 };
                 if lo > hi {
-                    return Err(format!("the range {:?} runs backwards", part.trim()));
+                    return Err(format!("the range {} runs backwards", shown(part)));
                 }
                 Ok((lo, hi))
             })
             .collect::<Result<_, _>>()?;
         Ok(SlotRanges(ranges))
+    }
+}
+
+/// A part of the text, quoted, and cut short if long: the text comes from
+/// the network, and an error must not echo all of it.
+fn shown(part: &str) -> String {
+    const AT_MOST: usize = 40;
+    let part = part.trim();
+    match part.char_indices().nth(AT_MOST) {
+        Some((cut, _)) => format!("{:?}...", &part[..cut]),
+        None => format!("{part:?}"),
+    }
+}
+
+impl SlotRanges {
+    /// The first `at_most` ranges as [`Display`](fmt::Display) writes
+    /// them, and how many more there are.
+    pub fn brief(&self, at_most: usize) -> String {
+        let first = SlotRanges(self.0.iter().take(at_most).copied().collect());
+        match self.0.len().saturating_sub(at_most) {
+            0 => first.to_string(),
+            more => format!("{first} and {more} more"),
+        }
     }
 }
 
@@ -135,6 +158,8 @@ mod tests {
         assert_eq!(r.ranges(), &[(0, 5460), (16383, 16383)]);
         assert_eq!(r.to_string().parse::<SlotRanges>().unwrap(), r);
         assert!(r.contains(0) && r.contains(5460) && r.contains(16383) && !r.contains(5461));
+        assert_eq!(r.brief(1), "0-5460 and 1 more");
+        assert_eq!(r.brief(2), "0-5460,16383");
     }
 
     proptest::proptest! {
@@ -158,6 +183,10 @@ mod tests {
         assert_eq!(err(""), "\"\" is not a slot (0-16383)");
         assert_eq!(err("1-x"), "\"x\" is not a slot (0-16383)");
         assert_eq!(err(&"0,".repeat(16384)), "more than 16384 ranges");
+        assert_eq!(
+            err(&"x".repeat(100)),
+            format!("\"{}\"... is not a slot (0-16383)", "x".repeat(40))
+        );
         assert!("0,".repeat(16383).trim_end_matches(',').parse::<SlotRanges>().is_ok());
     }
 }

@@ -5,7 +5,8 @@
 //! written to the shard's one pipelined connection ([`Pipeline`]), as a
 //! Redis client would; to `sluice serve`, which works a connection at a
 //! time, it takes an idle connection of a pool (or opens one), sends its
-//! command and reads exactly one reply. A connection
+//! command and reads exactly one reply (after its greeting's, on a new
+//! connection: below). A connection
 //! that fails or times out is closed, never reused, so a late reply cannot
 //! be read as the answer to someone else's command; one that answered goes
 //! back to the pool. A shard that is down costs each sub-request one
@@ -363,6 +364,8 @@ impl Shard {
             return Ok(p.clone());
         }
         let conn = self.connect().await?;
+        // Redis shards are not told slots: no greeting to send first.
+        debug_assert!(conn.greeting.is_none());
         let p = Arc::new(Pipeline::start(conn.stream, conn.buf, self.options.reply_timeout));
         *slot = Some(p.clone());
         Ok(p)
@@ -453,7 +456,7 @@ impl Shard {
         let refused = conn.greeted.take().filter(|raw| raw.first() != Some(&b'+'));
         if let Some(raw) = refused.filter(|_| !self.slots_refused.swap(true, Ordering::Relaxed)) {
             tracing::warn!(
-                "shard {} ({}) refused its slots ({}): scripts there are not checked for keys of other shards",
+                "shard {} ({}) refused CONFIG SET shard-slots ({}): scripts there are not checked for keys of other shards",
                 self.name,
                 self.addr,
                 String::from_utf8_lossy(&raw).trim_end()
@@ -488,8 +491,23 @@ async fn talk(conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) ->
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(Exchange::Broken(e)),
+        Ok(Err(e)) => Err(Exchange::Broken(said_before(conn, e))),
         Err(_) => Err(Exchange::TimedOut),
+    }
+}
+
+/// `e`, with the shard's answer to the greeting if it was an error: a shard
+/// at its client limit says so there and closes, and that is the reason.
+fn said_before(conn: &Conn, e: std::io::Error) -> std::io::Error {
+    match conn.greeted.as_deref() {
+        Some([b'-', said @ ..]) => std::io::Error::new(
+            e.kind(),
+            format!(
+                "{e}, after answering the router's greeting: {}",
+                String::from_utf8_lossy(said).trim_end()
+            ),
+        ),
+        _ => e,
     }
 }
 

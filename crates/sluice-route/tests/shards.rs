@@ -534,6 +534,26 @@ fn a_shard_that_refuses_its_slots_still_answers_its_commands() {
     }
 }
 
+/// A shard at its client limit answers the first thing it reads with the
+/// refusal and closes; the client's error names that, not only the close.
+#[test]
+fn a_shard_at_its_client_limit_is_named_with_its_reason() {
+    let full = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = full.local_addr().unwrap();
+    std::thread::spawn(move || {
+        // As `sluice serve` refuses: the line, its write side shut, what the
+        // client sends read until it closes.
+        for mut stream in full.incoming().flatten() {
+            let _ = stream.write_all(sluice_resp::MAX_CLIENTS_REACHED);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = std::io::copy(&mut stream, &mut std::io::sink());
+        }
+    });
+    let (router, _) = start_router(&[addr], "");
+    let e = error_text(Client::connect(router).call(&["GET", "k"]));
+    assert!(e.contains("s0") && e.contains("max number of clients reached"), "{e}");
+}
+
 /// What `sluice serve` shards receive: each command inside
 /// `SLUICE.WITH <id> <budget> - ...`, the ids in the order the requests
 /// arrived at the router, the parts of one request under one id, and the

@@ -1047,7 +1047,8 @@ fn keys_in<'a>(info: &Info, rest: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
             let count = rest
                 .get(at)
                 .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
-            all(count.and_then(|n| rest.get(at + 1..at + 1 + n)).unwrap_or_default())
+            // A count near usize::MAX must not overflow: no sum of it.
+            all(count.and_then(|n| rest.get(at + 1..)?.get(..n)).unwrap_or_default())
         }
         // Keys after the keyword: half of what follows it.
         Movable::Keyword(word) => {
@@ -1205,8 +1206,22 @@ mod tests {
             getkeys(b"eval", &args(&["return 1", "2", "a", "b", "c"])),
             Reply::Array(["a", "b"].map(|k| Reply::Bulk(Some(k.into()))).to_vec())
         );
-        for bad in [&["x", "5", "a"][..], &["x", "0"], &["x", "abc", "a"], &["x", "-1", "a"]] {
+        let huge = usize::MAX.to_string();
+        for bad in [
+            &["x", "5", "a"][..],
+            &["x", "0"],
+            &["x", "abc", "a"],
+            &["x", "-1", "a"],
+            &["x", &huge, "a"],
+        ] {
             assert_eq!(getkeys(b"evalsha", &args(bad)), Reply::Array(Vec::new()), "{bad:?}");
         }
+        // What a script's command is checked by on a shard: the same keys.
+        assert_eq!(keys_of(&args(&["sintercard", "2", "a", "b"])), [b"a", b"b"]);
+        assert!(keys_of(&args(&["sintercard", &huge, "a"])).is_empty());
+        assert!(
+            keys_of(&args(&["get"])).is_empty(),
+            "arguments that do not fit name no key"
+        );
     }
 }

@@ -247,9 +247,10 @@ fn non_local_key(slots: &SlotRanges, args: &[Vec<u8>]) -> Option<Reply> {
         .into_iter()
         .find(|k| !slots.contains(slot(k)))?;
     Some(Reply::error(format!(
-        "Script attempted to access a non local key in a cluster node: '{}' is in slot {}, this shard serves slots {slots}",
+        "Script attempted to access a non local key in a cluster node: '{}' is in slot {}, this shard serves slots {}",
         String::from_utf8_lossy(key),
-        slot(key)
+        slot(key),
+        slots.brief(8)
     )))
 }
 
