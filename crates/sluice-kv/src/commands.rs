@@ -20,7 +20,7 @@
 //! Lists (`commands/list.rs`; which list commands are offered and why:
 //! `keyspace.rs`; the blocking pops: `commands/blocking.rs`) and Lua scripts (EVAL, EVALSHA, SCRIPT:
 //! `commands/script.rs`; the libraries Redis gives them: `commands/cjson.rs`,
-//! `commands/cmsgpack.rs`, `commands/bitop.rs`). Deleting a value of any type, or writing another
+//! `commands/cmsgpack.rs`, `commands/bitop.rs`, `commands/lua_struct.rs`). Deleting a value of any type, or writing another
 //! over it, and FLUSHALL and FLUSHDB: `commands/delete.rs`.
 //!
 //! Every command is a row of one table ([`COMMANDS`]): its name, the
@@ -43,6 +43,7 @@ mod integer;
 mod keys;
 mod list;
 mod long_double;
+mod lua_struct;
 mod lua_table;
 mod pubsub;
 mod rename;

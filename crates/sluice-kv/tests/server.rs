@@ -1850,6 +1850,12 @@ fn scripts_answer_as_redis_does() {
             &["EVAL", "return cmsgpack.unpack(cmsgpack.pack({delay = 5})).delay", "0"],
             ":5\r\n",
         ),
+        (&["EVAL", "return struct.pack('>I2 s', 258, 'ab')", "0"], "$5\r\n\x01\x02ab\x00\r\n"),
+        (&["EVAL", "return {struct.unpack('>h', ARGV[1])}", "0", "ab"], "*2\r\n:24930\r\n:3\r\n"),
+        (
+            &["EVAL", "return struct.pack('z', 1)", "0"],
+            "-ERR bad argument #1 to 'pack' (invalid format option 'z') script: b1a49a62278d772f47cfca6a679bc33c0fa64430\r\n",
+        ),
     ];
     for (command, expected) in cases {
         assert_eq!(&c.call(command), expected, "{command:?}");

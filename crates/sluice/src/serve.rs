@@ -23,7 +23,7 @@ use sluice_kv::{Db, Options, Server, ServerOptions};
     KEYS, SCAN (MATCH, COUNT, TYPE), DBSIZE, FLUSHDB, FLUSHALL; EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, \
     EXPIRETIME, PEXPIRETIME, PERSIST; MULTI, EXEC, DISCARD, WATCH, UNWATCH; EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (LOAD, \
     EXISTS, FLUSH): Lua 5.1 scripts, each run atomically (redis.call and its kin, cjson, \
-    cmsgpack, bit, read-only globals; not Redis's struct library); CLIENT (ID, \
+    cmsgpack, bit, struct, read-only globals); CLIENT (ID, \
     SETNAME, GETNAME, SETINFO, INFO); PING, ECHO, INFO [section], AUTH, HELLO, SELECT 0, QUIT; \
     CONFIG GET/SET (flush-*, compaction-* and expiry-*: rate-bytes, rate-iops, paused, critical; the \
     background tasks' knobs, changed while they run; shard-slots: the hash slots this store serves \

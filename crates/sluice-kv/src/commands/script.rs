@@ -19,7 +19,7 @@
 //! other writers wait on the stripes, so it must end); its writes so far
 //! are kept, as for any failure. The `string`, `table` and `math`
 //! libraries are loaded, and `cjson` (`cjson.rs`), `cmsgpack`
-//! (`cmsgpack.rs`) and `bit` (`bitop.rs`); not `struct`. Globals are
+//! (`cmsgpack.rs`), `bit` (`bitop.rs`) and `struct` (`lua_struct.rs`). Globals are
 //! read-only, as in Redis 7. Errors name the script by its SHA1 but not
 //! its line (`script: <sha1>`, where Redis adds `, on
 //! @user_script:<line>.`).
@@ -173,6 +173,7 @@ fn run_script(
         globals.set("cjson", super::cjson::library(&lua)?)?;
         globals.set("bit", super::bitop::library(&lua)?)?;
         globals.set("cmsgpack", super::cmsgpack::library(&lua)?)?;
+        globals.set("struct", super::lua_struct::library(&lua)?)?;
         let session = RefCell::new(session);
         let slots = shared.shard_slots();
         let command = |lua: &Lua, args: MultiValue, raise: bool| -> mlua::Result<Value> {
