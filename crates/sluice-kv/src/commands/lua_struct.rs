@@ -210,7 +210,8 @@ fn get_integer(bytes: &[u8], signed: bool, big_endian: bool) -> f64 {
         return value as f64;
     }
     let bits = 8 * bytes.len();
-    if bits < 64 && value >> (bits - 1) & 1 == 1 {
+    // `i0` reads no byte: 0.
+    if (1..64).contains(&bits) && value >> (bits - 1) & 1 == 1 {
         value |= u64::MAX << bits;
     }
     value as i64 as f64
@@ -479,6 +480,8 @@ mod tests {
             unpacked("return {struct.unpack('<i3', '\\0\\0\\128')}"),
             ["-8388608", "4"]
         );
+        assert_eq!(unpacked("return {struct.unpack('i0', 'a')}"), ["0", "1"]);
+        assert_eq!(packed("return struct.pack('i0', 5)"), b"");
     }
 
     #[test]
@@ -487,6 +490,35 @@ mod tests {
         assert_eq!(size(">i h !8 d"), 16);
         assert_eq!(size("!4 b i"), 8);
         assert_eq!(size("c10"), 10);
+    }
+
+    proptest::proptest! {
+        /// Any format over any data packs, unpacks and sizes to a value or
+        /// an error, never a panic; what is packed unpacks to as many
+        /// values as were given.
+        #[test]
+        fn any_format_is_a_value_or_an_error(
+            format in "[<>!0-9 bBhHlLTiIfdscx]{0,12}",
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            start in 0i64..50,
+        ) {
+            let lua = lua();
+            let data = lua.create_string(&data).unwrap();
+            let args = |extra: Vec<Value>| {
+                let mut all = vec![Value::String(lua.create_string(&format).unwrap())];
+                all.extend(extra);
+                all
+            };
+            let _ = size(&lua, &args(Vec::new()));
+            let _ = unpack(&lua, &args(vec![Value::String(data.clone()), Value::Integer(start)]));
+            let numbers = (0..12).map(|i| Value::Integer(i * 7 - 20)).collect();
+            let _ = pack(&lua, &args(numbers));
+            let texts = (0..12).map(|_| Value::String(data.clone())).collect();
+            if let Ok(packed) = pack(&lua, &args(texts)) {
+                let back = unpack(&lua, &args(vec![Value::String(lua.create_string(&packed).unwrap())]));
+                proptest::prop_assert!(back.is_ok() || format.contains('c') || format.contains('s'), "{format:?}: {back:?}");
+            }
+        }
     }
 
     #[test]
@@ -507,6 +539,7 @@ mod tests {
             ("struct.pack('i33', 1)", "integral size 33 is larger than limit of 32"),
             ("struct.pack('i99999999999', 1)", "integral size overflow"),
             ("struct.pack('!3 i', 1)", "alignment 3 is not a power of 2"),
+            ("struct.size('!0 i')", "alignment 0 is not a power of 2"),
             (
                 "struct.unpack('>i', 'ab')",
                 "bad argument #2 to 'unpack' (data string too short)",
