@@ -14,6 +14,9 @@
 #   unpaced   autovacuum_vacuum_cost_delay = 0: the vacuum's own speed
 #   defaults  PostgreSQL's pace (2 ms per 200 cost units)
 #   steered   [postgres.background.vacuum] with its defaults
+#   flushed   unpaced, and backend_flush_after = 256kB: the vacuum's writes
+#             handed to the disk as it makes them (sync_file_range), not
+#             left for the kernel to write back in one burst later
 #
 # Per run: throughput, the run's p99, the vacuum's time (PostgreSQL's
 # log) and the foreground's p99 and p99.9 while it ran and in the 30 s
@@ -30,7 +33,7 @@
 # keeps on. --configs picks and orders the configurations.
 #
 #   scripts/bench-vacuum.sh [--rounds 3] [--seconds 90] [--scale 100] [--rate 400] [--dirty 80000]
-#                           [--rest-at S] [--configs none,unpaced,defaults,steered]
+#                           [--rest-at S] [--configs none,unpaced,defaults,steered,flushed]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -54,8 +57,8 @@ if [[ -n $rest_at ]] && ! ((rest_at > 10 && rest_at < seconds)); then
 fi
 for config in ${configs//,/ }; do
     case $config in
-        none|unpaced|defaults|steered) ;;
-        *) echo "unknown configuration $config in --configs (none, unpaced, defaults, steered)" >&2; exit 2 ;;
+        none|unpaced|defaults|steered|flushed) ;;
+        *) echo "unknown configuration $config in --configs (none, unpaced, defaults, steered, flushed)" >&2; exit 2 ;;
     esac
 done
 apt_install postgresql-15 postgresql-client-15
@@ -79,10 +82,15 @@ psql_db -c "ALTER TABLE pgbench_accounts SET (autovacuum_enabled = false)"
 # The pace each configuration starts from; the table gets its dead rows.
 prepare() {
     psql_db -c "ALTER SYSTEM RESET autovacuum_vacuum_cost_limit"
-    if [[ $1 == unpaced ]]; then
+    if [[ $1 == unpaced || $1 == flushed ]]; then
         psql_db -c "ALTER SYSTEM SET autovacuum_vacuum_cost_delay = 0"
     else
         psql_db -c "ALTER SYSTEM RESET autovacuum_vacuum_cost_delay"
+    fi
+    if [[ $1 == flushed ]]; then
+        psql_db -c "ALTER SYSTEM SET backend_flush_after = '256kB'"
+    else
+        psql_db -c "ALTER SYSTEM RESET backend_flush_after"
     fi
     psql_db -c "SELECT pg_reload_conf()" >/dev/null
     psql_db -c "ALTER TABLE pgbench_accounts SET (autovacuum_enabled = false)"
