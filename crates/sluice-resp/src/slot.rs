@@ -59,6 +59,16 @@ impl SlotRanges {
     pub fn contains(&self, slot: u16) -> bool {
         self.0.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot))
     }
+
+    /// The first `at_most` ranges as [`Display`](fmt::Display) writes
+    /// them, and how many more there are.
+    pub fn brief(&self, at_most: usize) -> String {
+        let first = SlotRanges(self.0.iter().take(at_most).copied().collect());
+        match self.0.len().saturating_sub(at_most) {
+            0 => first.to_string(),
+            more => format!("{first} and {more} more"),
+        }
+    }
 }
 
 impl FromStr for SlotRanges {
@@ -101,18 +111,6 @@ fn shown(part: &str) -> String {
     match part.char_indices().nth(AT_MOST) {
         Some((cut, _)) => format!("{:?}...", &part[..cut]),
         None => format!("{part:?}"),
-    }
-}
-
-impl SlotRanges {
-    /// The first `at_most` ranges as [`Display`](fmt::Display) writes
-    /// them, and how many more there are.
-    pub fn brief(&self, at_most: usize) -> String {
-        let first = SlotRanges(self.0.iter().take(at_most).copied().collect());
-        match self.0.len().saturating_sub(at_most) {
-            0 => first.to_string(),
-            more => format!("{first} and {more} more"),
-        }
     }
 }
 

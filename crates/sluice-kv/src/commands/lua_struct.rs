@@ -42,7 +42,7 @@ struct Layout {
 
 /// One option of the format, with its size in bytes (0 for a control
 /// option, or a `c0`).
-struct Option_ {
+struct FormatOption {
     code: u8,
     size: usize,
 }
@@ -88,7 +88,7 @@ impl<'a> Format<'a> {
 
     /// The next option, with its size; a control option (`<`, `>`, `!`,
     /// a space) changes the layout and is returned with size 0.
-    fn next(&mut self) -> mlua::Result<Option<Option_>> {
+    fn next(&mut self) -> mlua::Result<Option<FormatOption>> {
         let Some(&code) = self.text.get(self.at) else {
             return Ok(None);
         };
@@ -130,12 +130,12 @@ impl<'a> Format<'a> {
                 ))
             }
         };
-        Ok(Some(Option_ { code, size }))
+        Ok(Some(FormatOption { code, size }))
     }
 
     /// Padding before an option of `size` bytes at offset `at`: to the
     /// smaller of its size and the alignment (strings are not aligned).
-    fn padding(&self, at: usize, option: &Option_) -> usize {
+    fn padding(&self, at: usize, option: &FormatOption) -> usize {
         if option.size == 0 || option.code == b'c' {
             return 0;
         }
