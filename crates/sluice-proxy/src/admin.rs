@@ -638,9 +638,10 @@ fn registry(
         "Decisions made, by controller and knob",
     );
     for (knob, &n) in decisions {
-        let controller = if knob.starts_with("postgres.autovacuum") {
+        let setting = knob.strip_prefix("postgres.");
+        let controller = if setting.is_some_and(|s| crate::pg::background::VACUUM_SETTINGS.contains(&s)) {
             "vacuum"
-        } else if knob.starts_with("postgres.") {
+        } else if setting.is_some() {
             "checkpoint"
         } else {
             "optimizer"

@@ -296,9 +296,13 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
     assert!(!state.exists());
 }
 
-/// The autovacuum settings as `pg_settings` shows them.
+/// The vacuum controller's settings as `pg_settings` shows them
+/// (`backend_flush_after` in pages of 8 kB).
 fn autovacuum_pace(pg: &PgServer) -> String {
-    shown(pg, "'autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay'")
+    shown(
+        pg,
+        "'autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay', 'backend_flush_after'",
+    )
 }
 
 fn with_vacuum(text: String) -> String {
@@ -311,9 +315,18 @@ fn steers_autovacuum_when_asked_and_gives_it_back() {
     psql_ok(
         &pg,
         &format!(
-            "GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay TO {ROLE}"
+            "GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay, \
+             backend_flush_after TO {ROLE}"
         ),
     );
+    // A setting counted in pages, set before: it must come back as it was.
+    psql_ok(&pg, "ALTER SYSTEM SET backend_flush_after = '512kB'");
+    psql_ok(&pg, "SELECT pg_reload_conf()");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !autovacuum_pace(&pg).contains("backend_flush_after=648kB (configuration file)") {
+        assert!(Instant::now() < deadline, "not reloaded: {}", autovacuum_pace(&pg));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let before = autovacuum_pace(&pg);
     assert!(before.contains("autovacuum_vacuum_cost_limit=-1 (default)"), "{before}");
     // As a killed run that steered checkpoints alone leaves the server: a
@@ -333,10 +346,11 @@ fn steers_autovacuum_when_asked_and_gives_it_back() {
     psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '77s'");
     psql_ok(&pg, "SELECT pg_reload_conf()");
     let mut service = Service::start(&with_vacuum(settings_text(&pg, ROLE, pg.port, &state)));
-    // No vacuum runs on the test's server: the ceiling, for the next to
-    // start its table with.
+    // No vacuum runs on the test's server: the ceiling, and writes flushed
+    // every 256 kB (32 pages), for the next to start its table with.
     let paced = "autovacuum_vacuum_cost_delay=2ms (configuration file), \
-                   autovacuum_vacuum_cost_limit=3000 (configuration file)";
+                   autovacuum_vacuum_cost_limit=3000 (configuration file), \
+                   backend_flush_after=328kB (configuration file)";
     let deadline = Instant::now() + Duration::from_secs(20);
     while autovacuum_pace(&pg) != paced {
         assert!(Instant::now() < deadline, "not steered: {}", autovacuum_pace(&pg));

@@ -85,6 +85,7 @@ mod tests {
                 "postgres.max_wal_size",
                 "postgres.checkpoint_timeout",
                 "postgres.autovacuum_vacuum_cost_delay",
+                "postgres.backend_flush_after",
                 "postgres.autovacuum_vacuum_cost_limit"
             ]
         );
@@ -94,7 +95,7 @@ mod tests {
             3,
             "no observation, no vacuum decision"
         );
-        assert_eq!(c.decide(observation, Some(vacuum)).len(), 2, "both vacuum knobs again");
+        assert_eq!(c.decide(observation, Some(vacuum)).len(), 3, "every vacuum knob again");
     }
 
     #[test]

@@ -177,8 +177,13 @@ mod tests {
 
     const SECOND: u64 = 1_000_000_000;
 
+    /// The vacuum paced alone, so that its limit follows the load.
     fn header(checkpoint: CheckpointControllerConfig) -> TraceHeader {
-        TraceHeader::postgres(checkpoint, Some(VacuumControllerConfig::default()))
+        let vacuum = VacuumControllerConfig {
+            flush_after_kib: 0,
+            ..Default::default()
+        };
+        TraceHeader::postgres(checkpoint, Some(vacuum))
     }
 
     /// A live run: a busy foreground, a burst, rest, and a failed apply;
@@ -232,6 +237,20 @@ mod tests {
         // burst ends (80); spread once its peak fades; the failed apply's
         // repeat (101); hurry at rest (140).
         assert_eq!(vacuum_decisions, 6);
+
+        let flushing = TraceHeader::postgres(header.checkpoint, Some(VacuumControllerConfig::default()));
+        let steps = recorded(&flushing);
+        assert_eq!(replay(&flushing, &steps).unwrap().steps, 200);
+        let flush_decisions: Vec<(usize, f64)> = steps
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.decided.iter().map(move |d| (i, d)))
+            .filter(|(_, d)| d.knob == "postgres.backend_flush_after")
+            .map(|(i, d)| (i, d.value))
+            .collect();
+        // Flushing before the vacuum starts under load; left to the kernel
+        // once it ends at rest (the failed apply at 100 falls mid-vacuum).
+        assert_eq!(flush_decisions, [(0, 256.0), (160, 0.0)]);
     }
 
     #[test]

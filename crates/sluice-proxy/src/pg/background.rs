@@ -37,8 +37,10 @@
 //! GRANT pg_monitor TO sluice_steer;
 //! GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO sluice_steer;
 //! GRANT EXECUTE ON FUNCTION pg_reload_conf() TO sluice_steer;
-//! -- with [postgres.background.vacuum]:
-//! GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay TO sluice_steer;
+//! -- with [postgres.background.vacuum] (backend_flush_after unless its
+//! -- flush_after_kib is 0):
+//! GRANT ALTER SYSTEM ON PARAMETER autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay,
+//!     backend_flush_after TO sluice_steer;
 //! ```
 //!
 //! Limits, as built today: the background writer is not steered; a server that forbids `ALTER
@@ -69,8 +71,13 @@ use crate::optimizer::DecisionLog;
 /// The settings the checkpoint controller steers.
 pub const CHECKPOINT_SETTINGS: [&str; 3] = ["checkpoint_completion_target", "max_wal_size", "checkpoint_timeout"];
 
-/// The settings the vacuum controller steers.
-pub const VACUUM_SETTINGS: [&str; 2] = ["autovacuum_vacuum_cost_limit", "autovacuum_vacuum_cost_delay"];
+/// The settings the vacuum controller steers (`backend_flush_after` unless
+/// its `flush_after_kib` is 0).
+pub const VACUUM_SETTINGS: [&str; 3] = [
+    "autovacuum_vacuum_cost_limit",
+    "autovacuum_vacuum_cost_delay",
+    "backend_flush_after",
+];
 
 /// `[postgres]` in the settings file.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -152,7 +159,11 @@ impl BackgroundConfig {
 
     /// The settings this configuration steers.
     pub fn steered(&self) -> Vec<&'static str> {
-        let vacuum: &[&'static str] = if self.vacuum.is_some() { &VACUUM_SETTINGS } else { &[] };
+        let vacuum: &[&'static str] = match &self.vacuum {
+            None => &[],
+            Some(v) if v.steers_flush() => &VACUUM_SETTINGS,
+            Some(_) => &VACUUM_SETTINGS[..2],
+        };
         CHECKPOINT_SETTINGS.iter().chain(vacuum).copied().collect()
     }
 }
@@ -172,7 +183,8 @@ pub struct BackgroundState {
     /// Time from the last decision to PostgreSQL's reload returning, ms.
     pub last_apply_ms: Option<f64>,
     /// The steered settings as last applied (max_wal_size in MB,
-    /// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms).
+    /// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms,
+    /// backend_flush_after in kB).
     pub settings: BTreeMap<String, f64>,
 }
 
@@ -484,7 +496,10 @@ struct Source {
 }
 
 async fn settings(client: &Client, steered: &[&str]) -> Result<Vec<Source>, String> {
-    let sql = "SELECT name, setting || coalesce(unit, ''), source, \
+    // A setting counted in pages has the unit "8kB": its value is given
+    // back in kB, since "32" with "8kB" appended would read as 328 kB.
+    let sql = "SELECT name, CASE WHEN unit = '8kB' THEN (setting::int8 * 8)::text || 'kB' \
+               ELSE setting || coalesce(unit, '') END, source, \
                coalesce(sourcefile LIKE '%postgresql.auto.conf', false) \
                FROM pg_settings WHERE name = ANY($1) ORDER BY name";
     let rows = client
@@ -673,10 +688,12 @@ impl Steering {
 }
 
 /// A decided value as `ALTER SYSTEM SET` takes it (max_wal_size in MB,
-/// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms).
+/// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms,
+/// backend_flush_after in kB).
 fn setting_value(name: &str, value: f64) -> String {
     match name {
         "max_wal_size" => format!("'{}MB'", value as u64),
+        "backend_flush_after" => format!("'{}kB'", value as u64),
         "checkpoint_timeout" => format!("'{}s'", value as u64),
         "autovacuum_vacuum_cost_delay" => format!("'{value}ms'"),
         _ => format!("{value}"),
@@ -716,8 +733,12 @@ mod tests {
         assert_eq!(config("").unwrap().steered(), CHECKPOINT_SETTINGS);
         let with = config("[vacuum]\n").unwrap();
         assert_eq!(with.vacuum, Some(VacuumControllerConfig::default()));
-        assert_eq!(with.steered().len(), 5);
+        assert_eq!(with.steered().len(), 6);
         assert!(with.steered().contains(&"autovacuum_vacuum_cost_limit"));
+        assert!(with.steered().contains(&"backend_flush_after"));
+        let paced = config("[vacuum]\nflush_after_kib = 0\n").unwrap();
+        assert!(!paced.steered().contains(&"backend_flush_after"));
+        assert_eq!(paced.steered().len(), 5);
     }
 
     #[test]
@@ -734,6 +755,7 @@ mod tests {
         assert_eq!(setting_value("checkpoint_completion_target", 0.9), "0.9");
         assert_eq!(setting_value("autovacuum_vacuum_cost_delay", 2.0), "'2ms'");
         assert_eq!(setting_value("autovacuum_vacuum_cost_limit", 400.0), "400");
+        assert_eq!(setting_value("backend_flush_after", 256.0), "'256kB'");
         assert_eq!(quote("it's"), "'it''s'");
     }
 
