@@ -654,7 +654,7 @@ fn registry(
             &mut reg,
             "postgres_steering",
             "1 while PostgreSQL's background work is steered, 0 otherwise",
-            f64::from(u8::from(bg.status == "steering")),
+            f64::from(u8::from(bg.status.starts_with("steering"))),
         );
         if let Some(debt) = bg.recovery_debt_mib {
             gauge(

@@ -221,7 +221,9 @@ impl Driver {
                 Knob::Parallelism => self.gate.set_parallelism(d.value as usize),
                 Knob::Zeta => self.gate.set_zeta(d.value),
                 Knob::Weight(tenant) => self.gate.set_weight(tenant, d.value),
-                Knob::Postgres(setting) => Err(format!("{setting} is steered by [postgres.background]")),
+                Knob::Postgres(_) | Knob::PostgresCheckpoint => {
+                    Err(format!("{} is steered by [postgres.background]", d.knob))
+                }
             };
             match applied {
                 Ok(()) => self.log.record(d.knob.to_string(), d.value, d.why),

@@ -256,6 +256,59 @@ fn a_role_without_the_grants_is_told_what_to_grant_and_the_proxy_serves_on() {
 }
 
 #[test]
+fn a_server_that_forbids_alter_system_gets_checkpoints_timed_alone() {
+    let Some(pg) = PgServer::start() else { return };
+    psql_ok(
+        &pg,
+        &format!("CREATE ROLE {ROLE} LOGIN; GRANT pg_monitor, pg_checkpoint TO {ROLE};"),
+    );
+    // A small WAL budget, so that a test's worth of WAL makes a checkpoint
+    // due: the server's trigger point is 64 MiB / 1.9 = 33.7 MiB, and the
+    // controller asks for a checkpoint in a lull from half of it.
+    psql_ok(&pg, "ALTER SYSTEM SET max_wal_size = '64MB'");
+    psql_ok(&pg, "SELECT pg_reload_conf()");
+    wait_for("the reload", || {
+        steered(&pg).contains("max_wal_size=64MB").then_some(())
+    });
+    let before = steered(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let mut service = Service::start(&settings_text(&pg, ROLE, pg.port, &state));
+    wait_for("timing alone", || {
+        service
+            .status()
+            .starts_with("steering: timing CHECKPOINT alone")
+            .then_some(())
+    });
+    // About 22 MiB of WAL: due for the controller, short of the server's
+    // own trigger. No foreground: a lull.
+    psql_ok(
+        &pg,
+        "CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 90000) g",
+    );
+    let asked = wait_for("a CHECKPOINT", || {
+        let stats = service.stats();
+        let decisions = stats["decisions"].as_array().unwrap().clone();
+        decisions.into_iter().find(|d| d["knob"] == "postgres.CHECKPOINT")
+    });
+    assert!(asked["value"].as_f64().unwrap() >= 16.0, "{asked}");
+    assert!(asked["why"].as_str().unwrap().contains("lull"), "{asked}");
+    wait_for("the debt cleared", || {
+        let debt = service.stats()["postgres_background"]["recovery_debt_mib"].as_f64();
+        debt.filter(|d| *d < 5.0)
+    });
+    assert_eq!(query_through(&service), "42");
+    assert!(!state.exists(), "nothing to record: no setting is changed");
+    service.stop();
+    assert_eq!(steered(&pg), before, "no setting changed");
+    let file = std::fs::File::open(state.with_extension("trace")).expect("the run was traced");
+    let trace = sluice_sim::replay::Trace::read(std::io::BufReader::new(file)).unwrap();
+    assert!(trace.header.timing_alone);
+    assert!(trace.steps.iter().all(|s| s.observation.server_trigger_point.is_some()));
+    assert_eq!(trace.replay().unwrap().steps, trace.steps.len());
+}
+
+#[test]
 fn a_setting_pinned_on_the_command_line_is_named() {
     let Some(pg) = PgServer::start_with_settings(&["max_wal_size=2GB"]) else {
         return;
@@ -346,9 +399,10 @@ fn steers_autovacuum_when_asked_and_gives_it_back() {
     psql_ok(&pg, "ALTER SYSTEM SET checkpoint_timeout = '77s'");
     psql_ok(&pg, "SELECT pg_reload_conf()");
     let mut service = Service::start(&with_vacuum(settings_text(&pg, ROLE, pg.port, &state)));
-    // No vacuum runs on the test's server: the ceiling, and writes flushed
-    // every 256 kB (32 pages), for the next to start its table with.
-    let paced = "autovacuum_vacuum_cost_delay=2ms (configuration file), \
+    // No vacuum runs on the test's server, and nothing rests (no rate has
+    // been seen): the next starts its table unpaced, its writes flushed
+    // every 256 kB (32 pages).
+    let paced = "autovacuum_vacuum_cost_delay=0ms (configuration file), \
                    autovacuum_vacuum_cost_limit=3000 (configuration file), \
                    backend_flush_after=328kB (configuration file)";
     let deadline = Instant::now() + Duration::from_secs(20);

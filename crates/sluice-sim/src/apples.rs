@@ -543,7 +543,7 @@ impl<'a> Sim<'a> {
     fn apply(&mut self, d: &Decision, now: Nanos) {
         match &d.knob {
             // The optimizer decides no PostgreSQL setting.
-            Knob::MatchingPoint | Knob::Postgres(_) => {}
+            Knob::MatchingPoint | Knob::Postgres(_) | Knob::PostgresCheckpoint => {}
             Knob::Parallelism => {
                 self.stage
                     .set_limit(d.value as usize)

@@ -67,6 +67,7 @@ mod tests {
                 wal_since_redo: i * 12_345_678,
                 checkpoint_running: i % 10 > 6,
                 since_checkpoint_start: i * 987_654_321,
+                server_trigger_point: None,
             };
             let step = Step::new(observation, None, &live.decide(observation), true);
             text += &(serde_json::to_string(&step).unwrap() + "\n");

@@ -277,10 +277,12 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
     };
 
     let dir = scratch("replay");
-    let header = TraceHeader::postgres(
-        CheckpointControllerConfig::default(),
-        Some(VacuumControllerConfig::default()),
-    );
+    // The vacuum paced alone, so that its limit follows the load.
+    let vacuum = VacuumControllerConfig {
+        flush_after_kib: 0,
+        ..Default::default()
+    };
+    let header = TraceHeader::postgres(CheckpointControllerConfig::default(), Some(vacuum));
     let mut live = PostgresControllers::new(header.checkpoint, header.vacuum).unwrap();
     let mut lines = vec![serde_json::to_string(&header).unwrap()];
     for i in 0..30u64 {
@@ -290,6 +292,7 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
             wal_since_redo: i << 24,
             checkpoint_running: false,
             since_checkpoint_start: i * 1_000_000_000,
+            server_trigger_point: None,
         };
         let vacuum_observation = VacuumObservation {
             foreground_rate,

@@ -45,9 +45,20 @@
 //!   only command that starts one, writes without pacing. Once the
 //!   checkpoint runs, the timeout goes back to `timeout_s`.
 //!
+//! A server whose settings cannot be changed (a managed PostgreSQL that
+//! forbids `ALTER SYSTEM`) leaves one lever: `CHECKPOINT`, at a moment of
+//! the controller's choosing. [`CheckpointController::decide_timing`] asks
+//! for one when no checkpoint runs, the foreground rests (under
+//! `light_share` of its recent peak, or idle), and the debt has passed
+//! `early_share` of the server's own trigger point: the checkpoint
+//! PostgreSQL would start soon, moved into a lull. Rest, not merely the
+//! absence of a burst as for the early start above, since `CHECKPOINT`
+//! writes unpaced, as fast as the disk takes it. The debt bound is then
+//! the server's own `max_wal_size`.
+//!
 //! Pure, like the rest of the core: the driver observes PostgreSQL and the
-//! foreground, calls [`CheckpointController::decide`] once per interval,
-//! and applies the changed settings it returns.
+//! foreground, calls [`CheckpointController::decide`] (or `decide_timing`)
+//! once per interval, and applies what it returns.
 
 use serde::{Deserialize, Serialize};
 
@@ -172,6 +183,11 @@ pub struct CheckpointObservation {
     pub checkpoint_running: bool,
     /// Time since the last checkpoint started.
     pub since_checkpoint_start: Nanos,
+    /// The server's own trigger point (`max_wal_size / (1 +
+    /// checkpoint_completion_target)`), bytes: observed where the
+    /// controller times `CHECKPOINT` alone, and `None` where it sets them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_trigger_point: Option<u64>,
 }
 
 /// The three settings, as PostgreSQL takes them.
@@ -306,6 +322,34 @@ impl CheckpointController {
         decisions
     }
 
+    /// A `CHECKPOINT` now, or nothing, for a server whose settings cannot
+    /// be changed: see the module's doc. Without the server's trigger point
+    /// in the observation, nothing.
+    pub fn decide_timing(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
+        let c = self.config;
+        let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
+        // An idle foreground (a peak of zero) rests too: no one waits.
+        let resting = rate < c.light_share * peak || rate == 0.0;
+        let Some(trigger) = obs.server_trigger_point else {
+            return Vec::new();
+        };
+        let due = obs.wal_since_redo as f64 >= c.early_share * trigger as f64;
+        if obs.checkpoint_running || !resting || !due {
+            return Vec::new();
+        }
+        vec![Decision {
+            knob: Knob::PostgresCheckpoint,
+            value: (obs.wal_since_redo / MIB) as f64,
+            why: format!(
+                "debt {} MiB passed {:.0}% of the server's trigger point {} MiB while the foreground rests \
+                 ({rate:.0}/s, recent peak {peak:.0}/s): its next checkpoint now, in the lull",
+                obs.wal_since_redo / MIB,
+                c.early_share * 100.0,
+                trigger / MIB
+            ),
+        }]
+    }
+
     /// What PostgreSQL was last told.
     pub fn settings(&self) -> Option<CheckpointSettings> {
         self.applied
@@ -339,6 +383,15 @@ mod tests {
             wal_since_redo: debt_mib * MIB,
             checkpoint_running: running,
             since_checkpoint_start: since_s * SECOND,
+            server_trigger_point: None,
+        }
+    }
+
+    /// As [`obs`], on a server whose own trigger point is 100 MiB.
+    fn timed(rate: f64, debt_mib: u64, running: bool) -> CheckpointObservation {
+        CheckpointObservation {
+            server_trigger_point: Some(100 * MIB),
+            ..obs(rate, debt_mib, running, 60)
         }
     }
 
@@ -411,6 +464,33 @@ mod tests {
             value(&c.decide(obs(400.0, 80, false, 30)), "checkpoint_timeout"),
             Some(30.0)
         );
+    }
+
+    #[test]
+    fn timing_alone_checkpoints_in_a_lull_once_the_debt_is_due() {
+        let mut c = controller();
+        assert!(
+            c.decide_timing(timed(400.0, 80, false)).is_empty(),
+            "the foreground works"
+        );
+        assert!(c.decide_timing(timed(100.0, 40, false)).is_empty(), "rest, but not due");
+        assert!(c.decide_timing(timed(100.0, 80, true)).is_empty(), "one runs already");
+        let now = c.decide_timing(timed(100.0, 80, false));
+        assert_eq!(now.len(), 1);
+        assert_eq!(now[0].knob, Knob::PostgresCheckpoint);
+        assert_eq!(now[0].value, 80.0);
+        assert!(now[0].why.contains("trigger point 100 MiB"), "{}", now[0].why);
+        assert!(
+            c.decide_timing(obs(100.0, 80, false, 60)).is_empty(),
+            "no trigger point observed"
+        );
+        assert!(c.settings().is_none(), "no setting is ever decided");
+    }
+
+    #[test]
+    fn timing_alone_takes_an_idle_foreground_for_a_lull() {
+        let mut c = controller();
+        assert_eq!(c.decide_timing(timed(0.0, 60, false)).len(), 1);
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub enum Knob {
     Weight(String),
     /// A PostgreSQL setting, by its name in `pg_settings`.
     Postgres(&'static str),
+    /// A `CHECKPOINT` now: a command, not a setting (its value is the
+    /// recovery debt it clears, MiB).
+    PostgresCheckpoint,
 }
 
 impl fmt::Display for Knob {
@@ -24,14 +27,15 @@ impl fmt::Display for Knob {
             Knob::Zeta => f.write_str("zeta"),
             Knob::Weight(tenant) => write!(f, "weight.{tenant}"),
             Knob::Postgres(setting) => write!(f, "postgres.{setting}"),
+            Knob::PostgresCheckpoint => f.write_str("postgres.CHECKPOINT"),
         }
     }
 }
 
 /// One decision and why. The driver applies `Parallelism`, `Zeta`,
 /// `Weight` (setting a weight to the value it has is a hold, logged) and
-/// `Postgres` (through `ALTER SYSTEM`); `MatchingPoint` is for the log
-/// alone.
+/// `Postgres` (through `ALTER SYSTEM`), `PostgresCheckpoint` (a
+/// `CHECKPOINT`); `MatchingPoint` is for the log alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub knob: Knob,

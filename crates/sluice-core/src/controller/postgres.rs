@@ -4,6 +4,10 @@
 //! checkpoint controller's, then the vacuum controller's; the proxy's
 //! driver and a trace's replay both decide through this type, so that the
 //! order a trace records is the order a replay decides in.
+//!
+//! On a server whose settings cannot be changed they run *timing alone*:
+//! the checkpoint controller's [`decide_timing`](CheckpointController::decide_timing),
+//! a `CHECKPOINT` in a lull, and no vacuum controller.
 
 use super::checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation};
 use super::decision::Decision;
@@ -12,6 +16,7 @@ use super::vacuum::{VacuumController, VacuumControllerConfig, VacuumObservation}
 pub struct PostgresControllers {
     checkpoint: CheckpointController,
     vacuum: Option<VacuumController>,
+    timing_alone: bool,
 }
 
 impl PostgresControllers {
@@ -23,7 +28,22 @@ impl PostgresControllers {
                 .map(VacuumController::new)
                 .transpose()
                 .map_err(|e| format!("vacuum.{e}"))?,
+            timing_alone: false,
         })
+    }
+
+    /// The checkpoint controller timing `CHECKPOINT` alone, for a server
+    /// whose settings cannot be changed.
+    pub fn timing_alone(checkpoint: CheckpointControllerConfig) -> Result<Self, String> {
+        Ok(PostgresControllers {
+            timing_alone: true,
+            ..Self::new(checkpoint, None)?
+        })
+    }
+
+    /// Whether they time `CHECKPOINT` alone.
+    pub fn is_timing_alone(&self) -> bool {
+        self.timing_alone
     }
 
     /// Whether the vacuum controller runs, and so wants an observation.
@@ -34,7 +54,11 @@ impl PostgresControllers {
     /// The interval's decisions. A vacuum observation reaches the vacuum
     /// controller if there is one; without an observation it is not asked.
     pub fn decide(&mut self, checkpoint: CheckpointObservation, vacuum: Option<VacuumObservation>) -> Vec<Decision> {
-        let mut decisions = self.checkpoint.decide(checkpoint);
+        let mut decisions = if self.timing_alone {
+            self.checkpoint.decide_timing(checkpoint)
+        } else {
+            self.checkpoint.decide(checkpoint)
+        };
         if let (Some(v), Some(observation)) = (&mut self.vacuum, vacuum) {
             decisions.extend(v.decide(observation));
         }
@@ -68,6 +92,7 @@ mod tests {
             wal_since_redo: 0,
             checkpoint_running: false,
             since_checkpoint_start: 0,
+            server_trigger_point: None,
         };
         let vacuum = VacuumObservation {
             foreground_rate: 400.0,
@@ -96,6 +121,21 @@ mod tests {
             "no observation, no vacuum decision"
         );
         assert_eq!(c.decide(observation, Some(vacuum)).len(), 3, "every vacuum knob again");
+    }
+
+    #[test]
+    fn timing_alone_decides_checkpoints_and_nothing_else() {
+        let mut c = PostgresControllers::timing_alone(CheckpointControllerConfig::default()).unwrap();
+        assert!(c.is_timing_alone() && !c.steers_vacuum());
+        let idle = CheckpointObservation {
+            foreground_rate: 0.0,
+            wal_since_redo: 400 << 20,
+            checkpoint_running: false,
+            since_checkpoint_start: 0,
+            server_trigger_point: Some(540 << 20),
+        };
+        let knobs: Vec<String> = c.decide(idle, None).iter().map(|d| d.knob.to_string()).collect();
+        assert_eq!(knobs, ["postgres.CHECKPOINT"]);
     }
 
     #[test]

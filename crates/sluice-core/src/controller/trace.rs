@@ -24,6 +24,7 @@
 //!             wal_since_redo: i << 24,
 //!             checkpoint_running: false,
 //!             since_checkpoint_start: i * 1_000_000_000,
+//!             server_trigger_point: None,
 //!         };
 //!         Step::new(observation, None, &live.decide(observation), true)
 //!     })
@@ -53,6 +54,10 @@ pub struct TraceHeader {
     /// The vacuum controller's, if the run had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vacuum: Option<VacuumControllerConfig>,
+    /// The run timed `CHECKPOINT` alone (its server's settings could not
+    /// be changed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timing_alone: bool,
 }
 
 impl TraceHeader {
@@ -61,6 +66,15 @@ impl TraceHeader {
             controller: POSTGRES.into(),
             checkpoint,
             vacuum,
+            timing_alone: false,
+        }
+    }
+
+    /// A run that timed `CHECKPOINT` alone.
+    pub fn postgres_timing_alone(checkpoint: CheckpointControllerConfig) -> Self {
+        TraceHeader {
+            timing_alone: true,
+            ..Self::postgres(checkpoint, None)
         }
     }
 }
@@ -142,7 +156,12 @@ pub enum Divergence {
 /// Runs new controllers of the header's settings over the recorded steps;
 /// `Err` at the first step whose decisions differ from the recorded ones.
 pub fn replay(header: &TraceHeader, steps: &[Step]) -> Result<Replayed, Divergence> {
-    let mut controllers = PostgresControllers::new(header.checkpoint, header.vacuum).map_err(Divergence::Settings)?;
+    let controllers = if header.timing_alone {
+        PostgresControllers::timing_alone(header.checkpoint)
+    } else {
+        PostgresControllers::new(header.checkpoint, header.vacuum)
+    };
+    let mut controllers = controllers.map_err(Divergence::Settings)?;
     let mut decisions = 0;
     for (i, step) in steps.iter().enumerate() {
         if step.vacuum.is_some() != controllers.steers_vacuum() {
@@ -203,6 +222,7 @@ mod tests {
                     wal_since_redo: (i % 90) << 23,
                     checkpoint_running: i % 90 > 40,
                     since_checkpoint_start: (i % 90) * SECOND,
+                    server_trigger_point: None,
                 };
                 let vacuum_observation = live.steers_vacuum().then(|| VacuumObservation {
                     foreground_rate,
@@ -319,6 +339,36 @@ mod tests {
             panic!("vacuum settings PostgreSQL refuses are named");
         };
         assert!(e.contains("vacuum.busy_cost_limit"), "{e}");
+    }
+
+    #[test]
+    fn a_trace_that_timed_checkpoints_alone_replays_so() {
+        let header = TraceHeader::postgres_timing_alone(CheckpointControllerConfig::default());
+        let mut live = PostgresControllers::timing_alone(header.checkpoint).unwrap();
+        let steps: Vec<Step> = (0..60u64)
+            .map(|i| {
+                let observation = CheckpointObservation {
+                    foreground_rate: if i < 30 { 400.0 } else { 20.0 },
+                    wal_since_redo: (i % 40) << 24,
+                    checkpoint_running: false,
+                    since_checkpoint_start: i * SECOND,
+                    server_trigger_point: Some(540 << 20),
+                };
+                Step::new(observation, None, &live.decide(observation, None), true)
+            })
+            .collect();
+        let checkpoints: Vec<usize> = (0..steps.len()).filter(|&i| !steps[i].decided.is_empty()).collect();
+        // Due from 270 MiB (16 MiB a step: step 17 of each 40), in the lull
+        // from step 30.
+        let expected: Vec<usize> = (30..40).chain(57..60).collect();
+        assert_eq!(checkpoints, expected);
+        assert_eq!(replay(&header, &steps).unwrap().steps, 60);
+        let text = serde_json::to_string(&header).unwrap();
+        assert!(text.contains("timing_alone"), "{text}");
+        assert_eq!(serde_json::from_str::<TraceHeader>(&text).unwrap(), header);
+        let steered = TraceHeader::postgres(header.checkpoint, None);
+        assert!(!serde_json::to_string(&steered).unwrap().contains("timing_alone"));
+        assert_eq!(step_of(replay(&steered, &steps)), 0, "steering decides otherwise");
     }
 
     #[test]

@@ -43,9 +43,15 @@
 //!     backend_flush_after TO sluice_steer;
 //! ```
 //!
-//! Limits, as built today: the background writer is not steered; a server that forbids `ALTER
-//! SYSTEM` is not steered (there is no fallback to timing `CHECKPOINT`
-//! alone, which writes without pacing); the connection is plain
+//! A role that may `ALTER SYSTEM` none of the checkpoint settings (a managed
+//! server that forbids it) but is a member of `pg_monitor` and
+//! `pg_checkpoint` gets the one lever left: the checkpoint controller times
+//! `CHECKPOINT` alone, in lulls of the foreground
+//! ([`decide_timing`](sluice_core::controller::CheckpointController::decide_timing)),
+//! changes no setting and steers no vacuum, and says so at start and in
+//! `/stats`. The interval that issues one waits for it to finish.
+//!
+//! Limits, as built today: the background writer is not steered; the connection is plain
 //! (`sslmode=require` is refused by the driver's connector), so run it over
 //! a Unix socket or a trusted network; and one state file serves one
 //! proxy: two proxies steering one server would each restore what the
@@ -59,7 +65,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sluice_core::controller::trace::{Step, TraceHeader};
 use sluice_core::controller::{
-    CheckpointControllerConfig, CheckpointObservation, Decision, PostgresControllers, VacuumControllerConfig,
+    CheckpointControllerConfig, CheckpointObservation, Decision, Knob, PostgresControllers, VacuumControllerConfig,
     VacuumObservation,
 };
 use tokio::sync::watch;
@@ -244,7 +250,8 @@ pub async fn run(
         () = stopping => {}
     }
     let Some(mut steering) = steering else { return };
-    status.status("steering");
+    let running = running_status(steering.controllers.is_timing_alone());
+    status.status(running);
     let mut tick = tokio::time::interval(Duration::from_millis(config.interval_ms));
     let mut completed = gate.completed();
     let mut at = Instant::now();
@@ -262,10 +269,11 @@ pub async fn run(
             status.status(format!("retrying: {e}"));
             steering.client = None;
         } else {
-            status.status("steering");
+            status.status(running);
         }
     }
     match steering.give_back(&config).await {
+        Ok(()) if steering.recorded.is_none() => status.status("stopped: no setting was changed"),
         Ok(()) => {
             tracing::info!("postgres.background: settings given back");
             status.status("stopped: settings given back");
@@ -280,12 +288,31 @@ pub async fn run(
     }
 }
 
-/// A connection, the controllers and what they have recorded.
+/// A connection, the controllers and what they have recorded (nothing
+/// when they time `CHECKPOINT` alone, which changes no setting).
 struct Steering {
     client: Option<Client>,
     controllers: PostgresControllers,
-    recorded: Recorded,
+    recorded: Option<Recorded>,
     trace: Option<TraceFile>,
+}
+
+/// How the controllers act on this server.
+enum Mode {
+    /// Through `ALTER SYSTEM`, the originals recorded.
+    Steer(Recorded),
+    /// `CHECKPOINT` timed alone, since the role may not `ALTER SYSTEM` any
+    /// checkpoint setting; why, for the log.
+    TimingAlone(String),
+}
+
+/// What `/stats` says while the controllers run.
+fn running_status(timing_alone: bool) -> &'static str {
+    if timing_alone {
+        "steering: timing CHECKPOINT alone (no ALTER SYSTEM on the checkpoint settings)"
+    } else {
+        "steering"
+    }
 }
 
 /// The controller's run as `sluice replay` reads it (sluice-core's
@@ -325,23 +352,11 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         tracing::error!("postgres.background: not steering: {e}; the proxy serves on");
         status.status(format!("not steering: {e}"));
     };
-    let controllers = match PostgresControllers::new(config.checkpoint, config.vacuum) {
-        Ok(c) => c,
-        Err(e) => {
-            refuse(e);
-            return None;
-        }
-    };
-    let trace = match config.trace_file.as_deref() {
-        None => None,
-        Some(path) => match TraceFile::create(path, &TraceHeader::postgres(config.checkpoint, config.vacuum)) {
-            Ok(trace) => Some(trace),
-            Err(e) => {
-                refuse(e);
-                return None;
-            }
-        },
-    };
+    // Settings the controllers refuse are refused before any connection.
+    if let Err(e) = PostgresControllers::new(config.checkpoint, config.vacuum) {
+        refuse(e);
+        return None;
+    }
     let client = loop {
         match connect(&config.conninfo).await {
             Ok(c) => break c,
@@ -352,18 +367,44 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             }
         }
     };
-    match prepare(&client, &config.state_file, &config.steered()).await {
-        Ok(recorded) => Some(Steering {
-            client: Some(client),
-            controllers,
-            recorded,
-            trace,
-        }),
-        Err(e) => {
-            refuse(e);
+    let recorded = match prepare(&client, &config.state_file, &config.steered()).await {
+        Ok(Mode::Steer(recorded)) => Some(recorded),
+        Ok(Mode::TimingAlone(why)) => {
+            tracing::warn!("postgres.background: {why}");
             None
         }
-    }
+        Err(e) => {
+            refuse(e);
+            return None;
+        }
+    };
+    let (controllers, header) = match &recorded {
+        Some(_) => (
+            PostgresControllers::new(config.checkpoint, config.vacuum),
+            TraceHeader::postgres(config.checkpoint, config.vacuum),
+        ),
+        None => (
+            PostgresControllers::timing_alone(config.checkpoint),
+            TraceHeader::postgres_timing_alone(config.checkpoint),
+        ),
+    };
+    let controllers = controllers.expect("the settings were checked above");
+    let trace = match config.trace_file.as_deref() {
+        None => None,
+        Some(path) => match TraceFile::create(path, &header) {
+            Ok(trace) => Some(trace),
+            Err(e) => {
+                refuse(e);
+                return None;
+            }
+        },
+    };
+    Some(Steering {
+        client: Some(client),
+        controllers,
+        recorded,
+        trace,
+    })
 }
 
 async fn connect(conninfo: &str) -> Result<Client, String> {
@@ -379,14 +420,38 @@ async fn connect(conninfo: &str) -> Result<Client, String> {
 }
 
 /// Checks the grants and where each setting comes from, restores a crashed
-/// run's originals, and records the originals in `state_file`.
-async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result<Recorded, String> {
+/// run's originals, and records the originals in `state_file`. A role that
+/// may `ALTER SYSTEM` no checkpoint setting but may `CHECKPOINT` (a
+/// managed server's) gets [`Mode::TimingAlone`].
+async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result<Mode, String> {
     let role: String = query_one(client, "SELECT current_user::text", |r| r.get(0)).await?;
     let missing = missing_grants(client, steered).await?;
     if !missing.is_empty() {
+        let forbidden = CHECKPOINT_SETTINGS
+            .iter()
+            .all(|name| missing.contains(&format!("ALTER SYSTEM on {name}")));
+        let observes = !missing.iter().any(|m| m == "pg_monitor");
+        let checkpoints: bool = query_one(client, "SELECT pg_has_role('pg_checkpoint', 'USAGE')", |r| r.get(0)).await?;
+        if forbidden && observes && checkpoints {
+            if state_file.exists() {
+                return Err(format!(
+                    "{} holds settings an earlier run changed, and role {role} cannot give them back \
+                     (no ALTER SYSTEM); restore them as a role that can, or remove the file",
+                    state_file.display()
+                ));
+            }
+            return Ok(Mode::TimingAlone(format!(
+                "role {role} may not ALTER SYSTEM the checkpoint settings: timing CHECKPOINT alone, \
+                 in lulls of the foreground (no setting is changed{}). To steer them: GRANT ALTER SYSTEM ON PARAMETER {} TO {role}; \
+                 GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role};",
+                if steered.len() > CHECKPOINT_SETTINGS.len() { ", autovacuum is not steered" } else { "" },
+                steered.join(", ")
+            )));
+        }
         return Err(format!(
             "role {role} lacks {}. As a superuser: GRANT pg_monitor TO {role}; \
-             GRANT ALTER SYSTEM ON PARAMETER {} TO {role}; GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role};",
+             GRANT ALTER SYSTEM ON PARAMETER {} TO {role}; GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role}; \
+             (or, where ALTER SYSTEM is not allowed, GRANT pg_monitor, pg_checkpoint TO {role}; to time CHECKPOINT alone)",
             missing.join(", "),
             steered.join(", ")
         ));
@@ -440,7 +505,7 @@ async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result
     }
     let recorded = Recorded { system, originals };
     write_state(state_file, &recorded)?;
-    Ok(recorded)
+    Ok(Mode::Steer(recorded))
 }
 
 async fn query_one<T>(client: &Client, sql: &str, get: impl FnOnce(&tokio_postgres::Row) -> T) -> Result<T, String> {
@@ -596,19 +661,23 @@ impl Steering {
                    extract(epoch FROM clock_timestamp() - checkpoint_time)::float8, \
                    coalesce((SELECT wait_event <> 'CheckpointerMain' OR wait_event IS NULL \
                              FROM pg_stat_activity WHERE backend_type = 'checkpointer'), false), \
-                   (SELECT count(*)::int4 FROM pg_stat_progress_vacuum) \
+                   (SELECT count(*)::int4 FROM pg_stat_progress_vacuum), \
+                   (SELECT setting::float8 * 1048576 FROM pg_settings WHERE name = 'max_wal_size') \
+                     / (1 + current_setting('checkpoint_completion_target')::float8) \
                    FROM pg_control_checkpoint()";
         let row = client
             .query_one(sql, &[])
             .await
             .map_err(|e| format!("observing: {}", db_error(&e)))?;
-        let (debt, since, running, vacuums): (f64, f64, bool, i32) = (row.get(0), row.get(1), row.get(2), row.get(3));
+        let (debt, since, running, vacuums, trigger): (f64, f64, bool, i32, f64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
         let vacuums_running = u32::try_from(vacuums).unwrap_or(0);
         let obs = CheckpointObservation {
             foreground_rate: rate,
             wal_since_redo: debt.max(0.0) as u64,
             checkpoint_running: running,
             since_checkpoint_start: (since.max(0.0) * 1e9) as u64,
+            server_trigger_point: self.controllers.is_timing_alone().then_some(trigger.max(0.0) as u64),
         };
         status.update(|s| {
             s.recovery_debt_mib = Some(debt / (1 << 20) as f64);
@@ -627,17 +696,23 @@ impl Steering {
         }
         let decided = Instant::now();
         let applied = async {
+            let mut reload = false;
             for d in &decisions {
-                let sluice_core::controller::Knob::Postgres(name) = d.knob else {
-                    unreachable!("the checkpoint and vacuum controllers decide PostgreSQL settings alone")
+                let sql = match d.knob {
+                    Knob::Postgres(name) => {
+                        reload = true;
+                        format!("ALTER SYSTEM SET {name} = {}", setting_value(name, d.value))
+                    }
+                    // Waits for the checkpoint, seconds at most in a lull.
+                    Knob::PostgresCheckpoint => "CHECKPOINT".to_string(),
+                    _ => unreachable!("the checkpoint and vacuum controllers decide PostgreSQL's knobs alone"),
                 };
-                execute(
-                    client,
-                    &format!("ALTER SYSTEM SET {name} = {}", setting_value(name, d.value)),
-                )
-                .await?;
+                execute(client, &sql).await?;
             }
-            execute(client, "SELECT pg_reload_conf()").await
+            if reload {
+                execute(client, "SELECT pg_reload_conf()").await?;
+            }
+            Ok::<(), String>(())
         }
         .await;
         self.record(obs, vacuum_obs, &decisions, applied.is_ok());
@@ -649,7 +724,9 @@ impl Steering {
         status.update(|s| {
             s.last_apply_ms = Some(took);
             for d in &decisions {
-                s.settings.insert(d.knob.to_string(), d.value);
+                if let Knob::Postgres(_) = d.knob {
+                    s.settings.insert(d.knob.to_string(), d.value);
+                }
             }
         });
         for d in decisions {
@@ -674,10 +751,12 @@ impl Steering {
         }
     }
 
-    /// Restores the originals and removes the state file.
+    /// Restores the originals and removes the state file; timing alone
+    /// changed nothing.
     async fn give_back(&mut self, config: &BackgroundConfig) -> Result<(), String> {
+        let Some(recorded) = &self.recorded else { return Ok(()) };
         let client = Self::connected(&mut self.client, config).await?;
-        restore(client, &self.recorded.originals).await?;
+        restore(client, &recorded.originals).await?;
         std::fs::remove_file(&config.state_file).map_err(|e| {
             format!(
                 "settings restored, but cannot remove {}: {e}",
