@@ -96,20 +96,21 @@ pub const MAX_FLUSH_AFTER_KIB: u32 = 2048;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VacuumControllerConfig {
-    /// Cost limit while the foreground works.
+    /// Cost limit of a paced vacuum while the foreground works.
     pub busy_cost_limit: u32,
-    /// Cost limit while it rests, and while no vacuum runs: the ceiling a
-    /// vacuum starts its table with.
+    /// Cost limit of a paced vacuum while the foreground rests, and while
+    /// no vacuum runs: the ceiling a vacuum starts its table with.
     pub light_cost_limit: u32,
-    /// `autovacuum_vacuum_cost_delay`, ms: the sleep each limit's worth of
-    /// cost earns.
+    /// `autovacuum_vacuum_cost_delay` of a paced vacuum, ms: the sleep each
+    /// limit's worth of cost earns.
     pub cost_delay_ms: f64,
     /// The foreground rests below this share of its recent peak rate.
     pub light_share: f64,
     /// How much of the peak rate survives each interval.
     pub peak_decay: f64,
     /// `backend_flush_after`, kB, for a vacuum that starts while the
-    /// foreground works; 0 leaves the setting alone and paces alone.
+    /// foreground works, which then starts unpaced; 0 leaves the setting
+    /// alone and paces every vacuum.
     pub flush_after_kib: u32,
 }
 
