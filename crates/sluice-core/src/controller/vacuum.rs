@@ -182,6 +182,9 @@ pub struct VacuumController {
     /// What PostgreSQL was last told; `None` before the first decision, so
     /// that it sets every knob.
     applied: Option<VacuumSettings>,
+    /// The last settings may not have reached PostgreSQL: the next
+    /// decision sends every knob, what running vacuums started with too.
+    resend: bool,
     /// Whether the vacuums running started unpaced and flushing: the
     /// settings applied when their count rose from zero.
     running_flushed: bool,
@@ -207,6 +210,7 @@ impl VacuumController {
         Ok(VacuumController {
             config,
             applied: None,
+            resend: false,
             running_flushed: false,
             running: 0,
             peak: FadingPeak::default(),
@@ -229,7 +233,11 @@ impl VacuumController {
             1 => "1 vacuum running".to_string(),
             n => format!("{n} vacuums running"),
         };
-        let before = self.applied;
+        let before = if std::mem::take(&mut self.resend) {
+            None
+        } else {
+            self.applied
+        };
         let (next, why) = if obs.vacuums_running == 0 {
             if c.steers_flush() && !rests {
                 (
@@ -262,7 +270,7 @@ impl VacuumController {
         } else {
             // What the running vacuums started with stays; a first decision
             // paces the next at the configured delay.
-            let kept = before.unwrap_or(VacuumSettings {
+            let kept = self.applied.unwrap_or(VacuumSettings {
                 cost_delay_ms: c.cost_delay_ms,
                 cost_limit: c.light_cost_limit,
                 flush_after_kib: None,
@@ -317,10 +325,9 @@ impl VacuumController {
     }
 
     /// The last settings may not have reached PostgreSQL: the next
-    /// decision sets them again (`backend_flush_after` once no vacuum
-    /// runs).
+    /// decision sets them again, keeping what running vacuums started with.
     pub fn forget_applied(&mut self) {
-        self.applied = None;
+        self.resend = true;
     }
 }
 
@@ -476,6 +483,23 @@ mod tests {
         c.decide(idle(400.0));
         c.forget_applied();
         assert_eq!(c.decide(idle(400.0)).len(), 3);
+        assert!(c.decide(idle(400.0)).is_empty(), "once");
+    }
+
+    #[test]
+    fn a_failed_apply_mid_vacuum_keeps_what_it_started_with() {
+        let mut c = VacuumController::new(VacuumControllerConfig::default()).unwrap();
+        c.decide(idle(400.0));
+        c.decide(obs(400.0));
+        c.forget_applied();
+        let again = c.decide(obs(400.0));
+        assert_eq!(
+            value(&again, "autovacuum_vacuum_cost_delay"),
+            Some(0.0),
+            "still unpaced"
+        );
+        assert_eq!(value(&again, "backend_flush_after"), Some(256.0));
+        assert_eq!(value(&again, "autovacuum_vacuum_cost_limit"), Some(4000.0));
     }
 
     #[test]
