@@ -185,11 +185,6 @@ pub struct VacuumController {
     /// The last settings may not have reached PostgreSQL: the next
     /// decision sends every knob, what running vacuums started with too.
     resend: bool,
-    /// Whether the vacuums running started unpaced and flushing: the
-    /// settings applied when their count rose from zero.
-    running_flushed: bool,
-    /// Vacuums running at the last observation.
-    running: u32,
     peak: FadingPeak,
 }
 
@@ -204,6 +199,18 @@ pub struct VacuumSettings {
     pub flush_after_kib: Option<u32>,
 }
 
+impl VacuumSettings {
+    /// Each setting by its name in `pg_settings`, in the order they are
+    /// decided; `None` for one not decided.
+    fn knobs(&self) -> [(&'static str, Option<f64>); 3] {
+        [
+            ("autovacuum_vacuum_cost_delay", Some(self.cost_delay_ms)),
+            ("backend_flush_after", self.flush_after_kib.map(f64::from)),
+            ("autovacuum_vacuum_cost_limit", Some(f64::from(self.cost_limit))),
+        ]
+    }
+}
+
 impl VacuumController {
     pub fn new(config: VacuumControllerConfig) -> Result<Self, String> {
         config.validate()?;
@@ -211,8 +218,6 @@ impl VacuumController {
             config,
             applied: None,
             resend: false,
-            running_flushed: false,
-            running: 0,
             peak: FadingPeak::default(),
         })
     }
@@ -223,12 +228,6 @@ impl VacuumController {
         let c = self.config;
         let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
         let rests = rate < c.light_share * peak;
-        if self.running == 0 && obs.vacuums_running > 0 {
-            self.running_flushed = self
-                .applied
-                .is_some_and(|a| a.flush_after_kib.is_some_and(|kib| kib > 0));
-        }
-        self.running = obs.vacuums_running;
         let running = match obs.vacuums_running {
             1 => "1 vacuum running".to_string(),
             n => format!("{n} vacuums running"),
@@ -268,14 +267,16 @@ impl VacuumController {
                 )
             }
         } else {
-            // What the running vacuums started with stays; a first decision
-            // paces the next at the configured delay.
+            // What the running vacuums started with stays (it changes only
+            // while none runs); a first decision paces the next at the
+            // configured delay.
             let kept = self.applied.unwrap_or(VacuumSettings {
                 cost_delay_ms: c.cost_delay_ms,
                 cost_limit: c.light_cost_limit,
                 flush_after_kib: None,
             });
-            let (cost_limit, why) = if self.running_flushed {
+            let started_flushed = kept.flush_after_kib.is_some_and(|kib| kib > 0);
+            let (cost_limit, why) = if started_flushed {
                 (
                     kept.cost_limit,
                     format!("foreground at {rate:.0}/s: the vacuum runs unpaced, its writes going to the disk as it goes ({running})"),
@@ -297,21 +298,14 @@ impl VacuumController {
             (VacuumSettings { cost_limit, ..kept }, why)
         };
         self.applied = Some(next);
-        let changed =
-            |f: fn(&VacuumSettings) -> Option<f64>| f(&next).is_some() && before.is_none_or(|b| f(&b) != f(&next));
+        let told = before.map(|b| b.knobs());
         let mut decisions = Vec::new();
-        for (setting, value) in [
-            (
-                "autovacuum_vacuum_cost_delay",
-                (|s| Some(s.cost_delay_ms)) as fn(&VacuumSettings) -> Option<f64>,
-            ),
-            ("backend_flush_after", |s| s.flush_after_kib.map(f64::from)),
-            ("autovacuum_vacuum_cost_limit", |s| Some(f64::from(s.cost_limit))),
-        ] {
-            if changed(value) {
+        for (i, (setting, value)) in next.knobs().into_iter().enumerate() {
+            let Some(value) = value else { continue };
+            if told.is_none_or(|t| t[i].1 != Some(value)) {
                 decisions.push(Decision {
                     knob: Knob::Postgres(setting),
-                    value: value(&next).expect("changed to a value"),
+                    value,
                     why: why.clone(),
                 });
             }

@@ -273,7 +273,7 @@ pub async fn run(
         }
     }
     match steering.give_back(&config).await {
-        Ok(()) if steering.recorded.is_none() => status.status("stopped: no setting was changed"),
+        Ok(()) if steering.controllers.is_timing_alone() => status.status("stopped: no setting was changed"),
         Ok(()) => {
             tracing::info!("postgres.background: settings given back");
             status.status("stopped: settings given back");
