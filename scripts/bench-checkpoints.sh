@@ -6,14 +6,18 @@
 # a warm-up), and every 40 s a 10 s burst that adds 15%. (At 60% with
 # bursts to 80%, runs of each configuration queued for up to seconds, p99
 # 0.09-1.5 s from run to run: that measures overload, not checkpoints.)
-# Three configurations, interleaved and repeated, each run from a fresh
+# Four configurations, interleaved and repeated, each run from a fresh
 # checkpoint:
 #
-#   worst     max_wal_size 128MB, checkpoint_completion_target 0.1: the
-#             programmable background tasks paper's worst setting, left alone
-#   defaults  PostgreSQL's defaults (max_wal_size 1GB, target 0.9, 5 min)
-#   steered   the worst setting, and [postgres.background] with the same
-#             128 MiB as its bound on recovery debt (max_recovery_wal_mib)
+#   worst       max_wal_size 128MB, checkpoint_completion_target 0.1: the
+#               programmable background tasks paper's worst setting, left
+#               alone
+#   defaults    PostgreSQL's defaults (max_wal_size 1GB, target 0.9, 5 min)
+#   compressed  the worst setting with wal_compression = lz4, left alone:
+#               what the controller's compression of full-page images does
+#               without its other rules
+#   steered     the worst setting, and [postgres.background] with the same
+#               128 MiB as its bound on recovery debt (max_recovery_wal_mib)
 #
 # Per run: throughput, latency p99 and p99.9 (every transaction, measured
 # from its scheduled start), the worst 10-second window's p99 over the
@@ -24,10 +28,11 @@
 # `sluice bench summarize`'s table, ratios to `defaults` paired by round.
 #
 #   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20] [--base 45] [--burst 15]
+#                                [--configs worst,defaults,compressed,steered]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-rounds=2 seconds=300 scale=20 base_share=45 burst_share=15
+rounds=2 seconds=300 scale=20 base_share=45 burst_share=15 configs=worst,defaults,compressed,steered
 while [[ $# -gt 0 ]]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -35,8 +40,15 @@ while [[ $# -gt 0 ]]; do
         --scale) scale=$2; shift 2 ;;
         --base) base_share=$2; shift 2 ;;
         --burst) burst_share=$2; shift 2 ;;
+        --configs) configs=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+for config in ${configs//,/ }; do
+    case $config in
+        worst | defaults | compressed | steered) ;;
+        *) echo "unknown configuration $config in --configs (worst, defaults, compressed, steered)" >&2; exit 2 ;;
     esac
 done
 apt_install postgresql-15 postgresql-client-15
@@ -55,8 +67,10 @@ configure() {
     local sql
     case $1 in
         defaults) sql="ALTER SYSTEM RESET max_wal_size;ALTER SYSTEM RESET checkpoint_completion_target;ALTER SYSTEM RESET checkpoint_timeout" ;;
-        *) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
+        worst | steered) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
+        compressed) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout;ALTER SYSTEM SET wal_compression = 'lz4'" ;;
     esac
+    [[ $1 == compressed ]] || sql+=";ALTER SYSTEM RESET wal_compression"
     IFS=';' read -ra statements <<<"$sql"
     for s in "${statements[@]}"; do psql_db -c "$s"; done
     psql_db -c "SELECT pg_reload_conf()" >/dev/null
@@ -149,7 +163,7 @@ run() {
 echo "round target tps p99_ms p999_ms worst10s_p99_ratio wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib burst_wal_mib steal" |
     tee "$work/runs"
 for round in $(seq "$rounds"); do
-    for config in worst defaults steered; do
+    for config in ${configs//,/ }; do
         run "$config" "$round"
     done
 done

@@ -16,14 +16,15 @@ use support::wait_for;
 
 const ROLE: &str = "sluice_steer";
 
-/// The role of the module doc: pg_monitor, ALTER SYSTEM on the three
-/// settings, pg_reload_conf(); no superuser.
+/// The role of the module doc: pg_monitor, ALTER SYSTEM on the four
+/// checkpoint settings, pg_reload_conf(); no superuser.
 fn create_role(pg: &PgServer, grants: bool) {
     let mut sql = format!("CREATE ROLE {ROLE} LOGIN;");
     if grants {
         sql.push_str(&format!(
             "GRANT pg_monitor TO {ROLE};\
-             GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO {ROLE};\
+             GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout, \
+             wal_compression TO {ROLE};\
              GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {ROLE};"
         ));
     }
@@ -40,7 +41,7 @@ fn psql_ok(pg: &PgServer, sql: &str) -> String {
 fn steered(pg: &PgServer) -> String {
     shown(
         pg,
-        "'checkpoint_completion_target', 'max_wal_size', 'checkpoint_timeout'",
+        "'checkpoint_completion_target', 'max_wal_size', 'checkpoint_timeout', 'wal_compression'",
     )
 }
 
@@ -94,17 +95,20 @@ fn wait_for_settings(pg: &PgServer, what: &str, expected: &str) {
 }
 
 /// What the steering sets with no load: the busy target, max_wal_size for
-/// a 190 MiB bound, the configured timeout, all through ALTER SYSTEM.
+/// a 190 MiB bound, the configured timeout, full-page images compressed
+/// with the server's fastest method, all through ALTER SYSTEM.
 const STEERED: &str = "checkpoint_completion_target=0.9 (configuration file), \
                        checkpoint_timeout=120s (configuration file), \
-                       max_wal_size=190MB (configuration file)";
+                       max_wal_size=190MB (configuration file), \
+                       wal_compression=lz4 (configuration file)";
 
 /// Before: the defaults (max_wal_size as initdb writes it into
 /// postgresql.conf), but checkpoint_timeout set by an earlier ALTER
 /// SYSTEM, which must come back as it was (not reset to the default).
 const BEFORE: &str = "checkpoint_completion_target=0.9 (default), \
                       checkpoint_timeout=600s (configuration file), \
-                      max_wal_size=1024MB (configuration file)";
+                      max_wal_size=1024MB (configuration file), \
+                      wal_compression=off (default)";
 
 /// Through the proxy: the proxy serves whatever the steering does.
 fn query_through(service: &Service) -> String {

@@ -14,7 +14,7 @@
 //! replay) therefore peaks at `trigger · (1 + completion_target)`, which is
 //! `max_wal_size`.
 //!
-//! This controller owns three settings and keeps one invariant:
+//! This controller owns four settings and keeps one invariant:
 //!
 //! - **The debt bound always wins.** The trigger point stays at
 //!   `max_recovery_wal_mib / (1 + busy_completion_target)` whatever the
@@ -44,6 +44,17 @@
 //!   *timed* checkpoint, paced like any other, at once. `CHECKPOINT`, the
 //!   only command that starts one, writes without pacing. Once the
 //!   checkpoint runs, the timeout goes back to `timeout_s`.
+//! - **Fewer full-page images** (`compress_full_pages`, on by default).
+//!   The first change of each page after a checkpoint puts the whole page
+//!   in the WAL, so under a bound on recovery debt checkpoints feed
+//!   themselves: each one's full-page images fill the WAL budget sooner
+//!   and bring the next one. The controller turns on `wal_compression`
+//!   (the driver picks the server's fastest method: lz4, then zstd, then
+//!   pglz). This is a setting, not a rule on the load: its cost is CPU in
+//!   the backends, proportional to the full-page images it compresses, so
+//!   it costs little exactly where it saves little, and switching it with
+//!   the load would only move the WAL rate the other rules observe.
+//!   PostgreSQL's own default leaves it off.
 //!
 //! A server whose settings cannot be changed (a managed PostgreSQL that
 //! forbids `ALTER SYSTEM`) leaves one lever: `CHECKPOINT`, at a moment of
@@ -98,6 +109,8 @@ pub struct CheckpointControllerConfig {
     pub peak_decay: f64,
     /// `checkpoint_timeout` while no early start is wanted, seconds.
     pub timeout_s: u64,
+    /// Compress full-page images in the WAL (`wal_compression`).
+    pub compress_full_pages: bool,
 }
 
 impl Default for CheckpointControllerConfig {
@@ -112,6 +125,7 @@ impl Default for CheckpointControllerConfig {
             baseline_weight: 0.02,
             peak_decay: 0.99,
             timeout_s: 300,
+            compress_full_pages: true,
         }
     }
 }
@@ -190,19 +204,21 @@ pub struct CheckpointObservation {
     pub server_trigger_point: Option<u64>,
 }
 
-/// The three settings, as PostgreSQL takes them.
+/// The settings, as PostgreSQL takes them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CheckpointSettings {
     pub completion_target: f64,
     /// Bytes, a whole number of MiB.
     pub max_wal_size: u64,
     pub timeout_s: u64,
+    /// `wal_compression` on; `false` where the controller leaves it alone.
+    pub compress_full_pages: bool,
 }
 
 pub struct CheckpointController {
     config: CheckpointControllerConfig,
     /// What PostgreSQL was last told; `None` before the first decision, so
-    /// that it sets all three.
+    /// that it sets them all.
     applied: Option<CheckpointSettings>,
     /// Slow average of the foreground rate.
     baseline: Option<f64>,
@@ -226,7 +242,7 @@ impl CheckpointController {
     }
 
     /// The settings for the next interval; returns a decision for each one
-    /// that changed (all three at the first call), with its reason.
+    /// that changed (all of them at the first call), with its reason.
     pub fn decide(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
         let c = self.config;
         let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
@@ -289,6 +305,7 @@ impl CheckpointController {
             completion_target,
             max_wal_size: c.max_wal_size(completion_target),
             timeout_s,
+            compress_full_pages: c.compress_full_pages,
         };
         let before = self.applied.replace(next);
         let changed = |f: fn(&CheckpointSettings) -> f64| before.is_none_or(|b| f(&b) != f(&next));
@@ -317,6 +334,15 @@ impl CheckpointController {
                 knob: Knob::Postgres("checkpoint_timeout"),
                 value: next.timeout_s as f64,
                 why: timeout_why,
+            });
+        }
+        if next.compress_full_pages && changed(|s| f64::from(u8::from(s.compress_full_pages))) {
+            decisions.push(Decision {
+                knob: Knob::Postgres("wal_compression"),
+                value: 1.0,
+                why: "full-page images compressed: each checkpoint's fill less of the WAL budget, \
+                      so checkpoints come less often"
+                    .to_string(),
             });
         }
         decisions
@@ -356,7 +382,7 @@ impl CheckpointController {
     }
 
     /// The last settings may not have reached PostgreSQL: the next
-    /// decision sets all three again.
+    /// decision sets them all again.
     pub fn forget_applied(&mut self) {
         self.applied = None;
     }
@@ -403,14 +429,29 @@ mod tests {
     }
 
     #[test]
-    fn first_decision_sets_all_three_then_only_changes() {
+    fn first_decision_sets_all_four_then_only_changes() {
         let mut c = controller();
         let first = c.decide(obs(400.0, 0, false, 0));
         // Trigger point: 190 MiB / 1.9 = 100 MiB; under 0.9, 190 MiB.
         assert_eq!(value(&first, "checkpoint_completion_target"), Some(0.9));
         assert_eq!(value(&first, "max_wal_size"), Some(190.0));
         assert_eq!(value(&first, "checkpoint_timeout"), Some(300.0));
+        assert_eq!(value(&first, "wal_compression"), Some(1.0));
         assert!(c.decide(obs(400.0, 1, false, 1)).is_empty(), "nothing changed");
+        c.forget_applied();
+        assert_eq!(c.decide(obs(400.0, 1, false, 2)).len(), 4, "all four again");
+    }
+
+    #[test]
+    fn compression_left_alone_when_configured_off() {
+        let mut c = CheckpointController::new(CheckpointControllerConfig {
+            compress_full_pages: false,
+            ..CheckpointControllerConfig::default()
+        })
+        .unwrap();
+        let first = c.decide(obs(400.0, 0, false, 0));
+        assert_eq!(first.len(), 3);
+        assert_eq!(value(&first, "wal_compression"), None);
     }
 
     #[test]

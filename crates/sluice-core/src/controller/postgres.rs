@@ -109,6 +109,7 @@ mod tests {
                 "postgres.checkpoint_completion_target",
                 "postgres.max_wal_size",
                 "postgres.checkpoint_timeout",
+                "postgres.wal_compression",
                 "postgres.autovacuum_vacuum_cost_delay",
                 "postgres.backend_flush_after",
                 "postgres.autovacuum_vacuum_cost_limit"
@@ -117,7 +118,7 @@ mod tests {
         c.forget_applied();
         assert_eq!(
             c.decide(observation, None).len(),
-            3,
+            4,
             "no observation, no vacuum decision"
         );
         assert_eq!(c.decide(observation, Some(vacuum)).len(), 3, "every vacuum knob again");

@@ -35,7 +35,8 @@
 //! ```sql
 //! CREATE ROLE sluice_steer LOGIN;
 //! GRANT pg_monitor TO sluice_steer;
-//! GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout TO sluice_steer;
+//! GRANT ALTER SYSTEM ON PARAMETER checkpoint_completion_target, max_wal_size, checkpoint_timeout,
+//!     wal_compression TO sluice_steer; -- wal_compression unless compress_full_pages is off
 //! GRANT EXECUTE ON FUNCTION pg_reload_conf() TO sluice_steer;
 //! -- with [postgres.background.vacuum] (backend_flush_after unless its
 //! -- flush_after_kib is 0):
@@ -74,8 +75,18 @@ use tokio_postgres::{Client, NoTls};
 use crate::gate::Gate;
 use crate::optimizer::DecisionLog;
 
-/// The settings the checkpoint controller steers.
-pub const CHECKPOINT_SETTINGS: [&str; 3] = ["checkpoint_completion_target", "max_wal_size", "checkpoint_timeout"];
+/// The settings the checkpoint controller steers (`wal_compression` unless
+/// its `compress_full_pages` is off).
+pub const CHECKPOINT_SETTINGS: [&str; 4] = [
+    "checkpoint_completion_target",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "wal_compression",
+];
+
+/// `wal_compression`'s methods, fastest first: the first the server was
+/// built with is the one turned on.
+const COMPRESSION_METHODS: [&str; 3] = ["lz4", "zstd", "pglz"];
 
 /// The settings the vacuum controller steers (`backend_flush_after` unless
 /// its `flush_after_kib` is 0).
@@ -165,12 +176,16 @@ impl BackgroundConfig {
 
     /// The settings this configuration steers.
     pub fn steered(&self) -> Vec<&'static str> {
+        let checkpoint: &[&'static str] = match self.checkpoint.compress_full_pages {
+            true => &CHECKPOINT_SETTINGS,
+            false => &CHECKPOINT_SETTINGS[..3],
+        };
         let vacuum: &[&'static str] = match &self.vacuum {
             None => &[],
             Some(v) if v.steers_flush() => &VACUUM_SETTINGS,
             Some(_) => &VACUUM_SETTINGS[..2],
         };
-        CHECKPOINT_SETTINGS.iter().chain(vacuum).copied().collect()
+        checkpoint.iter().chain(vacuum).copied().collect()
     }
 }
 
@@ -189,8 +204,8 @@ pub struct BackgroundState {
     /// Time from the last decision to PostgreSQL's reload returning, ms.
     pub last_apply_ms: Option<f64>,
     /// The steered settings as last applied (max_wal_size in MB,
-    /// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms,
-    /// backend_flush_after in kB).
+    /// checkpoint_timeout in seconds, wal_compression 1 for on,
+    /// autovacuum_vacuum_cost_delay in ms, backend_flush_after in kB).
     pub settings: BTreeMap<String, f64>,
 }
 
@@ -295,6 +310,8 @@ struct Steering {
     controllers: PostgresControllers,
     recorded: Option<Recorded>,
     trace: Option<TraceFile>,
+    /// What `wal_compression` is set to when the controller turns it on.
+    compression: &'static str,
 }
 
 /// How the controllers act on this server.
@@ -389,6 +406,13 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         ),
     };
     let controllers = controllers.expect("the settings were checked above");
+    let compression = match compression_method(&client).await {
+        Ok(method) => method,
+        Err(e) => {
+            refuse(e);
+            return None;
+        }
+    };
     let trace = match config.trace_file.as_deref() {
         None => None,
         Some(path) => match TraceFile::create(path, &header) {
@@ -404,7 +428,23 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         controllers,
         recorded,
         trace,
+        compression,
     })
+}
+
+/// The fastest `wal_compression` method the server was built with
+/// (`on`, PostgreSQL's name for pglz before version 15, if it lists none).
+async fn compression_method(client: &Client) -> Result<&'static str, String> {
+    let methods: Vec<String> = query_one(
+        client,
+        "SELECT coalesce(enumvals, '{}')::text[] FROM pg_settings WHERE name = 'wal_compression'",
+        |r| r.get(0),
+    )
+    .await?;
+    Ok(COMPRESSION_METHODS
+        .into_iter()
+        .find(|m| methods.iter().any(|v| v == m))
+        .unwrap_or("on"))
 }
 
 async fn connect(conninfo: &str) -> Result<Client, String> {
@@ -427,7 +467,7 @@ async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result
     let role: String = query_one(client, "SELECT current_user::text", |r| r.get(0)).await?;
     let missing = missing_grants(client, steered).await?;
     if !missing.is_empty() {
-        let forbidden = CHECKPOINT_SETTINGS
+        let forbidden = CHECKPOINT_SETTINGS[..3]
             .iter()
             .all(|name| missing.contains(&format!("ALTER SYSTEM on {name}")));
         let observes = !missing.iter().any(|m| m == "pg_monitor");
@@ -701,7 +741,10 @@ impl Steering {
                 let sql = match d.knob {
                     Knob::Postgres(name) => {
                         reload = true;
-                        format!("ALTER SYSTEM SET {name} = {}", setting_value(name, d.value))
+                        format!(
+                            "ALTER SYSTEM SET {name} = {}",
+                            setting_value(name, d.value, self.compression)
+                        )
                     }
                     // Waits for the checkpoint, seconds at most in a lull.
                     Knob::PostgresCheckpoint => "CHECKPOINT".to_string(),
@@ -768,9 +811,12 @@ impl Steering {
 
 /// A decided value as `ALTER SYSTEM SET` takes it (max_wal_size in MB,
 /// checkpoint_timeout in seconds, autovacuum_vacuum_cost_delay in ms,
-/// backend_flush_after in kB).
-fn setting_value(name: &str, value: f64) -> String {
+/// backend_flush_after in kB; wal_compression on is `compression`, the
+/// server's fastest method).
+fn setting_value(name: &str, value: f64, compression: &str) -> String {
     match name {
+        "wal_compression" if value > 0.0 => format!("'{compression}'"),
+        "wal_compression" => "'off'".to_string(),
         "max_wal_size" => format!("'{}MB'", value as u64),
         "backend_flush_after" => format!("'{}kB'", value as u64),
         "checkpoint_timeout" => format!("'{}s'", value as u64),
@@ -812,12 +858,14 @@ mod tests {
         assert_eq!(config("").unwrap().steered(), CHECKPOINT_SETTINGS);
         let with = config("[vacuum]\n").unwrap();
         assert_eq!(with.vacuum, Some(VacuumControllerConfig::default()));
-        assert_eq!(with.steered().len(), 6);
+        assert_eq!(with.steered().len(), 7);
         assert!(with.steered().contains(&"autovacuum_vacuum_cost_limit"));
         assert!(with.steered().contains(&"backend_flush_after"));
         let paced = config("[vacuum]\nflush_after_kib = 0\n").unwrap();
         assert!(!paced.steered().contains(&"backend_flush_after"));
-        assert_eq!(paced.steered().len(), 5);
+        assert_eq!(paced.steered().len(), 6);
+        let plain = config("[checkpoint]\ncompress_full_pages = false\n").unwrap();
+        assert_eq!(plain.steered(), CHECKPOINT_SETTINGS[..3]);
     }
 
     #[test]
@@ -829,12 +877,15 @@ mod tests {
 
     #[test]
     fn values_carry_their_units() {
-        assert_eq!(setting_value("max_wal_size", 190.0), "'190MB'");
-        assert_eq!(setting_value("checkpoint_timeout", 46.0), "'46s'");
-        assert_eq!(setting_value("checkpoint_completion_target", 0.9), "0.9");
-        assert_eq!(setting_value("autovacuum_vacuum_cost_delay", 2.0), "'2ms'");
-        assert_eq!(setting_value("autovacuum_vacuum_cost_limit", 400.0), "400");
-        assert_eq!(setting_value("backend_flush_after", 256.0), "'256kB'");
+        let value = |name, v| setting_value(name, v, "lz4");
+        assert_eq!(value("max_wal_size", 190.0), "'190MB'");
+        assert_eq!(value("checkpoint_timeout", 46.0), "'46s'");
+        assert_eq!(value("checkpoint_completion_target", 0.9), "0.9");
+        assert_eq!(value("wal_compression", 1.0), "'lz4'");
+        assert_eq!(value("wal_compression", 0.0), "'off'");
+        assert_eq!(value("autovacuum_vacuum_cost_delay", 2.0), "'2ms'");
+        assert_eq!(value("autovacuum_vacuum_cost_limit", 400.0), "400");
+        assert_eq!(value("backend_flush_after", 256.0), "'256kB'");
         assert_eq!(quote("it's"), "'it''s'");
     }
 
