@@ -95,11 +95,12 @@ fn wait_for_settings(pg: &PgServer, what: &str, expected: &str) {
 }
 
 /// What the steering sets with no load: the busy target, max_wal_size for
-/// a 190 MiB bound, the configured timeout, full-page images compressed
+/// a 190 MiB bound (11 segments of 16 MiB: a trigger point of 5 under
+/// 0.9, which 10 segments give), the configured timeout, full-page images compressed
 /// with the server's fastest method, all through ALTER SYSTEM.
 const STEERED: &str = "checkpoint_completion_target=0.9 (configuration file), \
                        checkpoint_timeout=120s (configuration file), \
-                       max_wal_size=190MB (configuration file), \
+                       max_wal_size=160MB (configuration file), \
                        wal_compression=lz4 (configuration file)";
 
 /// Before: the defaults (max_wal_size as initdb writes it into
@@ -145,7 +146,7 @@ fn steers_checkpoints_and_gives_every_setting_back() {
     assert!(
         decisions
             .iter()
-            .any(|d| d["knob"] == "postgres.max_wal_size" && d["value"] == 190.0),
+            .any(|d| d["knob"] == "postgres.max_wal_size" && d["value"] == 160.0),
         "{decisions:?}"
     );
     assert!(
@@ -157,7 +158,7 @@ fn steers_checkpoints_and_gives_every_setting_back() {
     service.stop();
     assert_eq!(steered(&pg), BEFORE, "a clean stop gives every setting back");
     assert!(!state.exists(), "and removes the state file");
-    replays_as_it_ran(&state.with_extension("trace"), "postgres.max_wal_size", 190.0);
+    replays_as_it_ran(&state.with_extension("trace"), "postgres.max_wal_size", 160.0);
 }
 
 /// The run's trace decides again, interval by interval, as it ran, and
@@ -331,6 +332,26 @@ fn a_setting_pinned_on_the_command_line_is_named() {
     );
     assert_eq!(query_through(&service), "42");
     assert!(steered(&pg).contains("checkpoint_completion_target=0.9 (default)"));
+}
+
+#[test]
+fn a_wal_segment_size_other_than_the_servers_is_named() {
+    let Some(pg) = PgServer::start() else { return };
+    create_role(&pg, true);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let text = settings_text(&pg, ROLE, pg.port, &state) + "wal_segment_mib = 64\n";
+    let service = Service::start(&text);
+    wait_for("the refusal", || {
+        service.status().starts_with("not steering").then_some(())
+    });
+    let status = service.status();
+    assert!(
+        status.contains("WAL segments are 16 MiB, not the 64 MiB of wal_segment_mib"),
+        "{status}"
+    );
+    assert_eq!(query_through(&service), "42");
+    assert!(!state.exists(), "nothing recorded, nothing changed");
 }
 
 #[test]

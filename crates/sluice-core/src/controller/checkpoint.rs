@@ -12,14 +12,21 @@
 //! trigger point's WAL has been written since it started. The WAL since
 //! the redo point (the *recovery debt*: what a crash makes PostgreSQL
 //! replay) therefore peaks at `trigger · (1 + completion_target)`, which is
-//! `max_wal_size`.
+//! `max_wal_size`. PostgreSQL counts all of this in whole WAL segments
+//! (16 MiB unless the server was made otherwise), rounding the trigger
+//! point down: `max_wal_size = 127MB` with target 0.9 is 7 segments, a
+//! trigger point of 3 (48 MiB) where 127 / 1.9 is 67 MiB. So the
+//! controller chooses the trigger point in segments and `max_wal_size` as
+//! the whole segments that give it.
 //!
 //! This controller owns four settings and keeps one invariant:
 //!
-//! - **The debt bound always wins.** The trigger point stays at
-//!   `max_recovery_wal_mib / (1 + busy_completion_target)` whatever the
-//!   completion target: `max_wal_size` moves with the target as
-//!   `trigger · (1 + target)`, so the debt peaks at most at
+//! - **The debt bound always wins.** The trigger point stays at the most
+//!   whole segments whose `(1 + busy_completion_target)` fits in
+//!   `max_recovery_wal_mib`, whatever the completion target:
+//!   `max_wal_size` moves with the target as `trigger · (1 + target)`
+//!   (rounded up to whole segments, which PostgreSQL's rounding down takes
+//!   back to the same trigger point), so the debt peaks at most at
 //!   `max_recovery_wal_mib`, and a checkpoint started under one target and
 //!   finished under another keeps the bound. While the debt is above the
 //!   bound (PostgreSQL fell behind), the checkpoint runs at the light
@@ -79,9 +86,6 @@ use crate::time::Nanos;
 /// PostgreSQL's smallest `checkpoint_timeout`, in seconds.
 pub const MIN_TIMEOUT_S: u64 = 30;
 
-/// PostgreSQL's smallest `max_wal_size`: two 16 MiB segments.
-pub const MIN_MAX_WAL_SIZE: u64 = 32 << 20;
-
 const MIB: u64 = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -111,6 +115,10 @@ pub struct CheckpointControllerConfig {
     pub timeout_s: u64,
     /// Compress full-page images in the WAL (`wal_compression`).
     pub compress_full_pages: bool,
+    /// The server's WAL segment size, MiB (`initdb --wal-segsize`; 16
+    /// unless the server was made otherwise). The driver checks it against
+    /// the server before it steers.
+    pub wal_segment_mib: u64,
 }
 
 impl Default for CheckpointControllerConfig {
@@ -126,6 +134,7 @@ impl Default for CheckpointControllerConfig {
             peak_decay: 0.99,
             timeout_s: 300,
             compress_full_pages: true,
+            wal_segment_mib: 16,
         }
     }
 }
@@ -153,23 +162,44 @@ impl CheckpointControllerConfig {
                 self.timeout_s
             ));
         }
-        let smallest = self.max_wal_size(self.light_completion_target);
-        if smallest < MIN_MAX_WAL_SIZE {
+        if !(self.wal_segment_mib.is_power_of_two() && self.wal_segment_mib <= 1024) {
             return Err(format!(
-                "max_recovery_wal_mib of {} leaves max_wal_size at {} MiB under the light completion target; \
-                 PostgreSQL's least is {} MiB",
-                self.max_recovery_wal_mib,
-                smallest / MIB,
-                MIN_MAX_WAL_SIZE / MIB
+                "wal_segment_mib must be a power of two from 1 to 1024 (PostgreSQL's WAL segment sizes), got {}",
+                self.wal_segment_mib
             ));
+        }
+        if self.bound_segments() < 2 {
+            return Err(format!(
+                "max_recovery_wal_mib of {} is under two WAL segments of {} MiB, PostgreSQL's least max_wal_size",
+                self.max_recovery_wal_mib, self.wal_segment_mib
+            ));
+        }
+        // PostgreSQL's least max_wal_size (two segments) can hold a trigger
+        // point of one segment only under a positive target.
+        for target in [self.busy_completion_target, self.light_completion_target] {
+            let segments = self.max_wal_size(target) / self.segment();
+            if ((segments as f64 / (1.0 + target)) as u64) != self.trigger_segments() {
+                return Err(format!(
+                    "max_recovery_wal_mib of {} is too small for completion target {target}: \
+                     PostgreSQL's least max_wal_size would start checkpoints later than the bound allows",
+                    self.max_recovery_wal_mib
+                ));
+            }
         }
         Ok(())
     }
 
     /// The WAL since the redo point at which PostgreSQL starts a
-    /// checkpoint, the same under every completion target.
+    /// checkpoint, the same under every completion target, bytes.
     pub fn trigger_point(&self) -> f64 {
-        self.bound() as f64 / (1.0 + self.busy_completion_target)
+        (self.trigger_segments() * self.segment()) as f64
+    }
+
+    /// The trigger point in segments (PostgreSQL's `CheckPointSegments`):
+    /// the most whose debt peak, `1 + busy_completion_target` of it, fits
+    /// in the bound.
+    pub fn trigger_segments(&self) -> u64 {
+        ((self.bound_segments() as f64 / (1.0 + self.busy_completion_target)) as u64).max(1)
     }
 
     /// The bound on recovery debt, bytes.
@@ -177,11 +207,25 @@ impl CheckpointControllerConfig {
         self.max_recovery_wal_mib.saturating_mul(MIB)
     }
 
-    /// `max_wal_size` that keeps the trigger point under `target`, rounded
-    /// down to PostgreSQL's unit (MiB) so that the bound holds.
+    /// `max_wal_size` that keeps the trigger point under `target`, in whole
+    /// segments: the fewest from which PostgreSQL's
+    /// `(int) (segments / (1 + target))` gives the trigger point back,
+    /// computed here in the same floating point.
     pub fn max_wal_size(&self, target: f64) -> u64 {
-        let bytes = (self.trigger_point() * (1.0 + target)).min(self.bound() as f64);
-        (bytes as u64) / MIB * MIB
+        let trigger = self.trigger_segments();
+        let mut segments = ((trigger as f64) * (1.0 + target)).ceil() as u64;
+        while (((segments as f64) / (1.0 + target)) as u64) < trigger {
+            segments += 1;
+        }
+        segments.max(2) * self.segment()
+    }
+
+    fn segment(&self) -> u64 {
+        self.wal_segment_mib * MIB
+    }
+
+    fn bound_segments(&self) -> u64 {
+        self.max_recovery_wal_mib / self.wal_segment_mib.max(1)
     }
 }
 
@@ -432,9 +476,10 @@ mod tests {
     fn first_decision_sets_all_four_then_only_changes() {
         let mut c = controller();
         let first = c.decide(obs(400.0, 0, false, 0));
-        // Trigger point: 190 MiB / 1.9 = 100 MiB; under 0.9, 190 MiB.
+        // 190 MiB is 11 segments; 11 / 1.9 = 5.8, a trigger point of 5
+        // (80 MiB), which 10 segments (160 MiB) give under 0.9.
         assert_eq!(value(&first, "checkpoint_completion_target"), Some(0.9));
-        assert_eq!(value(&first, "max_wal_size"), Some(190.0));
+        assert_eq!(value(&first, "max_wal_size"), Some(160.0));
         assert_eq!(value(&first, "checkpoint_timeout"), Some(300.0));
         assert_eq!(value(&first, "wal_compression"), Some(1.0));
         assert!(c.decide(obs(400.0, 1, false, 1)).is_empty(), "nothing changed");
@@ -460,8 +505,9 @@ mod tests {
         c.decide(obs(400.0, 0, true, 0));
         let rest = c.decide(obs(100.0, 20, true, 1));
         assert_eq!(value(&rest, "checkpoint_completion_target"), Some(0.5));
-        // 100 MiB * 1.5 = 150 MiB: the trigger point stays at 100 MiB.
-        assert_eq!(value(&rest, "max_wal_size"), Some(150.0));
+        // 5 segments * 1.5 = 7.5, so 8 (128 MiB): the trigger point stays
+        // at 80 MiB.
+        assert_eq!(value(&rest, "max_wal_size"), Some(128.0));
         let back = c.decide(obs(400.0, 20, true, 2));
         assert_eq!(value(&back, "checkpoint_completion_target"), Some(0.9));
     }
@@ -543,17 +589,39 @@ mod tests {
         };
         assert!(bad(|c| c.light_completion_target = 0.95).contains("light_completion_target"));
         assert!(bad(|c| c.timeout_s = 5).contains("timeout_s"));
-        assert!(bad(|c| c.max_recovery_wal_mib = 40).contains("max_recovery_wal_mib"));
+        assert!(bad(|c| c.max_recovery_wal_mib = 31).contains("max_recovery_wal_mib"));
+        assert!(bad(|c| c.wal_segment_mib = 10).contains("wal_segment_mib"));
+        assert!(bad(|c| {
+            c.max_recovery_wal_mib = 32;
+            c.light_completion_target = 0.0;
+        })
+        .contains("too small for completion target 0"));
         assert!(bad(|c| c.burst_ratio = f64::NAN).contains("burst_ratio"));
     }
 
+    #[test]
+    fn the_trigger_point_is_whole_segments_as_postgres_counts_them() {
+        let config = CheckpointControllerConfig {
+            max_recovery_wal_mib: 128,
+            ..CheckpointControllerConfig::default()
+        };
+        // 8 segments / 1.9 = 4.2: a trigger point of 4 (64 MiB), which
+        // max_wal_size = 128MB gives; 127MB (7 segments) would give 3.
+        assert_eq!(config.trigger_segments(), 4);
+        assert_eq!(config.max_wal_size(0.9), 128 * MIB);
+        assert_eq!(config.max_wal_size(0.5), 96 * MIB);
+    }
+
     proptest! {
-        /// Whatever the load and the order of targets, a checkpoint started
-        /// at the trigger point under one target's max_wal_size and paced
-        /// under any later one ends within the debt bound.
+        /// Whatever the load and the order of targets, PostgreSQL's own
+        /// trigger point (in whole segments, rounded down) under each
+        /// decided max_wal_size is the controller's, and a checkpoint
+        /// started there and paced under any later target ends within the
+        /// debt bound.
         #[test]
         fn debt_peaks_within_the_bound(
-            bound_mib in 64u64..65_536,
+            bound_mib in 32u64..65_536,
+            segment_log2 in 0u32..7,
             busy in 0.1f64..=1.0,
             light_share in 0.0f64..=1.0,
             rates in proptest::collection::vec(0.0f64..10_000.0, 1..50),
@@ -562,19 +630,21 @@ mod tests {
                 max_recovery_wal_mib: bound_mib,
                 busy_completion_target: busy,
                 light_completion_target: busy * light_share,
+                wal_segment_mib: 1 << segment_log2,
                 ..CheckpointControllerConfig::default()
             };
             prop_assume!(config.validate().is_ok());
+            let segment = config.wal_segment_mib * MIB;
             let mut c = CheckpointController::new(config).unwrap();
             for rate in rates {
                 c.decide(obs(rate, 0, true, 0));
                 let s = c.settings().unwrap();
-                // PostgreSQL's trigger point under these settings, and the
-                // debt when a checkpoint started there ends.
-                let trigger = s.max_wal_size as f64 / (1.0 + s.completion_target);
-                prop_assert!(trigger <= config.trigger_point() + 1.0);
-                prop_assert!(config.trigger_point() * (1.0 + s.completion_target) <= (bound_mib * MIB) as f64 + 1.0);
-                prop_assert!(s.max_wal_size <= bound_mib * MIB);
+                prop_assert_eq!(s.max_wal_size % segment, 0);
+                // As PostgreSQL's CalculateCheckpointSegments computes it.
+                let trigger = (((s.max_wal_size / segment) as f64 / (1.0 + s.completion_target)) as u64).max(1);
+                prop_assert_eq!(trigger, config.trigger_segments());
+                let peak = (trigger * segment) as f64 * (1.0 + busy);
+                prop_assert!(peak <= (bound_mib * MIB) as f64 + 1.0, "peak {} over the bound", peak);
             }
         }
     }

@@ -384,7 +384,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             }
         }
     };
-    let recorded = match prepare(&client, &config.state_file, &config.steered()).await {
+    let recorded = match prepare(&client, config).await {
         Ok(Mode::Steer(recorded)) => Some(recorded),
         Ok(Mode::TimingAlone(why)) => {
             tracing::warn!("postgres.background: {why}");
@@ -459,11 +459,13 @@ async fn connect(conninfo: &str) -> Result<Client, String> {
     Ok(client)
 }
 
-/// Checks the grants and where each setting comes from, restores a crashed
-/// run's originals, and records the originals in `state_file`. A role that
-/// may `ALTER SYSTEM` no checkpoint setting but may `CHECKPOINT` (a
-/// managed server's) gets [`Mode::TimingAlone`].
-async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result<Mode, String> {
+/// Checks the grants, where each setting comes from and the server's WAL
+/// segment size, restores a crashed run's originals, and records the
+/// originals in `state_file`. A role that may `ALTER SYSTEM` no checkpoint
+/// setting but may `CHECKPOINT` (a managed server's) gets
+/// [`Mode::TimingAlone`].
+async fn prepare(client: &Client, config: &BackgroundConfig) -> Result<Mode, String> {
+    let (state_file, steered) = (config.state_file.as_path(), &config.steered()[..]);
     let role: String = query_one(client, "SELECT current_user::text", |r| r.get(0)).await?;
     let missing = missing_grants(client, steered).await?;
     if !missing.is_empty() {
@@ -500,6 +502,22 @@ async fn prepare(client: &Client, state_file: &Path, steered: &[&str]) -> Result
         r.get(0)
     })
     .await?;
+    let segment: i64 = query_one(
+        client,
+        "SELECT pg_size_bytes(current_setting('wal_segment_size'))",
+        |r| r.get(0),
+    )
+    .await?;
+    let expected = config.checkpoint.wal_segment_mib << 20;
+    if u64::try_from(segment).ok() != Some(expected) {
+        return Err(format!(
+            "the server's WAL segments are {} MiB, not the {} MiB of wal_segment_mib: set \
+             [postgres.background.checkpoint] wal_segment_mib = {}",
+            segment >> 20,
+            config.checkpoint.wal_segment_mib,
+            segment >> 20
+        ));
+    }
     let sources = settings(client, steered).await?;
     let pinned: Vec<String> = sources
         .iter()
