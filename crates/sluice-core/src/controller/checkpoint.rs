@@ -324,7 +324,10 @@ impl CheckpointController {
             )
         };
 
-        let elapsed_s = obs.since_checkpoint_start.div_ceil(1_000_000_000);
+        // Whole seconds, rounded down: PostgreSQL compares whole seconds
+        // since the checkpoint began, and a timeout above them (30.7 s
+        // rounded up to 31) starts nothing, the next interval's neither.
+        let elapsed_s = obs.since_checkpoint_start / 1_000_000_000;
         let early = !obs.checkpoint_running
             && !burst
             && obs.wal_since_redo as f64 >= c.early_share * c.trigger_point()
@@ -551,6 +554,17 @@ mod tests {
             value(&c.decide(obs(400.0, 80, false, 30)), "checkpoint_timeout"),
             Some(30.0)
         );
+    }
+
+    #[test]
+    fn an_early_start_asks_for_no_more_than_the_whole_seconds_elapsed() {
+        let mut c = controller();
+        c.decide(obs(400.0, 0, false, 0));
+        let later = CheckpointObservation {
+            since_checkpoint_start: 31 * SECOND + 700_000_000,
+            ..obs(400.0, 80, false, 0)
+        };
+        assert_eq!(value(&c.decide(later), "checkpoint_timeout"), Some(31.0));
     }
 
     #[test]
