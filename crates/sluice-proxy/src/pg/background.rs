@@ -310,7 +310,9 @@ struct Steering {
     controllers: PostgresControllers,
     recorded: Option<Recorded>,
     trace: Option<TraceFile>,
-    /// What `wal_compression` is set to when the controller turns it on.
+    /// What `wal_compression` is set to when the controller turns it on
+    /// (`off` where it does not: timing alone, or `compress_full_pages`
+    /// off).
     compression: &'static str,
 }
 
@@ -406,12 +408,16 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         ),
     };
     let controllers = controllers.expect("the settings were checked above");
-    let compression = match compression_method(&client).await {
-        Ok(method) => method,
-        Err(e) => {
-            refuse(e);
-            return None;
-        }
+    // Asked of the server only where the controller turns it on.
+    let compression = match &recorded {
+        Some(_) if config.checkpoint.compress_full_pages => match compression_method(&client).await {
+            Ok(method) => method,
+            Err(e) => {
+                refuse(e);
+                return None;
+            }
+        },
+        _ => "off",
     };
     let trace = match config.trace_file.as_deref() {
         None => None,
