@@ -2112,6 +2112,11 @@ fn streams_block_readers_and_free_their_entries() {
 /// a pipeline's send and its read that hands redis-py's pool a connection
 /// whose replies are still coming, so the worker's own teardown then
 /// reads them ("Wrong number of response items"), against any server.
+/// Leaving can take up to a minute, against any server too: the worker's
+/// pub/sub thread waits 60 s for a message at a time, and when it reads
+/// the reply to the worker's UNSUBSCRIBE before the worker tells it to
+/// stop, it sleeps out those 60 s before it sees the request (redis-py 8
+/// joins it without a timeout); hence the 90 s wait for the worker below.
 #[test]
 fn rq_runs_jobs_and_a_waiting_worker_wakes_for_a_new_one() {
     let has_rq = Command::new("python3")
@@ -2155,7 +2160,7 @@ try:
     print(f"late job done in {time.time() - started:.2f} s")
 finally:
     try:
-        out = worker.communicate(timeout=30)[0].decode()
+        out = worker.communicate(timeout=90)[0].decode()
     except subprocess.TimeoutExpired:
         worker.terminate()
         out = worker.communicate(timeout=30)[0].decode()
