@@ -30,6 +30,8 @@ pub struct FanoutSweep {
     pub requests: u64,
     /// Every sub-request of a request reads the same number of records.
     pub same_size: bool,
+    /// A shard serves a sub-request's next I/O before any other waiting.
+    pub batched: bool,
     /// Shard policies; the first is the baseline.
     pub policies: Vec<ShardPolicy>,
     /// Seeds (runs per policy).
@@ -77,6 +79,7 @@ pub fn table(sweep: &FanoutSweep) -> Result<String> {
                 think_us: sweep.think_us,
                 requests: sweep.requests,
                 same_size: sweep.same_size,
+                batched: sweep.batched,
             };
             config.validate().map_err(|e| anyhow!(e))?;
             let mut runs = Vec::new();

@@ -54,6 +54,11 @@ pub struct FanoutArgs {
     /// range scan over hash-sharded keys, as `sluice bench route` runs)
     #[arg(long)]
     same_size: bool,
+    /// Each shard serves a sub-request's next I/O before any other waiting,
+    /// as if it waited for it at no cost: the best that batching one
+    /// request's I/O (or anticipating it) could do on top of request order
+    #[arg(long)]
+    batched: bool,
     /// Shard policies, comma-separated; the first is the baseline
     #[arg(long, value_delimiter = ',', default_value = "fifo,fair,cfq,coop")]
     policies: Vec<ShardPolicy>,
@@ -85,6 +90,7 @@ pub fn run(a: FanoutArgs) -> Result<()> {
             think_us: a.think_us,
             requests: a.requests,
             same_size: a.same_size,
+            batched: a.batched,
             policies: a.policies,
             seeds: a.seeds,
         })?
