@@ -71,9 +71,12 @@ bench_scratch sluice-bench-vacuum
 echo "== PostgreSQL 15 on port $PG_PORT ($work), fsync on, autovacuum logged; checkpoints out of the runs"
 # In the configuration file, not on the command line: the steered proxy
 # refuses to steer settings pinned where ALTER SYSTEM cannot reach, and it
-# steers checkpoints too (to these same values, below).
+# steers checkpoints too (to these same values, below); shared_buffers so
+# that it does not differ from initdb's line there, which every reload
+# would log as an error in the file.
 CONF_LINES="max_wal_size = '8GB'
-checkpoint_timeout = '1h'" start_pg shared_buffers=256MB autovacuum_naptime=1s \
+checkpoint_timeout = '1h'
+shared_buffers = '256MB'" start_pg autovacuum_naptime=1s \
     log_autovacuum_min_duration=0 "log_line_prefix=%m "
 echo "== pgbench -i -s $scale"
 pgbench -i -q -s "$scale" -h 127.0.0.1 -p $PG_PORT -U postgres postgres 2>&1 | tail -1
