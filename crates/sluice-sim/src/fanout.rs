@@ -267,15 +267,16 @@ pub fn simulate(config: &FanoutConfig, policy: ShardPolicy, seed: u64) -> Result
                 model.shards[shard].stage.complete().expect("an I/O was in service");
                 let request = model.requests[user].as_mut().expect("a request in flight");
                 request.left[shard] -= 1;
-                if request.left[shard] > 0 {
-                    if !config.batched {
-                        // The freed device slot goes to the next I/O waiting here.
-                        model.dispatch(shard);
-                    }
+                let more = request.left[shard] > 0;
+                if !(more && config.batched) {
+                    // The freed device slot goes to the next I/O waiting here
+                    // (batched, to this sub-request's next, issued below).
+                    model.dispatch(shard);
+                }
+                if more {
                     model.issue(shard, user);
                     continue;
                 }
-                model.dispatch(shard);
                 let request = model.requests[user].as_mut().expect("a request in flight");
                 request.open -= 1;
                 let first = *request.first_done.get_or_insert(now);
