@@ -50,7 +50,18 @@
 //!   `checkpoint_timeout` to that elapsed time: PostgreSQL then starts a
 //!   *timed* checkpoint, paced like any other, at once. `CHECKPOINT`, the
 //!   only command that starts one, writes without pacing. Once the
-//!   checkpoint runs, the timeout goes back to `timeout_s`.
+//!   checkpoint runs, the timeout goes back to `timeout_s`. The early
+//!   start needs room: WAL between one checkpoint's end and PostgreSQL's
+//!   call for the next ([`CheckpointControllerConfig::idle_window`]).
+//!   Under a small bound a busy target near PostgreSQL's 0.9 leaves none
+//!   (128 MiB: a checkpoint ends after 3.6 segments, the next is called
+//!   for after 3 to 4), and checkpoints run back to back, each forced by
+//!   WAL volume wherever the last ended, bursts included;
+//!   [`CheckpointControllerConfig::crowding`] names such settings and the
+//!   largest busy target that leaves room. A lower busy target writes
+//!   each checkpoint faster but can raise the trigger point (128 MiB
+//!   under 0.5: 5 segments, 1.5 to 2.5 of them idle), so the room must
+//!   exceed what a burst writes for no burst to force one.
 //! - **Fewer full-page images** (`compress_full_pages`, on by default).
 //!   The first change of each page after a checkpoint puts the whole page
 //!   in the WAL, so under a bound on recovery debt checkpoints feed
@@ -218,6 +229,59 @@ impl CheckpointControllerConfig {
             segments += 1;
         }
         segments.max(2) * self.segment()
+    }
+
+    /// The least WAL between the end of a checkpoint paced under `target`
+    /// and PostgreSQL's call for the next one, bytes; negative when the
+    /// call comes first, and the next checkpoint then starts the moment
+    /// this one ends. PostgreSQL calls for a checkpoint when a backend
+    /// finishes the WAL segment `trigger - 1` past the one holding the
+    /// redo point (`XLogCheckpointNeeded`), so after between `trigger - 1`
+    /// and `trigger` segments, by where in its segment the redo point fell;
+    /// a checkpoint paced under `target` ends once `target · trigger`
+    /// segments have been written since it began. This window is all the
+    /// room the early start has: a burst that writes more than it starts
+    /// a checkpoint by WAL volume, inside the burst.
+    pub fn idle_window(&self, target: f64) -> f64 {
+        let trigger = self.trigger_segments() as f64;
+        (trigger - 1.0 - target * trigger) * self.segment() as f64
+    }
+
+    /// Why checkpoints under these settings leave the early start no room
+    /// (an idle window under one segment), with the largest busy target
+    /// that leaves it one; `None` when they leave room. Settings that
+    /// crowd are valid (the bound holds, writes spread), so this is a
+    /// warning for the operator, not a refusal.
+    pub fn crowding(&self) -> Option<String> {
+        let segment = self.segment() as f64;
+        if self.idle_window(self.busy_completion_target) >= segment {
+            return None;
+        }
+        let roomy = (1..100)
+            .rev()
+            .map(|hundredths| hundredths as f64 / 100.0)
+            .find(|&busy| {
+                let c = CheckpointControllerConfig {
+                    busy_completion_target: busy,
+                    ..*self
+                };
+                c.idle_window(busy) >= segment
+            });
+        let advice = match roomy {
+            Some(busy) => format!("busy_completion_target = {busy} or less leaves one segment"),
+            None => "no busy target leaves one segment under this bound".to_string(),
+        };
+        Some(format!(
+            "busy_completion_target {} under a bound of {} MiB leaves {:.1} MiB of WAL between one \
+             checkpoint's end and PostgreSQL's call for the next (trigger point {} segments of {} MiB): \
+             checkpoints run back to back, each started by WAL volume wherever the last one ended, and \
+             the early start has no room; {advice}",
+            self.busy_completion_target,
+            self.max_recovery_wal_mib,
+            self.idle_window(self.busy_completion_target) / MIB as f64,
+            self.trigger_segments(),
+            self.wal_segment_mib,
+        ))
     }
 
     fn segment(&self) -> u64 {
@@ -611,6 +675,31 @@ mod tests {
         })
         .contains("too small for completion target 0"));
         assert!(bad(|c| c.burst_ratio = f64::NAN).contains("burst_ratio"));
+    }
+
+    #[test]
+    fn a_busy_target_that_leaves_the_early_start_no_room_is_named() {
+        let tight = CheckpointControllerConfig {
+            max_recovery_wal_mib: 128,
+            ..CheckpointControllerConfig::default()
+        };
+        // A trigger point of 4 segments, called for after 3 to 4; a
+        // checkpoint under 0.9 ends after 3.6: no room, at worst 0.6
+        // segments too few.
+        assert!((tight.idle_window(0.9) + 0.6 * 16.0 * MIB as f64).abs() < 1.0);
+        let why = tight.crowding().unwrap();
+        assert!(why.contains("busy_completion_target = 0.6 or less"), "{why}");
+        // Under 0.5 the trigger point is 5 segments: 1.5 to 2.5 of them
+        // between one checkpoint's end and the call for the next.
+        let roomy = CheckpointControllerConfig {
+            busy_completion_target: 0.5,
+            light_completion_target: 0.3,
+            ..tight
+        };
+        assert_eq!(roomy.trigger_segments(), 5);
+        assert_eq!(roomy.idle_window(0.5), 1.5 * 16.0 * MIB as f64);
+        assert_eq!(roomy.crowding(), None);
+        assert_eq!(CheckpointControllerConfig::default().crowding(), None);
     }
 
     #[test]

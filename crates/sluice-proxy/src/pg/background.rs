@@ -397,6 +397,9 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
             return None;
         }
     };
+    if let (Some(_), Some(why)) = (&recorded, config.checkpoint.crowding()) {
+        tracing::warn!("postgres.background.checkpoint: {why}");
+    }
     let (controllers, header) = match &recorded {
         Some(_) => (
             PostgresControllers::new(config.checkpoint, config.vacuum),
