@@ -91,7 +91,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_range, Decision, FadingPeak, Knob};
+use super::{check_range, Decision, FadingPeak, Knob, SlowAverage};
 use crate::time::Nanos;
 
 /// PostgreSQL's smallest `checkpoint_timeout`, in seconds.
@@ -117,7 +117,8 @@ pub struct CheckpointControllerConfig {
     /// outside a burst.
     pub early_share: f64,
     /// Weight of each observation in the slow average of the rate (an
-    /// exponential average over about `1 / baseline_weight` intervals).
+    /// exponential average over about `1 / baseline_weight` busy
+    /// intervals; idle ones are left out).
     pub baseline_weight: f64,
     /// How much of the peak rate survives each interval (the peak fades so
     /// that a lasting drop in load stops counting as rest).
@@ -329,7 +330,7 @@ pub struct CheckpointController {
     /// that it sets them all.
     applied: Option<CheckpointSettings>,
     /// Slow average of the foreground rate.
-    baseline: Option<f64>,
+    baseline: SlowAverage,
     /// Recent peak of the foreground rate.
     peak: FadingPeak,
 }
@@ -340,7 +341,7 @@ impl CheckpointController {
         Ok(CheckpointController {
             config,
             applied: None,
-            baseline: None,
+            baseline: SlowAverage::default(),
             peak: FadingPeak::default(),
         })
     }
@@ -354,11 +355,7 @@ impl CheckpointController {
     pub fn decide(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
         let c = self.config;
         let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
-        let baseline = match self.baseline {
-            Some(b) => b + c.baseline_weight * (rate - b),
-            None => rate,
-        };
-        self.baseline = Some(baseline);
+        let baseline = self.baseline.observe(rate, c.baseline_weight);
         let burst = rate > c.burst_ratio * baseline;
         let resting = rate < c.light_share * peak;
         let indebted = obs.wal_since_redo > c.bound();
@@ -604,6 +601,22 @@ mod tests {
             value(&c.decide(obs(400.0, 61, true, 0)), "checkpoint_timeout"),
             Some(300.0)
         );
+    }
+
+    #[test]
+    fn load_after_idle_time_is_no_burst() {
+        let mut c = controller();
+        // An hour with no foreground, then a steady one: its first seconds
+        // are its level, not a burst above an average of zero.
+        for s in 0..3600 {
+            c.decide(obs(0.0, 0, false, s));
+        }
+        for s in 1..30 {
+            let d = c.decide(obs(1300.0, 20, false, s));
+            assert_eq!(value(&d, "checkpoint_timeout"), None, "debt under half the trigger point");
+        }
+        let d = c.decide(obs(1300.0, 60, false, 31));
+        assert_eq!(value(&d, "checkpoint_timeout"), Some(31.0));
     }
 
     #[test]

@@ -69,6 +69,35 @@ impl FadingPeak {
     }
 }
 
+/// The slow average of a rate over its busy intervals: an exponential
+/// average, divided by the weight its observations hold so far, so that it
+/// starts at the rates seen rather than climbing from zero (an average
+/// that climbs takes every rate of its first minutes for a burst). Idle
+/// intervals (a rate of zero) are left out: they say nothing about the
+/// level a burst rises above, and hours of them would make the first
+/// busy minute look like one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SlowAverage {
+    sum: f64,
+    weight: f64,
+}
+
+impl SlowAverage {
+    /// Takes one observation (a finite rate at or above zero) and returns
+    /// the average; before any busy interval, the rate itself.
+    pub(crate) fn observe(&mut self, rate: f64, weight: f64) -> f64 {
+        if rate > 0.0 {
+            self.sum = self.sum * (1.0 - weight) + weight * rate;
+            self.weight = self.weight * (1.0 - weight) + weight;
+        }
+        if self.weight > 0.0 {
+            self.sum / self.weight
+        } else {
+            rate
+        }
+    }
+}
+
 pub use background::{BackgroundController, BackgroundControllerConfig, BackgroundDecision, BackgroundObservation};
 pub use checkpoint::{CheckpointController, CheckpointControllerConfig, CheckpointObservation, CheckpointSettings};
 pub use compaction_schedule::{CompactionSchedule, CompactionScheduleConfig, Schedule};
