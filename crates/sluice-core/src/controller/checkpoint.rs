@@ -613,7 +613,11 @@ mod tests {
         }
         for s in 1..30 {
             let d = c.decide(obs(1300.0, 20, false, s));
-            assert_eq!(value(&d, "checkpoint_timeout"), None, "debt under half the trigger point");
+            assert_eq!(
+                value(&d, "checkpoint_timeout"),
+                None,
+                "debt under half the trigger point"
+            );
         }
         let d = c.decide(obs(1300.0, 60, false, 31));
         assert_eq!(value(&d, "checkpoint_timeout"), Some(31.0));
