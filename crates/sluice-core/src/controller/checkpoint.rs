@@ -272,14 +272,18 @@ impl CheckpointControllerConfig {
             Some(busy) => format!("busy_completion_target = {busy} or less leaves one segment"),
             None => "no busy target leaves one segment under this bound".to_string(),
         };
+        let window = self.idle_window(self.busy_completion_target) / MIB as f64;
+        let room = if window < 0.0 {
+            format!("leaves no WAL between one checkpoint's end and PostgreSQL's call for the next (the call can come {:.1} MiB before the end)", -window)
+        } else {
+            format!("leaves as little as {window:.1} MiB of WAL between one checkpoint's end and PostgreSQL's call for the next")
+        };
         Some(format!(
-            "busy_completion_target {} under a bound of {} MiB leaves {:.1} MiB of WAL between one \
-             checkpoint's end and PostgreSQL's call for the next (trigger point {} segments of {} MiB): \
+            "busy_completion_target {} under a bound of {} MiB {room}, with a trigger point of {} segments of {} MiB: \
              checkpoints run back to back, each started by WAL volume wherever the last one ended, and \
              the early start has no room; {advice}",
             self.busy_completion_target,
             self.max_recovery_wal_mib,
-            self.idle_window(self.busy_completion_target) / MIB as f64,
             self.trigger_segments(),
             self.wal_segment_mib,
         ))
@@ -705,6 +709,8 @@ mod tests {
         // segments too few.
         assert!((tight.idle_window(0.9) + 0.6 * 16.0 * MIB as f64).abs() < 1.0);
         let why = tight.crowding().unwrap();
+        assert!(why.contains("leaves no WAL"), "{why}");
+        assert!(why.contains("9.6 MiB before the end"), "{why}");
         assert!(why.contains("busy_completion_target = 0.6 or less"), "{why}");
         // Under 0.5 the trigger point is 5 segments: 1.5 to 2.5 of them
         // between one checkpoint's end and the call for the next.
