@@ -265,9 +265,11 @@ pub fn simulate(config: &FanoutConfig, policy: ShardPolicy, seed: u64) -> Result
             }
             Event::Done { shard, user } => {
                 model.shards[shard].stage.complete().expect("an I/O was in service");
-                let request = model.requests[user].as_mut().expect("a request in flight");
-                request.left[shard] -= 1;
-                let more = request.left[shard] > 0;
+                let more = {
+                    let request = model.requests[user].as_mut().expect("a request in flight");
+                    request.left[shard] -= 1;
+                    request.left[shard] > 0
+                };
                 if !(more && config.batched) {
                     // The freed device slot goes to the next I/O waiting here
                     // (batched, to this sub-request's next, issued below).

@@ -255,7 +255,8 @@ impl CheckpointControllerConfig {
     /// warning for the operator, not a refusal.
     pub fn crowding(&self) -> Option<String> {
         let segment = self.segment() as f64;
-        if self.idle_window(self.busy_completion_target) >= segment {
+        let window = self.idle_window(self.busy_completion_target);
+        if window >= segment {
             return None;
         }
         let roomy = (1..100)
@@ -272,16 +273,20 @@ impl CheckpointControllerConfig {
             Some(busy) => format!("busy_completion_target = {busy} or less leaves one segment"),
             None => "no busy target leaves one segment under this bound".to_string(),
         };
-        let window = self.idle_window(self.busy_completion_target) / MIB as f64;
-        let room = if window < 0.0 {
-            format!("leaves no WAL between one checkpoint's end and PostgreSQL's call for the next (the call can come {:.1} MiB before the end)", -window)
+        let window = window / MIB as f64;
+        let (room, early) = if window < 0.0 {
+            (
+                "no WAL".to_string(),
+                format!(" (the call can come {:.1} MiB before the end)", -window),
+            )
         } else {
-            format!("leaves as little as {window:.1} MiB of WAL between one checkpoint's end and PostgreSQL's call for the next")
+            (format!("as little as {window:.1} MiB of WAL"), String::new())
         };
         Some(format!(
-            "busy_completion_target {} under a bound of {} MiB {room}, with a trigger point of {} segments of {} MiB: \
-             checkpoints run back to back, each started by WAL volume wherever the last one ended, and \
-             the early start has no room; {advice}",
+            "busy_completion_target {} under a bound of {} MiB leaves {room} between one checkpoint's end and \
+             PostgreSQL's call for the next{early}, with a trigger point of {} segments of {} MiB: checkpoints \
+             run back to back, each started by WAL volume wherever the last one ended, and the early \
+             start has no room; {advice}",
             self.busy_completion_target,
             self.max_recovery_wal_mib,
             self.trigger_segments(),
