@@ -2,8 +2,10 @@
 //! prepared statements are named protocol-level statements, as JDBC's,
 //! asyncpg's and pgx's are): more statements than a backend keeps, reused
 //! in random order; SQL that drops statements from one client while
-//! another keeps using the same statements on the same backends; and
-//! LISTEN, refused with an error that names session pooling.
+//! another keeps using the same statements on the same backends; the
+//! unnamed statement parsed in one request and bound in the next (libpq's
+//! `PQprepare` with an empty name, pgx's describe-exec mode); and LISTEN,
+//! refused with an error that names session pooling.
 
 mod support;
 
@@ -205,4 +207,42 @@ fn listen_is_refused_with_an_error_naming_session_pooling() {
         let row = client.query_one("SELECT 1 + 1", &[]).await.expect("served after");
         assert_eq!(row.get::<_, i32>(0), 2);
     });
+}
+
+/// Three clients Parse the unnamed statement, each in a request of its own,
+/// on the one backend P = 1 leaves them, then Bind it in the next: each
+/// runs its own statement, never the one the backend ran last; a client
+/// that has none is refused as by a server of its own.
+#[test]
+fn the_unnamed_statement_follows_its_client_across_requests() {
+    let Some(server) = PgServer::start() else { return };
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    config.threads = 1;
+    let proxy = ProxyHandle::start_with(config, gate(1, 10_000, 30_000));
+    let mut clients: Vec<PgConn> = (0..3).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+    for (k, client) in clients.iter_mut().enumerate() {
+        client.send(&prepare("", &format!("SELECT 'client {k}'")));
+        assert_eq!(client.finish().0, Ok(vec![]), "client {k}'s Parse");
+    }
+    for round in 0..2 {
+        for (k, client) in clients.iter_mut().enumerate().rev() {
+            client.send(&execute(""));
+            assert_eq!(client.finish().0, Ok(vec![format!("client {k}")]), "round {round}");
+        }
+    }
+    let mut none = PgConn::connect(proxy.addr, "postgres");
+    none.send(&execute(""));
+    match none.finish().0 {
+        Err(QueryError::Server { sqlstate, .. }) => {
+            assert_eq!(sqlstate, "26000", "unnamed prepared statement does not exist")
+        }
+        other => panic!("a client without an unnamed statement ran one: {other:?}"),
+    }
+    // A simple Query drops a client's unnamed statement, as on its own server.
+    clients[0].query("SELECT 1").expect("a simple query");
+    clients[0].send(&execute(""));
+    assert!(matches!(clients[0].finish().0, Err(QueryError::Server { .. })));
+    clients[1].send(&execute(""));
+    assert_eq!(clients[1].finish().0, Ok(vec!["client 1".to_string()]));
 }

@@ -40,6 +40,17 @@
 //!   there, and the proxy notes the backend as having none, so others' are
 //!   made again where they are used) and forget all of the client's.
 //!
+//! - The unnamed statement follows its client too. PostgreSQL keeps it
+//!   across Syncs until the next unnamed Parse or simple Query, so a driver
+//!   may Parse it in one request and Bind it in the next (libpq's
+//!   `PQprepare` with an empty name, pgx's describe-exec mode), by which
+//!   time the backend's unnamed statement may be another client's. The
+//!   proxy remembers each client's last unnamed Parse and which one each
+//!   backend last ran; a Bind or Describe of the unnamed statement on a
+//!   backend holding another is preceded by the client's Parse (its answer
+//!   dropped), or by a Close of the unnamed statement when the client has
+//!   none, so that the Bind fails as it would have on a server of its own.
+//!
 //! Departures, as PgBouncer's: statements made with SQL PREPARE are the
 //! backend's, not the client's, and do not follow it; errors about a
 //! statement name the server's name, not the client's; a batch that itself
@@ -105,6 +116,9 @@ pub(crate) struct Made(Mutex<Uses>);
 struct Uses {
     last: HashMap<Bytes, u64>,
     clock: u64,
+    /// The body (text and parameter types) of the last unnamed Parse sent
+    /// to the backend; `None` when it has none or the proxy cannot tell.
+    unnamed: Option<Bytes>,
 }
 
 impl Uses {
@@ -174,6 +188,10 @@ enum Reply {
     Ready,
     /// A Sync the proxy added: its ReadyForQuery is dropped.
     Synced,
+    /// A Parse of the unnamed statement, the client's own (`relay`) or made
+    /// again before its use; without an answer the backend's unnamed
+    /// statement is unknown.
+    Unnamed { relay: bool },
 }
 
 /// One client's prepared statements, and the answers owed for the Parse and
@@ -181,6 +199,8 @@ enum Reply {
 #[derive(Default)]
 pub(crate) struct Statements {
     named: HashMap<Bytes, Statement>,
+    /// The body of the client's unnamed statement, as last sent.
+    unnamed: Option<Bytes>,
     replies: VecDeque<Reply>,
     /// Statements a backend may keep (`max_prepared_statements`).
     limit: usize,
@@ -204,7 +224,7 @@ impl Statements {
             b'P' => self.parse(body, made, out),
             b'B' => self.bind(body, made, out),
             b'D' => self.describe(body, made, out),
-            b'C' => self.close(body, out),
+            b'C' => self.close(body, made, out),
             b'Q' => self.query(body, made, out),
             b'S' | b'F' => {
                 self.replies.push_back(Reply::Ready);
@@ -220,6 +240,9 @@ impl Statements {
         // A Query's body is its text and one NUL: a text with a NUL inside is
         // the server's to refuse, so there is nothing to scan for.
         let text = body.strip_suffix(b"\0").unwrap_or(body);
+        // A simple Query drops the unnamed statement.
+        self.unnamed = None;
+        made.lock().unnamed = None;
         let rewritten = self.session_sql(text, made, out, true);
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
@@ -268,10 +291,15 @@ impl Statements {
         if name.is_empty() {
             let rewritten = split_cstr(rest).and_then(|(text, types)| {
                 let text = self.session_sql(text, made, out, false)?;
-                frame::write_message_parts(out, b'P', &[b"\0", &text, b"\0", types]);
-                Some(())
+                Some([&text[..], b"\0", types].concat())
             });
-            self.replies.push_back(Reply::Relay);
+            let sent = Bytes::from(rewritten.clone().unwrap_or_else(|| rest.to_vec()));
+            if rewritten.is_some() {
+                frame::write_message_parts(out, b'P', &[b"\0", &sent]);
+            }
+            made.lock().unnamed = Some(sent.clone());
+            self.unnamed = Some(sent);
+            self.replies.push_back(Reply::Unnamed { relay: true });
             return rewritten.is_some();
         }
         if let Some(held) = self.named.get(name) {
@@ -310,6 +338,9 @@ impl Statements {
         let Some((name, rest)) = split_cstr(rest) else {
             return false;
         };
+        if name.is_empty() {
+            return self.use_unnamed(b'B', body, made, out);
+        }
         let Some(held) = self.named.get(name).cloned() else {
             return false;
         };
@@ -320,6 +351,9 @@ impl Statements {
     }
 
     fn describe(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+        if body == b"S\0" {
+            return self.use_unnamed(b'D', body, made, out);
+        }
         let Some(held) = statement_named(body).and_then(|name| self.named.get(name)).cloned() else {
             return false;
         };
@@ -349,8 +383,35 @@ impl Statements {
         }
     }
 
-    fn close(&mut self, body: &[u8], out: &mut BytesMut) -> bool {
+    /// A Bind or Describe (`tag`, `body`) of the unnamed statement: when
+    /// the backend's is not the client's, it goes after the client's Parse,
+    /// or after a Close of the backend's when the client has none.
+    fn use_unnamed(&mut self, tag: u8, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+        let mut uses = made.lock();
+        match &self.unnamed {
+            Some(own) if uses.unnamed.as_ref() == Some(own) => return false,
+            Some(own) => {
+                frame::write_message_parts(out, b'P', &[b"\0", own]);
+                self.replies.push_back(Reply::Unnamed { relay: false });
+                uses.unnamed = Some(own.clone());
+            }
+            None => {
+                write_close(b"", out);
+                self.replies.push_back(Reply::Drop);
+                uses.unnamed = None;
+            }
+        }
+        frame::write_message(out, tag, body);
+        true
+    }
+
+    fn close(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         self.replies.push_back(Reply::Relay);
+        if body == b"S\0" {
+            self.unnamed = None;
+            made.lock().unnamed = None;
+            return false;
+        }
         let Some(name) = statement_named(body) else {
             return false;
         };
@@ -367,13 +428,13 @@ impl Statements {
     pub fn reply(&mut self, tag: u8, made: &Made) -> bool {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
-                Some(Reply::Drop | Reply::Remade { .. }) => false,
+                Some(Reply::Drop | Reply::Remade { .. } | Reply::Unnamed { relay: false }) => false,
                 Some(end @ (Reply::Ready | Reply::Synced)) => {
                     // A reply no message asked for: keep the batch's end.
                     self.replies.push_front(end);
                     true
                 }
-                Some(Reply::Relay | Reply::Parsed { .. }) | None => true,
+                Some(Reply::Relay | Reply::Parsed { .. } | Reply::Unnamed { relay: true }) | None => true,
             },
             b'Z' => self.end_batch(made),
             _ => true,
@@ -395,6 +456,7 @@ impl Statements {
                     }
                 }
                 Reply::Remade { server } => made.forget(&server),
+                Reply::Unnamed { .. } => made.lock().unnamed = None,
                 Reply::Relay | Reply::Drop => {}
             }
         }

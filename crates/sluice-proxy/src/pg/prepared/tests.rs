@@ -89,7 +89,7 @@ fn bind_describe_and_close_of_a_held_name_are_rewritten_others_pass() {
     let bind = [&b"portal\0"[..], &server, b"\0\0\0\0\0\0\0"].concat();
     assert_eq!(sent, vec![(b'B', bind)]);
     assert_eq!(c.send(b'D', b"Sq\0"), vec![(b'D', statement_body(&server))]);
-    for untouched in [&b"Pq\0"[..], b"Sunknown\0", b"S\0"] {
+    for untouched in [&b"Pq\0"[..], b"Sunknown\0"] {
         assert_eq!(c.send(b'D', untouched), vec![(b'D', untouched.to_vec())]);
     }
     let unknown = bind_body("nope");
@@ -259,6 +259,69 @@ fn listen_runs_as_an_error_and_deallocate_all_forgets_everything() {
     c.send(b'P', &parse_body("a", "SELECT 1"));
     c.statements.dropped_all(&c.made);
     assert!(c.statements.named.is_empty() && c.made.lock().last.is_empty());
+}
+
+/// What `statements` sends for one message on the backend whose
+/// statements are `made`.
+fn send_on(statements: &mut Statements, made: &Made, tag: u8, body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = BytesMut::new();
+    if statements.rewrite(tag, body, made, &mut out) {
+        messages(&out)
+    } else {
+        vec![(tag, body.to_vec())]
+    }
+}
+
+#[test]
+fn the_unnamed_statement_follows_its_client_to_a_backend_that_ran_another() {
+    let backend = Made::default();
+    let (mut a, mut b) = (Statements::new(200), Statements::new(200));
+    let (parse_a, parse_b) = (parse_body("", "SELECT 'a'"), parse_body("", "SELECT 'b'"));
+    // Each Parses the unnamed statement in a request of its own.
+    for (client, parse) in [(&mut a, &parse_a), (&mut b, &parse_b)] {
+        assert_eq!(send_on(client, &backend, b'P', parse), vec![(b'P', parse.clone())]);
+        send_on(client, &backend, b'S', b"");
+        assert!(client.reply(b'1', &backend));
+        assert!(client.reply(b'Z', &backend));
+    }
+    // The backend's is b's now: a's Bind goes after a's Parse, whose
+    // answer a never sees.
+    let sent = send_on(&mut a, &backend, b'B', &bind_body(""));
+    assert_eq!(sent, vec![(b'P', parse_a.clone()), (b'B', bind_body(""))]);
+    assert!(!a.reply(b'1', &backend));
+    assert_eq!(tags(&send_on(&mut a, &backend, b'D', b"S\0")), b"D", "a's is there now");
+    send_on(&mut a, &backend, b'S', b"");
+    assert!(a.reply(b'Z', &backend));
+    // b, whose statement was replaced, gets its own back the same way.
+    assert_eq!(tags(&send_on(&mut b, &backend, b'D', b"S\0")), b"PD");
+}
+
+#[test]
+fn a_client_without_an_unnamed_statement_cannot_bind_anothers() {
+    let backend = Made::default();
+    let (mut a, mut b) = (Statements::new(200), Statements::new(200));
+    send_on(&mut a, &backend, b'P', &parse_body("", "SELECT 'a'"));
+    let sent = send_on(&mut b, &backend, b'B', &bind_body(""));
+    assert_eq!(sent, vec![(b'C', b"S\0".to_vec()), (b'B', bind_body(""))]);
+    assert!(!b.reply(b'3', &backend), "the Close b never sent");
+    // A simple Query drops the unnamed statement: a has none either.
+    send_on(&mut a, &backend, b'Q', b"SELECT 1\0");
+    assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
+}
+
+#[test]
+fn an_unnamed_parse_left_unanswered_leaves_the_backends_statement_unknown() {
+    let backend = Made::default();
+    let mut a = Statements::new(200);
+    send_on(&mut a, &backend, b'P', &parse_body("", "SELECT 'a'"));
+    send_on(&mut a, &backend, b'S', b"");
+    // An error earlier in the batch skipped the Parse: no ParseComplete.
+    assert!(a.reply(b'Z', &backend));
+    assert_eq!(
+        tags(&send_on(&mut a, &backend, b'B', &bind_body(""))),
+        b"PB",
+        "made again"
+    );
 }
 
 proptest! {
