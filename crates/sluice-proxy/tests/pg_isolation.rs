@@ -1,15 +1,19 @@
 //! A slot is held while the database works, not while a client thinks, in
 //! front of a real PostgreSQL 15: sessions idle inside a transaction do not
 //! hold other tenants back, pgbench driving many connections from few
-//! threads runs without a failure at any P in both pooling modes, and the
-//! idle-in-transaction timeout ends such a session with 25P03.
+//! threads runs without a failure at any P in both pooling modes, sessions
+//! that pause after a Flush with no Sync (a driver's prepare, a cursor
+//! between fetches) do not either, and the idle-in-transaction timeout ends
+//! a session idle in a transaction with 25P03.
 
 mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use sluice_proxy::gate::GateConfig;
+use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
 use support::pgwire::{server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
@@ -184,6 +188,81 @@ fn a_session_idle_in_a_transaction_past_the_timeout_is_ended_with_25p03() {
             other => panic!("{pool:?}: the idle session ended with {other:?}"),
         }
         assert_eq!(busy.query("COMMIT"), Ok(vec![]), "{pool:?}");
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+    }
+}
+
+/// Sends `messages` (tag, body) in one write.
+fn send_messages(conn: &mut PgConn, messages: &[(u8, &[u8])]) {
+    let mut out = BytesMut::new();
+    for (tag, body) in messages {
+        frame::write_message(&mut out, *tag, body);
+    }
+    conn.send(&out);
+}
+
+/// Reads messages up to and including one tagged `last`; their tags.
+fn read_through(conn: &mut PgConn, last: u8) -> Vec<u8> {
+    let mut tags = Vec::new();
+    while let Some((tag, _)) = conn.read_message() {
+        tags.push(tag);
+        if tag == last {
+            break;
+        }
+    }
+    tags
+}
+
+/// P sessions that Parse and Describe a statement, Flush and then pause
+/// with no Sync (as asyncpg's `prepare()` leaves a connection, or a cursor
+/// between fetches) hold no slot once answered: another client is served
+/// at once rather than after the admission timeout, and each paused session
+/// goes on where it stopped.
+#[test]
+fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
+    let Some(server) = PgServer::start() else { return };
+    const P: usize = 2;
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        // Were the paused sessions counted, the probe would be refused after this.
+        let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});
+        let mut paused: Vec<PgConn> = (0..P).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+        for conn in &mut paused {
+            send_messages(
+                conn,
+                &[(b'P', b"\0SELECT 40 + $1::int\0\0\0"), (b'D', b"S\0"), (b'H', b"")],
+            );
+            assert_eq!(
+                read_through(conn, b'T'),
+                b"1tT",
+                "{pool:?}: ParseComplete, ParameterDescription, RowDescription"
+            );
+        }
+        assert_eq!(
+            gate_settles(&proxy, (0, P)),
+            (0, P),
+            "{pool:?}: the paused sessions parked"
+        );
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(
+            probe.query("SELECT 1"),
+            Ok(vec!["1".to_string()]),
+            "{pool:?}: served beside them"
+        );
+        for conn in &mut paused {
+            send_messages(
+                conn,
+                &[
+                    (b'B', b"\0\0\0\0\0\x01\0\0\0\x012\0\0"),
+                    (b'E', b"\0\0\0\0\0"),
+                    (b'S', b""),
+                ],
+            );
+            assert_eq!(
+                conn.finish().0,
+                Ok(vec!["42".to_string()]),
+                "{pool:?}: the paused session goes on"
+            );
+        }
         assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
     }
 }

@@ -41,7 +41,13 @@
 //! host, a few ms across a LAN), so such transactions keep their slot and
 //! never touch the gate between statements, and far below the admission
 //! wait other clients would otherwise spend behind one that pauses: a
-//! paused slot costs them at most 10 ms once. With
+//! paused slot costs them at most 10 ms once. A request also waits on its
+//! client once the server has answered every extended-protocol message
+//! sent before a Flush and no Sync is pending: a driver that prepares with
+//! Parse, Describe and Flush (asyncpg's `prepare()`), or a cursor between
+//! fetches, leaves its session so until it goes on. PostgreSQL's
+//! idle-in-transaction timeout does not run there (it waits for the
+//! Sync), and neither does the proxy's. With
 //! `idle_in_transaction_timeout_ms` set, a session that waits on its client
 //! in a transaction that long is ended with FATAL 25P03, as PostgreSQL's
 //! idle_in_transaction_session_timeout does; its backend goes with it and
@@ -84,6 +90,7 @@
 //! | | | Flush, CopyData, CopyDone, CopyFail | forwarded |
 //! | | | ReadyForQuery 'I' answering every Sync, Query and FunctionCall | the slot is given back (and under transaction pooling the backend): idle |
 //! | | | ReadyForQuery 'T' or 'E' answering all of them | waiting on the client |
+//! | | | the last answer to the messages before a Flush, with no Sync pending | waiting on the client (no timeout) |
 //! | waiting on the client | `State::idle_since` is `Some` | a client message | in request (the slot kept, or taken back) |
 //! | | | `idle_in_transaction_release_ms` passes | parked |
 //! | parked | `ToClient::parked` | a client message | in request: the slot is taken back at once, even above P |
@@ -141,6 +148,10 @@ struct State {
     /// Extended-protocol messages sent since the last Sync: their answer
     /// ends with a ReadyForQuery still to come.
     unsynced: bool,
+    /// Of those, the ones whose answer has not come yet: none left means
+    /// the server answered all the client asked for before its Flush and
+    /// waits for the client's next message (or its Sync).
+    awaiting: u32,
     /// The proxy's own messages to the client, written at the next message
     /// boundary of the server's stream.
     outbox: BytesMut,
@@ -290,6 +301,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             request: None,
             syncs: 0,
             unsynced: false,
+            awaiting: 0,
             outbox: BytesMut::new(),
             statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
             idle_since: None,
@@ -324,6 +336,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         reopens: false,
         idle: None,
         parked: false,
+        flushed: false,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -672,11 +685,25 @@ fn count(state: &mut State, tag: u8) {
         b'S' => {
             state.syncs += 1;
             state.unsynced = false;
+            state.awaiting = 0;
         }
-        b'Q' | b'F' => state.syncs += 1,
+        b'Q' | b'F' => {
+            state.syncs += 1;
+            state.awaiting = 0;
+        }
         b'd' | b'c' | b'f' | b'p' | b'H' => {}
-        _ => state.unsynced = true,
+        _ => {
+            state.unsynced = true;
+            state.awaiting += 1;
+        }
     }
+}
+
+/// Whether a server message is the last of its answer to a Parse ('1'),
+/// Bind ('2'), Close ('3'), Describe ('T' or 'n') or Execute ('C', 's' if
+/// suspended, 'I' if empty).
+fn completes_extended(tag: u8) -> bool {
+    matches!(tag, b'1' | b'2' | b'3' | b'T' | b'n' | b'C' | b's' | b'I')
 }
 
 /// The bytes of one read buffer going upstream: a range of it, relayed
@@ -732,6 +759,27 @@ impl Pending {
     }
 }
 
+/// The server's answers to extended-protocol messages in one read, after
+/// its last ReadyForQuery.
+#[derive(Clone, Copy, Default)]
+struct Answered {
+    /// Messages whose answer ended.
+    completed: u32,
+    /// An ErrorResponse: the rest up to the next Sync is skipped.
+    failed: bool,
+}
+
+impl Answered {
+    fn note(&mut self, tag: u8) {
+        match tag {
+            b'Z' => *self = Answered::default(),
+            b'E' => self.failed = true,
+            tag if completes_extended(tag) => self.completed += 1,
+            _ => {}
+        }
+    }
+}
+
 /// What one message from the server meant.
 struct Inspected {
     /// The client is to see it.
@@ -762,6 +810,10 @@ struct ToClient<'a, W> {
     idle: Option<Instant>,
     /// Its slot was parked in this wait.
     parked: bool,
+    /// This wait follows a Flush, not a ReadyForQuery: the server's
+    /// idle-in-transaction timeout does not run there, so neither does the
+    /// proxy's.
+    flushed: bool,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -822,7 +874,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         let since = self.idle?;
         let limits = &self.ctx.limits;
         if self.parked {
-            limits.idle_timeout.map(|timeout| since + timeout)
+            limits
+                .idle_timeout
+                .filter(|_| !self.flushed)
+                .map(|timeout| since + timeout)
         } else {
             Some(since + limits.idle_release)
         }
@@ -886,11 +941,16 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         // buf[from..pos] is to be written.
         let mut from = 0;
         let mut released = false;
+        // What the messages after the batch's last ReadyForQuery answered.
+        let mut answered = Answered::default();
         loop {
             match frame::parse_header(&buf[pos..]).map_err(invalid_data)? {
                 Some(header) if header.len <= buf.len() - pos => {
                     let seen = self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
                     released |= seen.released;
+                    if seen.relay {
+                        answered.note(header.tag);
+                    }
                     if !seen.relay {
                         self.client.write_all(&buf[from..pos]).await?;
                         from = pos + header.len;
@@ -912,8 +972,38 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             buf.clear();
         }
         self.buf = buf;
-        let outbox = mem::take(&mut self.shared.lock().outbox);
+        let outbox = {
+            let mut state = self.shared.lock();
+            self.wait_after_flush(&mut state, answered);
+            mem::take(&mut state.outbox)
+        };
         send(&mut self.client, &outbox).await
+    }
+
+    /// Counts what the server answered of the messages sent since the last
+    /// Sync. Once every one is answered and no Sync is pending, the server
+    /// waits for the client (a driver that prepares with Parse, Describe
+    /// and Flush, or a cursor between fetches): the request waits on its
+    /// client, as after a ReadyForQuery inside a transaction, so that its
+    /// slot is parked after `idle_in_transaction_release_ms` instead of
+    /// holding P for as long as the client pauses.
+    fn wait_after_flush(&mut self, state: &mut State, answered: Answered) {
+        if state.syncs > 0 {
+            // The answers seen belong to a batch that ends with a Sync.
+            return;
+        }
+        state.awaiting = match answered.failed {
+            // After an error the server answers nothing more until a Sync.
+            true => 0,
+            false => state.awaiting.saturating_sub(answered.completed),
+        };
+        if state.unsynced && state.awaiting == 0 && state.request.is_some() && state.idle_since.is_none() {
+            let now = Instant::now();
+            state.idle_since = Some(now);
+            self.idle = Some(now);
+            self.parked = false;
+            self.flushed = true;
+        }
     }
 
     /// Notes what a message means for the session.
@@ -1011,6 +1101,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 state.idle_since = state.request.as_ref().map(|_| now);
                 self.idle = state.idle_since;
                 self.parked = false;
+                self.flushed = false;
             }
             let idle = state.request.is_none() && status == b'I';
             let pooled = self.shared.pooling.as_ref().filter(|_| idle);
