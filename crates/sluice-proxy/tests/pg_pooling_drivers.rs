@@ -196,6 +196,19 @@ fn listen_is_refused_with_an_error_naming_session_pooling() {
         let db = err.as_db_error().expect("an error from the server");
         assert_eq!(db.code(), &tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED);
         assert!(db.message().contains("pool = \"session\""), "{}", db.message());
+        for hidden in ["/* why */ LISTEN news", "SELECT 1; listen news"] {
+            let err = client.batch_execute(hidden).await.expect_err(hidden);
+            assert_eq!(
+                err.code(),
+                Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED),
+                "{hidden}"
+            );
+        }
+        let listening = client
+            .query_one("SELECT count(*) FROM pg_listening_channels()", &[])
+            .await
+            .expect("asking the backend");
+        assert_eq!(listening.get::<_, i64>(0), 0, "no backend listens");
         let err = client
             .query("listen news", &[])
             .await
