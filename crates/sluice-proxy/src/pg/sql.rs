@@ -307,19 +307,6 @@ mod tests {
                 String::from_utf8_lossy(listening)
             );
         }
-        for quiet in [
-            &b"SELECT pg_listening_channels()"[..],
-            b"SELECT 'LISTEN x'",
-            b"SELECT 1 -- ; LISTEN x",
-            b"SELECT 1 /* ; LISTEN x */",
-            b"SELECT $$; LISTEN x$$",
-            b"SELECT $1::text; UNLISTEN x",
-            b"SELECT 'it''s; LISTEN x'",
-            b"SELECT \"LISTEN\" FROM t",
-            b"SELECT '; LISTEN x",
-        ] {
-            assert_eq!(classify(quiet), None, "{}", String::from_utf8_lossy(quiet));
-        }
     }
 
     #[test]
@@ -333,6 +320,15 @@ mod tests {
             b"DISCARD ALL; DISCARD ALL",
             b"",
             b"   ",
+            b"SELECT pg_listening_channels()",
+            b"SELECT 'LISTEN x'",
+            b"SELECT 1 -- ; LISTEN x",
+            b"SELECT 1 /* ; LISTEN x */",
+            b"SELECT $$; LISTEN x$$",
+            b"SELECT $1::text; UNLISTEN x",
+            b"SELECT 'it''s; LISTEN x'",
+            b"SELECT \"LISTEN\" FROM t",
+            b"SELECT '; LISTEN x",
             b"UNLISTEN *",
             b"\xff\xfe",
         ] {
