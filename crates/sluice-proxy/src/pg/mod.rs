@@ -14,7 +14,7 @@ pub(crate) mod password;
 pub(crate) mod pool;
 pub(crate) mod prepared;
 pub(crate) mod session;
-pub(crate) mod sql;
+pub mod sql;
 pub mod tls;
 pub mod upstream_tls;
 

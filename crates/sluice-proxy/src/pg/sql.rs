@@ -19,7 +19,7 @@
 
 /// A statement about session state.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum SessionSql {
+pub enum SessionSql {
     /// `DEALLOCATE [PREPARE] name`.
     Deallocate(Vec<u8>),
     /// `DEALLOCATE [PREPARE] ALL`.
@@ -32,7 +32,7 @@ pub(crate) enum SessionSql {
 
 /// What `query` (a Query or Parse body's text, without its NUL) is, if it
 /// is one of the statements above.
-pub(crate) fn classify(query: &[u8]) -> Option<SessionSql> {
+pub fn classify(query: &[u8]) -> Option<SessionSql> {
     if listens(query) {
         return Some(SessionSql::Listen);
     }
