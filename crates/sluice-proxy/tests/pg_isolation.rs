@@ -266,3 +266,61 @@ fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
         assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
     }
 }
+
+/// A COPY FROM STDIN by the extended protocol as libpq sends it (Parse,
+/// Bind, Execute, Sync, then the data, CopyDone and another Sync) gets one
+/// ReadyForQuery: the server ignores the Sync that arrives during the
+/// copy. The request still ends there, its slot and (under transaction
+/// pooling) its backend given back, so P such clients left idle hold
+/// nothing from anyone.
+#[test]
+fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query() {
+    let Some(server) = PgServer::start() else { return };
+    const P: usize = 2;
+    let mut setup = PgConn::connect(server.addr().parse().expect("a TCP address"), "postgres");
+    assert_eq!(
+        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
+        Ok(vec![])
+    );
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        // Were the copies' requests left open, the probe would be refused after this.
+        let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});
+        let mut copied: Vec<PgConn> = (0..P).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+        for conn in &mut copied {
+            send_messages(
+                conn,
+                &[
+                    (b'P', b"\0COPY copy_sink FROM STDIN\0\0\0"),
+                    (b'B', b"\0\0\0\0\0\0\0\0"),
+                    (b'E', b"\0\0\0\0\0"),
+                    (b'S', b""),
+                ],
+            );
+            assert_eq!(read_through(conn, b'G'), b"12G", "{pool:?}: CopyInResponse");
+            send_messages(conn, &[(b'd', b"1\tx\n"), (b'c', b""), (b'S', b"")]);
+            assert_eq!(
+                read_through(conn, b'Z'),
+                b"CZ",
+                "{pool:?}: one ReadyForQuery for both Syncs"
+            );
+        }
+        assert_eq!(
+            gate_settles(&proxy, (0, 0)),
+            (0, 0),
+            "{pool:?}: the copies' requests ended"
+        );
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(
+            probe.query("SELECT 1"),
+            Ok(vec!["1".to_string()]),
+            "{pool:?}: served beside them"
+        );
+        for conn in &mut copied {
+            assert_eq!(
+                conn.query("SELECT 2"),
+                Ok(vec!["2".to_string()]),
+                "{pool:?}: the copying client goes on"
+            );
+        }
+    }
+}

@@ -22,7 +22,9 @@
 //! ReadyForQuery with status 'I' that answers the last Sync, Query or
 //! FunctionCall sent. A transaction block therefore stays one request and
 //! is never held back midway, and pipelined extended-protocol batches end
-//! only when the server has answered all of them.
+//! only when the server has answered all of them. Syncs sent while the
+//! server is in copy-in mode (libpq sends one right after the Execute of a
+//! COPY FROM STDIN) are ignored by the server, so they are not counted.
 //!
 //! A refused request gets an ErrorResponse (severity ERROR, the refusal's
 //! SQLSTATE and message) and then ReadyForQuery 'I', as PostgreSQL answers a
@@ -152,6 +154,13 @@ struct State {
     /// the server answered all the client asked for before its Flush and
     /// waits for the client's next message (or its Sync).
     awaiting: u32,
+    /// The server is in copy-in mode (it sent CopyInResponse), until the
+    /// client's CopyDone or CopyFail.
+    copy_in: bool,
+    /// Syncs sent since the client's last Execute: if that Execute started
+    /// a copy-in, the server ignores them (libpq sends one right after the
+    /// Execute of a COPY FROM STDIN), and no ReadyForQuery answers them.
+    syncs_since_execute: u32,
     /// The proxy's own messages to the client, written at the next message
     /// boundary of the server's stream.
     outbox: BytesMut,
@@ -302,6 +311,8 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             syncs: 0,
             unsynced: false,
             awaiting: 0,
+            copy_in: false,
+            syncs_since_execute: 0,
             outbox: BytesMut::new(),
             statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
             idle_since: None,
@@ -686,15 +697,26 @@ fn count(state: &mut State, tag: u8) {
             state.syncs += 1;
             state.unsynced = false;
             state.awaiting = 0;
+            state.syncs_since_execute += 1;
         }
         b'Q' | b'F' => {
             state.syncs += 1;
             state.awaiting = 0;
+            state.syncs_since_execute = 0;
+        }
+        b'c' | b'f' if state.copy_in => {
+            // The copy-in ends here; the Syncs sent during it were ignored.
+            state.copy_in = false;
+            state.syncs -= state.syncs_since_execute.min(state.syncs);
+            state.syncs_since_execute = 0;
         }
         b'd' | b'c' | b'f' | b'p' | b'H' => {}
         _ => {
             state.unsynced = true;
             state.awaiting += 1;
+            if tag == b'E' {
+                state.syncs_since_execute = 0;
+            }
         }
     }
 }
@@ -1017,6 +1039,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             b'Z' if relay => released = self.ready(body.first().copied().unwrap_or(b'I')),
             b'C' => self.command_complete(body),
             b'K' => self.backend_key(body),
+            b'G' => self.shared.lock().copy_in = true,
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
                 if let Some(request) = self.shared.lock().request.as_mut() {
