@@ -321,6 +321,9 @@ fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query()
                 Ok(vec!["2".to_string()]),
                 "{pool:?}: the copying client goes on"
             );
+            // The ignored Sync left nothing owed: a Parse gets only its own answer.
+            send_messages(conn, &[(b'P', b"s1\0SELECT 1\0\0\0"), (b'S', b"")]);
+            assert_eq!(read_through(conn, b'Z'), b"1Z", "{pool:?}");
         }
     }
 }

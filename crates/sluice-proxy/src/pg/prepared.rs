@@ -422,6 +422,19 @@ impl Statements {
         true
     }
 
+    /// The last `n` Syncs sent were ignored by the server (they came
+    /// during a copy-in): no ReadyForQuery will answer them.
+    pub fn syncs_ignored(&mut self, mut n: u32) {
+        let mut at = self.replies.len();
+        while n > 0 && at > 0 {
+            at -= 1;
+            if self.replies[at] == Reply::Ready {
+                self.replies.remove(at);
+                n -= 1;
+            }
+        }
+    }
+
     /// Server → client: notes what a ParseComplete ('1'), CloseComplete
     /// ('3') or ReadyForQuery ('Z') answered on the backend whose
     /// statements are `made`; returns whether the client is to see it.

@@ -129,6 +129,11 @@ use crate::socket::{self, Stream};
 /// PG_MAX_AUTH_TOKEN_LENGTH (65,535) bytes, plus its tag and length.
 pub const MAX_LOGIN_MESSAGE_LEN: usize = 65_535 + 5;
 
+/// The most reserved at once for the rest of a client's message, so that a
+/// client declaring a long message and sending little of it (or many such
+/// clients) cannot make the proxy ask for gigabytes it may not get.
+const MAX_RESERVE: usize = 1 << 20;
+
 /// Where the idle timer stands, never polled, while no request waits on
 /// its client.
 const UNARMED: Duration = Duration::from_secs(24 * 60 * 60);
@@ -545,7 +550,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
                 }
                 Ok(Some(header)) if header.len <= buf.len() - pos => header,
                 Ok(Some(header)) => {
-                    buf.reserve(header.len - (buf.len() - pos));
+                    // The declared length is the client's word: memory follows
+                    // the bytes that arrive, at most MAX_RESERVE ahead of them.
+                    buf.reserve((header.len - (buf.len() - pos)).min(MAX_RESERVE));
                     break None;
                 }
                 Ok(None) => break None,
@@ -708,6 +715,7 @@ fn count(state: &mut State, tag: u8) {
             // The copy-in ends here; the Syncs sent during it were ignored.
             state.copy_in = false;
             state.syncs -= state.syncs_since_execute.min(state.syncs);
+            state.statements.syncs_ignored(state.syncs_since_execute);
             state.syncs_since_execute = 0;
         }
         b'd' | b'c' | b'f' | b'p' | b'H' => {}
