@@ -241,8 +241,7 @@ impl Statements {
         // the server's to refuse, so there is nothing to scan for.
         let text = body.strip_suffix(b"\0").unwrap_or(body);
         // A simple Query drops the unnamed statement.
-        self.unnamed = None;
-        made.lock().unnamed = None;
+        self.forget_unnamed(made);
         let rewritten = self.session_sql(text, made, out, true);
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
@@ -293,14 +292,15 @@ impl Statements {
                 let text = self.session_sql(text, made, out, false)?;
                 Some([&text[..], b"\0", types].concat())
             });
-            let sent = Bytes::from(rewritten.clone().unwrap_or_else(|| rest.to_vec()));
-            if rewritten.is_some() {
+            let is_rewritten = rewritten.is_some();
+            let sent = Bytes::from(rewritten.unwrap_or_else(|| rest.to_vec()));
+            if is_rewritten {
                 frame::write_message_parts(out, b'P', &[b"\0", &sent]);
             }
             made.lock().unnamed = Some(sent.clone());
             self.unnamed = Some(sent);
             self.replies.push_back(Reply::Unnamed { relay: true });
-            return rewritten.is_some();
+            return is_rewritten;
         }
         if let Some(held) = self.named.get(name) {
             // PostgreSQL refuses to redefine a name (42P05): the second of
@@ -408,8 +408,7 @@ impl Statements {
     fn close(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         self.replies.push_back(Reply::Relay);
         if body == b"S\0" {
-            self.unnamed = None;
-            made.lock().unnamed = None;
+            self.forget_unnamed(made);
             return false;
         }
         let Some(name) = statement_named(body) else {
@@ -420,6 +419,12 @@ impl Statements {
         }
         write_close(NO_STATEMENT, out);
         true
+    }
+
+    /// The client's unnamed statement is gone, and so the backend's.
+    fn forget_unnamed(&mut self, made: &Made) {
+        self.unnamed = None;
+        made.lock().unnamed = None;
     }
 
     /// The last `n` Syncs sent were ignored by the server (they came

@@ -980,8 +980,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                     released |= seen.released;
                     if seen.relay {
                         answered.note(header.tag);
-                    }
-                    if !seen.relay {
+                    } else {
                         self.client.write_all(&buf[from..pos]).await?;
                         from = pos + header.len;
                     }
