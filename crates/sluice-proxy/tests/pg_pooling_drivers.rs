@@ -4,13 +4,15 @@
 //! in random order; SQL that drops statements from one client while
 //! another keeps using the same statements on the same backends; the
 //! unnamed statement parsed in one request and bound in the next (libpq's
-//! `PQprepare` with an empty name, pgx's describe-exec mode); and LISTEN,
-//! refused with an error that names session pooling.
+//! `PQprepare` with an empty name, pgx's describe-exec mode), also around
+//! errors; and LISTEN, refused with an error that names session pooling.
 
 mod support;
 
+use bytes::BytesMut;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig};
 use support::pgwire::{close_statement, execute, prepare, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
@@ -258,4 +260,55 @@ fn the_unnamed_statement_follows_its_client_across_requests() {
     assert!(matches!(clients[0].finish().0, Err(QueryError::Server { .. })));
     clients[1].send(&execute(""));
     assert_eq!(clients[1].finish().0, Ok(vec!["client 1".to_string()]));
+}
+
+/// The unnamed statement around errors, as PostgreSQL keeps it: a Parse
+/// that fails drops the one before (a Bind then fails with 26000); a Parse
+/// or Close skipped after an earlier error in its batch leaves the one
+/// before in place. The same steps run on PostgreSQL directly and through
+/// the proxy, on the one backend P = 1 leaves, and answer alike.
+#[test]
+fn the_unnamed_statement_around_errors_is_as_postgresql_keeps_it() {
+    let Some(server) = PgServer::start() else { return };
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    config.threads = 1;
+    let proxy = ProxyHandle::start_with(config, gate(1, 10_000, 30_000));
+    let direct: std::net::SocketAddr = server.addr().parse().expect("the server's address");
+    let steps = |conn: &mut PgConn| -> Vec<Result<Vec<String>, QueryError>> {
+        // An error, then the batch's rest: a Bind of a statement nobody has.
+        let after_error = |rest: &[(u8, &str)]| {
+            let mut out = BytesMut::new();
+            frame::write_message(&mut out, b'B', b"\0nope\0\0\0\0\0\0\0");
+            for (tag, body) in rest {
+                frame::write_message(&mut out, *tag, body.as_bytes());
+            }
+            frame::write_message(&mut out, b'S', b"");
+            out
+        };
+        let batches = [
+            prepare("", "SELECT 'a'"),
+            prepare("", "SELEC 'b'"),
+            execute(""),
+            prepare("", "SELECT 'a'"),
+            after_error(&[(b'P', "\0SELECT 'b'\0\0\0")]),
+            execute(""),
+            after_error(&[(b'C', "S\0")]),
+            execute(""),
+        ];
+        batches
+            .iter()
+            .map(|batch| {
+                conn.send(batch);
+                conn.finish().0
+            })
+            .collect()
+    };
+    let expected = steps(&mut PgConn::connect(direct, "postgres"));
+    assert!(
+        matches!(&expected[2], Err(QueryError::Server { sqlstate, .. }) if sqlstate == "26000"),
+        "{expected:?}"
+    );
+    assert_eq!(expected[5], Ok(vec!["a".to_string()]));
+    assert_eq!(steps(&mut PgConn::connect(proxy.addr, "postgres")), expected);
 }

@@ -50,6 +50,12 @@
 //!   backend holding another is preceded by the client's Parse (its answer
 //!   dropped), or by a Close of the unnamed statement when the client has
 //!   none, so that the Bind fails as it would have on a server of its own.
+//!   Around errors the client's record follows PostgreSQL's: a failed
+//!   unnamed Parse leaves none (the server drops the old one before it
+//!   parses), a Parse or Close skipped after an earlier error in its batch
+//!   leaves the one before. The proxy tells the two apart by position: the
+//!   server ends its answer to each message with one message of its own,
+//!   so an ErrorResponse answers the message after those answered.
 //!
 //! Departures, as PgBouncer's: statements made with SQL PREPARE are the
 //! backend's, not the client's, and do not follow it; errors about a
@@ -60,6 +66,7 @@
 //! statement's Parse twice under its server name.
 
 use std::collections::{HashMap, VecDeque};
+use std::mem;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::{Bytes, BytesMut};
@@ -188,10 +195,21 @@ enum Reply {
     Ready,
     /// A Sync the proxy added: its ReadyForQuery is dropped.
     Synced,
-    /// A Parse of the unnamed statement, the client's own (`relay`) or made
-    /// again before its use; without an answer the backend's unnamed
-    /// statement is unknown.
-    Unnamed { relay: bool },
+    /// The client's Parse of the unnamed statement, the `at`-th message of
+    /// its batch that the server answers, sent when the client's unnamed
+    /// statement was `previous` and changing it to the `change`-th.
+    /// Without an answer the backend's unnamed statement is unknown.
+    Unnamed {
+        at: u32,
+        previous: Option<Bytes>,
+        change: u32,
+    },
+    /// The client's unnamed statement made again before its use: the
+    /// answer is dropped, and without one the backend's is unknown.
+    UnnamedRemade,
+    /// The client's Close of its unnamed statement, which was `previous`,
+    /// as the `change`-th change.
+    UnnamedClosed { previous: Option<Bytes>, change: u32 },
 }
 
 /// One client's prepared statements, and the answers owed for the Parse and
@@ -201,7 +219,17 @@ pub(crate) struct Statements {
     named: HashMap<Bytes, Statement>,
     /// The body of the client's unnamed statement, as last sent.
     unnamed: Option<Bytes>,
+    /// How many times the client's Parse, Close or Query changed
+    /// `unnamed`: an error can restore an earlier one only if no later
+    /// message changed it since.
+    unnamed_changes: u32,
     replies: VecDeque<Reply>,
+    /// Messages sent in the batch being sent that the server answers each
+    /// with one message of its own (see [`Statements::failed`]).
+    sent: u32,
+    /// Where in the batch being answered an ErrorResponse came, counted as
+    /// `sent` is: the message there failed, those after it were skipped.
+    failed_at: Option<u32>,
     /// Statements a backend may keep (`max_prepared_statements`).
     limit: usize,
 }
@@ -220,18 +248,40 @@ impl Statements {
     /// returns true; false when it goes as it is. Bodies too short to name
     /// a statement go as they are, for the server to reject.
     pub fn rewrite(&mut self, tag: u8, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
-        match tag {
+        let rewritten = match tag {
             b'P' => self.parse(body, made, out),
             b'B' => self.bind(body, made, out),
             b'D' => self.describe(body, made, out),
             b'C' => self.close(body, made, out),
             b'Q' => self.query(body, made, out),
             b'S' | b'F' => {
-                self.replies.push_back(Reply::Ready);
+                self.expect(Reply::Ready);
                 false
             }
             _ => false,
+        };
+        // Parses and Closes are counted where their replies are expected.
+        if matches!(tag, b'B' | b'D' | b'E') {
+            self.sent += 1;
         }
+        rewritten
+    }
+
+    /// Notes the reply owed for a Parse, Close, Sync, Query or
+    /// FunctionCall about to be sent.
+    fn expect(&mut self, reply: Reply) {
+        match reply {
+            Reply::Ready | Reply::Synced => self.sent = 0,
+            _ => self.sent += 1,
+        }
+        self.replies.push_back(reply);
+    }
+
+    /// Sets the client's unnamed statement; returns the one it replaces.
+    fn set_unnamed(&mut self, made: &Made, body: Option<Bytes>) -> Option<Bytes> {
+        self.unnamed_changes = self.unnamed_changes.wrapping_add(1);
+        made.lock().unnamed = body.clone();
+        mem::replace(&mut self.unnamed, body)
     }
 
     /// A simple Query: SQL about session state is mapped to the client's
@@ -241,12 +291,12 @@ impl Statements {
         // the server's to refuse, so there is nothing to scan for.
         let text = body.strip_suffix(b"\0").unwrap_or(body);
         // A simple Query drops the unnamed statement.
-        self.forget_unnamed(made);
+        self.set_unnamed(made, None);
         let rewritten = self.session_sql(text, made, out, true);
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
         }
-        self.replies.push_back(Reply::Ready);
+        self.expect(Reply::Ready);
         rewritten.is_some()
     }
 
@@ -265,7 +315,7 @@ impl Statements {
                     self.make_if_missing(&held, made, out);
                     if own_sync {
                         frame::write_message(out, b'S', b"");
-                        self.replies.push_back(Reply::Synced);
+                        self.expect(Reply::Synced);
                     }
                 }
                 self.named.remove(&name[..]);
@@ -297,9 +347,10 @@ impl Statements {
             if is_rewritten {
                 frame::write_message_parts(out, b'P', &[b"\0", &sent]);
             }
-            made.lock().unnamed = Some(sent.clone());
-            self.unnamed = Some(sent);
-            self.replies.push_back(Reply::Unnamed { relay: true });
+            let at = self.sent;
+            let previous = self.set_unnamed(made, Some(sent));
+            let change = self.unnamed_changes;
+            self.expect(Reply::Unnamed { at, previous, change });
             return is_rewritten;
         }
         if let Some(held) = self.named.get(name) {
@@ -309,8 +360,8 @@ impl Statements {
             // dropped.
             held.write_parse(out);
             held.write_parse(out);
-            self.replies.push_back(Reply::Drop);
-            self.replies.push_back(Reply::Relay);
+            self.expect(Reply::Drop);
+            self.expect(Reply::Relay);
             return true;
         }
         let statement = match split_cstr(rest) {
@@ -321,8 +372,8 @@ impl Statements {
             _ => Statement::new(rest),
         };
         statement.write_make(out);
-        self.replies.push_back(Reply::Drop);
-        self.replies.push_back(Reply::Parsed {
+        self.expect(Reply::Drop);
+        self.expect(Reply::Parsed {
             client: Bytes::copy_from_slice(name),
             server: statement.server.clone(),
         });
@@ -369,8 +420,8 @@ impl Statements {
             return;
         }
         held.write_make(out);
-        self.replies.push_back(Reply::Drop);
-        self.replies.push_back(Reply::Remade {
+        self.expect(Reply::Drop);
+        self.expect(Reply::Remade {
             server: held.server.clone(),
         });
         self.close_victims(made.add(held, self.limit), out);
@@ -379,7 +430,7 @@ impl Statements {
     fn close_victims(&mut self, victims: Vec<Bytes>, out: &mut BytesMut) {
         for victim in victims {
             write_close(&victim, out);
-            self.replies.push_back(Reply::Drop);
+            self.expect(Reply::Drop);
         }
     }
 
@@ -392,13 +443,15 @@ impl Statements {
             Some(own) if uses.unnamed.as_ref() == Some(own) => return false,
             Some(own) => {
                 frame::write_message_parts(out, b'P', &[b"\0", own]);
-                self.replies.push_back(Reply::Unnamed { relay: false });
                 uses.unnamed = Some(own.clone());
+                drop(uses);
+                self.expect(Reply::UnnamedRemade);
             }
             None => {
                 write_close(b"", out);
-                self.replies.push_back(Reply::Drop);
                 uses.unnamed = None;
+                drop(uses);
+                self.expect(Reply::Drop);
             }
         }
         frame::write_message(out, tag, body);
@@ -406,11 +459,13 @@ impl Statements {
     }
 
     fn close(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
-        self.replies.push_back(Reply::Relay);
         if body == b"S\0" {
-            self.forget_unnamed(made);
+            let previous = self.set_unnamed(made, None);
+            let change = self.unnamed_changes;
+            self.expect(Reply::UnnamedClosed { previous, change });
             return false;
         }
+        self.expect(Reply::Relay);
         let Some(name) = statement_named(body) else {
             return false;
         };
@@ -419,12 +474,6 @@ impl Statements {
         }
         write_close(NO_STATEMENT, out);
         true
-    }
-
-    /// The client's unnamed statement is gone, and so the backend's.
-    fn forget_unnamed(&mut self, made: &Made) {
-        self.unnamed = None;
-        made.lock().unnamed = None;
     }
 
     /// The last `n` Syncs sent were ignored by the server (they came
@@ -440,19 +489,30 @@ impl Statements {
         }
     }
 
+    /// An ErrorResponse came after `answered` messages of its batch were
+    /// answered, each by its last message (ParseComplete, BindComplete,
+    /// CloseComplete, RowDescription or NoData after a Describe, or
+    /// CommandComplete, PortalSuspended or EmptyQueryResponse after an
+    /// Execute): the message after them failed, and the server skips the
+    /// rest up to the Sync.
+    pub fn failed(&mut self, answered: u32) {
+        self.failed_at.get_or_insert(answered);
+    }
+
     /// Server → client: notes what a ParseComplete ('1'), CloseComplete
     /// ('3') or ReadyForQuery ('Z') answered on the backend whose
     /// statements are `made`; returns whether the client is to see it.
     pub fn reply(&mut self, tag: u8, made: &Made) -> bool {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
-                Some(Reply::Drop | Reply::Remade { .. } | Reply::Unnamed { relay: false }) => false,
+                Some(Reply::Drop | Reply::Remade { .. } | Reply::UnnamedRemade) => false,
                 Some(end @ (Reply::Ready | Reply::Synced)) => {
                     // A reply no message asked for: keep the batch's end.
                     self.replies.push_front(end);
                     true
                 }
-                Some(Reply::Relay | Reply::Parsed { .. } | Reply::Unnamed { relay: true }) | None => true,
+                Some(Reply::Relay | Reply::Parsed { .. } | Reply::Unnamed { .. } | Reply::UnnamedClosed { .. })
+                | None => true,
             },
             b'Z' => self.end_batch(made),
             _ => true,
@@ -460,13 +520,22 @@ impl Statements {
     }
 
     /// A ReadyForQuery: the Parses of its batch still unanswered failed or
-    /// were skipped after an error; their statements exist nowhere.
+    /// were skipped after an error; their statements exist nowhere. Of
+    /// the client's unnamed statement, the first unnamed Parse or Close
+    /// left unanswered decides: PostgreSQL drops the unnamed statement
+    /// before it parses a new one, so after a failed Parse there is none,
+    /// and after a skipped Parse or Close the one before stays.
     /// Returns whether the client is to see it.
     fn end_batch(&mut self, made: &Made) -> bool {
-        while let Some(reply) = self.replies.pop_front() {
+        let failed_at = self.failed_at.take();
+        let mut unanswered = Unanswered::default();
+        let seen = loop {
+            let Some(reply) = self.replies.pop_front() else {
+                break true;
+            };
             match reply {
-                Reply::Ready => return true,
-                Reply::Synced => return false,
+                Reply::Ready => break true,
+                Reply::Synced => break false,
                 Reply::Parsed { client, server } => {
                     made.forget(&server);
                     if self.named.get(&client).is_some_and(|held| held.server == server) {
@@ -474,11 +543,39 @@ impl Statements {
                     }
                 }
                 Reply::Remade { server } => made.forget(&server),
-                Reply::Unnamed { .. } => made.lock().unnamed = None,
+                Reply::UnnamedRemade => made.lock().unnamed = None,
+                Reply::Unnamed { at, previous, change } => {
+                    made.lock().unnamed = None;
+                    unanswered.note(if failed_at == Some(at) { None } else { previous }, change);
+                }
+                Reply::UnnamedClosed { previous, change } => {
+                    made.lock().unnamed = None;
+                    unanswered.note(previous, change);
+                }
                 Reply::Relay | Reply::Drop => {}
             }
+        };
+        // Unless a message after the batch changed it since.
+        if let Some((kept, last)) = unanswered.0 {
+            if last == self.unnamed_changes {
+                self.unnamed = kept;
+            }
         }
-        true
+        seen
+    }
+}
+
+/// The unnamed Parses and Closes of a batch left unanswered: the client's
+/// unnamed statement after the first, and the last one's change.
+#[derive(Default)]
+struct Unanswered(Option<(Option<Bytes>, u32)>);
+
+impl Unanswered {
+    fn note(&mut self, kept: Option<Bytes>, change: u32) {
+        match &mut self.0 {
+            Some((_, last)) => *last = change,
+            None => self.0 = Some((kept, change)),
+        }
     }
 }
 

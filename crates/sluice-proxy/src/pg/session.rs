@@ -353,6 +353,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         idle: None,
         parked: false,
         flushed: false,
+        batch_answered: 0,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -844,6 +845,10 @@ struct ToClient<'a, W> {
     /// idle-in-transaction timeout does not run there, so neither does the
     /// proxy's.
     flushed: bool,
+    /// Messages answered since the backend's last ReadyForQuery, the
+    /// proxy's own included: under transaction pooling an ErrorResponse
+    /// tells the prepared statements which message failed.
+    batch_answered: u32,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1039,6 +1044,11 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
         self.last_tag = tag;
         let relay = self.statement_reply(tag);
+        match tag {
+            b'Z' => self.batch_answered = 0,
+            tag if completes_extended(tag) => self.batch_answered += 1,
+            _ => {}
+        }
         let mut released = false;
         match tag {
             // A ReadyForQuery the client does not see answers the proxy's
@@ -1049,8 +1059,12 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             b'G' => self.shared.lock().copy_in = true,
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
-                if let Some(request) = self.shared.lock().request.as_mut() {
+                let mut state = self.shared.lock();
+                if let Some(request) = state.request.as_mut() {
                     request.error = true;
+                }
+                if self.shared.pooling.is_some() {
+                    state.statements.failed(self.batch_answered);
                 }
             }
             _ => {}

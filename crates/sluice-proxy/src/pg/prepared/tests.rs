@@ -54,7 +54,23 @@ impl Client {
 
     /// The server's answers: which the client sees.
     fn replies(&mut self, tags: &[u8]) -> Vec<bool> {
-        tags.iter().map(|&tag| self.statements.reply(tag, &self.made)).collect()
+        let mut answered = 0;
+        tags.iter()
+            .map(|&tag| match tag {
+                b'E' => {
+                    self.statements.failed(answered);
+                    true
+                }
+                b'Z' => {
+                    answered = 0;
+                    self.statements.reply(tag, &self.made)
+                }
+                tag => {
+                    answered += 1;
+                    self.statements.reply(tag, &self.made)
+                }
+            })
+            .collect()
     }
 
     fn server_name(&self, client: &str) -> Vec<u8> {
@@ -309,18 +325,96 @@ fn a_client_without_an_unnamed_statement_cannot_bind_anothers() {
     assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
 }
 
-#[test]
-fn an_unnamed_parse_left_unanswered_leaves_the_backends_statement_unknown() {
-    let backend = Made::default();
+/// A client that parsed `SELECT 'a'` as its unnamed statement, answered.
+fn with_unnamed_a(backend: &Made) -> Statements {
     let mut a = Statements::new(200);
-    send_on(&mut a, &backend, b'P', &parse_body("", "SELECT 'a'"));
-    send_on(&mut a, &backend, b'S', b"");
-    // An error earlier in the batch skipped the Parse: no ParseComplete.
+    send_on(&mut a, backend, b'P', &parse_body("", "SELECT 'a'"));
+    send_on(&mut a, backend, b'S', b"");
+    assert!(a.reply(b'1', backend) && a.reply(b'Z', backend));
+    a
+}
+
+/// What a Bind of the unnamed statement sends after `batch` (each message
+/// sent, then the server's ErrorResponse after `answered` answers, then
+/// its ReadyForQuery).
+fn bind_after_error(batch: &[(u8, Vec<u8>)], answered: u32) -> Vec<(u8, Vec<u8>)> {
+    let backend = Made::default();
+    let mut a = with_unnamed_a(&backend);
+    for (tag, body) in batch {
+        send_on(&mut a, &backend, *tag, body);
+    }
+    a.failed(answered);
     assert!(a.reply(b'Z', &backend));
+    send_on(&mut a, &backend, b'B', &bind_body(""))
+}
+
+#[test]
+fn an_unnamed_parse_that_failed_leaves_no_unnamed_statement() {
+    let failing = [(b'P', parse_body("", "SELEC 'b'")), (b'S', vec![])];
     assert_eq!(
-        tags(&send_on(&mut a, &backend, b'B', &bind_body(""))),
-        b"PB",
-        "made again"
+        tags(&bind_after_error(&failing, 0)),
+        b"CB",
+        "PostgreSQL dropped 'a' before the Parse failed: the Bind is refused"
+    );
+}
+
+#[test]
+fn an_unnamed_parse_or_close_skipped_after_an_error_keeps_the_one_before() {
+    let a_again = vec![(b'P', parse_body("", "SELECT 'a'")), (b'B', bind_body(""))];
+    let bind = (b'B', bind_body("nope"));
+    let skipped_parse = [bind.clone(), (b'P', parse_body("", "SELECT 'b'")), (b'S', vec![])];
+    assert_eq!(
+        bind_after_error(&skipped_parse, 0),
+        a_again,
+        "the Bind failed, not the Parse"
+    );
+    let two_skipped = [
+        bind.clone(),
+        (b'P', parse_body("", "SELECT 'b'")),
+        (b'P', parse_body("", "SELECT 'c'")),
+        (b'S', vec![]),
+    ];
+    assert_eq!(bind_after_error(&two_skipped, 0), a_again);
+    let skipped_close = [bind.clone(), (b'C', b"S\0".to_vec()), (b'S', vec![])];
+    assert_eq!(bind_after_error(&skipped_close, 0), a_again);
+    // After an answered Close, the failed Parse's position is its own.
+    let closed_then_failed = [
+        (b'C', b"S\0".to_vec()),
+        (b'P', parse_body("", "SELEC 'b'")),
+        (b'S', vec![]),
+    ];
+    let backend = Made::default();
+    let mut a = with_unnamed_a(&backend);
+    for (tag, body) in &closed_then_failed {
+        send_on(&mut a, &backend, *tag, body);
+    }
+    assert!(a.reply(b'3', &backend), "the client's own CloseComplete");
+    a.failed(1);
+    assert!(a.reply(b'Z', &backend));
+    assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
+}
+
+#[test]
+fn a_skipped_parse_does_not_undo_a_later_batchs() {
+    let backend = Made::default();
+    let mut a = with_unnamed_a(&backend);
+    // Pipelined: a batch whose Parse is skipped, then one that parses 'c'.
+    for (tag, body) in [
+        (b'B', bind_body("nope")),
+        (b'P', parse_body("", "SELECT 'b'")),
+        (b'S', vec![]),
+        (b'P', parse_body("", "SELECT 'c'")),
+        (b'S', vec![]),
+    ] {
+        send_on(&mut a, &backend, tag, &body);
+    }
+    a.failed(0);
+    assert!(a.reply(b'Z', &backend));
+    assert!(a.reply(b'1', &backend) && a.reply(b'Z', &backend));
+    assert_eq!(
+        send_on(&mut a, &backend, b'B', &bind_body("")),
+        vec![(b'P', parse_body("", "SELECT 'c'")), (b'B', bind_body(""))],
+        "'c' is the client's; the backend's became unknown at the error"
     );
 }
 
@@ -328,7 +422,7 @@ proptest! {
     #[test]
     fn any_bytes_from_a_client_or_server_keep_the_limit_and_never_panic(
         sent in proptest::collection::vec((prop::sample::select(b"PBDCSQFE".to_vec()), proptest::collection::vec(any::<u8>(), 0..24)), 0..16),
-        replies in proptest::collection::vec(prop::sample::select(b"13ZT".to_vec()), 0..24),
+        replies in proptest::collection::vec(prop::sample::select(b"13ZTE".to_vec()), 0..24),
         limit in 1usize..4,
     ) {
         let mut c = Client::new(limit);
