@@ -67,6 +67,9 @@ pub enum Refusal {
     QueueFull { tenant: Arc<str>, limit: usize },
     #[error("sluice: request of tenant `{tenant}` waited {waited:?} for admission and timed out")]
     Timeout { tenant: Arc<str>, waited: Duration },
+    /// The client cancelled the request while it waited.
+    #[error("canceling statement due to user request (sluice: it waited {waited:?} for admission)")]
+    Cancelled { waited: Duration },
 }
 
 impl Refusal {
@@ -75,8 +78,8 @@ impl Refusal {
         match self {
             // too_many_connections: the nearest class for "too much load".
             Refusal::QueueFull { .. } => "53300",
-            // query_canceled, as statement_timeout reports it.
-            Refusal::Timeout { .. } => "57014",
+            // query_canceled, as statement_timeout and a cancel report it.
+            Refusal::Timeout { .. } | Refusal::Cancelled { .. } => "57014",
         }
     }
 }

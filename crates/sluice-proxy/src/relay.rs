@@ -15,6 +15,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Notify};
@@ -162,31 +163,40 @@ pub(crate) async fn send<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) ->
 
 /// Asks the gate to let `who`'s request in. When it cannot at once, the
 /// `unsent` bytes (earlier requests of this client that already hold slots)
-/// are written first: the waiting request may need their slots back.
+/// are written first: the waiting request may need their slots back; and
+/// the wait ends early, as [`Refusal::Cancelled`], once `cancelled`
+/// resolves (a client's cancel).
 /// Returns the gate's answer, the outcome, and whether `unsent` was written.
 pub(crate) async fn admit<W: AsyncWrite + Unpin>(
     gate: &Gate,
     who: &Tenancy,
     upstream: &mut W,
     unsent: &[u8],
+    cancelled: impl Future<Output = ()>,
 ) -> io::Result<(Result<(Slot, Outcome), Refusal>, bool)> {
     let mut admission = pin!(gate.admit(&who.tenant));
     let ready = std::future::poll_fn(|cx| Poll::Ready(admission.as_mut().poll(cx))).await;
     let (answer, flushed) = match ready {
         Poll::Ready(answer) => (answer, false),
         Poll::Pending => {
+            let waiting = Instant::now();
             send(upstream, unsent).await?;
-            (admission.await, true)
+            let answer = tokio::select! {
+                biased;
+                answer = admission => answer,
+                () = cancelled => Err(Refusal::Cancelled { waited: waiting.elapsed() }),
+            };
+            (answer, true)
         }
     };
     Ok((admitted(who, answer), flushed))
 }
 
 /// The gate's answer for `who`'s request: with an outcome to count when it
-/// was let in, counted as refused when not.
+/// was let in, counted as refused when the gate refused it.
 pub(crate) fn admitted(who: &Tenancy, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
     let answer = answer.map(|slot| (slot, Outcome::of(who)));
-    if answer.is_err() {
+    if matches!(answer, Err(Refusal::QueueFull { .. } | Refusal::Timeout { .. })) {
         who.stats.record_refused();
     }
     answer

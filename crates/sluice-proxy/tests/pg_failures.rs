@@ -1,8 +1,9 @@
 //! Failures around the proxy in front of a real PostgreSQL 15: the server
 //! killed under its clients (every client inside
 //! a request is told with 08006) and started again,
-//! and clients that vanish at any point of a request. Either way every
-//! slot comes back to the gate and the proxy goes on serving.
+//! clients that vanish at any point of a request, and a client that cancels
+//! a request still waiting at the gate. Either way every slot comes back
+//! to the gate and the proxy goes on serving.
 
 mod support;
 
@@ -217,6 +218,49 @@ fn clients_that_vanish_at_random_points_give_back_every_slot() {
                 Ok(vec!["1".to_string()]),
                 "round {round}: a client that stayed is served"
             );
+        }
+    }
+}
+
+/// A cancel of a request still waiting at the gate ends its wait with
+/// PostgreSQL's answer to a cancelled query (57014), by the simple and the
+/// extended protocol, in both pooling modes; the request never runs, the
+/// one holding the slot runs on, and the client is served after.
+#[test]
+fn a_cancel_stops_a_request_waiting_at_the_gate() {
+    let Some(server) = PgServer::start() else { return };
+    let mut extended = BytesMut::new();
+    frame::write_message(&mut extended, b'P', b"\0SELECT 'ran'\0\0\0");
+    frame::write_message(&mut extended, b'B', b"\0\0\0\0\0\0\0\0");
+    frame::write_message(&mut extended, b'E', b"\0\0\0\0\0");
+    frame::write_message(&mut extended, b'S', b"");
+    let mut simple = BytesMut::new();
+    frame::write_message(&mut simple, b'Q', b"SELECT 'ran'\0");
+    for pooled in [false, true] {
+        let config = gate(1, 64, 30_000);
+        let proxy = if pooled {
+            pooled_proxy(&server, config)
+        } else {
+            session_proxy(&server, config)
+        };
+        for request in [&simple, &extended] {
+            let mut holder = PgConn::connect(proxy.addr, "postgres");
+            holder.send_query("SELECT pg_sleep(30)");
+            assert_eq!(gate_settles(&proxy, 1, 0), (1, 0), "the holder is inside");
+            let mut waiter = PgConn::connect(proxy.addr, "postgres");
+            waiter.send(request);
+            assert_eq!(gate_settles(&proxy, 1, 1), (1, 1), "the waiter waits");
+            let cancel = |conn: &PgConn| PgConn::raw(proxy.addr).send(&conn.key.expect("a key").cancel_request());
+            cancel(&waiter);
+            let (answer, status) = waiter.finish();
+            let Err(QueryError::Server { sqlstate, message }) = answer else {
+                panic!("pooled {pooled}: the waiting request was not cancelled: {answer:?}")
+            };
+            assert_eq!((sqlstate.as_str(), status), ("57014", b'I'), "{message}");
+            assert_eq!(gate_settles(&proxy, 1, 0), (1, 0), "the holder runs on");
+            cancel(&holder);
+            assert!(matches!(holder.finish().0, Err(QueryError::Server { sqlstate, .. }) if sqlstate == "57014"));
+            assert_eq!(waiter.query("SELECT 'after'"), Ok(vec!["after".to_string()]));
         }
     }
 }

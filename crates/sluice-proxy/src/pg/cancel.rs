@@ -5,6 +5,10 @@
 //! The registry maps every live session's key to its upstream address, and
 //! a cancel is forwarded only for a key the proxy handed out, so the proxy
 //! cannot be used to spray cancels at the server.
+//!
+//! A request still waiting at the gate has reached no backend, so a cancel
+//! stops its wait instead: the client gets PostgreSQL's answer to a
+//! cancelled query (57014), and the request never runs.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::io;
@@ -68,14 +72,18 @@ impl CancelRegistry {
         }
     }
 
-    /// Sends a CancelRequest to the backend the session holding `key` uses
-    /// now, on a fresh connection. Returns false for an unknown key, which
-    /// PostgreSQL would also ignore without an answer, and when the
-    /// session has no backend (no request in flight under transaction
-    /// pooling): there is nothing to cancel.
+    /// Stops the request of the session holding `key` if it waits at the
+    /// gate, and sends a CancelRequest to the backend the session uses now,
+    /// on a fresh connection. Returns whether a CancelRequest was sent:
+    /// not for an unknown key, which PostgreSQL would also ignore without
+    /// an answer, nor when the session has no backend (under transaction
+    /// pooling, no request in flight, or one still waiting at the gate).
     pub async fn forward(&self, key: BackendKey) -> io::Result<bool> {
-        let link = self.lock().get(&key).cloned();
-        let Some((backend_key, upstream)) = link.and_then(|link| link.get()).and_then(|b| b.cancel_target()) else {
+        let Some(link) = self.lock().get(&key).cloned() else {
+            return Ok(false);
+        };
+        link.cancel_waiting();
+        let Some((backend_key, upstream)) = link.get().and_then(|b| b.cancel_target()) else {
             return Ok(false);
         };
         let mut stream = socket::connect_peer(&upstream).await?;

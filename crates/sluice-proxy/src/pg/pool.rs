@@ -64,6 +64,8 @@ use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 use tokio::io::AsyncWrite;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 use tokio_util::either::Either;
 
 use super::auth_file::{self, AuthFileError, Secret};
@@ -172,13 +174,31 @@ impl Backend {
 
 /// The backend a session uses now: its own for the whole session, or under
 /// transaction pooling the one leased for the request in flight. Cancels
-/// are forwarded to whatever backend it holds at the time.
+/// are forwarded to whatever backend it holds at the time, and reach the
+/// session's request while it waits at the gate, which no backend knows of.
 #[derive(Default)]
-pub(crate) struct Link(Mutex<Option<Arc<Backend>>>);
+pub(crate) struct Link {
+    backend: Mutex<Option<Arc<Backend>>>,
+    /// Wakes the request waiting at the gate, if one waits.
+    gate_wait: Notify,
+}
 
 impl Link {
     fn lock(&self) -> MutexGuard<'_, Option<Arc<Backend>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.backend.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves once a cancel comes after this call. Made before the
+    /// request starts waiting at the gate, so that no cancel is missed
+    /// while it waits; a cancel that came before is not kept, as
+    /// PostgreSQL does not keep one that reaches an idle backend.
+    pub fn cancelled(&self) -> Notified<'_> {
+        self.gate_wait.notified()
+    }
+
+    /// A cancel came: the request waiting at the gate, if any, stops.
+    pub fn cancel_waiting(&self) {
+        self.gate_wait.notify_waiters();
     }
 
     pub fn get(&self) -> Option<Arc<Backend>> {

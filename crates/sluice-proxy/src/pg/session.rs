@@ -637,7 +637,15 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         if self.shared.flags.draining() {
             return Ok(Action::Stop(ClientEnd::Shutdown));
         }
-        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, pending.bytes(buf)).await?;
+        let cancelled = self.shared.link.cancelled();
+        let (answer, flushed) = admit(
+            &self.ctx.gate,
+            &self.who,
+            &mut self.upstream,
+            pending.bytes(buf),
+            cancelled,
+        )
+        .await?;
         if flushed {
             pending.clear();
         }

@@ -499,7 +499,15 @@ impl ToUpstream<'_> {
         if let Some(slot) = self.join() {
             return Ok(Ok((slot, Outcome::of(&self.who))));
         }
-        let (answer, flushed) = admit(&self.ctx.gate, &self.who, &mut self.upstream, unsent_bytes).await?;
+        let (answer, flushed) = admit(
+            &self.ctx.gate,
+            &self.who,
+            &mut self.upstream,
+            unsent_bytes,
+            // RESP has no cancel.
+            std::future::pending(),
+        )
+        .await?;
         if flushed {
             *unsent = unsent.end..unsent.end;
         }
