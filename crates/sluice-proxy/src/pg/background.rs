@@ -52,7 +52,9 @@
 //! changes no setting and steers no vacuum, and says so at start and in
 //! `/stats`. The interval that issues one waits for it to finish.
 //!
-//! Limits, as built today: the background writer is not steered; the connection is plain
+//! Limits, as built today: the background writer is not steered, since a
+//! measured eager writer moved neither the backends' own writes nor the
+//! tail (docs/BENCHMARKS.md, run BW1); the connection is plain
 //! (`sslmode=require` is refused by the driver's connector), so run it over
 //! a Unix socket or a trusted network; and one state file serves one
 //! proxy: two proxies steering one server would each restore what the
