@@ -59,6 +59,7 @@ pub async fn run(
     let steering = settings.postgres.background.clone().map(|config| {
         tokio::spawn(background::run(
             config,
+            settings.proxy.upstream_tls.clone(),
             gate.clone(),
             decisions.clone(),
             background_status,

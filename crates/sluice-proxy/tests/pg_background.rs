@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use support::certs::self_signed;
 use support::servers::PgServer;
 use support::service::Service;
 use support::wait_for;
@@ -372,6 +373,40 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
     assert_eq!(query_through(&service), "42");
     service.stop();
     assert!(!state.exists());
+}
+
+/// A server that takes TCP connections only inside TLS is steered: with
+/// the connection string alone (its `sslmode` prefers TLS, checking no
+/// certificate, as libpq's does), and with `[proxy.upstream_tls]`
+/// checking the certificate, which a certificate of another issuer fails,
+/// named in `/stats`.
+#[test]
+fn a_server_reached_only_inside_tls_is_steered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, other) = (self_signed(dir.path(), "server"), self_signed(dir.path(), "other"));
+    let Some(pg) = PgServer::start_tls(&cert) else { return };
+    create_role(&pg, true);
+    let state = dir.path().join("state.json");
+    let plain = settings_text(&pg, ROLE, pg.port, &state);
+    let checked = |ca: &Path| {
+        format!(
+            "{plain}\n[proxy.upstream_tls]\nmode = \"verify-full\"\nca = \"{}\"\n",
+            ca.display()
+        )
+    };
+    for text in [plain.clone(), checked(&cert.cert)] {
+        let mut service = Service::start(&text);
+        wait_for("steering", || (service.status() == "steering").then_some(()));
+        service.stop();
+        assert!(steered(&pg).contains("(default)"), "given back");
+    }
+    let mut service = Service::start(&checked(&other.cert));
+    wait_for("the certificate refused", || {
+        service.status().starts_with("waiting for PostgreSQL").then_some(())
+    });
+    assert!(service.status().contains("certificate"), "{}", service.status());
+    service.stop();
+    assert!(!state.exists(), "nothing recorded, nothing changed");
 }
 
 /// The vacuum controller's settings as `pg_settings` shows them

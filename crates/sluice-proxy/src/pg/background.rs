@@ -52,11 +52,16 @@
 //! changes no setting and steers no vacuum, and says so at start and in
 //! `/stats`. The interval that issues one waits for it to finish.
 //!
+//! The connection goes over TCP inside TLS as `[proxy.upstream_tls]` has
+//! it (the server the proxy relays to is the one it steers, so the same
+//! certificate check applies, against the connection string's host or
+//! `server_name`); without that section, as the string's `sslmode` asks
+//! (`prefer` by default, `require`), checking no certificate, as libpq
+//! does without a root certificate. A Unix socket stays plain.
+//!
 //! Limits, as built today: the background writer is not steered, since a
 //! measured eager writer moved neither the backends' own writes nor the
-//! tail (docs/BENCHMARKS.md, run BW1); the connection is plain
-//! (`sslmode=require` is refused by the driver's connector), so run it over
-//! a Unix socket or a trusted network; and one state file serves one
+//! tail (docs/BENCHMARKS.md, run BW1); and one state file serves one
 //! proxy: two proxies steering one server would each restore what the
 //! other changed.
 
@@ -72,8 +77,12 @@ use sluice_core::controller::{
     VacuumObservation,
 };
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::config::{Host, SslMode as PgSslMode};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::upstream_tls::{client_config, SslMode, UpstreamTlsConfig};
 use crate::gate::Gate;
 use crate::optimizer::DecisionLog;
 
@@ -252,6 +261,7 @@ struct Recorded {
 /// is unreachable, keeps trying) without touching the proxy.
 pub async fn run(
     config: BackgroundConfig,
+    upstream_tls: Option<UpstreamTlsConfig>,
     gate: Gate,
     log: DecisionLog,
     status: BackgroundStatus,
@@ -261,9 +271,17 @@ pub async fn run(
     let stopping = async {
         let _ = shutdown.wait_for(|s| *s).await;
     };
+    let connector = match Connector::new(&config.conninfo, upstream_tls.as_ref()) {
+        Ok(connector) => connector,
+        Err(e) => {
+            tracing::error!("postgres.background: not steering: {e}; the proxy serves on");
+            status.status(format!("not steering: {e}"));
+            return;
+        }
+    };
     let mut steering = None;
     tokio::select! {
-        started = start(&config, &status) => steering = started,
+        started = start(&config, &connector, &status) => steering = started,
         () = stopping => {}
     }
     let Some(mut steering) = steering else { return };
@@ -281,7 +299,7 @@ pub async fn run(
         let done = gate.completed();
         let rate = (done - completed) as f64 / (now - at).as_secs_f64().max(1e-3);
         (completed, at) = (done, now);
-        if let Err(e) = steering.tick(&config, rate, &log, &status).await {
+        if let Err(e) = steering.tick(&connector, rate, &log, &status).await {
             tracing::warn!("postgres.background: {e}; trying again next interval");
             status.status(format!("retrying: {e}"));
             steering.client = None;
@@ -289,7 +307,7 @@ pub async fn run(
             status.status(running);
         }
     }
-    match steering.give_back(&config).await {
+    match steering.give_back(&config, &connector).await {
         Ok(()) if steering.controllers.is_timing_alone() => status.status("stopped: no setting was changed"),
         Ok(()) => {
             tracing::info!("postgres.background: settings given back");
@@ -368,7 +386,7 @@ impl TraceFile {
 /// Connects (retrying every interval while the server is unreachable),
 /// checks the grants and the settings, restores what a crashed run left,
 /// and records the originals. `None` if steering cannot go on.
-async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<Steering> {
+async fn start(config: &BackgroundConfig, connector: &Connector, status: &BackgroundStatus) -> Option<Steering> {
     let refuse = |e: String| {
         tracing::error!("postgres.background: not steering: {e}; the proxy serves on");
         status.status(format!("not steering: {e}"));
@@ -379,7 +397,7 @@ async fn start(config: &BackgroundConfig, status: &BackgroundStatus) -> Option<S
         return None;
     }
     let client = loop {
-        match connect(&config.conninfo).await {
+        match connector.connect().await {
             Ok(c) => break c,
             Err(e) => {
                 tracing::warn!("postgres.background: {e}; trying again in {} ms", config.interval_ms);
@@ -458,16 +476,77 @@ async fn compression_method(client: &Client) -> Result<&'static str, String> {
         .unwrap_or("on"))
 }
 
-async fn connect(conninfo: &str) -> Result<Client, String> {
-    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
-        .await
-        .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!("postgres.background: connection ended: {e}");
+/// The steering role's way to the server: the parsed connection string,
+/// and TLS as `[proxy.upstream_tls]` has it (the server the proxy reaches
+/// is the one it steers), or without one as the string's own `sslmode`
+/// asks, checking no certificate (libpq's `require` without a root
+/// certificate). PostgreSQL speaks no TLS on its Unix socket, so a
+/// connection there stays plain.
+struct Connector {
+    config: tokio_postgres::Config,
+    tls: ServerNamed,
+}
+
+impl Connector {
+    fn new(conninfo: &str, upstream_tls: Option<&UpstreamTlsConfig>) -> Result<Connector, String> {
+        let mut config: tokio_postgres::Config = conninfo.parse().map_err(|e| format!("conninfo: {e}"))?;
+        let on_unix_socket = config.get_hostaddrs().is_empty()
+            && !config.get_hosts().is_empty()
+            && config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
+        if on_unix_socket {
+            config.ssl_mode(PgSslMode::Disable);
+        } else if let Some(tls) = upstream_tls {
+            config.ssl_mode(match tls.mode {
+                SslMode::Prefer => PgSslMode::Prefer,
+                SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
+            });
         }
-    });
-    Ok(client)
+        let lenient = UpstreamTlsConfig::default();
+        let tls = upstream_tls.unwrap_or(&lenient);
+        Ok(Connector {
+            config,
+            tls: ServerNamed {
+                inner: MakeRustlsConnect::new(client_config(tls).map_err(|e| e.to_string())?),
+                name: tls.server_name.clone(),
+            },
+        })
+    }
+
+    async fn connect(&self) -> Result<Client, String> {
+        let (client, connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| format!("cannot connect to PostgreSQL: {}", with_causes(&e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("postgres.background: connection ended: {e}");
+            }
+        });
+        Ok(client)
+    }
+}
+
+/// TLS that checks the certificate against `name` (`upstream_tls`'s
+/// `server_name`) when given, else against the connection string's host.
+#[derive(Clone)]
+struct ServerNamed {
+    inner: MakeRustlsConnect,
+    name: Option<String>,
+}
+
+impl<S> MakeTlsConnect<S> for ServerNamed
+where
+    MakeRustlsConnect: MakeTlsConnect<S>,
+{
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    fn make_tls_connect(&mut self, host: &str) -> Result<Self::TlsConnect, Self::Error> {
+        let name = self.name.as_deref().unwrap_or(host);
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.inner, name)
+    }
 }
 
 /// Checks the grants, where each setting comes from and the server's WAL
@@ -587,6 +666,18 @@ async fn query_one<T>(client: &Client, sql: &str, get: impl FnOnce(&tokio_postgr
 
 /// The server's message where it sent one (the driver's own text says
 /// only "db error").
+/// An error and what caused it (the driver's TLS failure says why only in
+/// its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
 fn db_error(e: &tokio_postgres::Error) -> String {
     e.as_db_error()
         .map_or_else(|| e.to_string(), |db| db.message().to_string())
@@ -710,9 +801,9 @@ fn write_state(path: &Path, recorded: &Recorded) -> Result<(), String> {
 
 impl Steering {
     /// Connects again if the connection was lost.
-    async fn connected<'a>(client: &'a mut Option<Client>, config: &BackgroundConfig) -> Result<&'a Client, String> {
+    async fn connected<'a>(client: &'a mut Option<Client>, connector: &Connector) -> Result<&'a Client, String> {
         if client.is_none() {
-            *client = Some(connect(&config.conninfo).await?);
+            *client = Some(connector.connect().await?);
         }
         Ok(client.as_ref().expect("just connected"))
     }
@@ -720,12 +811,12 @@ impl Steering {
     /// Observes, decides, applies.
     async fn tick(
         &mut self,
-        config: &BackgroundConfig,
+        connector: &Connector,
         rate: f64,
         log: &DecisionLog,
         status: &BackgroundStatus,
     ) -> Result<(), String> {
-        let client = Self::connected(&mut self.client, config).await?;
+        let client = Self::connected(&mut self.client, connector).await?;
         let sql = "SELECT (pg_current_wal_lsn() - redo_lsn)::float8, \
                    extract(epoch FROM clock_timestamp() - checkpoint_time)::float8, \
                    coalesce((SELECT wait_event <> 'CheckpointerMain' OR wait_event IS NULL \
@@ -825,9 +916,9 @@ impl Steering {
 
     /// Restores the originals and removes the state file; timing alone
     /// changed nothing.
-    async fn give_back(&mut self, config: &BackgroundConfig) -> Result<(), String> {
+    async fn give_back(&mut self, config: &BackgroundConfig, connector: &Connector) -> Result<(), String> {
         let Some(recorded) = &self.recorded else { return Ok(()) };
-        let client = Self::connected(&mut self.client, config).await?;
+        let client = Self::connected(&mut self.client, connector).await?;
         restore(client, &recorded.originals).await?;
         std::fs::remove_file(&config.state_file).map_err(|e| {
             format!(

@@ -124,29 +124,9 @@ impl UpstreamTls {
                 "`{host}` is not a server name to check a certificate against: {e}"
             ))
         })?;
-        let provider = provider();
-        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Upstream(e.to_string()))?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier(config, provider)?);
-        let client = match (&config.cert, &config.key) {
-            (Some(cert), Some(key)) => builder
-                .with_client_auth_cert(
-                    certificates("upstream_tls.cert", cert)?,
-                    private_key("upstream_tls.key", key)?,
-                )
-                .map_err(|e| TlsError::Upstream(format!("key does not fit cert: {e}")))?,
-            (None, None) => builder.with_no_client_auth(),
-            _ => {
-                return Err(TlsError::Upstream(
-                    "cert and key go together: give both or neither".into(),
-                ))
-            }
-        };
         Ok(UpstreamTls {
             mode: config.mode,
-            connector: TlsConnector::from(Arc::new(client)),
+            connector: TlsConnector::from(Arc::new(client_config(config)?)),
             name,
         })
     }
@@ -173,6 +153,29 @@ impl UpstreamTls {
                 format!("the server answered the SSLRequest with {other:#04x}, neither 'S' nor 'N'"),
             )),
         }
+    }
+}
+
+/// What a TLS client of the server needs under `config`: its certificate
+/// check, and the proxy's own certificate if it has one.
+pub(crate) fn client_config(config: &UpstreamTlsConfig) -> Result<ClientConfig, TlsError> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Upstream(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier(config, provider)?);
+    match (&config.cert, &config.key) {
+        (Some(cert), Some(key)) => builder
+            .with_client_auth_cert(
+                certificates("upstream_tls.cert", cert)?,
+                private_key("upstream_tls.key", key)?,
+            )
+            .map_err(|e| TlsError::Upstream(format!("key does not fit cert: {e}"))),
+        (None, None) => Ok(builder.with_no_client_auth()),
+        _ => Err(TlsError::Upstream(
+            "cert and key go together: give both or neither".into(),
+        )),
     }
 }
 
