@@ -113,7 +113,10 @@ pub(crate) struct Tenancy {
 
 impl Context {
     pub fn who(&self, name: &str) -> Tenancy {
-        let tenant = self.gate.tenant(name);
+        let tenant = match self.tenant_key {
+            TenantKey::Connection => self.gate.connection_tenant(name),
+            _ => self.gate.tenant(name),
+        };
         let stats = self.stats.tenant(&tenant.name);
         Tenancy { tenant, stats }
     }
