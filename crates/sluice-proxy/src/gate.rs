@@ -163,7 +163,7 @@ struct TenantRecord {
     /// own tenant a histogram per tenant would cost more than the
     /// connection itself.
     wait: Moments,
-    /// Made on first use (~21 KiB coarse, ~3 KiB rough), so a tenant that
+    /// Made on first use (about 20 KiB coarse, 3 KiB rough), so a tenant that
     /// never sent a request needs none.
     latency: Option<Box<LatencyHistogram>>,
     /// What `latency` is made with.
@@ -303,7 +303,7 @@ impl Gate {
 
     /// As [`tenant`](Self::tenant), for a tenant that is one connection of
     /// possibly thousands: its latency distribution is kept to one
-    /// significant digit, in about 3 KiB instead of 21, so that a busy
+    /// significant digit, in about 3 KiB instead of 20, so that a busy
     /// client costs the proxy little more than an idle one.
     pub fn connection_tenant(&self, name: &str) -> Tenant {
         self.register(name, LatencyHistogram::rough)

@@ -199,8 +199,11 @@ pub(crate) async fn admit<W: AsyncWrite + Unpin>(
 /// was let in, counted as refused when the gate refused it.
 pub(crate) fn admitted(who: &Tenancy, answer: Result<Slot, Refusal>) -> Result<(Slot, Outcome), Refusal> {
     let answer = answer.map(|slot| (slot, Outcome::of(who)));
-    if matches!(answer, Err(Refusal::QueueFull { .. } | Refusal::Timeout { .. })) {
-        who.stats.record_refused();
+    if let Err(refusal) = &answer {
+        // A client's own cancel is no refusal.
+        if !matches!(refusal, Refusal::Cancelled { .. }) {
+            who.stats.record_refused();
+        }
     }
     answer
 }

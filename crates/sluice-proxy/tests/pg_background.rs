@@ -377,7 +377,8 @@ fn an_unreachable_server_is_waited_for_and_the_proxy_serves_on() {
 
 /// A server that takes TCP connections only inside TLS is steered: with
 /// the connection string alone (its `sslmode` prefers TLS, checking no
-/// certificate, as libpq's does), and with `[proxy.upstream_tls]`
+/// certificate, as libpq's does; by host name or by address), and with
+/// `[proxy.upstream_tls]`
 /// checking the certificate, which a certificate of another issuer fails,
 /// named in `/stats`.
 #[test]
@@ -394,7 +395,9 @@ fn a_server_reached_only_inside_tls_is_steered() {
             ca.display()
         )
     };
-    for text in [plain.clone(), checked(&cert.cert)] {
+    // An address without a host name is the name TLS checks.
+    let by_address = plain.replace("host=127.0.0.1", "hostaddr=127.0.0.1");
+    for text in [plain.clone(), by_address, checked(&cert.cert)] {
         let mut service = Service::start(&text);
         wait_for("steering", || (service.status() == "steering").then_some(()));
         service.stop();

@@ -265,8 +265,10 @@ fn the_unnamed_statement_follows_its_client_across_requests() {
 /// The unnamed statement around errors, as PostgreSQL keeps it: a Parse
 /// that fails drops the one before (a Bind then fails with 26000); a Parse
 /// or Close skipped after an earlier error in its batch leaves the one
-/// before in place. The same steps run on PostgreSQL directly and through
-/// the proxy, on the one backend P = 1 leaves, and answer alike.
+/// before in place, also after a statement described, bound and run in the
+/// same batch, and with two batches in one write. The same steps run on
+/// PostgreSQL directly and through the proxy, on the one backend P = 1
+/// leaves, and answer alike.
 #[test]
 fn the_unnamed_statement_around_errors_is_as_postgresql_keeps_it() {
     let Some(server) = PgServer::start() else { return };
@@ -286,21 +288,37 @@ fn the_unnamed_statement_around_errors_is_as_postgresql_keeps_it() {
             frame::write_message(&mut out, b'S', b"");
             out
         };
+        // A statement described, bound and run, then a Parse that fails:
+        // the error's position counts every answer before it.
+        let mut described_then_failed = BytesMut::new();
+        frame::write_message(&mut described_then_failed, b'P', b"\0SELECT 'c'\0\0\0");
+        frame::write_message(&mut described_then_failed, b'D', b"S\0");
+        frame::write_message(&mut described_then_failed, b'B', b"\0\0\0\0\0\0\0\0");
+        frame::write_message(&mut described_then_failed, b'E', b"\0\0\0\0\0");
+        frame::write_message(&mut described_then_failed, b'P', b"\0SELEC 'd'\0\0\0");
+        frame::write_message(&mut described_then_failed, b'S', b"");
+        // Two batches in one write: one whose Parse is skipped, then one
+        // whose Bind runs the statement the first left.
+        let pipelined = [after_error(&[(b'P', "\0SELECT 'b'\0\0\0")]), execute("")].concat();
         let batches = [
-            prepare("", "SELECT 'a'"),
-            prepare("", "SELEC 'b'"),
-            execute(""),
-            prepare("", "SELECT 'a'"),
-            after_error(&[(b'P', "\0SELECT 'b'\0\0\0")]),
-            execute(""),
-            after_error(&[(b'C', "S\0")]),
-            execute(""),
+            (prepare("", "SELECT 'a'"), 1),
+            (prepare("", "SELEC 'b'"), 1),
+            (execute(""), 1),
+            (prepare("", "SELECT 'a'"), 1),
+            (after_error(&[(b'P', "\0SELECT 'b'\0\0\0")]), 1),
+            (execute(""), 1),
+            (after_error(&[(b'C', "S\0")]), 1),
+            (execute(""), 1),
+            (described_then_failed, 1),
+            (execute(""), 1),
+            (prepare("", "SELECT 'a'"), 1),
+            (BytesMut::from(&pipelined[..]), 2),
         ];
         batches
             .iter()
-            .map(|batch| {
+            .flat_map(|(batch, answers)| {
                 conn.send(batch);
-                conn.finish().0
+                (0..*answers).map(|_| conn.finish().0).collect::<Vec<_>>()
             })
             .collect()
     };
@@ -310,5 +328,10 @@ fn the_unnamed_statement_around_errors_is_as_postgresql_keeps_it() {
         "{expected:?}"
     );
     assert_eq!(expected[5], Ok(vec!["a".to_string()]));
+    assert!(
+        matches!(&expected[9], Err(QueryError::Server { sqlstate, .. }) if sqlstate == "26000"),
+        "{expected:?}"
+    );
+    assert_eq!(expected[12], Ok(vec!["a".to_string()]));
     assert_eq!(steps(&mut PgConn::connect(proxy.addr, "postgres")), expected);
 }

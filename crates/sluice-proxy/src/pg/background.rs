@@ -55,7 +55,8 @@
 //! The connection goes over TCP inside TLS as `[proxy.upstream_tls]` has
 //! it (the server the proxy relays to is the one it steers, so the same
 //! certificate check applies, against the connection string's host or
-//! `server_name`); without that section, as the string's `sslmode` asks
+//! `server_name`; the section's mode decides, whatever the string's
+//! `sslmode`); without that section, as the string's `sslmode` asks
 //! (`prefer` by default, `require`), checking no certificate, as libpq
 //! does without a root certificate. A Unix socket stays plain.
 //!
@@ -490,6 +491,12 @@ struct Connector {
 impl Connector {
     fn new(conninfo: &str, upstream_tls: Option<&UpstreamTlsConfig>) -> Result<Connector, String> {
         let mut config: tokio_postgres::Config = conninfo.parse().map_err(|e| format!("conninfo: {e}"))?;
+        if config.get_hosts().is_empty() {
+            // TLS needs a name to check: an address given alone is its own.
+            for address in config.get_hostaddrs().to_vec() {
+                config.host(address.to_string());
+            }
+        }
         let on_unix_socket = config.get_hostaddrs().is_empty()
             && !config.get_hosts().is_empty()
             && config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
@@ -664,8 +671,6 @@ async fn query_one<T>(client: &Client, sql: &str, get: impl FnOnce(&tokio_postgr
         .map_err(|e| format!("{sql}: {}", db_error(&e)))
 }
 
-/// The server's message where it sent one (the driver's own text says
-/// only "db error").
 /// An error and what caused it (the driver's TLS failure says why only in
 /// its source).
 fn with_causes(e: &dyn std::error::Error) -> String {
@@ -678,6 +683,8 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// The server's message where it sent one (the driver's own text says
+/// only "db error").
 fn db_error(e: &tokio_postgres::Error) -> String {
     e.as_db_error()
         .map_or_else(|| e.to_string(), |db| db.message().to_string())

@@ -6,9 +6,10 @@
 //! a cancel is forwarded only for a key the proxy handed out, so the proxy
 //! cannot be used to spray cancels at the server.
 //!
-//! A request still waiting at the gate has reached no backend, so a cancel
-//! stops its wait instead: the client gets PostgreSQL's answer to a
-//! cancelled query (57014), and the request never runs.
+//! A request still on its way to a backend (waiting at the gate, or for a
+//! pooled backend) has reached none, so a cancel stops it there instead:
+//! the client gets PostgreSQL's answer to a cancelled query (57014), and
+//! the request never runs.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::io;
@@ -72,17 +73,22 @@ impl CancelRegistry {
         }
     }
 
-    /// Stops the request of the session holding `key` if it waits at the
-    /// gate, and sends a CancelRequest to the backend the session uses now,
-    /// on a fresh connection. Returns whether a CancelRequest was sent:
-    /// not for an unknown key, which PostgreSQL would also ignore without
-    /// an answer, nor when the session has no backend (under transaction
-    /// pooling, no request in flight, or one still waiting at the gate).
+    /// Stops the request of the session holding `key` while it is on its
+    /// way to a backend; otherwise sends a CancelRequest to the backend the
+    /// session uses now, on a fresh connection. Returns whether a
+    /// CancelRequest was sent: not for an unknown key, which PostgreSQL
+    /// would also ignore without an answer, nor for a request stopped on
+    /// its way (its session's own backend, idle, is left alone: a late
+    /// signal there could cancel the client's next query), nor when the
+    /// session has no backend (under transaction pooling, no request in
+    /// flight).
     pub async fn forward(&self, key: BackendKey) -> io::Result<bool> {
         let Some(link) = self.lock().get(&key).cloned() else {
             return Ok(false);
         };
-        link.cancel_waiting();
+        if link.cancel_on_its_way() {
+            return Ok(false);
+        }
         let Some((backend_key, upstream)) = link.get().and_then(|b| b.cancel_target()) else {
             return Ok(false);
         };
@@ -134,6 +140,25 @@ mod tests {
         assert_eq!(cancel_received(&server).await, key.cancel_request());
         drop(guard);
         assert!(!registry.forward(key).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_request_on_its_way_is_stopped_there_and_later_cancels_reach_the_backend() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let registry = Arc::new(CancelRegistry::default());
+        let key = BackendKey { pid: 5, secret: 6 };
+        let (link, _session) = linked(&server, key).await;
+        let _guard = registry.register(key, Arc::clone(&link));
+        let mut cancelled = std::pin::pin!(link.set_out());
+        assert!(
+            !registry.forward(key).await.unwrap(),
+            "no CancelRequest for the session's idle backend"
+        );
+        assert!(link.arrive(cancelled.as_mut(), None).is_err(), "stopped on its way");
+        let mut next = std::pin::pin!(link.set_out());
+        assert!(link.arrive(next.as_mut(), None).is_ok(), "a cancel before is not kept");
+        assert!(registry.forward(key).await.unwrap());
+        assert_eq!(cancel_received(&server).await, key.cancel_request());
     }
 
     #[tokio::test]

@@ -174,43 +174,79 @@ impl Backend {
 
 /// The backend a session uses now: its own for the whole session, or under
 /// transaction pooling the one leased for the request in flight. Cancels
-/// are forwarded to whatever backend it holds at the time, and reach the
-/// session's request while it waits at the gate, which no backend knows of.
+/// are forwarded to whatever backend it holds at the time, and stop the
+/// session's request while it is on its way to a backend (at the gate, or
+/// being given one), where no backend has its query.
 #[derive(Default)]
 pub(crate) struct Link {
-    backend: Mutex<Option<Arc<Backend>>>,
-    /// Wakes the request waiting at the gate, if one waits.
-    gate_wait: Notify,
+    state: Mutex<Linked>,
+    /// Wakes the request on its way to a backend.
+    cancel: Notify,
+}
+
+#[derive(Default)]
+struct Linked {
+    backend: Option<Arc<Backend>>,
+    /// A request set out and has not arrived.
+    on_its_way: bool,
 }
 
 impl Link {
-    fn lock(&self) -> MutexGuard<'_, Option<Arc<Backend>>> {
-        self.backend.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Linked> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resolves once a cancel comes after this call. Made before the
-    /// request starts waiting at the gate, so that no cancel is missed
-    /// while it waits; a cancel that came before is not kept, as
-    /// PostgreSQL does not keep one that reaches an idle backend.
-    pub fn cancelled(&self) -> Notified<'_> {
-        self.gate_wait.notified()
+    /// A request sets out for a backend: the returned future resolves once
+    /// a cancel comes before it [`arrive`](Self::arrive)s. A cancel that
+    /// came before is not kept, as PostgreSQL keeps none that reaches an
+    /// idle backend.
+    pub fn set_out(&self) -> Notified<'_> {
+        let cancelled = self.cancel.notified();
+        self.lock().on_its_way = true;
+        cancelled
     }
 
-    /// A cancel came: the request waiting at the gate, if any, stops.
-    pub fn cancel_waiting(&self) {
-        self.gate_wait.notify_waiters();
+    /// The request that set out arrives, with the `backend` it was given
+    /// if any (under transaction pooling), which becomes the session's.
+    /// Fails, handing the backend back, if a cancel came first: checked
+    /// under the lock a cancel takes, so that a cancel either stops the
+    /// request here or finds its backend.
+    pub fn arrive(
+        &self,
+        cancelled: Pin<&mut Notified<'_>>,
+        backend: Option<Arc<Backend>>,
+    ) -> Result<(), Option<Arc<Backend>>> {
+        let mut state = self.lock();
+        state.on_its_way = false;
+        if cancelled.enable() {
+            return Err(backend);
+        }
+        if backend.is_some() {
+            state.backend = backend;
+        }
+        Ok(())
+    }
+
+    /// A cancel came: stops the request on its way to a backend, if one
+    /// is, and says whether it did.
+    pub fn cancel_on_its_way(&self) -> bool {
+        let state = self.lock();
+        if state.on_its_way {
+            self.cancel.notify_waiters();
+        }
+        state.on_its_way
     }
 
     pub fn get(&self) -> Option<Arc<Backend>> {
-        self.lock().clone()
+        self.lock().backend.clone()
     }
 
     pub fn set(&self, backend: Arc<Backend>) {
-        *self.lock() = Some(backend);
+        self.lock().backend = Some(backend);
     }
 
     pub fn take(&self) -> Option<Arc<Backend>> {
-        self.lock().take()
+        self.lock().backend.take()
     }
 
     /// Writes go to the current backend; with none (between requests of a

@@ -191,13 +191,14 @@ enum Reply {
     /// A statement made again before its Bind or Describe: the answer is
     /// dropped, and without one the backend does not have it.
     Remade { server: Bytes },
-    /// A Sync, Query or FunctionCall.
-    Ready,
+    /// A Sync, Query or FunctionCall, ending a batch in which `sent`
+    /// messages were counted.
+    Ready { sent: u32 },
     /// A Sync the proxy added: its ReadyForQuery is dropped.
     Synced,
-    /// The client's Parse of the unnamed statement, the `at`-th message of
-    /// its batch that the server answers, sent when the client's unnamed
-    /// statement was `previous` and changing it to the `change`-th.
+    /// The client's Parse of the unnamed statement, sent after `at`
+    /// messages of its batch that the server answers, when the client's
+    /// unnamed statement was `previous`; its `change`-th change.
     /// Without an answer the backend's unnamed statement is unknown.
     Unnamed {
         at: u32,
@@ -224,8 +225,8 @@ pub(crate) struct Statements {
     /// message changed it since.
     unnamed_changes: u32,
     replies: VecDeque<Reply>,
-    /// Messages sent in the batch being sent that the server answers each
-    /// with one message of its own (see [`Statements::failed`]).
+    /// Messages sent in the batch being sent whose answers each end with
+    /// one message of the server's (see [`Statements::failed`]).
     sent: u32,
     /// Where in the batch being answered an ErrorResponse came, counted as
     /// `sent` is: the message there failed, those after it were skipped.
@@ -255,14 +256,14 @@ impl Statements {
             b'C' => self.close(body, made, out),
             b'Q' => self.query(body, made, out),
             b'S' | b'F' => {
-                self.expect(Reply::Ready);
+                self.expect(Reply::Ready { sent: self.sent });
                 false
             }
             _ => false,
         };
         // Parses and Closes are counted where their replies are expected.
         if matches!(tag, b'B' | b'D' | b'E') {
-            self.sent += 1;
+            self.sent = self.sent.wrapping_add(1);
         }
         rewritten
     }
@@ -271,8 +272,8 @@ impl Statements {
     /// FunctionCall about to be sent.
     fn expect(&mut self, reply: Reply) {
         match reply {
-            Reply::Ready | Reply::Synced => self.sent = 0,
-            _ => self.sent += 1,
+            Reply::Ready { .. } | Reply::Synced => self.sent = 0,
+            _ => self.sent = self.sent.wrapping_add(1),
         }
         self.replies.push_back(reply);
     }
@@ -296,7 +297,7 @@ impl Statements {
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
         }
-        self.expect(Reply::Ready);
+        self.expect(Reply::Ready { sent: self.sent });
         rewritten.is_some()
     }
 
@@ -335,6 +336,8 @@ impl Statements {
 
     fn parse(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((name, rest)) = split_cstr(body) else {
+            // The server fails it where it stands, as any message it answers.
+            self.sent = self.sent.wrapping_add(1);
             return false;
         };
         if name.is_empty() {
@@ -482,7 +485,9 @@ impl Statements {
         let mut at = self.replies.len();
         while n > 0 && at > 0 {
             at -= 1;
-            if self.replies[at] == Reply::Ready {
+            if let Some(Reply::Ready { sent }) = self.replies.get(at) {
+                // The server did not end the batch there: it counts on.
+                self.sent = self.sent.wrapping_add(*sent);
                 self.replies.remove(at);
                 n -= 1;
             }
@@ -506,7 +511,7 @@ impl Statements {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
                 Some(Reply::Drop | Reply::Remade { .. } | Reply::UnnamedRemade) => false,
-                Some(end @ (Reply::Ready | Reply::Synced)) => {
+                Some(end @ (Reply::Ready { .. } | Reply::Synced)) => {
                     // A reply no message asked for: keep the batch's end.
                     self.replies.push_front(end);
                     true
@@ -534,7 +539,7 @@ impl Statements {
                 break true;
             };
             match reply {
-                Reply::Ready => break true,
+                Reply::Ready { .. } => break true,
                 Reply::Synced => break false,
                 Reply::Parsed { client, server } => {
                     made.forget(&server);
@@ -556,8 +561,8 @@ impl Statements {
             }
         };
         // Unless a message after the batch changed it since.
-        if let Some((kept, last)) = unanswered.0 {
-            if last == self.unnamed_changes {
+        if let Some(kept) = unanswered.kept {
+            if unanswered.last_change == self.unnamed_changes {
                 self.unnamed = kept;
             }
         }
@@ -565,17 +570,19 @@ impl Statements {
     }
 }
 
-/// The unnamed Parses and Closes of a batch left unanswered: the client's
-/// unnamed statement after the first, and the last one's change.
+/// The unnamed Parses and Closes of a batch left unanswered.
 #[derive(Default)]
-struct Unanswered(Option<(Option<Bytes>, u32)>);
+struct Unanswered {
+    /// The client's unnamed statement after the first of them, if any.
+    kept: Option<Option<Bytes>>,
+    /// The last one's change.
+    last_change: u32,
+}
 
 impl Unanswered {
     fn note(&mut self, kept: Option<Bytes>, change: u32) {
-        match &mut self.0 {
-            Some((_, last)) => *last = change,
-            None => self.0 = Some((kept, change)),
-        }
+        self.kept.get_or_insert(kept);
+        self.last_change = change;
     }
 }
 

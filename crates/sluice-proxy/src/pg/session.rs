@@ -134,6 +134,11 @@ pub const MAX_LOGIN_MESSAGE_LEN: usize = 65_535 + 5;
 /// clients) cannot make the proxy ask for gigabytes it may not get.
 const MAX_RESERVE: usize = 1 << 20;
 
+/// What a request cancelled after the gate let it in, before it had a
+/// backend, is told (PostgreSQL's words, then where it stopped).
+const CANCELLED_ON_ITS_WAY: &str =
+    "canceling statement due to user request (sluice: before it reached a server connection)";
+
 /// Where the idle timer stands, never polled, while no request waits on
 /// its client.
 const UNARMED: Duration = Duration::from_secs(24 * 60 * 60);
@@ -637,26 +642,67 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         if self.shared.flags.draining() {
             return Ok(Action::Stop(ClientEnd::Shutdown));
         }
-        let cancelled = self.shared.link.cancelled();
-        let (answer, flushed) = admit(
+        let link = &*self.shared.link;
+        let mut cancelled = pin!(link.set_out());
+        let admission = admit(
             &self.ctx.gate,
             &self.who,
             &mut self.upstream,
             pending.bytes(buf),
-            cancelled,
+            cancelled.as_mut(),
         )
-        .await?;
+        .await;
+        let (answer, flushed) = match admission {
+            Ok(admission) => admission,
+            Err(e) => {
+                let _ = link.arrive(cancelled.as_mut(), None);
+                return Err(e);
+            }
+        };
         if flushed {
             pending.clear();
         }
         let (slot, outcome) = match answer {
             Ok(admitted) => admitted,
-            Err(refusal) => return Ok(self.refuse(tag, refusal.sqlstate(), &refusal.to_string())),
+            Err(refusal) => {
+                let _ = link.arrive(cancelled.as_mut(), None);
+                return Ok(self.refuse(tag, refusal.sqlstate(), &refusal.to_string()));
+            }
         };
-        if let Err(e) = self.lease().await {
+        // Leasing may dial a new backend: a cancel meanwhile stops it too.
+        let leased = tokio::select! {
+            biased;
+            leased = self.lease() => Some(leased),
+            () = cancelled.as_mut() => None,
+        };
+        let refusal = match leased {
+            Some(Ok(backend)) => {
+                let pooled = backend.is_some();
+                match link.arrive(cancelled.as_mut(), backend) {
+                    Ok(()) if pooled => {
+                        self.shared.flags.wake.notify_one();
+                        None
+                    }
+                    Ok(()) => None,
+                    Err(backend) => {
+                        self.give_back(backend);
+                        Some(("57014".to_string(), CANCELLED_ON_ITS_WAY.to_string()))
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                let _ = link.arrive(cancelled.as_mut(), None);
+                Some((e.sqlstate().to_string(), e.to_string()))
+            }
+            None => {
+                let _ = link.arrive(cancelled.as_mut(), None);
+                Some(("57014".to_string(), CANCELLED_ON_ITS_WAY.to_string()))
+            }
+        };
+        if let Some((sqlstate, message)) = refusal {
             drop(slot);
             outcome.finish(true);
-            return Ok(self.refuse(tag, e.sqlstate(), &e.to_string()));
+            return Ok(self.refuse(tag, &sqlstate, &message));
         }
         let mut state = self.shared.lock();
         state.request = Some(Request {
@@ -669,15 +715,21 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
     }
 
     /// Transaction pooling: a backend for the request just admitted (the
-    /// client's prepared statements are made on it as they are used).
-    async fn lease(&self) -> Result<(), PoolError> {
+    /// client's prepared statements are made on it as they are used);
+    /// `None` in session mode, where the session keeps its own.
+    async fn lease(&self) -> Result<Option<Arc<Backend>>, PoolError> {
         let Some(pooling) = &self.shared.pooling else {
-            return Ok(());
+            return Ok(None);
         };
-        let backend = pooling.pool.lease(&pooling.login).await?;
-        self.shared.link.set(backend);
-        self.shared.flags.wake.notify_one();
-        Ok(())
+        pooling.pool.lease(&pooling.login).await.map(Some)
+    }
+
+    /// A backend leased for a request that was cancelled before it ran
+    /// goes back to the pool, idle.
+    fn give_back(&self, backend: Option<Arc<Backend>>) {
+        if let (Some(pooling), Some(backend)) = (&self.shared.pooling, backend) {
+            pooling.pool.release(&pooling.login, backend, usize::MAX);
+        }
     }
 
     /// Answers a request that will not run as PostgreSQL answers a failed
@@ -1054,7 +1106,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         let relay = self.statement_reply(tag);
         match tag {
             b'Z' => self.batch_answered = 0,
-            tag if completes_extended(tag) => self.batch_answered += 1,
+            tag if completes_extended(tag) => self.batch_answered = self.batch_answered.wrapping_add(1),
             _ => {}
         }
         let mut released = false;

@@ -395,6 +395,28 @@ fn an_unnamed_parse_or_close_skipped_after_an_error_keeps_the_one_before() {
 }
 
 #[test]
+fn syncs_ignored_during_a_copy_in_leave_the_batch_counting_on() {
+    let backend = Made::default();
+    let mut a = with_unnamed_a(&backend);
+    // libpq's COPY FROM STDIN by the extended protocol: a Sync right after
+    // the Execute, which the server ignores in copy-in mode.
+    for (tag, body) in [(b'B', bind_body("")), (b'E', b"\0\0\0\0\0".to_vec()), (b'S', vec![])] {
+        send_on(&mut a, &backend, tag, &body);
+    }
+    a.syncs_ignored(1);
+    send_on(&mut a, &backend, b'P', &parse_body("", "SELEC 'b'"));
+    send_on(&mut a, &backend, b'S', b"");
+    // BindComplete and the COPY's CommandComplete came before the error.
+    a.failed(2);
+    assert!(a.reply(b'Z', &backend));
+    assert_eq!(
+        tags(&send_on(&mut a, &backend, b'B', &bind_body(""))),
+        b"CB",
+        "the Parse failed: no unnamed statement"
+    );
+}
+
+#[test]
 fn a_skipped_parse_does_not_undo_a_later_batchs() {
     let backend = Made::default();
     let mut a = with_unnamed_a(&backend);
