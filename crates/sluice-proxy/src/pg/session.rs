@@ -55,6 +55,12 @@
 //! idle_in_transaction_session_timeout does; its backend goes with it and
 //! the server rolls the transaction back.
 //!
+//! One departure in that accounting: a simple Query or FunctionCall sent
+//! after an extended-protocol message failed, before the batch's Sync, is
+//! skipped by PostgreSQL with no ReadyForQuery of its own. The proxy still
+//! counts one, so that request ends only when the client goes, its slot
+//! held meanwhile. Drivers do not mix the two protocols in one batch.
+//!
 //! Before login: the whole login (startup packets, TLS handshake,
 //! authentication up to the first ReadyForQuery) must complete within
 //! `login_timeout_ms` (PostgreSQL's authentication_timeout), or the client
@@ -81,7 +87,7 @@
 //! |---|---|---|---|
 //! | startup | [`startup`] running | SSLRequest | 'S' and a TLS handshake, then startup again; 'N' without TLS |
 //! | | | GSSENCRequest | 'N', startup again |
-//! | | | CancelRequest | forwarded to the backend it names; closed |
+//! | | | CancelRequest | stops the named session's request if it is on its way to a backend (57014), else forwarded to the backend that session uses; closed |
 //! | | | StartupMessage | relayed: authenticating |
 //! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
 //! | | | the first ReadyForQuery | idle |

@@ -1,6 +1,6 @@
 //! The few SQL statements transaction pooling must recognise, because they
 //! act on session state that does not stay on one backend: `DEALLOCATE`
-//! and `DISCARD ALL` (prepared statements, see [`super::prepared`]) and
+//! and `DISCARD ALL` (prepared statements, see `pg::prepared`) and
 //! `LISTEN` (notifications arrive on the backend that listened, which the
 //! client leaves at the end of its transaction).
 //!
