@@ -681,28 +681,24 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             leased = self.lease() => Some(leased),
             () = cancelled.as_mut() => None,
         };
-        let refusal = match leased {
-            Some(Ok(backend)) => {
-                let pooled = backend.is_some();
-                match link.arrive(cancelled.as_mut(), backend) {
-                    Ok(()) if pooled => {
-                        self.shared.flags.wake.notify_one();
-                        None
-                    }
-                    Ok(()) => None,
-                    Err(backend) => {
-                        self.give_back(backend);
-                        Some(("57014".to_string(), CANCELLED_ON_ITS_WAY.to_string()))
-                    }
-                }
-            }
-            Some(Err(e)) => {
-                let _ = link.arrive(cancelled.as_mut(), None);
-                Some((e.sqlstate().to_string(), e.to_string()))
-            }
-            None => {
-                let _ = link.arrive(cancelled.as_mut(), None);
+        let (backend, failed) = match leased {
+            Some(Ok(backend)) => (backend, None),
+            Some(Err(e)) => (None, Some(e)),
+            // Cancelled while leasing: `arrive` finds the cancel.
+            None => (None, None),
+        };
+        let pooled = backend.is_some();
+        let refusal = match (link.arrive(cancelled.as_mut(), backend), failed) {
+            (_, Some(e)) => Some((e.sqlstate().to_string(), e.to_string())),
+            (Err(backend), None) => {
+                self.give_back(backend);
                 Some(("57014".to_string(), CANCELLED_ON_ITS_WAY.to_string()))
+            }
+            (Ok(()), None) => {
+                if pooled {
+                    self.shared.flags.wake.notify_one();
+                }
+                None
             }
         };
         if let Some((sqlstate, message)) = refusal {
