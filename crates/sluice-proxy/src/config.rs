@@ -120,8 +120,10 @@ pub struct ProxyConfig {
     /// Client connections the listener keeps at once; one more is refused
     /// (PostgreSQL: FATAL 53300 "sorry, too many clients already"; Redis:
     /// "-ERR max number of clients reached") and closed. 0: no limit.
-    #[serde(default = "default_max_client_conn")]
-    pub max_client_conn: usize,
+    /// Unset: [`DEFAULT_MAX_CLIENT_CONN`], or as many as the open-file
+    /// limit fits where that is fewer (see [`ProxyConfig::max_client_conn`]).
+    #[serde(default)]
+    pub max_client_conn: Option<usize>,
     /// The largest message (PostgreSQL) or bulk string (Redis) a client may
     /// send once logged in: the proxy holds a message whole before it goes
     /// on, so this bounds what one client can make it hold. Larger is a
@@ -149,9 +151,7 @@ pub struct ProxyConfig {
 /// Far more clients than a database serves at once, while a flood of
 /// connections is still refused before it runs the proxy out of file
 /// descriptors or memory (an idle PostgreSQL client costs about 10 KiB).
-fn default_max_client_conn() -> usize {
-    10_000
-}
+pub const DEFAULT_MAX_CLIENT_CONN: usize = 10_000;
 
 /// PostgreSQL's default authentication_timeout, one minute.
 fn default_login_timeout_ms() -> u64 {
@@ -220,12 +220,19 @@ impl ProxyConfig {
             server_idle_timeout_secs: default_server_idle_timeout_secs(),
             max_prepared_statements: default_max_prepared_statements(),
             auth_file: None,
-            max_client_conn: default_max_client_conn(),
+            max_client_conn: None,
             max_message_bytes: 0,
             login_timeout_ms: default_login_timeout_ms(),
             idle_in_transaction_release_ms: default_idle_in_transaction_release_ms(),
             idle_in_transaction_timeout_ms: 0,
         }
+    }
+
+    /// The clients the listener keeps at once: as configured, else
+    /// [`DEFAULT_MAX_CLIENT_CONN`] (the binary lowers an unset bound to what
+    /// the open-file limit fits before it starts the proxy).
+    pub fn max_client_conn(&self) -> usize {
+        self.max_client_conn.unwrap_or(DEFAULT_MAX_CLIENT_CONN)
     }
 
     /// The worker threads: as configured, else one for Redis and for

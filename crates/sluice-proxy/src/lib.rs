@@ -68,6 +68,6 @@ mod socket;
 pub mod stats;
 mod workers;
 
-pub use config::{PoolMode, Protocol, ProxyConfig, TenantKey};
+pub use config::{PoolMode, Protocol, ProxyConfig, TenantKey, DEFAULT_MAX_CLIENT_CONN};
 pub use listener::{run, Proxy, ProxyError};
 pub use stats::{Stats, TenantSnapshot};

@@ -172,7 +172,7 @@ impl Proxy {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut backoff = AcceptBackoff::default();
         let refusals = Refusals::default();
-        let (protocol, limit) = (self.config.protocol, self.config.max_client_conn);
+        let (protocol, limit) = (self.config.protocol, self.config.max_client_conn());
         loop {
             tokio::select! {
                 accepted = self.listeners.accept() => match accepted {

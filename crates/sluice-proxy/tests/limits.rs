@@ -163,7 +163,7 @@ fn a_login_that_does_not_complete_in_time_is_closed() {
 fn clients_beyond_max_client_conn_are_refused_in_their_protocol() {
     let _one = one_at_a_time();
     let pg = proxy(Protocol::Pg, |c| {
-        c.max_client_conn = 2;
+        c.max_client_conn = Some(2);
         c.login_timeout_ms = 300;
     });
     let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(pg.addr).unwrap()).collect();
@@ -185,7 +185,7 @@ fn clients_beyond_max_client_conn_are_refused_in_their_protocol() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let redis = proxy(Protocol::Redis, |c| c.max_client_conn = 1);
+    let redis = proxy(Protocol::Redis, |c| c.max_client_conn = Some(1));
     let _held = RespConn::connect(redis.addr);
     let mut refused = RespConn::connect(redis.addr);
     refused.send(&["PING"]);

@@ -5,7 +5,8 @@
 //! each server raises its soft limit toward what its clients need (up to
 //! the hard limit), and where it cannot reach that, says how many fit:
 //! the router and `sluice serve` then take that many (they refuse the next
-//! in RESP) and the proxy warns.
+//! in RESP) and the proxy warns. A bound the user left unset is a default,
+//! not a request: the proxy lowers it to what fits without a warning.
 
 /// Descriptors a server keeps besides its clients' and its upstream
 /// connections: listeners, the admin port, files, the runtime's own
@@ -18,6 +19,9 @@ pub struct Need<'a> {
     /// The setting that says how many clients, named in the warning.
     pub setting: &'a str,
     pub clients: usize,
+    /// Whether the user set `clients`; a default that does not fit is
+    /// lowered without a warning.
+    pub asked: bool,
     pub per_client: u64,
     pub upstream: u64,
 }
@@ -30,6 +34,7 @@ impl Need<'_> {
         let Need {
             setting,
             clients,
+            asked,
             per_client,
             upstream,
         } = *self;
@@ -44,6 +49,9 @@ impl Need<'_> {
         let fit = fits(limit, per_client, upstream);
         if clients == 0 || fit >= clients {
             return clients;
+        }
+        if !asked {
+            return fit;
         }
         let upstream = match upstream {
             0 => String::new(),

@@ -64,7 +64,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let settings = settings(&args)?;
+    let mut settings = settings(&args)?;
     // A PostgreSQL client may hold a server connection of its own (in
     // session mode, while it logs in, while it is in a transaction); Redis
     // clients share the upstream connections.
@@ -72,13 +72,18 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         Protocol::Pg => (2, 0),
         Protocol::Redis => (1, settings.proxy.shared_upstreams as u64),
     };
-    crate::fd_limit::Need {
+    // A bound the user set is kept, with a warning where it does not fit
+    // (a client of transaction pooling rarely holds its second descriptor);
+    // the default is lowered to what fits.
+    let fit = crate::fd_limit::Need {
         setting: "max_client_conn",
-        clients: settings.proxy.max_client_conn,
+        clients: settings.proxy.max_client_conn(),
+        asked: settings.proxy.max_client_conn.is_some(),
         per_client,
         upstream,
     }
     .fit();
+    settings.proxy.max_client_conn.get_or_insert(fit);
     // Sessions run on the proxy's own worker threads; this one runs the
     // listener, the optimizer and the admin port.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

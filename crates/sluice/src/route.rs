@@ -62,6 +62,7 @@ pub fn run(args: RouteArgs) -> Result<()> {
     config.max_clients = Need {
         setting: "max_clients",
         clients: config.max_clients,
+        asked: true,
         per_client: 1,
         upstream: upstream(&config),
     }

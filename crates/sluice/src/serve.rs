@@ -123,6 +123,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let max_clients = crate::fd_limit::Need {
         setting: "--max-clients",
         clients: args.max_clients as usize,
+        asked: true,
         per_client: 1,
         upstream: 0,
     }

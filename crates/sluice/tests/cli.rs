@@ -381,6 +381,45 @@ fn serve_takes_the_clients_its_open_file_limit_has_room_for() {
     takes_then_refuses(port, 168);
 }
 
+/// `sluice proxy` lowers the default `max_client_conn` to what its
+/// open-file limit fits without a word (two descriptors a PostgreSQL
+/// client), and keeps a bound the user set, with a warning.
+#[test]
+fn proxy_fits_its_default_client_bound_quietly_and_warns_of_one_set() {
+    use std::io::Read;
+    let dir = scratch("proxy-fds");
+    let port = free_port();
+    let base = format!("[proxy]\nlisten = \"127.0.0.1:{port}\"\nupstream = \"127.0.0.1:9\"\nprotocol = \"pg\"\n");
+    let config = dir.join("default.toml");
+    std::fs::write(&config, &base).unwrap();
+    let (proxy, said) = start_under_nofile(&["proxy", "--config", config.to_str().unwrap()], 200);
+    assert!(!said.contains("warning"), "{said}");
+    // 200 descriptors less 32 of its own, two a client.
+    let _taken: Vec<_> = (0..84)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let mut refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    refused
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut told = Vec::new();
+    refused.read_to_end(&mut told).unwrap();
+    let told = String::from_utf8_lossy(&told);
+    assert!(
+        told.contains("53300") && told.contains("max_client_conn = 84"),
+        "{told}"
+    );
+    drop(proxy);
+
+    let config = dir.join("set.toml");
+    std::fs::write(&config, format!("{base}max_client_conn = 10000\n")).unwrap();
+    let (_proxy, said) = start_under_nofile(&["proxy", "--config", config.to_str().unwrap()], 200);
+    assert!(
+        said.contains("max_client_conn 10000 does not fit") && said.contains("84 clients do"),
+        "{said}"
+    );
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
