@@ -3,8 +3,9 @@
 //! hold other tenants back, pgbench driving many connections from few
 //! threads runs without a failure at any P in both pooling modes, sessions
 //! that pause after a Flush with no Sync (a driver's prepare, a cursor
-//! between fetches) do not either, and the idle-in-transaction timeout ends
-//! a session idle in a transaction with 25P03.
+//! between fetches) do not either, nor do simple Queries mixed into
+//! extended-protocol batches, and the idle-in-transaction timeout ends a
+//! session idle in a transaction with 25P03.
 
 mod support;
 
@@ -324,6 +325,85 @@ fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query()
             // The ignored Sync left nothing owed: a Parse gets only its own answer.
             send_messages(conn, &[(b'P', b"s1\0SELECT 1\0\0\0"), (b'S', b"")]);
             assert_eq!(read_through(conn, b'Z'), b"1Z", "{pool:?}");
+        }
+    }
+}
+
+/// One step of a session: messages (tag, body) sent in one write, then the
+/// tags read up to the first with the tag named (0: none read).
+type Step<'a> = (&'a [(u8, &'a [u8])], u8);
+
+/// Simple Queries mixed into extended-protocol batches end their requests
+/// where PostgreSQL answers them: a Query after a Parse that failed is
+/// skipped up to the Sync (sent in one write, or after the error came
+/// back), and a Query after extended-protocol messages with no Sync
+/// answers them all. Each step answers as PostgreSQL directly does, and no
+/// session holds a slot afterwards, in either pooling mode.
+#[test]
+fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_them() {
+    let Some(server) = PgServer::start() else { return };
+    const P: usize = 3;
+    let bad_parse: (u8, &[u8]) = (b'P', b"\0SELEC 1\0\0\0");
+    let steps: [&[Step]; P] = [
+        &[(&[bad_parse, (b'Q', b"SELECT 1\0"), (b'S', b"")], b'Z')],
+        &[
+            (&[bad_parse, (b'H', b"")], b'E'),
+            (&[(b'Q', b"SELECT 1\0")], 0),
+            (&[(b'S', b"")], b'Z'),
+        ],
+        &[(
+            &[
+                (b'P', b"\0SELECT 1\0\0\0"),
+                (b'B', b"\0\0\0\0\0\0\0\0"),
+                (b'E', b"\0\0\0\0\0"),
+                (b'Q', b"SELECT 2\0"),
+            ],
+            b'Z',
+        )],
+    ];
+    let run = |conn: &mut PgConn, steps: &[Step]| -> Vec<Vec<u8>> {
+        steps
+            .iter()
+            .map(|(messages, last)| {
+                send_messages(conn, messages);
+                match last {
+                    0 => Vec::new(),
+                    last => read_through(conn, *last),
+                }
+            })
+            .collect()
+    };
+    let direct: std::net::SocketAddr = server.addr().parse().expect("a TCP address");
+    let expected: Vec<_> = steps
+        .iter()
+        .map(|steps| run(&mut PgConn::connect(direct, "postgres"), steps))
+        .collect();
+    assert_eq!(expected[0], [b"EZ".to_vec()], "the Query skipped");
+    assert_eq!(expected[2], [b"12DCTDCZ".to_vec()], "one ReadyForQuery");
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        // Were the requests left open, the probe would be refused after this.
+        let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});
+        let mut mixed: Vec<PgConn> = (0..P).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+        for (conn, (steps, expected)) in mixed.iter_mut().zip(steps.iter().zip(&expected)) {
+            assert_eq!(&run(conn, steps), expected, "{pool:?}");
+        }
+        assert_eq!(
+            gate_settles(&proxy, (0, 0)),
+            (0, 0),
+            "{pool:?}: the mixed requests ended"
+        );
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(
+            probe.query("SELECT 1"),
+            Ok(vec!["1".to_string()]),
+            "{pool:?}: served beside them"
+        );
+        for conn in &mut mixed {
+            assert_eq!(
+                conn.query("SELECT 2"),
+                Ok(vec!["2".to_string()]),
+                "{pool:?}: the session goes on"
+            );
         }
     }
 }

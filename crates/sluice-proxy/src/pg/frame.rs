@@ -229,6 +229,16 @@ pub fn write_startup(out: &mut BytesMut, params: &[(&str, &str)]) {
     out.put_u8(0);
 }
 
+/// The tags of the whole messages at the start of `buf`, in order (the
+/// proxy's own messages, which are well formed).
+pub fn tags(mut buf: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    std::iter::from_fn(move || {
+        let header = parse_header(buf).ok()??;
+        buf = buf.get(header.len..)?;
+        Some(header.tag)
+    })
+}
+
 /// Appends a typed message.
 pub fn write_message(out: &mut BytesMut, tag: u8, body: &[u8]) {
     write_message_parts(out, tag, &[body]);

@@ -2,11 +2,13 @@
 //! the CancelRequest registry, server connections and transaction pooling
 //! (with the prepared statements it keeps for clients and the passwords it
 //! opens backends with), TLS on either side, the session that relays a
-//! client to its backend, and the steering of the server's checkpoints
+//! client to its backend and the ReadyForQuery that ends each of its
+//! requests (`batch`), and the steering of the server's checkpoints
 //! (`background`).
 
 pub mod auth_file;
 pub mod background;
+pub mod batch;
 pub mod cancel;
 pub(crate) mod context;
 pub mod frame;

@@ -22,9 +22,11 @@
 //! ReadyForQuery with status 'I' that answers the last Sync, Query or
 //! FunctionCall sent. A transaction block therefore stays one request and
 //! is never held back midway, and pipelined extended-protocol batches end
-//! only when the server has answered all of them. Syncs sent while the
-//! server is in copy-in mode (libpq sends one right after the Execute of a
-//! COPY FROM STDIN) are ignored by the server, so they are not counted.
+//! only when the server has answered all of them. Which ReadyForQuery that
+//! is follows PostgreSQL's own rules ([`super::batch`]): a Query or
+//! FunctionCall sent after an extended-protocol message failed, before the
+//! next Sync, is skipped with no ReadyForQuery of its own, and Syncs sent
+//! while the server reads a COPY FROM STDIN are ignored.
 //!
 //! A refused request gets an ErrorResponse (severity ERROR, the refusal's
 //! SQLSTATE and message) and then ReadyForQuery 'I', as PostgreSQL answers a
@@ -54,12 +56,6 @@
 //! in a transaction that long is ended with FATAL 25P03, as PostgreSQL's
 //! idle_in_transaction_session_timeout does; its backend goes with it and
 //! the server rolls the transaction back.
-//!
-//! One departure in that accounting: a simple Query or FunctionCall sent
-//! after an extended-protocol message failed, before the batch's Sync, is
-//! skipped by PostgreSQL with no ReadyForQuery of its own. The proxy still
-//! counts one, so that request ends only when the client goes, its slot
-//! held meanwhile. Drivers do not mix the two protocols in one batch.
 //!
 //! Before login: the whole login (startup packets, TLS handshake,
 //! authentication up to the first ReadyForQuery) must complete within
@@ -93,8 +89,8 @@
 //! | | | the first ReadyForQuery | idle |
 //! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
 //! | idle | `State::request` is `None` | a client message other than Flush and the Copy messages | admission: the gate gives a slot (in request) or refuses (ErrorResponse and ReadyForQuery 'I'; idle) |
-//! | in request | `State::request` is `Some`; `syncs` > 0 or `unsynced` | Query, FunctionCall or Sync | forwarded, `syncs` + 1 |
-//! | | | Parse, Bind, Execute, Describe, Close | forwarded, `unsynced` until the next Sync |
+//! | in request | `State::request` is `Some`; `State::batches` awaits an answer | Query, FunctionCall or Sync | forwarded, a batch's end to answer (none for a Query or FunctionCall the server skips after an error) |
+//! | | | Parse, Bind, Execute, Describe, Close | forwarded, to be answered before the next Sync, Query or FunctionCall |
 //! | | | Flush, CopyData, CopyDone, CopyFail | forwarded |
 //! | | | ReadyForQuery 'I' answering every Sync, Query and FunctionCall | the slot is given back (and under transaction pooling the backend): idle |
 //! | | | ReadyForQuery 'T' or 'E' answering all of them | waiting on the client |
@@ -118,6 +114,7 @@ use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
+use super::batch::Batches;
 use super::cancel::CancelGuard;
 use super::context::PgContext;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
@@ -160,23 +157,8 @@ struct Request {
 struct State {
     authenticating: bool,
     request: Option<Request>,
-    /// Sync, Query and FunctionCall messages sent whose ReadyForQuery has
-    /// not come back.
-    syncs: u32,
-    /// Extended-protocol messages sent since the last Sync: their answer
-    /// ends with a ReadyForQuery still to come.
-    unsynced: bool,
-    /// Of those, the ones whose answer has not come yet: none left means
-    /// the server answered all the client asked for before its Flush and
-    /// waits for the client's next message (or its Sync).
-    awaiting: u32,
-    /// The server is in copy-in mode (it sent CopyInResponse), until the
-    /// client's CopyDone or CopyFail.
-    copy_in: bool,
-    /// Syncs sent since the client's last Execute: if that Execute started
-    /// a copy-in, the server ignores them (libpq sends one right after the
-    /// Execute of a COPY FROM STDIN), and no ReadyForQuery answers them.
-    syncs_since_execute: u32,
+    /// What the client sent that the server has yet to answer.
+    batches: Batches,
     /// The proxy's own messages to the client, written at the next message
     /// boundary of the server's stream.
     outbox: BytesMut,
@@ -324,11 +306,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         state: Mutex::new(State {
             authenticating: true,
             request: None,
-            syncs: 0,
-            unsynced: false,
-            awaiting: 0,
-            copy_in: false,
-            syncs_since_execute: 0,
+            batches: Batches::default(),
             outbox: BytesMut::new(),
             statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
             idle_since: None,
@@ -365,6 +343,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         parked: false,
         flushed: false,
         batch_answered: 0,
+        client_answered: 0,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -591,22 +570,34 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         Ok(outcome)
     }
 
-    /// Adds a message to what goes upstream: as it is, or under transaction
+    /// Adds a message to what goes upstream, as it is or under transaction
     /// pooling with the names of the client's prepared statements
-    /// rewritten.
+    /// rewritten, and counts it in the batches the server is to answer.
     fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) {
         // Without a backend (between a pooled session's requests) only
         // messages that ask the server for nothing are sent, and dropped.
-        if let Some(backend) = self.shared.pooling.as_ref().and_then(|_| self.shared.link.get()) {
-            let body = &buf[message.start + 5..message.end];
-            let statements = &mut self.shared.lock().statements;
-            if statements.rewrite(tag, body, &backend.made, &mut self.rewritten) {
-                pending.push_rewritten(buf, &self.rewritten);
-                self.rewritten.clear();
-                return;
+        let backend = self.shared.pooling.as_ref().and_then(|_| self.shared.link.get());
+        let mut state = self.shared.lock();
+        let state = &mut *state;
+        let body = &buf[message.start + 5..message.end];
+        let rewritten =
+            backend.is_some_and(|backend| state.statements.rewrite(tag, body, &backend.made, &mut self.rewritten));
+        if rewritten {
+            // The proxy's own Syncs go ahead of the client's message.
+            for _ in frame::tags(&self.rewritten).filter(|&tag| tag == b'S') {
+                state.batches.own_sync();
             }
         }
-        pending.push(buf, message);
+        let ignored = state.batches.sent(tag);
+        if ignored > 0 {
+            state.statements.syncs_ignored(ignored);
+        }
+        if rewritten {
+            pending.push_rewritten(buf, &self.rewritten);
+            self.rewritten.clear();
+        } else {
+            pending.push(buf, message);
+        }
     }
 
     /// Decides what one message does: start a request (asking the gate),
@@ -637,7 +628,6 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
                     request.slot.unpark();
                 }
             }
-            count(&mut state, tag);
             return Ok(Action::Forward);
         }
         if authenticating && self.shared.pooling.is_some() {
@@ -706,13 +696,11 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             outcome.finish(true);
             return Ok(self.refuse(tag, &sqlstate, &message));
         }
-        let mut state = self.shared.lock();
-        state.request = Some(Request {
+        self.shared.lock().request = Some(Request {
             slot,
             outcome,
             error: false,
         });
-        count(&mut state, tag);
         Ok(Action::Forward)
     }
 
@@ -757,38 +745,6 @@ fn starts_request(tag: u8, authenticating: bool) -> bool {
         b'd' | b'c' | b'f' | b'H' => false,
         b'p' => !authenticating,
         _ => true,
-    }
-}
-
-/// Tracks which ReadyForQuery will answer everything sent so far.
-fn count(state: &mut State, tag: u8) {
-    match tag {
-        b'S' => {
-            state.syncs += 1;
-            state.unsynced = false;
-            state.awaiting = 0;
-            state.syncs_since_execute += 1;
-        }
-        b'Q' | b'F' => {
-            state.syncs += 1;
-            state.awaiting = 0;
-            state.syncs_since_execute = 0;
-        }
-        b'c' | b'f' if state.copy_in => {
-            // The copy-in ends here; the Syncs sent during it were ignored.
-            state.copy_in = false;
-            state.syncs -= state.syncs_since_execute.min(state.syncs);
-            state.statements.syncs_ignored(state.syncs_since_execute);
-            state.syncs_since_execute = 0;
-        }
-        b'd' | b'c' | b'f' | b'p' | b'H' => {}
-        _ => {
-            state.unsynced = true;
-            state.awaiting += 1;
-            if tag == b'E' {
-                state.syncs_since_execute = 0;
-            }
-        }
     }
 }
 
@@ -858,15 +814,12 @@ impl Pending {
 struct Answered {
     /// Messages whose answer ended.
     completed: u32,
-    /// An ErrorResponse: the rest up to the next Sync is skipped.
-    failed: bool,
 }
 
 impl Answered {
     fn note(&mut self, tag: u8) {
         match tag {
             b'Z' => *self = Answered::default(),
-            b'E' => self.failed = true,
             tag if completes_extended(tag) => self.completed += 1,
             _ => {}
         }
@@ -911,6 +864,9 @@ struct ToClient<'a, W> {
     /// proxy's own included: under transaction pooling an ErrorResponse
     /// tells the prepared statements which message failed.
     batch_answered: u32,
+    /// Of those, the client's own: an ErrorResponse tells the batches
+    /// whether an extended-protocol message failed (see [`Batches::failed`]).
+    client_answered: u32,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1084,16 +1040,11 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     /// slot is parked after `idle_in_transaction_release_ms` instead of
     /// holding P for as long as the client pauses.
     fn wait_after_flush(&mut self, state: &mut State, answered: Answered) {
-        if state.syncs > 0 {
-            // The answers seen belong to a batch that ends with a Sync.
+        if state.batches.ending() {
+            // The answers seen belong to a batch whose end is sent.
             return;
         }
-        state.awaiting = match answered.failed {
-            // After an error the server answers nothing more until a Sync.
-            true => 0,
-            false => state.awaiting.saturating_sub(answered.completed),
-        };
-        if state.unsynced && state.awaiting == 0 && state.request.is_some() && state.idle_since.is_none() {
+        if state.batches.flushed(answered.completed) && state.request.is_some() && state.idle_since.is_none() {
             let now = Instant::now();
             state.idle_since = Some(now);
             self.idle = Some(now);
@@ -1107,18 +1058,22 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         self.last_tag = tag;
         let relay = self.statement_reply(tag);
         match tag {
-            b'Z' => self.batch_answered = 0,
-            tag if completes_extended(tag) => self.batch_answered = self.batch_answered.wrapping_add(1),
+            b'Z' => (self.batch_answered, self.client_answered) = (0, 0),
+            tag if completes_extended(tag) => {
+                self.batch_answered = self.batch_answered.wrapping_add(1);
+                self.client_answered = self.client_answered.wrapping_add(u32::from(relay));
+            }
             _ => {}
         }
         let mut released = false;
         match tag {
-            // A ReadyForQuery the client does not see answers the proxy's
-            // own Sync, not one the request counts.
             b'Z' if relay => released = self.ready(body.first().copied().unwrap_or(b'I')),
+            // A ReadyForQuery the client does not see answers the proxy's
+            // own Sync.
+            b'Z' => _ = self.shared.lock().batches.ready(),
             b'C' => self.command_complete(body),
             b'K' => self.backend_key(body),
-            b'G' => self.shared.lock().copy_in = true,
+            b'G' => self.shared.lock().batches.copy_in(),
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
                 let mut state = self.shared.lock();
@@ -1128,6 +1083,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 if self.shared.pooling.is_some() {
                     state.statements.failed(self.batch_answered);
                 }
+                state.batches.failed(self.client_answered);
             }
             _ => {}
         }
@@ -1190,8 +1146,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 state.authenticating = false;
                 None
             } else {
-                state.syncs = state.syncs.saturating_sub(1);
-                let answered_all = state.syncs == 0 && !state.unsynced;
+                let answered_all = state.batches.ready();
                 if status == b'I' && answered_all {
                     state.idle_since = None;
                     self.idle = None;
@@ -1200,7 +1155,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                     None
                 }
             };
-            if ended.is_none() && !logged_in && status != b'I' && state.syncs == 0 && !state.unsynced {
+            if ended.is_none() && !logged_in && status != b'I' && state.batches.answered_all() {
                 // Everything is answered inside a transaction: the request
                 // waits on its client.
                 let now = Instant::now();

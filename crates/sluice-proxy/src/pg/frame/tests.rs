@@ -93,6 +93,20 @@ fn typed_message_lengths_are_checked() {
 }
 
 #[test]
+fn tags_name_the_whole_messages_in_order() {
+    let mut out = BytesMut::new();
+    write_message(&mut out, b'P', b"\0SELECT 1\0\0\0");
+    write_message(&mut out, b'S', b"");
+    write_message(&mut out, b'Q', b"SELECT 1\0");
+    assert_eq!(tags(&out).collect::<Vec<_>>(), b"PSQ");
+    assert_eq!(
+        tags(&out[..out.len() - 1]).collect::<Vec<_>>(),
+        b"PS",
+        "a cut message is not one"
+    );
+}
+
+#[test]
 fn error_response_carries_severity_sqlstate_and_message() {
     let mut out = BytesMut::new();
     write_error(&mut out, "ERROR", "53300", "queue full\0!");

@@ -1,0 +1,367 @@
+//! Which ReadyForQuery answers what a client sent.
+//!
+//! A request through the proxy ends at the ReadyForQuery that answers the
+//! last batch its client sent; a batch ends at a Sync, a Query or a
+//! FunctionCall, and PostgreSQL answers each with one ReadyForQuery but
+//! for two exceptions, which [`Batches`] follows as PostgreSQL's
+//! `PostgresMain` does:
+//!
+//! - After an extended-protocol message (Parse, Bind, Describe, Execute,
+//!   Close) fails, the server skips every message up to the next Sync,
+//!   Query and FunctionCall included, and answers that Sync alone. Which
+//!   message an ErrorResponse answers is told by position: each
+//!   extended-protocol message is answered by one message that completes
+//!   it (ParseComplete, BindComplete, CloseComplete, RowDescription or
+//!   NoData, CommandComplete, PortalSuspended, EmptyQueryResponse) or by
+//!   the ErrorResponse, in the order sent. So an ErrorResponse that comes
+//!   before the extended-protocol messages sent ahead of the oldest
+//!   unanswered Query are all answered is theirs, and that Query is
+//!   skipped; one that comes after is the Query's own, and a ReadyForQuery
+//!   follows it.
+//! - Syncs sent while the server reads a `COPY FROM STDIN` (libpq sends
+//!   one right after the Execute of such a COPY) are ignored.
+//!
+//! The proxy may send a Sync of its own before a client's Query (see
+//! [`super::prepared`]); its ReadyForQuery, which the client never sees,
+//! still ends the server's skipping, so it is counted here too.
+//!
+//! ```
+//! # use sluice_proxy::pg::batch::Batches;
+//! let mut batches = Batches::default();
+//! // Parse, then a Query and a Sync in the same batch: the Parse fails.
+//! for tag in [b'P', b'Q', b'S'] {
+//!     batches.sent(tag);
+//! }
+//! batches.failed(0);
+//! // The Query is skipped: the one ReadyForQuery answers everything.
+//! assert!(batches.ready());
+//! ```
+
+use std::collections::VecDeque;
+
+/// The batches a client sent that the server has not answered yet, and the
+/// extended-protocol messages sent since the last one ended.
+#[derive(Debug, Default)]
+pub struct Batches {
+    /// The messages ending a batch, sent and not yet answered, oldest
+    /// first.
+    ends: VecDeque<End>,
+    /// Extended-protocol messages sent since the last batch ended.
+    open: u32,
+    /// Of those, the ones whose answer has not come: none left means the
+    /// server answered all the client asked for before its Flush and waits
+    /// for the client's next message.
+    awaiting: u32,
+    /// An extended-protocol message failed with no Sync sent after it: the
+    /// server skips what it is sent until the client's next Sync.
+    skipping: bool,
+    /// The server reads a COPY FROM STDIN (it sent CopyInResponse), until
+    /// the client's CopyDone or CopyFail.
+    copy_in: bool,
+    /// Syncs sent since the client's last Execute: if that Execute started
+    /// a copy-in, the server ignores them.
+    syncs_since_execute: u32,
+}
+
+/// A message that ends a batch.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    /// A Sync, the client's or the proxy's: it ends the server's skipping.
+    sync: bool,
+    /// Extended-protocol messages sent between the end before it and it.
+    after: u32,
+}
+
+impl Batches {
+    /// The client sent a message with `tag` to the server; returns how many
+    /// Syncs sent earlier turned out to be ignored by a copy-in that this
+    /// message ends (the prepared statements count them too).
+    pub fn sent(&mut self, tag: u8) -> u32 {
+        match tag {
+            b'S' => {
+                self.skipping = false;
+                self.end(true);
+                self.syncs_since_execute += 1;
+            }
+            // Skipped, a Query or FunctionCall is answered by nothing.
+            b'Q' | b'F' if self.skipping => {}
+            b'Q' | b'F' => {
+                self.end(false);
+                self.syncs_since_execute = 0;
+            }
+            b'c' | b'f' if self.copy_in => {
+                self.copy_in = false;
+                let ignored = self.syncs_since_execute.min(self.ends.len() as u32);
+                self.ends.truncate(self.ends.len() - ignored as usize);
+                self.syncs_since_execute = 0;
+                return ignored;
+            }
+            // Flush, Terminate, the Copy messages and authentication
+            // responses ask for no answer of their own here.
+            b'd' | b'c' | b'f' | b'p' | b'H' | b'X' => {}
+            _ => {
+                self.open += 1;
+                self.awaiting += 1;
+                if tag == b'E' {
+                    self.syncs_since_execute = 0;
+                }
+            }
+        }
+        0
+    }
+
+    /// The proxy sent a Sync of its own (before the client's next message).
+    pub fn own_sync(&mut self) {
+        self.skipping = false;
+        self.end(true);
+    }
+
+    fn end(&mut self, sync: bool) {
+        self.ends.push_back(End { sync, after: self.open });
+        self.open = 0;
+        self.awaiting = 0;
+    }
+
+    /// The server sent CopyInResponse.
+    pub fn copy_in(&mut self) {
+        self.copy_in = true;
+    }
+
+    /// The server sent an ErrorResponse after `answered` of the client's
+    /// extended-protocol messages since its last ReadyForQuery were
+    /// answered. If one of those messages failed, the Queries and
+    /// FunctionCalls before the next Sync are skipped.
+    pub fn failed(&mut self, answered: u32) {
+        let extended = match self.ends.front() {
+            // Nothing ends a batch yet: only an extended-protocol message
+            // can have failed (or the server is ending the session).
+            None => self.open > 0,
+            Some(end) => !end.sync && answered < end.after,
+        };
+        if !extended {
+            return;
+        }
+        while self.ends.front().is_some_and(|end| !end.sync) {
+            self.ends.pop_front();
+        }
+        self.skipping = self.ends.is_empty();
+        self.awaiting = 0;
+    }
+
+    /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
+    /// answers everything the client sent.
+    pub fn ready(&mut self) -> bool {
+        self.ends.pop_front();
+        self.answered_all()
+    }
+
+    /// Nothing the client sent awaits an answer.
+    pub fn answered_all(&self) -> bool {
+        self.ends.is_empty() && self.open == 0
+    }
+
+    /// A batch's end awaits its ReadyForQuery.
+    pub fn ending(&self) -> bool {
+        !self.ends.is_empty()
+    }
+
+    /// With no batch ending, the server answered `completed` more of the
+    /// extended-protocol messages sent: returns whether it has answered
+    /// every one (the client sent them with a Flush, or the last failed and
+    /// the server waits for a Sync), so that it waits on the client.
+    pub fn flushed(&mut self, completed: u32) -> bool {
+        self.awaiting = self.awaiting.saturating_sub(completed);
+        self.open > 0 && self.awaiting == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn sent(batches: &mut Batches, tags: &[u8]) {
+        for &tag in tags {
+            batches.sent(tag);
+        }
+    }
+
+    #[test]
+    fn each_end_of_a_batch_is_answered_once() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBES");
+        sent(&mut batches, b"Q");
+        assert!(!batches.ready(), "the Query's answer is still to come");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_query_after_a_failed_parse_in_its_batch_is_skipped() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBEQFS");
+        batches.failed(1);
+        assert!(batches.ready(), "the Sync's ReadyForQuery answers all");
+    }
+
+    #[test]
+    fn a_query_that_fails_after_its_batch_is_answered_is_not_skipped() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBEQS");
+        batches.failed(3);
+        assert!(!batches.ready(), "the Query's own ReadyForQuery");
+        assert!(batches.ready(), "the Sync's");
+    }
+
+    #[test]
+    fn a_query_of_its_own_batch_fails_without_skipping() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"QS");
+        batches.failed(0);
+        assert!(!batches.ready());
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn after_a_failure_before_the_sync_queries_are_skipped_until_it() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PH");
+        batches.failed(0);
+        assert!(!batches.ending());
+        sent(&mut batches, b"QF");
+        assert!(!batches.ending(), "skipped, so never answered");
+        sent(&mut batches, b"S");
+        sent(&mut batches, b"Q");
+        assert!(!batches.ready(), "the Query after the Sync runs");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn the_proxys_own_sync_ends_the_skipping() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"P");
+        batches.failed(0);
+        batches.own_sync();
+        sent(&mut batches, b"QS");
+        assert!(!batches.ready(), "the proxy's Sync");
+        assert!(!batches.ready(), "the Query ran");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_failed_sync_skips_nothing() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBESQ");
+        batches.failed(3);
+        assert!(!batches.ready());
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_query_ends_the_extended_messages_before_it() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBEQ");
+        assert!(batches.ready(), "no Sync is owed after the Query");
+    }
+
+    #[test]
+    fn syncs_during_a_copy_in_are_not_answered() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBES");
+        batches.copy_in();
+        sent(&mut batches, b"dd");
+        assert_eq!(batches.sent(b'c'), 1);
+        sent(&mut batches, b"S");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_flush_wait_ends_when_every_message_is_answered() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PDH");
+        assert!(!batches.flushed(1));
+        assert!(batches.flushed(1));
+        sent(&mut batches, b"BEH");
+        batches.failed(0);
+        assert!(batches.flushed(0), "after a failure the server waits for a Sync");
+    }
+
+    /// What PostgreSQL answers to one message: a completion, an
+    /// ErrorResponse, a ReadyForQuery.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Answer {
+        Completed,
+        Failed,
+        Ready,
+    }
+
+    /// PostgreSQL's answers to `messages` (each with whether it fails if
+    /// run), as `PostgresMain` gives them: each with the index of the
+    /// message it answers.
+    fn server(messages: &[(u8, bool)]) -> Vec<(usize, Answer)> {
+        let mut answers = Vec::new();
+        let mut skipping = false;
+        for (i, &(tag, fails)) in messages.iter().enumerate() {
+            match tag {
+                b'S' => {
+                    skipping = false;
+                    if fails {
+                        answers.push((i, Answer::Failed));
+                    }
+                    answers.push((i, Answer::Ready));
+                }
+                b'H' => {}
+                _ if skipping => {}
+                b'Q' | b'F' => {
+                    // RowDescription and CommandComplete count as
+                    // completions too.
+                    answers.push((i, Answer::Completed));
+                    answers.push((i, if fails { Answer::Failed } else { Answer::Completed }));
+                    answers.push((i, Answer::Ready));
+                }
+                _ if fails => {
+                    answers.push((i, Answer::Failed));
+                    skipping = true;
+                }
+                _ => answers.push((i, Answer::Completed)),
+            }
+        }
+        answers
+    }
+
+    proptest! {
+        /// Whatever the client sends and whichever messages fail, however
+        /// the client's sending and the server's answers interleave, a
+        /// ReadyForQuery is found to answer everything exactly when no
+        /// message sent after the one it answers asks for anything more.
+        #[test]
+        fn a_request_ends_at_the_ready_for_query_that_answers_all_it_sent(
+            messages in proptest::collection::vec((prop::sample::select(b"PBDECSQFH".to_vec()), any::<bool>()), 1..24),
+            schedule in proptest::collection::vec(any::<bool>(), 48),
+        ) {
+            let answers = server(&messages);
+            let mut batches = Batches::default();
+            let (mut sent, mut next, mut answered) = (0, 0, 0);
+            let mut turns = schedule.into_iter().chain(std::iter::repeat(true));
+            while next < answers.len() {
+                let (of, answer) = answers[next];
+                // An answer comes only after the message it answers.
+                if sent < messages.len() && (of >= sent || !turns.next().unwrap()) {
+                    batches.sent(messages[sent].0);
+                    sent += 1;
+                    continue;
+                }
+                next += 1;
+                match answer {
+                    Answer::Completed => answered += 1,
+                    Answer::Failed => batches.failed(answered),
+                    Answer::Ready => {
+                        answered = 0;
+                        let all = messages[of + 1..sent].iter().all(|&(tag, _)| tag == b'H');
+                        prop_assert_eq!(batches.ready(), all, "at the ReadyForQuery for message {}", of);
+                    }
+                }
+            }
+        }
+    }
+}
