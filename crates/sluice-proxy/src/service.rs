@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, Admin};
+use crate::config::ProxyConfig;
 use crate::gate::Gate;
 use crate::listener::Proxy;
 use crate::optimizer::{self, DecisionLog, ParallelismMode, SloTargets, ZetaMode};
@@ -147,7 +148,13 @@ fn apply(gate: &Gate, slo_targets: &SloTargets, old: &Settings, new: &Settings) 
     if let Err(e) = slo_targets.replace(new.optimizer.slo.clone()) {
         tracing::error!("reload: {e}");
     }
-    if old.proxy != new.proxy || old.admin != new.admin || old.postgres != new.postgres {
+    // An unset max_client_conn was given, at start, what the open-file
+    // limit fitted: unset again, it is no change.
+    let proxy = ProxyConfig {
+        max_client_conn: new.proxy.max_client_conn.or(old.proxy.max_client_conn),
+        ..new.proxy.clone()
+    };
+    if old.proxy != proxy || old.admin != new.admin || old.postgres != new.postgres {
         tracing::warn!("reload: [proxy], [admin] and [postgres] changes take effect at the next start");
     }
     tracing::info!("settings reloaded");

@@ -337,19 +337,39 @@ type Step<'a> = (&'a [(u8, &'a [u8])], u8);
 /// where PostgreSQL answers them: a Query after a Parse that failed is
 /// skipped up to the Sync (sent in one write, or after the error came
 /// back), and a Query after extended-protocol messages with no Sync
-/// answers them all. Each step answers as PostgreSQL directly does, and no
-/// session holds a slot afterwards, in either pooling mode.
+/// answers them all. A skipped Query leaves the unnamed statement as it
+/// was, and a statement prepared after it is answered as on a server of its
+/// own. Each step answers as PostgreSQL directly does, and no session holds
+/// a slot afterwards, in either pooling mode.
 #[test]
 fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_them() {
     let Some(server) = PgServer::start() else { return };
-    const P: usize = 3;
+    const P: usize = 4;
     let bad_parse: (u8, &[u8]) = (b'P', b"\0SELEC 1\0\0\0");
+    let prepare_and_run: [Step; 2] = [
+        (&[(b'P', b"s7\0SELECT 7\0\0\0"), (b'S', b"")], b'Z'),
+        (
+            &[(b'B', b"\0s7\0\0\0\0\0\0\0"), (b'E', b"\0\0\0\0\0"), (b'S', b"")],
+            b'Z',
+        ),
+    ];
     let steps: [&[Step]; P] = [
-        &[(&[bad_parse, (b'Q', b"SELECT 1\0"), (b'S', b"")], b'Z')],
+        &[
+            (&[bad_parse, (b'Q', b"SELECT 1\0"), (b'S', b"")], b'Z'),
+            prepare_and_run[0],
+            prepare_and_run[1],
+        ],
         &[
             (&[bad_parse, (b'H', b"")], b'E'),
             (&[(b'Q', b"SELECT 1\0")], 0),
             (&[(b'S', b"")], b'Z'),
+            prepare_and_run[0],
+            prepare_and_run[1],
+        ],
+        &[
+            (&[(b'P', b"\0SELECT 5\0\0\0"), (b'S', b"")], b'Z'),
+            (&[(b'P', b"x\0SELEC 1\0\0\0"), (b'Q', b"SELECT 1\0"), (b'S', b"")], b'Z'),
+            (&[(b'B', b"\0\0\0\0\0\0\0\0"), (b'E', b"\0\0\0\0\0"), (b'S', b"")], b'Z'),
         ],
         &[(
             &[
@@ -378,8 +398,10 @@ fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_
         .iter()
         .map(|steps| run(&mut PgConn::connect(direct, "postgres"), steps))
         .collect();
-    assert_eq!(expected[0], [b"EZ".to_vec()], "the Query skipped");
-    assert_eq!(expected[2], [b"12DCTDCZ".to_vec()], "one ReadyForQuery");
+    assert_eq!(expected[0][0], b"EZ", "the Query skipped");
+    assert_eq!(expected[0][2], b"2DCZ", "the statement prepared after it runs");
+    assert_eq!(expected[2][2], b"2DCZ", "the unnamed statement kept");
+    assert_eq!(expected[3], [b"12DCTDCZ".to_vec()], "one ReadyForQuery");
     for pool in [PoolMode::Session, PoolMode::Transaction] {
         // Were the requests left open, the probe would be refused after this.
         let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});

@@ -28,8 +28,9 @@ pub struct Need<'a> {
 
 impl Need<'_> {
     /// Raises the soft limit as far as it goes toward the need; the clients
-    /// that fit, with a warning on stderr if fewer than asked. `clients` 0
-    /// (no limit) and a limit that cannot be read are left as they are.
+    /// that fit, with a warning on stderr if fewer than the user `asked`
+    /// for. `clients` 0 (no limit) and a limit that cannot be read are left
+    /// as they are.
     pub fn fit(&self) -> usize {
         let Need {
             setting,

@@ -13,17 +13,17 @@
 //!   extended-protocol message is answered by one message that completes
 //!   it (ParseComplete, BindComplete, CloseComplete, RowDescription or
 //!   NoData, CommandComplete, PortalSuspended, EmptyQueryResponse) or by
-//!   the ErrorResponse, in the order sent. So an ErrorResponse that comes
-//!   before the extended-protocol messages sent ahead of the oldest
-//!   unanswered Query are all answered is theirs, and that Query is
-//!   skipped; one that comes after is the Query's own, and a ReadyForQuery
-//!   follows it.
+//!   the ErrorResponse, in the order sent. So an ErrorResponse that
+//!   arrives before every extended-protocol message sent ahead of the
+//!   oldest unanswered Query is answered belongs to one of them, and that
+//!   Query is skipped; one that arrives after is the Query's own, and a
+//!   ReadyForQuery follows it.
 //! - Syncs sent while the server reads a `COPY FROM STDIN` (libpq sends
 //!   one right after the Execute of such a COPY) are ignored.
 //!
 //! The proxy may send a Sync of its own before a client's Query (see
-//! [`super::prepared`]); its ReadyForQuery, which the client never sees,
-//! still ends the server's skipping, so it is counted here too.
+//! [`super::prepared`]). That Sync ends the server's skipping too, and its
+//! ReadyForQuery, which the client never sees, is counted here.
 //!
 //! ```
 //! # use sluice_proxy::pg::batch::Batches;
@@ -48,10 +48,6 @@ pub struct Batches {
     ends: VecDeque<End>,
     /// Extended-protocol messages sent since the last batch ended.
     open: u32,
-    /// Of those, the ones whose answer has not come: none left means the
-    /// server answered all the client asked for before its Flush and waits
-    /// for the client's next message.
-    awaiting: u32,
     /// An extended-protocol message failed with no Sync sent after it: the
     /// server skips what it is sent until the client's next Sync.
     skipping: bool,
@@ -92,7 +88,10 @@ impl Batches {
             b'c' | b'f' if self.copy_in => {
                 self.copy_in = false;
                 let ignored = self.syncs_since_execute.min(self.ends.len() as u32);
-                self.ends.truncate(self.ends.len() - ignored as usize);
+                // The server did not end a batch there: it counts on.
+                for end in self.ends.drain(self.ends.len() - ignored as usize..) {
+                    self.open += end.after;
+                }
                 self.syncs_since_execute = 0;
                 return ignored;
             }
@@ -101,13 +100,19 @@ impl Batches {
             b'd' | b'c' | b'f' | b'p' | b'H' | b'X' => {}
             _ => {
                 self.open += 1;
-                self.awaiting += 1;
                 if tag == b'E' {
                     self.syncs_since_execute = 0;
                 }
             }
         }
         0
+    }
+
+    /// Whether the server skips a message with `tag` sent now: a Query or
+    /// FunctionCall after an extended-protocol message failed, before the
+    /// next Sync. The proxy sends it as it is, for the server to skip.
+    pub fn skips(&self, tag: u8) -> bool {
+        self.skipping && matches!(tag, b'Q' | b'F')
     }
 
     /// The proxy sent a Sync of its own (before the client's next message).
@@ -119,7 +124,6 @@ impl Batches {
     fn end(&mut self, sync: bool) {
         self.ends.push_back(End { sync, after: self.open });
         self.open = 0;
-        self.awaiting = 0;
     }
 
     /// The server sent CopyInResponse.
@@ -144,8 +148,9 @@ impl Batches {
         while self.ends.front().is_some_and(|end| !end.sync) {
             self.ends.pop_front();
         }
+        // With no Sync sent after the failure, the server answers nothing
+        // more until one comes.
         self.skipping = self.ends.is_empty();
-        self.awaiting = 0;
     }
 
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
@@ -165,13 +170,14 @@ impl Batches {
         !self.ends.is_empty()
     }
 
-    /// With no batch ending, the server answered `completed` more of the
-    /// extended-protocol messages sent: returns whether it has answered
-    /// every one (the client sent them with a Flush, or the last failed and
-    /// the server waits for a Sync), so that it waits on the client.
-    pub fn flushed(&mut self, completed: u32) -> bool {
-        self.awaiting = self.awaiting.saturating_sub(completed);
-        self.open > 0 && self.awaiting == 0
+    /// Whether the server waits on the client with `answered` of the
+    /// extended-protocol messages answered since its last ReadyForQuery:
+    /// no batch's end is pending and every message sent since the last is
+    /// answered (the client sent them with a Flush: a driver's prepare, a
+    /// cursor between fetches), or one failed and the server waits for a
+    /// Sync.
+    pub fn flushed(&self, answered: u32) -> bool {
+        self.ends.is_empty() && self.open > 0 && (self.skipping || answered >= self.open)
     }
 }
 
@@ -276,14 +282,26 @@ mod tests {
     }
 
     #[test]
-    fn a_flush_wait_ends_when_every_message_is_answered() {
+    fn a_failure_before_a_sync_leaves_the_messages_after_it_awaited() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PQSBEH");
+        batches.failed(0);
+        assert!(!batches.flushed(0), "the Sync's answer is to come");
+        assert!(!batches.ready(), "the Bind and Execute after the Sync are owed");
+        assert!(!batches.flushed(1), "the Execute after the Sync runs");
+        assert!(batches.flushed(2));
+    }
+
+    #[test]
+    fn the_server_waits_on_the_client_once_all_before_a_flush_is_answered() {
         let mut batches = Batches::default();
         sent(&mut batches, b"PDH");
         assert!(!batches.flushed(1));
-        assert!(batches.flushed(1));
+        assert!(batches.flushed(2));
         sent(&mut batches, b"BEH");
-        batches.failed(0);
-        assert!(batches.flushed(0), "after a failure the server waits for a Sync");
+        assert!(!batches.flushed(3));
+        batches.failed(3);
+        assert!(batches.flushed(3), "after a failure the server waits for a Sync");
     }
 
     /// What PostgreSQL answers to one message: a completion, an
@@ -312,11 +330,20 @@ mod tests {
                 }
                 b'H' => {}
                 _ if skipping => {}
-                b'Q' | b'F' => {
-                    // RowDescription and CommandComplete count as
-                    // completions too.
-                    answers.push((i, Answer::Completed));
+                b'Q' => {
+                    // A Query's RowDescription and CommandComplete count as
+                    // completions too; it may fail before or after them.
+                    if i % 2 == 0 {
+                        answers.push((i, Answer::Completed));
+                    }
                     answers.push((i, if fails { Answer::Failed } else { Answer::Completed }));
+                    answers.push((i, Answer::Ready));
+                }
+                // A FunctionCallResponse is no completion.
+                b'F' => {
+                    if fails {
+                        answers.push((i, Answer::Failed));
+                    }
                     answers.push((i, Answer::Ready));
                 }
                 _ if fails => {
@@ -362,6 +389,8 @@ mod tests {
                     }
                 }
             }
+            // Every answer delivered, no batch's end is left waiting.
+            prop_assert!(!batches.ending());
         }
     }
 }

@@ -193,7 +193,7 @@ enum Reply {
     Remade { server: Bytes },
     /// A Sync, Query or FunctionCall, ending a batch in which `sent`
     /// messages were counted.
-    Ready { sent: u32 },
+    Ready { sent: u32, ending: Ending },
     /// A Sync the proxy added: its ReadyForQuery is dropped.
     Synced,
     /// The client's Parse of the unnamed statement, sent after `at`
@@ -211,6 +211,20 @@ enum Reply {
     /// The client's Close of its unnamed statement, which was `previous`,
     /// as the `change`-th change.
     UnnamedClosed { previous: Option<Bytes>, change: u32 },
+}
+
+/// What ends a batch, for what a ReadyForQuery answers when PostgreSQL
+/// skipped a Query or FunctionCall after an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    Sync,
+    FunctionCall,
+    /// A Query, which dropped the client's unnamed statement, `previous`,
+    /// as the `change`-th change.
+    Query {
+        previous: Option<Bytes>,
+        change: u32,
+    },
 }
 
 /// One client's prepared statements, and the answers owed for the Parse and
@@ -256,7 +270,15 @@ impl Statements {
             b'C' => self.close(body, made, out),
             b'Q' => self.query(body, made, out),
             b'S' | b'F' => {
-                self.expect(Reply::Ready { sent: self.sent });
+                let ending = if tag == b'S' {
+                    Ending::Sync
+                } else {
+                    Ending::FunctionCall
+                };
+                self.expect(Reply::Ready {
+                    sent: self.sent,
+                    ending,
+                });
                 false
             }
             _ => false,
@@ -292,12 +314,16 @@ impl Statements {
         // the server's to refuse, so there is nothing to scan for.
         let text = body.strip_suffix(b"\0").unwrap_or(body);
         // A simple Query drops the unnamed statement.
-        self.set_unnamed(made, None);
+        let previous = self.set_unnamed(made, None);
+        let change = self.unnamed_changes;
         let rewritten = self.session_sql(text, made, out, true);
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
         }
-        self.expect(Reply::Ready { sent: self.sent });
+        self.expect(Reply::Ready {
+            sent: self.sent,
+            ending: Ending::Query { previous, change },
+        });
         rewritten.is_some()
     }
 
@@ -485,7 +511,7 @@ impl Statements {
         let mut at = self.replies.len();
         while n > 0 && at > 0 {
             at -= 1;
-            if let Some(Reply::Ready { sent }) = self.replies.get(at) {
+            if let Some(Reply::Ready { sent, .. }) = self.replies.get(at) {
                 // The server did not end the batch there: it counts on.
                 self.sent = self.sent.wrapping_add(*sent);
                 self.replies.remove(at);
@@ -526,19 +552,32 @@ impl Statements {
 
     /// A ReadyForQuery: the Parses of its batch still unanswered failed or
     /// were skipped after an error; their statements exist nowhere. Of
-    /// the client's unnamed statement, the first unnamed Parse or Close
-    /// left unanswered decides: PostgreSQL drops the unnamed statement
-    /// before it parses a new one, so after a failed Parse there is none,
-    /// and after a skipped Parse or Close the one before stays.
-    /// Returns whether the client is to see it.
+    /// the client's unnamed statement, the first unnamed Parse, Close or
+    /// Query left unanswered decides: PostgreSQL drops the unnamed
+    /// statement before it parses a new one, so after a failed Parse there
+    /// is none, and after a skipped Parse, Close or Query the one before
+    /// stays. A Query or FunctionCall that an error before it in its batch
+    /// made the server skip gets no ReadyForQuery: this one answers the
+    /// next Sync. Returns whether the client is to see it.
     fn end_batch(&mut self, made: &Made) -> bool {
         let failed_at = self.failed_at.take();
+        // Past a skipped Query or FunctionCall, every message was skipped.
+        let mut skipping = false;
         let mut unanswered = Unanswered::default();
         let seen = loop {
             let Some(reply) = self.replies.pop_front() else {
                 break true;
             };
             match reply {
+                Reply::Ready {
+                    ending: Ending::Sync, ..
+                } => break true,
+                Reply::Ready { sent, ending } if skipping || failed_at.is_some_and(|at| at < sent) => {
+                    skipping = true;
+                    if let Ending::Query { previous, change } = ending {
+                        unanswered.note(previous, change);
+                    }
+                }
                 Reply::Ready { .. } => break true,
                 Reply::Synced => break false,
                 Reply::Parsed { client, server } => {
@@ -551,7 +590,8 @@ impl Statements {
                 Reply::UnnamedRemade => made.lock().unnamed = None,
                 Reply::Unnamed { at, previous, change } => {
                     made.lock().unnamed = None;
-                    unanswered.note(if failed_at == Some(at) { None } else { previous }, change);
+                    let failed = !skipping && failed_at == Some(at);
+                    unanswered.note(if failed { None } else { previous }, change);
                 }
                 Reply::UnnamedClosed { previous, change } => {
                     made.lock().unnamed = None;

@@ -580,8 +580,11 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         let mut state = self.shared.lock();
         let state = &mut *state;
         let body = &buf[message.start + 5..message.end];
-        let rewritten =
-            backend.is_some_and(|backend| state.statements.rewrite(tag, body, &backend.made, &mut self.rewritten));
+        // A message the server skips changes none of the client's
+        // statements.
+        let rewritten = backend.is_some_and(|backend| {
+            !state.batches.skips(tag) && state.statements.rewrite(tag, body, &backend.made, &mut self.rewritten)
+        });
         if rewritten {
             // The proxy's own Syncs go ahead of the client's message.
             for _ in frame::tags(&self.rewritten).filter(|&tag| tag == b'S') {
@@ -614,22 +617,20 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             }
             return Ok(Action::Skip);
         }
-        let (starts, authenticating) = {
-            let state = self.shared.lock();
-            let starts = state.request.is_none() && starts_request(tag, state.authenticating);
-            (starts, state.authenticating)
-        };
-        if !starts {
+        let authenticating = {
             let mut state = self.shared.lock();
-            // The client went on: a request that waited on it counts
-            // toward P again at once.
-            if state.idle_since.take().is_some() {
-                if let Some(request) = state.request.as_mut() {
-                    request.slot.unpark();
+            if state.request.is_some() || !starts_request(tag, state.authenticating) {
+                // The client went on: a request that waited on it counts
+                // toward P again at once.
+                if state.idle_since.take().is_some() {
+                    if let Some(request) = state.request.as_mut() {
+                        request.slot.unpark();
+                    }
                 }
+                return Ok(Action::Forward);
             }
-            return Ok(Action::Forward);
-        }
+            state.authenticating
+        };
         if authenticating && self.shared.pooling.is_some() {
             let e = "sluice: a query before the login finished (transaction pooling needs ReadyForQuery first)";
             self.shared.answer(|out| frame::write_error(out, "FATAL", "08P01", e));
@@ -808,24 +809,6 @@ impl Pending {
     }
 }
 
-/// The server's answers to extended-protocol messages in one read, after
-/// its last ReadyForQuery.
-#[derive(Clone, Copy, Default)]
-struct Answered {
-    /// Messages whose answer ended.
-    completed: u32,
-}
-
-impl Answered {
-    fn note(&mut self, tag: u8) {
-        match tag {
-            b'Z' => *self = Answered::default(),
-            tag if completes_extended(tag) => self.completed += 1,
-            _ => {}
-        }
-    }
-}
-
 /// What one message from the server meant.
 struct Inspected {
     /// The client is to see it.
@@ -994,16 +977,12 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         // buf[from..pos] is to be written.
         let mut from = 0;
         let mut released = false;
-        // What the messages after the batch's last ReadyForQuery answered.
-        let mut answered = Answered::default();
         loop {
             match frame::parse_header(&buf[pos..]).map_err(invalid_data)? {
                 Some(header) if header.len <= buf.len() - pos => {
                     let seen = self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
                     released |= seen.released;
-                    if seen.relay {
-                        answered.note(header.tag);
-                    } else {
+                    if !seen.relay {
                         self.client.write_all(&buf[from..pos]).await?;
                         from = pos + header.len;
                     }
@@ -1026,25 +1005,20 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         self.buf = buf;
         let outbox = {
             let mut state = self.shared.lock();
-            self.wait_after_flush(&mut state, answered);
+            self.wait_after_flush(&mut state);
             mem::take(&mut state.outbox)
         };
         send(&mut self.client, &outbox).await
     }
 
-    /// Counts what the server answered of the messages sent since the last
-    /// Sync. Once every one is answered and no Sync is pending, the server
-    /// waits for the client (a driver that prepares with Parse, Describe
+    /// Once the server has answered every message sent since the last
+    /// batch's end and no end is pending, it waits for the client (a driver that prepares with Parse, Describe
     /// and Flush, or a cursor between fetches): the request waits on its
     /// client, as after a ReadyForQuery inside a transaction, so that its
     /// slot is parked after `idle_in_transaction_release_ms` instead of
     /// holding P for as long as the client pauses.
-    fn wait_after_flush(&mut self, state: &mut State, answered: Answered) {
-        if state.batches.ending() {
-            // The answers seen belong to a batch whose end is sent.
-            return;
-        }
-        if state.batches.flushed(answered.completed) && state.request.is_some() && state.idle_since.is_none() {
+    fn wait_after_flush(&mut self, state: &mut State) {
+        if state.batches.flushed(self.client_answered) && state.request.is_some() && state.idle_since.is_none() {
             let now = Instant::now();
             state.idle_since = Some(now);
             self.idle = Some(now);

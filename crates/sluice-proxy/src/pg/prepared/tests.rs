@@ -440,6 +440,32 @@ fn a_skipped_parse_does_not_undo_a_later_batchs() {
     );
 }
 
+#[test]
+fn a_query_skipped_after_an_error_keeps_the_unnamed_statement_and_owes_no_ready_for_query() {
+    let backend = Made::default();
+    let mut a = with_unnamed_a(&backend);
+    for (tag, body) in [
+        (b'B', bind_body("nope")),
+        (b'Q', b"SELECT 1\0".to_vec()),
+        (b'S', vec![]),
+    ] {
+        send_on(&mut a, &backend, tag, &body);
+    }
+    a.failed(0);
+    assert!(a.reply(b'Z', &backend), "the Sync's, which the client sees");
+    // Nothing is owed any more: a named Parse's answers are as always.
+    let sent = send_on(&mut a, &backend, b'P', &parse_body("s", "SELECT 2"));
+    assert_eq!(sent.iter().map(|(tag, _)| *tag).collect::<Vec<_>>(), b"CP");
+    send_on(&mut a, &backend, b'S', b"");
+    assert!(!a.reply(b'3', &backend), "the proxy's Close");
+    assert!(a.reply(b'1', &backend) && a.reply(b'Z', &backend));
+    assert_eq!(
+        send_on(&mut a, &backend, b'B', &bind_body("")),
+        vec![(b'P', parse_body("", "SELECT 'a'")), (b'B', bind_body(""))],
+        "'a' is still the client's"
+    );
+}
+
 proptest! {
     #[test]
     fn any_bytes_from_a_client_or_server_keep_the_limit_and_never_panic(
