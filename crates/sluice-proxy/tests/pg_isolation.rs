@@ -338,13 +338,13 @@ type Step<'a> = (&'a [(u8, &'a [u8])], u8);
 /// skipped up to the Sync (sent in one write, or after the error came
 /// back), and a Query after extended-protocol messages with no Sync
 /// answers them all. A skipped Query leaves the unnamed statement as it
-/// was, and a statement prepared after it is answered as on a server of its
-/// own. Each step answers as PostgreSQL directly does, and no session holds
+/// was, a skipped DEALLOCATE the statement it names, and a statement
+/// prepared after it is answered as on a server of its own. Each step answers as PostgreSQL directly does, and no session holds
 /// a slot afterwards, in either pooling mode.
 #[test]
 fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_them() {
     let Some(server) = PgServer::start() else { return };
-    const P: usize = 4;
+    const P: usize = 5;
     let bad_parse: (u8, &[u8]) = (b'P', b"\0SELEC 1\0\0\0");
     let prepare_and_run: [Step; 2] = [
         (&[(b'P', b"s7\0SELECT 7\0\0\0"), (b'S', b"")], b'Z'),
@@ -364,6 +364,11 @@ fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_
             (&[(b'Q', b"SELECT 1\0")], 0),
             (&[(b'S', b"")], b'Z'),
             prepare_and_run[0],
+            prepare_and_run[1],
+        ],
+        &[
+            prepare_and_run[0],
+            (&[bad_parse, (b'Q', b"DEALLOCATE s7\0"), (b'S', b"")], b'Z'),
             prepare_and_run[1],
         ],
         &[
@@ -400,8 +405,10 @@ fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_
         .collect();
     assert_eq!(expected[0][0], b"EZ", "the Query skipped");
     assert_eq!(expected[0][2], b"2DCZ", "the statement prepared after it runs");
-    assert_eq!(expected[2][2], b"2DCZ", "the unnamed statement kept");
-    assert_eq!(expected[3], [b"12DCTDCZ".to_vec()], "one ReadyForQuery");
+    assert_eq!(expected[2][1], b"EZ", "the DEALLOCATE skipped");
+    assert_eq!(expected[2][2], b"2DCZ", "the statement kept");
+    assert_eq!(expected[3][2], b"2DCZ", "the unnamed statement kept");
+    assert_eq!(expected[4], [b"12DCTDCZ".to_vec()], "one ReadyForQuery");
     for pool in [PoolMode::Session, PoolMode::Transaction] {
         // Were the requests left open, the probe would be refused after this.
         let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});
@@ -427,5 +434,27 @@ fn queries_mixed_into_extended_batches_end_their_requests_as_postgresql_answers_
                 "{pool:?}: the session goes on"
             );
         }
+    }
+}
+
+/// A session whose server skips to the next Sync after an error holds no
+/// slot while it sends more for the server to skip: with P = 1 another
+/// client is served beside it, not refused after the admission timeout.
+#[test]
+fn a_session_skipping_to_its_sync_holds_no_slot_as_it_sends_more() {
+    let Some(server) = PgServer::start() else { return };
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+        let mut skipping = PgConn::connect(proxy.addr, "postgres");
+        send_messages(&mut skipping, &[(b'P', b"\0SELEC 1\0\0\0"), (b'H', b"")]);
+        assert_eq!(read_through(&mut skipping, b'E'), b"E", "{pool:?}");
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: parked");
+        send_messages(&mut skipping, &[(b'Q', b"SELECT 1\0")]);
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: parked again");
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(probe.query("SELECT 2"), Ok(vec!["2".to_string()]), "{pool:?}");
+        send_messages(&mut skipping, &[(b'S', b"")]);
+        assert_eq!(read_through(&mut skipping, b'Z'), b"Z", "{pool:?}: the Query skipped");
+        assert_eq!(skipping.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
     }
 }

@@ -21,9 +21,9 @@
 //! - Syncs sent while the server reads a `COPY FROM STDIN` (libpq sends
 //!   one right after the Execute of such a COPY) are ignored.
 //!
-//! The proxy may send a Sync of its own before a client's Query (see
-//! [`super::prepared`]). That Sync ends the server's skipping too, and its
-//! ReadyForQuery, which the client never sees, is counted here.
+//! What is counted is what goes to the server: under transaction pooling
+//! the proxy adds messages of its own (see [`super::prepared`]), a Sync
+//! among them, whose answers the client never sees.
 //!
 //! ```
 //! # use sluice_proxy::pg::batch::Batches;
@@ -108,17 +108,11 @@ impl Batches {
         0
     }
 
-    /// Whether the server skips a message with `tag` sent now: a Query or
-    /// FunctionCall after an extended-protocol message failed, before the
-    /// next Sync. The proxy sends it as it is, for the server to skip.
+    /// Whether the server skips a message with `tag` sent now: any but a
+    /// Sync after an extended-protocol message failed, before the next
+    /// Sync.
     pub fn skips(&self, tag: u8) -> bool {
-        self.skipping && matches!(tag, b'Q' | b'F')
-    }
-
-    /// The proxy sent a Sync of its own (before the client's next message).
-    pub fn own_sync(&mut self) {
-        self.skipping = false;
-        self.end(true);
+        self.skipping && tag != b'S'
     }
 
     fn end(&mut self, sync: bool) {
@@ -131,8 +125,8 @@ impl Batches {
         self.copy_in = true;
     }
 
-    /// The server sent an ErrorResponse after `answered` of the client's
-    /// extended-protocol messages since its last ReadyForQuery were
+    /// The server sent an ErrorResponse after `answered` of the
+    /// extended-protocol messages sent since its last ReadyForQuery were
     /// answered. If one of those messages failed, the Queries and
     /// FunctionCalls before the next Sync are skipped.
     pub fn failed(&mut self, answered: u32) {
@@ -145,12 +139,19 @@ impl Batches {
         if !extended {
             return;
         }
-        while self.ends.front().is_some_and(|end| !end.sync) {
-            self.ends.pop_front();
+        let mut skipped = 0;
+        while let Some(end) = self.ends.pop_front() {
+            if end.sync {
+                self.ends.push_front(end);
+                return;
+            }
+            skipped += end.after;
         }
         // With no Sync sent after the failure, the server answers nothing
-        // more until one comes.
-        self.skipping = self.ends.is_empty();
+        // more until one comes, and the messages since the failure wait
+        // for it.
+        self.skipping = true;
+        self.open += skipped;
     }
 
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
@@ -172,10 +173,10 @@ impl Batches {
 
     /// Whether the server waits on the client with `answered` of the
     /// extended-protocol messages answered since its last ReadyForQuery:
-    /// no batch's end is pending and every message sent since the last is
-    /// answered (the client sent them with a Flush: a driver's prepare, a
-    /// cursor between fetches), or one failed and the server waits for a
-    /// Sync.
+    /// no batch's end is pending and every message sent since the last
+    /// batch's end is answered (the client sent them with a Flush: a
+    /// driver's prepare, a cursor between fetches), or one failed and the
+    /// server waits for a Sync.
     pub fn flushed(&self, answered: u32) -> bool {
         self.ends.is_empty() && self.open > 0 && (self.skipping || answered >= self.open)
     }
@@ -243,13 +244,15 @@ mod tests {
     }
 
     #[test]
-    fn the_proxys_own_sync_ends_the_skipping() {
+    fn a_sync_ends_the_skipping() {
         let mut batches = Batches::default();
         sent(&mut batches, b"P");
         batches.failed(0);
-        batches.own_sync();
+        assert!(batches.skips(b'Q') && !batches.skips(b'S'));
+        sent(&mut batches, b"S");
+        assert!(!batches.skips(b'Q'));
         sent(&mut batches, b"QS");
-        assert!(!batches.ready(), "the proxy's Sync");
+        assert!(!batches.ready(), "the Sync (the proxy's own, or the client's)");
         assert!(!batches.ready(), "the Query ran");
         assert!(batches.ready());
     }

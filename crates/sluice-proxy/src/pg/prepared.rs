@@ -34,8 +34,9 @@
 //!   has it made again where it binds it, so a client may hold any number
 //!   of statements.
 //! - SQL that drops statements acts on the issuing client's own: `DEALLOCATE
-//!   name` of a statement the client prepared by protocol forgets it (the
-//!   backend's copy, which other clients may share, stays); `DEALLOCATE
+//!   name` of a statement the client prepared by protocol forgets it and
+//!   drops the backend's copy (other clients sharing it have it made again
+//!   where they use it); `DEALLOCATE
 //!   ALL` and `DISCARD ALL` run on the backend (they drop every statement
 //!   there, and the proxy notes the backend as having none, so others' are
 //!   made again where they are used) and forget all of the client's.
@@ -52,8 +53,9 @@
 //!   none, so that the Bind fails as it would have on a server of its own.
 //!   Around errors the client's record follows PostgreSQL's: a failed
 //!   unnamed Parse leaves none (the server drops the old one before it
-//!   parses), a Parse or Close skipped after an earlier error in its batch
-//!   leaves the one before. The proxy tells the two apart by position: the
+//!   parses), a Parse, Close or simple Query skipped after an earlier error
+//!   in its batch leaves the one before (and a skipped `DEALLOCATE` the
+//!   statement it names). The proxy tells the two apart by position: the
 //!   server ends its answer to each message with one message of its own,
 //!   so an ErrorResponse answers the message after those answered.
 //!
@@ -192,7 +194,8 @@ enum Reply {
     /// dropped, and without one the backend does not have it.
     Remade { server: Bytes },
     /// A Sync, Query or FunctionCall, ending a batch in which `sent`
-    /// messages were counted.
+    /// messages were counted; a Query or FunctionCall the server skipped
+    /// after an error is answered by nothing.
     Ready { sent: u32, ending: Ending },
     /// A Sync the proxy added: its ReadyForQuery is dropped.
     Synced,
@@ -213,6 +216,10 @@ enum Reply {
     UnnamedClosed { previous: Option<Bytes>, change: u32 },
 }
 
+/// A statement a simple Query deallocated: the client's name for it, and
+/// it.
+type Deallocated = (Bytes, Statement);
+
 /// What ends a batch, for what a ReadyForQuery answers when PostgreSQL
 /// skipped a Query or FunctionCall after an error.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,10 +227,11 @@ enum Ending {
     Sync,
     FunctionCall,
     /// A Query, which dropped the client's unnamed statement, `previous`,
-    /// as the `change`-th change.
+    /// as the `change`-th change, and the statement it deallocated, if any.
     Query {
         previous: Option<Bytes>,
         change: u32,
+        deallocated: Option<Deallocated>,
     },
 }
 
@@ -261,7 +269,9 @@ impl Statements {
     /// Client → server, for the backend whose statements are `made`:
     /// appends to `out` the messages to send instead of this one, and
     /// returns true; false when it goes as it is. Bodies too short to name
-    /// a statement go as they are, for the server to reject.
+    /// a statement go as they are, for the server to reject. A message the
+    /// server skips (it came after an error, before the next Sync) is not
+    /// given here: it changes nothing.
     pub fn rewrite(&mut self, tag: u8, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let rewritten = match tag {
             b'P' => self.parse(body, made, out),
@@ -316,38 +326,52 @@ impl Statements {
         // A simple Query drops the unnamed statement.
         let previous = self.set_unnamed(made, None);
         let change = self.unnamed_changes;
-        let rewritten = self.session_sql(text, made, out, true);
+        let (rewritten, deallocated) = self.session_sql(text, made, out, true).unzip();
         if let Some(text) = &rewritten {
             frame::write_message_parts(out, b'Q', &[text, b"\0"]);
         }
         self.expect(Reply::Ready {
             sent: self.sent,
-            ending: Ending::Query { previous, change },
+            ending: Ending::Query {
+                previous,
+                change,
+                deallocated: deallocated.flatten(),
+            },
         });
         rewritten.is_some()
     }
 
     /// The text to run instead of `text` when it is SQL about session
-    /// state, after whatever it needs sent first (into `out`): `DEALLOCATE`
-    /// of a statement the client holds drops the backend's copy (made
-    /// first if missing; `own_sync` when it goes before a simple Query,
-    /// whose run an error in the batch before it would otherwise skip), and
-    /// `LISTEN` raises an error that names session pooling.
-    fn session_sql(&mut self, text: &[u8], made: &Made, out: &mut BytesMut, own_sync: bool) -> Option<Vec<u8>> {
+    /// state, after whatever it needs sent first (into `out`), with the
+    /// statement it deallocates: `DEALLOCATE` of a statement the client
+    /// holds drops the backend's copy (made first if missing), and `LISTEN`
+    /// raises an error that names session pooling. Before a simple Query
+    /// (`query`) that starts its batch, the statement made goes with a Sync
+    /// of its own: were the Parse to fail, the server would skip the Query,
+    /// and no Sync of the client's would come to end that.
+    fn session_sql(
+        &mut self,
+        text: &[u8],
+        made: &Made,
+        out: &mut BytesMut,
+        query: bool,
+    ) -> Option<(Vec<u8>, Option<Deallocated>)> {
         match super::sql::classify(text)? {
-            SessionSql::Listen => Some(LISTEN_REFUSED.as_bytes().to_vec()),
+            SessionSql::Listen => Some((LISTEN_REFUSED.as_bytes().to_vec(), None)),
             SessionSql::Deallocate(name) => {
                 let held = self.named.get(&name[..])?.clone();
                 if !made.contains(&held.server) {
+                    let starts_batch = self.sent == 0;
                     self.make_if_missing(&held, made, out);
-                    if own_sync {
+                    if query && starts_batch {
                         frame::write_message(out, b'S', b"");
                         self.expect(Reply::Synced);
                     }
                 }
-                self.named.remove(&name[..]);
+                let name = self.named.remove_entry(&name[..]).map(|(name, _)| name);
                 made.forget(&held.server);
-                Some([&b"DEALLOCATE "[..], &held.server].concat())
+                let text = [&b"DEALLOCATE "[..], &held.server].concat();
+                Some((text, name.map(|name| (name, held))))
             }
             SessionSql::DeallocateAll | SessionSql::DiscardAll => None,
         }
@@ -368,7 +392,7 @@ impl Statements {
         };
         if name.is_empty() {
             let rewritten = split_cstr(rest).and_then(|(text, types)| {
-                let text = self.session_sql(text, made, out, false)?;
+                let (text, _) = self.session_sql(text, made, out, false)?;
                 Some([&text[..], b"\0", types].concat())
             });
             let is_rewritten = rewritten.is_some();
@@ -574,8 +598,16 @@ impl Statements {
                 } => break true,
                 Reply::Ready { sent, ending } if skipping || failed_at.is_some_and(|at| at < sent) => {
                     skipping = true;
-                    if let Ending::Query { previous, change } = ending {
+                    if let Ending::Query {
+                        previous,
+                        change,
+                        deallocated,
+                    } = ending
+                    {
                         unanswered.note(previous, change);
+                        if let Some((name, statement)) = deallocated {
+                            self.named.entry(name).or_insert(statement);
+                        }
                     }
                 }
                 Reply::Ready { .. } => break true,
@@ -610,7 +642,8 @@ impl Statements {
     }
 }
 
-/// The unnamed Parses and Closes of a batch left unanswered.
+/// The unnamed Parses and Closes, and the simple Queries, of a batch left
+/// unanswered.
 #[derive(Default)]
 struct Unanswered {
     /// The client's unnamed statement after the first of them, if any.

@@ -49,7 +49,10 @@
 //! client once the server has answered every extended-protocol message
 //! sent before a Flush and no Sync is pending: a driver that prepares with
 //! Parse, Describe and Flush (asyncpg's `prepare()`), or a cursor between
-//! fetches, leaves its session so until it goes on. PostgreSQL's
+//! fetches, leaves its session so until it goes on; and once one of them
+//! failed with no Sync sent after it, for the server then skips all but a
+//! Sync (what the client sends meanwhile is skipped, and the request goes
+//! back to waiting on it). PostgreSQL's
 //! idle-in-transaction timeout does not run there (it waits for the
 //! Sync), and neither does the proxy's. With
 //! `idle_in_transaction_timeout_ms` set, a session that waits on its client
@@ -74,10 +77,11 @@
 //! # States
 //!
 //! A session is in one of these states; the messages that move it are
-//! named as PostgreSQL's protocol names them. Two tasks run a session
-//! after startup, [`ToUpstream`] (client → server) and [`ToClient`]
-//! (server → client); the state they share is in [`State`], and the table
-//! says which fields hold each state.
+//! named as PostgreSQL's protocol names them. Two halves run a session
+//! after startup, polled together in one task ([`crate::relay::drive`]):
+//! [`ToUpstream`] (client → server) and [`ToClient`] (server → client);
+//! the state they share is in [`State`], and the table says which fields
+//! hold each state.
 //!
 //! | state | held as | on | next |
 //! |---|---|---|---|
@@ -94,7 +98,7 @@
 //! | | | Flush, CopyData, CopyDone, CopyFail | forwarded |
 //! | | | ReadyForQuery 'I' answering every Sync, Query and FunctionCall | the slot is given back (and under transaction pooling the backend): idle |
 //! | | | ReadyForQuery 'T' or 'E' answering all of them | waiting on the client |
-//! | | | the last answer to the messages before a Flush, with no Sync pending | waiting on the client (no timeout) |
+//! | | | the last answer to the messages before a Flush, or an ErrorResponse to one of them, with no Sync pending | waiting on the client (no timeout) |
 //! | waiting on the client | `State::idle_since` is `Some` | a client message | in request (the slot kept, or taken back) |
 //! | | | `idle_in_transaction_release_ms` passes | parked |
 //! | parked | `ToClient::parked` | a client message | in request: the slot is taken back at once, even above P |
@@ -343,7 +347,6 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         parked: false,
         flushed: false,
         batch_answered: 0,
-        client_answered: 0,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -572,7 +575,8 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
 
     /// Adds a message to what goes upstream, as it is or under transaction
     /// pooling with the names of the client's prepared statements
-    /// rewritten, and counts it in the batches the server is to answer.
+    /// rewritten, and counts what goes in the batches the server is to
+    /// answer.
     fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) {
         // Without a backend (between a pooled session's requests) only
         // messages that ask the server for nothing are sent, and dropped.
@@ -582,18 +586,21 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         let body = &buf[message.start + 5..message.end];
         // A message the server skips changes none of the client's
         // statements.
-        let rewritten = backend.is_some_and(|backend| {
-            !state.batches.skips(tag) && state.statements.rewrite(tag, body, &backend.made, &mut self.rewritten)
-        });
-        if rewritten {
-            // The proxy's own Syncs go ahead of the client's message.
-            for _ in frame::tags(&self.rewritten).filter(|&tag| tag == b'S') {
-                state.batches.own_sync();
-            }
-        }
-        let ignored = state.batches.sent(tag);
+        let skipped = state.batches.skips(tag);
+        let rewritten = backend
+            .is_some_and(|backend| !skipped && state.statements.rewrite(tag, body, &backend.made, &mut self.rewritten));
+        let ignored = if rewritten {
+            frame::tags(&self.rewritten).map(|tag| state.batches.sent(tag)).sum()
+        } else {
+            state.batches.sent(tag)
+        };
         if ignored > 0 {
             state.statements.syncs_ignored(ignored);
+        }
+        if skipped {
+            // The server answers nothing: the other direction decides
+            // whether the request waits on its client again.
+            self.shared.flags.wake.notify_one();
         }
         if rewritten {
             pending.push_rewritten(buf, &self.rewritten);
@@ -844,12 +851,10 @@ struct ToClient<'a, W> {
     /// proxy's.
     flushed: bool,
     /// Messages answered since the backend's last ReadyForQuery, the
-    /// proxy's own included: under transaction pooling an ErrorResponse
-    /// tells the prepared statements which message failed.
+    /// proxy's own included: an ErrorResponse tells the batches (and under
+    /// transaction pooling the prepared statements) which message failed,
+    /// and the batches whether the server waits on the client.
     batch_answered: u32,
-    /// Of those, the client's own: an ErrorResponse tells the batches
-    /// whether an extended-protocol message failed (see [`Batches::failed`]).
-    client_answered: u32,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1012,13 +1017,15 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     }
 
     /// Once the server has answered every message sent since the last
-    /// batch's end and no end is pending, it waits for the client (a driver that prepares with Parse, Describe
-    /// and Flush, or a cursor between fetches): the request waits on its
-    /// client, as after a ReadyForQuery inside a transaction, so that its
-    /// slot is parked after `idle_in_transaction_release_ms` instead of
-    /// holding P for as long as the client pauses.
+    /// batch's end and no end is pending (a driver that prepares with
+    /// Parse, Describe and Flush, or a cursor between fetches), or one of
+    /// them failed and no Sync is sent, the server waits for the client:
+    /// the request waits on its client, as after a ReadyForQuery inside a
+    /// transaction, so that its slot is parked after
+    /// `idle_in_transaction_release_ms` instead of holding P for as long as
+    /// the client pauses.
     fn wait_after_flush(&mut self, state: &mut State) {
-        if state.batches.flushed(self.client_answered) && state.request.is_some() && state.idle_since.is_none() {
+        if state.batches.flushed(self.batch_answered) && state.request.is_some() && state.idle_since.is_none() {
             let now = Instant::now();
             state.idle_since = Some(now);
             self.idle = Some(now);
@@ -1032,11 +1039,8 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         self.last_tag = tag;
         let relay = self.statement_reply(tag);
         match tag {
-            b'Z' => (self.batch_answered, self.client_answered) = (0, 0),
-            tag if completes_extended(tag) => {
-                self.batch_answered = self.batch_answered.wrapping_add(1);
-                self.client_answered = self.client_answered.wrapping_add(u32::from(relay));
-            }
+            b'Z' => self.batch_answered = 0,
+            tag if completes_extended(tag) => self.batch_answered = self.batch_answered.wrapping_add(1),
             _ => {}
         }
         let mut released = false;
@@ -1057,7 +1061,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 if self.shared.pooling.is_some() {
                     state.statements.failed(self.batch_answered);
                 }
-                state.batches.failed(self.client_answered);
+                state.batches.failed(self.batch_answered);
             }
             _ => {}
         }
