@@ -4,8 +4,9 @@
 //! threads runs without a failure at any P in both pooling modes, sessions
 //! that pause after a Flush with no Sync (a driver's prepare, a cursor
 //! between fetches) do not either, nor do simple Queries mixed into
-//! extended-protocol batches, and the idle-in-transaction timeout ends a
-//! session idle in a transaction with 25P03.
+//! extended-protocol batches or clients that do not read their results,
+//! and the idle-in-transaction timeout ends a session idle in a
+//! transaction with 25P03.
 
 mod support;
 
@@ -456,5 +457,30 @@ fn a_session_skipping_to_its_sync_holds_no_slot_as_it_sends_more() {
         send_messages(&mut skipping, &[(b'S', b"")]);
         assert_eq!(read_through(&mut skipping, b'Z'), b"Z", "{pool:?}: the Query skipped");
         assert_eq!(skipping.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
+    }
+}
+
+/// A client that sends a query with a large result and does not read it
+/// holds no one back: once its socket is full, its slot is parked while
+/// the write waits, so with P = 1 another client is served beside it, not
+/// refused after the admission timeout. The slow reader then gets every
+/// row, and the gate settles.
+#[test]
+fn a_client_that_does_not_read_holds_no_one_back() {
+    let Some(server) = PgServer::start() else { return };
+    const ROWS: usize = 50_000;
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+        let mut slow = PgConn::connect(proxy.addr, "postgres");
+        // About 50 MB of rows: far more than the sockets between hold.
+        slow.send_query(&format!("SELECT repeat('x', 1000) FROM generate_series(1, {ROWS})"));
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: its slot parked");
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(probe.query("SELECT 2"), Ok(vec!["2".to_string()]), "{pool:?}");
+        let rows = slow.finish().0.expect("the slow reader's rows");
+        assert_eq!(rows.len(), ROWS, "{pool:?}: every row");
+        assert!(rows.iter().all(|row| row.len() == 1000), "{pool:?}");
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+        assert_eq!(slow.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
     }
 }

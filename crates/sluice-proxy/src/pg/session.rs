@@ -52,9 +52,13 @@
 //! fetches, leaves its session so until it goes on; and once one of them
 //! failed with no Sync sent after it, for the server then skips all but a
 //! Sync (what the client sends meanwhile is skipped, and the request goes
-//! back to waiting on it). PostgreSQL's
-//! idle-in-transaction timeout does not run there (it waits for the
-//! Sync), and neither does the proxy's. With
+//! back to waiting on it). PostgreSQL's idle-in-transaction timeout does
+//! not run there (it waits for the Sync), and neither does the proxy's. A
+//! client that does not read is waited on too: once a write to it has been
+//! pending `idle_in_transaction_release_ms` (its socket full), its slot is
+//! parked until the write goes through, for the proxy then reads nothing
+//! more from the backend, and the backend soon waits on the client as
+//! well. With
 //! `idle_in_transaction_timeout_ms` set, a session that waits on its client
 //! in a transaction that long is ended with FATAL 25P03, as PostgreSQL's
 //! idle_in_transaction_session_timeout does; its backend goes with it and
@@ -102,14 +106,17 @@
 //! | waiting on the client | `State::idle_since` is `Some` | a client message | in request (the slot kept, or taken back) |
 //! | | | `idle_in_transaction_release_ms` passes | parked |
 //! | parked | `ToClient::parked` | a client message | in request: the slot is taken back at once, even above P |
+//! | | | (parked while a write to a client that does not read is pending) the write goes through | in request |
 //! | | | `idle_in_transaction_timeout_ms` passes | FATAL 25P03; closed |
 //! | any | | Terminate, the client or the server gone, a malformed message (08P01), the proxy draining with no request in flight (57P01) | closed |
 
+use std::future::Future;
 use std::io;
 use std::mem;
 use std::ops::Range;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -756,6 +763,47 @@ fn starts_request(tag: u8, authenticating: bool) -> bool {
     }
 }
 
+/// Runs `write`, a write to the client. A client that leaves it pending
+/// `release` long (it does not read, and its socket is full) has its
+/// request's slot parked until the write goes through, as a request
+/// waiting on its client inside a transaction: the proxy reads nothing
+/// more from the backend meanwhile, so the backend soon waits on the
+/// client too, not on the database, and P counts work inside the database.
+/// A client that never reads so holds no one back. The slot is parked
+/// again each `release` the client side took it back meanwhile.
+async fn parked_while_stalled(
+    shared: &Shared,
+    release: Duration,
+    write: impl Future<Output = io::Result<()>>,
+) -> io::Result<()> {
+    let mut write = pin!(write);
+    // A client that reads, as most do, costs no timer.
+    if let Poll::Ready(written) = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+        return written;
+    }
+    let mut parked = false;
+    loop {
+        tokio::select! {
+            biased;
+            written = write.as_mut() => {
+                if parked {
+                    if let Some(request) = shared.lock().request.as_mut() {
+                        request.slot.unpark();
+                    }
+                }
+                return written;
+            }
+            () = tokio::time::sleep(release) => {
+                let mut state = shared.lock();
+                if let Some(request) = state.request.as_mut().filter(|request| !request.slot.is_parked()) {
+                    request.slot.park();
+                    parked = true;
+                }
+            }
+        }
+    }
+}
+
 /// Whether a server message is the last of its answer to a Parse ('1'),
 /// Bind ('2'), Close ('3'), Describe ('T' or 'n') or Execute ('C', 's' if
 /// suspended, 'I' if empty).
@@ -988,7 +1036,8 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                     let seen = self.inspect(header.tag, &mut buf[pos + 5..pos + header.len]);
                     released |= seen.released;
                     if !seen.relay {
-                        self.client.write_all(&buf[from..pos]).await?;
+                        let write = self.client.write_all(&buf[from..pos]);
+                        parked_while_stalled(self.shared, self.ctx.limits.idle_release, write).await?;
                         from = pos + header.len;
                     }
                     pos += header.len;
@@ -1000,7 +1049,8 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 None => break,
             }
         }
-        self.client.write_all(&buf[from..pos]).await?;
+        let write = self.client.write_all(&buf[from..pos]);
+        parked_while_stalled(self.shared, self.ctx.limits.idle_release, write).await?;
         buf.advance(pos);
         if released {
             // The rest came from a backend now back in the pool: a message
@@ -1013,7 +1063,8 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             self.wait_after_flush(&mut state);
             mem::take(&mut state.outbox)
         };
-        send(&mut self.client, &outbox).await
+        let write = send(&mut self.client, &outbox);
+        parked_while_stalled(self.shared, self.ctx.limits.idle_release, write).await
     }
 
     /// Once the server has answered every message sent since the last
