@@ -4,9 +4,9 @@
 //! threads runs without a failure at any P in both pooling modes, sessions
 //! that pause after a Flush with no Sync (a driver's prepare, a cursor
 //! between fetches) do not either, nor do simple Queries mixed into
-//! extended-protocol batches or clients that do not read their results,
-//! and the idle-in-transaction timeout ends a session idle in a
-//! transaction with 25P03.
+//! extended-protocol batches, clients that do not read their results or
+//! stall mid-COPY, and the idle-in-transaction timeout ends a session idle
+//! in a transaction with 25P03.
 
 mod support;
 
@@ -482,5 +482,35 @@ fn a_client_that_does_not_read_holds_no_one_back() {
         assert!(rows.iter().all(|row| row.len() == 1000), "{pool:?}");
         assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
         assert_eq!(slow.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
+    }
+}
+
+/// A client that starts a COPY FROM STDIN and then stalls, half a
+/// CopyData sent, holds no one back: the server waits on its data, so its
+/// slot is parked, and with P = 1 another client is served beside it. The
+/// copy then goes on where it stopped.
+#[test]
+fn a_client_stalled_in_a_copy_holds_no_one_back() {
+    let Some(server) = PgServer::start() else { return };
+    let mut setup = PgConn::connect(server.addr().parse().expect("a TCP address"), "postgres");
+    assert_eq!(
+        setup.query("CREATE TABLE IF NOT EXISTS copy_stalled (a int)"),
+        Ok(vec![])
+    );
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+        let mut copying = PgConn::connect(proxy.addr, "postgres");
+        copying.send_query("COPY copy_stalled FROM STDIN");
+        assert_eq!(read_through(&mut copying, b'G'), b"G", "{pool:?}: CopyInResponse");
+        let mut data = BytesMut::new();
+        frame::write_message(&mut data, b'd', b"1\n");
+        frame::write_message(&mut data, b'c', b"");
+        copying.send(&data[..3]);
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: its slot parked");
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(probe.query("SELECT 2"), Ok(vec!["2".to_string()]), "{pool:?}");
+        copying.send(&data[3..]);
+        assert_eq!(read_through(&mut copying, b'Z'), b"CZ", "{pool:?}: the copy went on");
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
     }
 }

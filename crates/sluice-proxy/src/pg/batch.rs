@@ -125,6 +125,11 @@ impl Batches {
         self.copy_in = true;
     }
 
+    /// The server reads a COPY FROM STDIN: it waits on the client's data.
+    pub fn copying_in(&self) -> bool {
+        self.copy_in
+    }
+
     /// The server sent an ErrorResponse after `answered` of the
     /// extended-protocol messages sent since its last ReadyForQuery were
     /// answered. If one of those messages failed, the Queries and

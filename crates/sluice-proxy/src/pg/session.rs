@@ -54,11 +54,12 @@
 //! Sync (what the client sends meanwhile is skipped, and the request goes
 //! back to waiting on it). PostgreSQL's idle-in-transaction timeout does
 //! not run there (it waits for the Sync), and neither does the proxy's. A
-//! client that does not read is waited on too: once a write to it has been
-//! pending `idle_in_transaction_release_ms` (its socket full), its slot is
-//! parked until the write goes through, for the proxy then reads nothing
-//! more from the backend, and the backend soon waits on the client as
-//! well. With
+//! client that stalls mid-request is waited on too: once a write to it has
+//! been pending `idle_in_transaction_release_ms` (it does not read, and its
+//! socket is full), or a read from it while the server reads its COPY FROM
+//! STDIN (it sends nothing, or half a message), its slot is parked until
+//! that goes through, for the backend then waits on the client as well
+//! (the proxy reads nothing more from it while a write is pending). With
 //! `idle_in_transaction_timeout_ms` set, a session that waits on its client
 //! in a transaction that long is ended with FATAL 25P03, as PostgreSQL's
 //! idle_in_transaction_session_timeout does; its backend goes with it and
@@ -106,7 +107,7 @@
 //! | waiting on the client | `State::idle_since` is `Some` | a client message | in request (the slot kept, or taken back) |
 //! | | | `idle_in_transaction_release_ms` passes | parked |
 //! | parked | `ToClient::parked` | a client message | in request: the slot is taken back at once, even above P |
-//! | | | (parked while a write to a client that does not read is pending) the write goes through | in request |
+//! | | | (parked while a write to the client, or a read of its COPY data, is pending) it goes through | in request |
 //! | | | `idle_in_transaction_timeout_ms` passes | FATAL 25P03; closed |
 //! | any | | Terminate, the client or the server gone, a malformed message (08P01), the proxy draining with no request in flight (57P01) | closed |
 
@@ -476,7 +477,14 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             }
             room_to_read(&mut self.buf);
             if !self.logging_in() {
-                if self.client.read_buf(&mut self.buf).await? == 0 {
+                // A server reading a COPY FROM STDIN waits on the client.
+                let copying = self.shared.lock().batches.copying_in();
+                let read = self.client.read_buf(&mut self.buf);
+                let read = match copying {
+                    true => parked_while_stalled(self.shared, self.ctx.limits.idle_release, read).await?,
+                    false => read.await?,
+                };
+                if read == 0 {
                     return Ok(ClientEnd::Closed);
                 }
                 continue;
@@ -763,35 +771,37 @@ fn starts_request(tag: u8, authenticating: bool) -> bool {
     }
 }
 
-/// Runs `write`, a write to the client. A client that leaves it pending
-/// `release` long (it does not read, and its socket is full) has its
-/// request's slot parked until the write goes through, as a request
-/// waiting on its client inside a transaction: the proxy reads nothing
-/// more from the backend meanwhile, so the backend soon waits on the
-/// client too, not on the database, and P counts work inside the database.
-/// A client that never reads so holds no one back. The slot is parked
-/// again each `release` the client side took it back meanwhile.
-async fn parked_while_stalled(
+/// Runs `io`, a write to the client, or a read from it while the server
+/// waits on its data (a COPY FROM STDIN). A client that leaves it pending
+/// `release` long (it does not read, and its socket is full; or it sends
+/// nothing, or half a message) has its request's slot parked until it
+/// goes through, as a request waiting on its client inside a transaction:
+/// the backend then waits on the client, not on the database (the proxy
+/// reads nothing more from it while a write is pending), and P counts work
+/// inside the database. A client that stalls so holds no one back. The
+/// slot is parked again each `release` the client side took it back
+/// meanwhile.
+async fn parked_while_stalled<T>(
     shared: &Shared,
     release: Duration,
-    write: impl Future<Output = io::Result<()>>,
-) -> io::Result<()> {
-    let mut write = pin!(write);
-    // A client that reads, as most do, costs no timer.
-    if let Poll::Ready(written) = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
-        return written;
+    io: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    let mut io = pin!(io);
+    // A client that keeps up, as most do, costs no timer.
+    if let Poll::Ready(done) = std::future::poll_fn(|cx| Poll::Ready(io.as_mut().poll(cx))).await {
+        return done;
     }
     let mut parked = false;
     loop {
         tokio::select! {
             biased;
-            written = write.as_mut() => {
+            done = io.as_mut() => {
                 if parked {
                     if let Some(request) = shared.lock().request.as_mut() {
                         request.slot.unpark();
                     }
                 }
-                return written;
+                return done;
             }
             () = tokio::time::sleep(release) => {
                 let mut state = shared.lock();
