@@ -145,18 +145,16 @@ impl Batches {
             return;
         }
         let mut skipped = 0;
-        while let Some(end) = self.ends.pop_front() {
-            if end.sync {
-                self.ends.push_front(end);
-                return;
-            }
-            skipped += end.after;
+        while self.ends.front().is_some_and(|end| !end.sync) {
+            skipped += self.ends.pop_front().map_or(0, |end| end.after);
         }
         // With no Sync sent after the failure, the server answers nothing
         // more until one comes, and the messages since the failure wait
         // for it.
-        self.skipping = true;
-        self.open += skipped;
+        if self.ends.is_empty() {
+            self.skipping = true;
+            self.open += skipped;
+        }
     }
 
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
@@ -169,11 +167,6 @@ impl Batches {
     /// Nothing the client sent awaits an answer.
     pub fn answered_all(&self) -> bool {
         self.ends.is_empty() && self.open == 0
-    }
-
-    /// A batch's end awaits its ReadyForQuery.
-    pub fn ending(&self) -> bool {
-        !self.ends.is_empty()
     }
 
     /// Whether the server waits on the client with `answered` of the
@@ -239,9 +232,9 @@ mod tests {
         let mut batches = Batches::default();
         sent(&mut batches, b"PH");
         batches.failed(0);
-        assert!(!batches.ending());
+        assert!(batches.ends.is_empty());
         sent(&mut batches, b"QF");
-        assert!(!batches.ending(), "skipped, so never answered");
+        assert!(batches.ends.is_empty(), "skipped, so never answered");
         sent(&mut batches, b"S");
         sent(&mut batches, b"Q");
         assert!(!batches.ready(), "the Query after the Sync runs");
@@ -398,7 +391,7 @@ mod tests {
                 }
             }
             // Every answer delivered, no batch's end is left waiting.
-            prop_assert!(!batches.ending());
+            prop_assert!(batches.ends.is_empty());
         }
     }
 }
