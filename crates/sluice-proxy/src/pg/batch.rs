@@ -133,8 +133,8 @@ impl Batches {
     /// The server sent an ErrorResponse after `answered` of the
     /// extended-protocol messages sent since its last ReadyForQuery were
     /// answered. If one of those messages failed, the Queries and
-    /// FunctionCalls before the next Sync are skipped.
-    pub fn failed(&mut self, answered: u32) {
+    /// FunctionCalls before the next Sync are skipped: returns how many.
+    pub fn failed(&mut self, answered: u32) -> u32 {
         let extended = match self.ends.front() {
             // Nothing ends a batch yet: only an extended-protocol message
             // can have failed (or the server is ending the session).
@@ -142,19 +142,21 @@ impl Batches {
             Some(end) => !end.sync && answered < end.after,
         };
         if !extended {
-            return;
+            return 0;
         }
-        let mut skipped = 0;
+        let (mut skipped, mut messages) = (0, 0);
         while self.ends.front().is_some_and(|end| !end.sync) {
-            skipped += self.ends.pop_front().map_or(0, |end| end.after);
+            skipped += 1;
+            messages += self.ends.pop_front().map_or(0, |end| end.after);
         }
         // With no Sync sent after the failure, the server answers nothing
         // more until one comes, and the messages since the failure wait
         // for it.
         if self.ends.is_empty() {
             self.skipping = true;
-            self.open += skipped;
+            self.open += messages;
         }
+        skipped
     }
 
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
@@ -205,7 +207,7 @@ mod tests {
     fn a_query_after_a_failed_parse_in_its_batch_is_skipped() {
         let mut batches = Batches::default();
         sent(&mut batches, b"PBEQFS");
-        batches.failed(1);
+        assert_eq!(batches.failed(1), 2, "the Query and the FunctionCall");
         assert!(batches.ready(), "the Sync's ReadyForQuery answers all");
     }
 
@@ -382,7 +384,7 @@ mod tests {
                 next += 1;
                 match answer {
                     Answer::Completed => answered += 1,
-                    Answer::Failed => batches.failed(answered),
+                    Answer::Failed => _ = batches.failed(answered),
                     Answer::Ready => {
                         answered = 0;
                         let all = messages[of + 1..sent].iter().all(|&(tag, _)| tag == b'H');

@@ -253,6 +253,9 @@ pub(crate) struct Statements {
     /// Where in the batch being answered an ErrorResponse came, counted as
     /// `sent` is: the message there failed, those after it were skipped.
     failed_at: Option<u32>,
+    /// Of the Queries and FunctionCalls ending batches that are being
+    /// answered, how many the server skips (see [`Statements::failed`]).
+    skipped: u32,
     /// Statements a backend may keep (`max_prepared_statements`).
     limit: usize,
 }
@@ -549,9 +552,11 @@ impl Statements {
     /// CloseComplete, RowDescription or NoData after a Describe, or
     /// CommandComplete, PortalSuspended or EmptyQueryResponse after an
     /// Execute): the message after them failed, and the server skips the
-    /// rest up to the Sync.
-    pub fn failed(&mut self, answered: u32) {
+    /// rest up to the Sync, among it the next `skipped` Queries and
+    /// FunctionCalls (the session's batches tell how many).
+    pub fn failed(&mut self, answered: u32, skipped: u32) {
         self.failed_at.get_or_insert(answered);
+        self.skipped += skipped;
     }
 
     /// Server → client: notes what a ParseComplete ('1'), CloseComplete
@@ -596,7 +601,8 @@ impl Statements {
                 Reply::Ready {
                     ending: Ending::Sync, ..
                 } => break true,
-                Reply::Ready { sent, ending } if skipping || failed_at.is_some_and(|at| at < sent) => {
+                Reply::Ready { ending, .. } if self.skipped > 0 => {
+                    self.skipped -= 1;
                     skipping = true;
                     if let Ending::Query {
                         previous,

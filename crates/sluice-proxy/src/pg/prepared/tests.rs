@@ -58,7 +58,7 @@ impl Client {
         tags.iter()
             .map(|&tag| match tag {
                 b'E' => {
-                    self.statements.failed(answered);
+                    self.statements.failed(answered, 0);
                     true
                 }
                 b'Z' => {
@@ -343,7 +343,7 @@ fn bind_after_error(batch: &[(u8, Vec<u8>)], answered: u32) -> Vec<(u8, Vec<u8>)
     for (tag, body) in batch {
         send_on(&mut a, &backend, *tag, body);
     }
-    a.failed(answered);
+    a.failed(answered, 0);
     assert!(a.reply(b'Z', &backend));
     send_on(&mut a, &backend, b'B', &bind_body(""))
 }
@@ -389,7 +389,7 @@ fn an_unnamed_parse_or_close_skipped_after_an_error_keeps_the_one_before() {
         send_on(&mut a, &backend, *tag, body);
     }
     assert!(a.reply(b'3', &backend), "the client's own CloseComplete");
-    a.failed(1);
+    a.failed(1, 0);
     assert!(a.reply(b'Z', &backend));
     assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
 }
@@ -407,7 +407,7 @@ fn syncs_ignored_during_a_copy_in_leave_the_batch_counting_on() {
     send_on(&mut a, &backend, b'P', &parse_body("", "SELEC 'b'"));
     send_on(&mut a, &backend, b'S', b"");
     // BindComplete and the COPY's CommandComplete came before the error.
-    a.failed(2);
+    a.failed(2, 0);
     assert!(a.reply(b'Z', &backend));
     assert_eq!(
         tags(&send_on(&mut a, &backend, b'B', &bind_body(""))),
@@ -430,7 +430,7 @@ fn a_skipped_parse_does_not_undo_a_later_batchs() {
     ] {
         send_on(&mut a, &backend, tag, &body);
     }
-    a.failed(0);
+    a.failed(0, 0);
     assert!(a.reply(b'Z', &backend));
     assert!(a.reply(b'1', &backend) && a.reply(b'Z', &backend));
     assert_eq!(
@@ -451,7 +451,8 @@ fn a_query_skipped_after_an_error_keeps_the_unnamed_statement_and_owes_no_ready_
     ] {
         send_on(&mut a, &backend, tag, &body);
     }
-    a.failed(0);
+    // The session's batches find the Query skipped.
+    a.failed(0, 1);
     assert!(a.reply(b'Z', &backend), "the Sync's, which the client sees");
     // Nothing is owed any more: a named Parse's answers are as always.
     let sent = send_on(&mut a, &backend, b'P', &parse_body("s", "SELECT 2"));
