@@ -5,7 +5,7 @@
 //! that pause after a Flush with no Sync (a driver's prepare, a cursor
 //! between fetches) do not either, nor do simple Queries mixed into
 //! extended-protocol batches, clients that do not read their results or
-//! stall mid-COPY, and the idle-in-transaction timeout ends a session idle
+//! stall mid-COPY or whose COPY fails, and the idle-in-transaction timeout ends a session idle
 //! in a transaction with 25P03.
 
 mod support;
@@ -326,6 +326,52 @@ fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query()
             // The ignored Sync left nothing owed: a Parse gets only its own answer.
             send_messages(conn, &[(b'P', b"s1\0SELECT 1\0\0\0"), (b'S', b"")]);
             assert_eq!(read_through(conn, b'Z'), b"1Z", "{pool:?}");
+        }
+    }
+}
+
+/// A COPY FROM STDIN by the extended protocol whose data the server
+/// rejects ends its request at the ReadyForQuery after the error, whether
+/// the client then sends CopyDone and a Sync (as libpq does) or only a
+/// Sync: the Sync sent during the copy is ignored, and the server skips
+/// the rest up to the next. The session answers as PostgreSQL directly
+/// does and goes on; with P = 1 another client is served after it.
+#[test]
+fn a_copy_whose_data_fails_ends_its_request_at_the_ready_for_query_after_the_error() {
+    let Some(server) = PgServer::start() else { return };
+    let direct = server.addr().parse().expect("a TCP address");
+    let mut setup = PgConn::connect(direct, "postgres");
+    assert_eq!(
+        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
+        Ok(vec![])
+    );
+    let copy: &[(u8, &[u8])] = &[
+        (b'P', b"\0COPY copy_sink FROM STDIN\0\0\0"),
+        (b'B', b"\0\0\0\0\0\0\0\0"),
+        (b'E', b"\0\0\0\0\0"),
+        (b'S', b""),
+    ];
+    let ends: [&[(u8, &[u8])]; 2] = [&[(b'c', b""), (b'S', b"")], &[(b'S', b"")]];
+    // Each client: the tags it read after its Sync, then after a query.
+    let session = |conn: &mut PgConn, end: &[(u8, &[u8])]| {
+        send_messages(conn, copy);
+        assert_eq!(read_through(conn, b'G'), b"12G", "CopyInResponse");
+        send_messages(conn, &[(b'd', b"not a number\tx\n")]);
+        assert_eq!(read_through(conn, b'E'), b"E", "the data rejected");
+        send_messages(conn, end);
+        let tags = read_through(conn, b'Z');
+        (tags, conn.query("SELECT 2"))
+    };
+    for end in ends {
+        let expected = session(&mut PgConn::connect(direct, "postgres"), end);
+        assert_eq!(expected, (b"Z".to_vec(), Ok(vec!["2".to_string()])), "directly");
+        for pool in [PoolMode::Session, PoolMode::Transaction] {
+            let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+            let mut copying = PgConn::connect(proxy.addr, "postgres");
+            assert_eq!(session(&mut copying, end), expected, "{pool:?}");
+            assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}: the request ended");
+            let mut probe = PgConn::connect(proxy.addr, "postgres");
+            assert_eq!(probe.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
         }
     }
 }

@@ -19,7 +19,10 @@
 //!   Query is skipped; one that arrives after is the Query's own, and a
 //!   ReadyForQuery follows it.
 //! - Syncs sent while the server reads a `COPY FROM STDIN` (libpq sends
-//!   one right after the Execute of such a COPY) are ignored.
+//!   one right after the Execute of such a COPY) are ignored. The copy
+//!   ends at the client's CopyDone or CopyFail, or at the server's
+//!   ErrorResponse; after one that fails a copy started by an Execute, the
+//!   server skips up to the next Sync as after any failed Execute.
 //!
 //! What is counted is what goes to the server: under transaction pooling
 //! the proxy adds messages of its own (see [`super::prepared`]), a Sync
@@ -59,6 +62,17 @@ pub struct Batches {
     syncs_since_execute: u32,
 }
 
+/// What an ErrorResponse means for the batches sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed {
+    /// Queries and FunctionCalls the server skips: no ReadyForQuery answers
+    /// them.
+    pub skipped: u32,
+    /// Syncs sent during the copy-in the error ended: the server ignored
+    /// them.
+    pub ignored: u32,
+}
+
 /// A message that ends a batch.
 #[derive(Debug, Clone, Copy)]
 struct End {
@@ -85,16 +99,7 @@ impl Batches {
                 self.end(false);
                 self.syncs_since_execute = 0;
             }
-            b'c' | b'f' if self.copy_in => {
-                self.copy_in = false;
-                let ignored = self.syncs_since_execute.min(self.ends.len() as u32);
-                // The server did not end a batch there: it counts on.
-                for end in self.ends.drain(self.ends.len() - ignored as usize..) {
-                    self.open += end.after;
-                }
-                self.syncs_since_execute = 0;
-                return ignored;
-            }
+            b'c' | b'f' if self.copy_in => return self.copy_ended(),
             // Flush, Terminate, the Copy messages and authentication
             // responses ask for no answer of their own here.
             b'd' | b'c' | b'f' | b'p' | b'H' | b'X' => {}
@@ -115,6 +120,19 @@ impl Batches {
         self.skipping && tag != b'S'
     }
 
+    /// The copy-in is over: the Syncs sent since its Execute were ignored,
+    /// and the server did not end a batch there but counts on. Returns
+    /// how many.
+    fn copy_ended(&mut self) -> u32 {
+        self.copy_in = false;
+        let ignored = self.syncs_since_execute.min(self.ends.len() as u32);
+        for end in self.ends.drain(self.ends.len() - ignored as usize..) {
+            self.open += end.after;
+        }
+        self.syncs_since_execute = 0;
+        ignored
+    }
+
     fn end(&mut self, sync: bool) {
         self.ends.push_back(End { sync, after: self.open });
         self.open = 0;
@@ -133,8 +151,21 @@ impl Batches {
     /// The server sent an ErrorResponse after `answered` of the
     /// extended-protocol messages sent since its last ReadyForQuery were
     /// answered. If one of those messages failed, the Queries and
-    /// FunctionCalls before the next Sync are skipped: returns how many.
-    pub fn failed(&mut self, answered: u32) -> u32 {
+    /// FunctionCalls before the next Sync are skipped. An error ends a
+    /// copy-in too, with the client's CopyDone or CopyFail still to come
+    /// or never sent: the Syncs it sent since the copy's Execute were
+    /// ignored, and one started by an Execute failed as that Execute.
+    pub fn failed(&mut self, answered: u32) -> Failed {
+        let ignored = if self.copy_in { self.copy_ended() } else { 0 };
+        Failed {
+            skipped: self.skip_failed(answered),
+            ignored,
+        }
+    }
+
+    /// The Queries and FunctionCalls skipped for an error after `answered`
+    /// extended-protocol messages were answered.
+    fn skip_failed(&mut self, answered: u32) -> u32 {
         let extended = match self.ends.front() {
             // Nothing ends a batch yet: only an extended-protocol message
             // can have failed (or the server is ending the session).
@@ -207,7 +238,7 @@ mod tests {
     fn a_query_after_a_failed_parse_in_its_batch_is_skipped() {
         let mut batches = Batches::default();
         sent(&mut batches, b"PBEQFS");
-        assert_eq!(batches.failed(1), 2, "the Query and the FunctionCall");
+        assert_eq!(batches.failed(1).skipped, 2, "the Query and the FunctionCall");
         assert!(batches.ready(), "the Sync's ReadyForQuery answers all");
     }
 
@@ -281,6 +312,38 @@ mod tests {
         sent(&mut batches, b"dd");
         assert_eq!(batches.sent(b'c'), 1);
         sent(&mut batches, b"S");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_copy_that_fails_ends_with_the_syncs_during_it_ignored() {
+        // As libpq sends it: CopyDone and a Sync after the error came.
+        let mut batches = Batches::default();
+        sent(&mut batches, b"PBES");
+        batches.copy_in();
+        sent(&mut batches, b"dd");
+        assert_eq!(batches.failed(2), Failed { skipped: 0, ignored: 1 });
+        assert!(!batches.copying_in());
+        assert!(batches.flushed(2), "the server waits for a Sync");
+        assert_eq!(batches.sent(b'c'), 0, "the copy is over");
+        sent(&mut batches, b"S");
+        assert!(batches.ready());
+        // A client that sends only a Sync after the error.
+        sent(&mut batches, b"PBES");
+        batches.copy_in();
+        assert_eq!(batches.failed(2).ignored, 1);
+        sent(&mut batches, b"S");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_copy_by_a_query_that_fails_is_answered_at_once() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"Q");
+        batches.copy_in();
+        sent(&mut batches, b"d");
+        assert_eq!(batches.failed(0), Failed { skipped: 0, ignored: 0 });
+        sent(&mut batches, b"c");
         assert!(batches.ready());
     }
 

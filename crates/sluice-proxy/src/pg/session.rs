@@ -1119,9 +1119,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 if let Some(request) = state.request.as_mut() {
                     request.error = true;
                 }
-                let skipped = state.batches.failed(self.batch_answered);
+                let failed = state.batches.failed(self.batch_answered);
                 if self.shared.pooling.is_some() {
-                    state.statements.failed(self.batch_answered, skipped);
+                    state.statements.syncs_ignored(failed.ignored);
+                    state.statements.failed(self.batch_answered, failed.skipped);
                 }
             }
             _ => {}
