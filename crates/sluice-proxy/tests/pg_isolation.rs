@@ -4,9 +4,9 @@
 //! threads runs without a failure at any P in both pooling modes, sessions
 //! that pause after a Flush with no Sync (a driver's prepare, a cursor
 //! between fetches) do not either, nor do simple Queries mixed into
-//! extended-protocol batches, clients that do not read their results or
-//! stall mid-COPY or whose COPY fails, and the idle-in-transaction timeout ends a session idle
-//! in a transaction with 25P03.
+//! extended-protocol batches, clients that do not read their results,
+//! stall mid-COPY or whose COPY fails, and the idle-in-transaction timeout
+//! ends a session idle in a transaction with 25P03.
 
 mod support;
 
