@@ -65,7 +65,18 @@
 //! binds more statements than the limit may find a portal of one closed
 //! (closing a statement closes its portals). A client redefining a name it
 //! holds gets PostgreSQL's error 42P05, raised by sending the held
-//! statement's Parse twice under its server name.
+//! statement's Parse twice under its server name. A statement whose result
+//! type a schema change altered (`ALTER TABLE ... TYPE`, a column added to
+//! a `SELECT *`) is answered with the new type where it is made after the
+//! change (on another backend, or shared with a client that prepared it
+//! later), where a server of the client's own fails its Bind with 0A000
+//! "cached plan must not change result type": a driver that decodes by the
+//! types it was told at its Describe may then misread the values. Failing
+//! such a Bind as PostgreSQL does would take a round trip before each Bind
+//! of a statement made anew (its Describe compared with the client's before
+//! the Bind goes on); after a migration that changes result types, clients
+//! reconnect, so that their drivers prepare and describe their statements
+//! again.
 
 use std::collections::{HashMap, VecDeque};
 use std::mem;
