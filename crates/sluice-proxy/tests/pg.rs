@@ -722,6 +722,79 @@ fn prepared_statements_follow_their_client_across_pooled_backends() {
     assert!(matches!(a.finish().0, Err(QueryError::Server { sqlstate, .. }) if sqlstate == "26000"));
 }
 
+/// Parse of the statement `name`, Describe of it, then Sync: as drivers that
+/// decode by the types they were told prepare (pgx, pgjdbc, asyncpg).
+fn prepare_described(name: &str, sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'P', format!("{name}\0{sql}\0\0\0").as_bytes());
+    frame::write_message(&mut out, b'D', format!("S{name}\0").as_bytes());
+    frame::write_message(&mut out, b'S', b"");
+    out
+}
+
+/// A prepared statement answers with the result its client was told, or
+/// fails as PostgreSQL fails it, whichever backend it runs on: after a
+/// schema change alters its result, a client that described it before
+/// gets 0A000 where the statement is made anew (never rows of the new
+/// type, which its driver would decode as the old), and a client that
+/// described it after gets its rows where a backend still holds it made
+/// before.
+#[test]
+fn a_prepared_statement_whose_result_changed_fails_as_postgresql_fails_it() {
+    let Some(server) = PgServer::start() else { return };
+    let direct = server.addr().parse().expect("a TCP address");
+    let mut setup = PgConn::connect(direct, "postgres");
+    for sql in [
+        "DROP TABLE IF EXISTS result_change",
+        "CREATE TABLE result_change (v int)",
+        "INSERT INTO result_change VALUES (1)",
+    ] {
+        assert_eq!(setup.query(sql), Ok(vec![]), "{sql}");
+    }
+    const SELECT: &str = "SELECT v FROM result_change";
+    let changed = Err(QueryError::Server {
+        sqlstate: "0A000".to_string(),
+        message: "cached plan must not change result type".to_string(),
+    });
+    let proxy = pooled(&server, 60, GateConfig::default());
+    // Each login brings a backend of its own to the pool.
+    let [mut a, mut b, mut c] = ["postgres"; 3].map(|user| PgConn::connect(proxy.addr, user));
+    a.send(&prepare_described("q", SELECT));
+    assert_eq!(answer(&mut a), (b"1tTZ".to_vec(), None));
+    let first = backend_pid(&mut a);
+    assert_eq!(b.query("BEGIN"), Ok(vec![]));
+    assert_eq!(backend_pid(&mut b), first, "b holds the backend q was made on");
+
+    assert_eq!(setup.query("ALTER TABLE result_change ALTER v TYPE float8"), Ok(vec![]));
+    a.send(&execute("q"));
+    assert_eq!(a.finish(), (changed.clone(), b'I'), "made anew on another backend");
+    c.send(&prepare_described("mine", SELECT));
+    assert_eq!(answer(&mut c), (b"1tTZ".to_vec(), None));
+    assert_eq!(b.query("COMMIT"), Ok(vec![]));
+
+    // The backend given back last is leased first: the one q was made on
+    // before the change.
+    assert_eq!(c.query("BEGIN"), Ok(vec![]));
+    assert_eq!(backend_pid(&mut c), first);
+    c.send(&execute("mine"));
+    assert_eq!(
+        c.finish(),
+        (Ok(vec!["1".to_string()]), b'T'),
+        "described after the change"
+    );
+    assert_eq!(c.query("COMMIT"), Ok(vec![]));
+    a.send(&execute("q"));
+    assert_eq!(
+        a.finish(),
+        (changed, b'I'),
+        "described before it, as on a server of its own"
+    );
+    a.send(&prepare_described("q2", SELECT));
+    assert_eq!(answer(&mut a), (b"1tTZ".to_vec(), None));
+    a.send(&execute("q2"));
+    assert_eq!(a.finish(), (Ok(vec!["1".to_string()]), b'I'), "prepared again");
+}
+
 #[test]
 fn a_pooled_backend_keeps_at_most_max_prepared_statements() {
     let Some(server) = PgServer::start() else { return };

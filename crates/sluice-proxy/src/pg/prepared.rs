@@ -40,6 +40,23 @@
 //!   ALL` and `DISCARD ALL` run on the backend (they drop every statement
 //!   there, and the proxy notes the backend as having none, so others' are
 //!   made again where they are used) and forget all of the client's.
+//! - A statement's result follows its client too. PostgreSQL fixes a
+//!   prepared statement's result (its columns' names, types and type
+//!   modifiers) when it parses it, and fails a Bind with 0A000 "cached plan
+//!   must not change result type" once a schema change (`ALTER TABLE ...
+//!   TYPE`, a column added under `SELECT *`) alters it; drivers that
+//!   decode by the types a Describe told them (pgx, pgjdbc, asyncpg) count
+//!   on that. A statement made on another backend after the change would
+//!   answer with the new types instead, read by the driver as the old. So
+//!   the proxy notes the result each client was told at its Describe of a
+//!   statement, and the result each backend's statement was made with, as
+//!   Describes tell them. A Bind of a statement the client described, on a
+//!   backend whose result is not known to be the client's, goes after the
+//!   statement is made there anew and described, with a Flush: the Bind
+//!   waits that one round trip ([`Statements::holding`]), then goes as
+//!   sent if the results match, or else binds a statement no backend has,
+//!   and the server's error is told as PostgreSQL's 0A000. Statements never
+//!   described (libpq's, which describe each portal instead) are not held.
 //!
 //! - The unnamed statement follows its client too. PostgreSQL keeps it
 //!   across Syncs until the next unnamed Parse or simple Query, so a driver
@@ -65,18 +82,7 @@
 //! binds more statements than the limit may find a portal of one closed
 //! (closing a statement closes its portals). A client redefining a name it
 //! holds gets PostgreSQL's error 42P05, raised by sending the held
-//! statement's Parse twice under its server name. A statement whose result
-//! type a schema change altered (`ALTER TABLE ... TYPE`, a column added to
-//! a `SELECT *`) is answered with the new type where it is made after the
-//! change (on another backend, or shared with a client that prepared it
-//! later), where a server of the client's own fails its Bind with 0A000
-//! "cached plan must not change result type": a driver that decodes by the
-//! types it was told at its Describe may then misread the values. Failing
-//! such a Bind as PostgreSQL does would take a round trip before each Bind
-//! of a statement made anew (its Describe compared with the client's before
-//! the Bind goes on); after a migration that changes result types, clients
-//! reconnect, so that their drivers prepare and describe their statements
-//! again.
+//! statement's Parse twice under its server name.
 
 use std::collections::{HashMap, VecDeque};
 use std::mem;
@@ -105,7 +111,14 @@ pub(crate) struct Statement {
     server: Bytes,
     /// The Parse body after the name: query text and parameter types.
     parse: Bytes,
+    /// The result the client was told at its Describe of the statement
+    /// (see [`ResultDesc`]); `None` until it describes it.
+    result: Option<ResultDesc>,
 }
+
+/// A statement's result as a Describe tells it: the RowDescription's body,
+/// or empty for NoData.
+type ResultDesc = Bytes;
 
 impl Statement {
     fn new(parse: &[u8]) -> Statement {
@@ -113,6 +126,7 @@ impl Statement {
         Statement {
             server: Bytes::from(format!("sluice_{}", super::lower_hex(&digest[..16]))),
             parse: Bytes::copy_from_slice(parse),
+            result: None,
         }
     }
 
@@ -134,18 +148,26 @@ pub(crate) struct Made(Mutex<Uses>);
 
 #[derive(Default)]
 struct Uses {
-    last: HashMap<Bytes, u64>,
+    last: HashMap<Bytes, Use>,
     clock: u64,
     /// The body (text and parameter types) of the last unnamed Parse sent
     /// to the backend; `None` when it has none or the proxy cannot tell.
     unnamed: Option<Bytes>,
 }
 
+/// A statement made on a backend.
+struct Use {
+    /// When it was last made or bound, on the backend's clock.
+    last: u64,
+    /// Its result, fixed when it was made, once a Describe told it.
+    result: Option<ResultDesc>,
+}
+
 impl Uses {
     fn touch(&mut self, server: &Bytes) {
         self.clock += 1;
-        if let Some(last) = self.last.get_mut(server) {
-            *last = self.clock;
+        if let Some(made) = self.last.get_mut(server) {
+            made.last = self.clock;
         }
     }
 }
@@ -163,6 +185,20 @@ impl Made {
         self.lock().last.remove(server);
     }
 
+    /// Whether the backend has the statement made with the result
+    /// `expected`, as far as a Describe told.
+    fn has_result(&self, server: &Bytes, expected: &ResultDesc) -> bool {
+        let uses = self.lock();
+        let made = uses.last.get(server).and_then(|made| made.result.as_ref());
+        made.is_some_and(|result| same_result(result, expected))
+    }
+
+    fn described(&self, server: &Bytes, result: &ResultDesc) {
+        if let Some(made) = self.lock().last.get_mut(server) {
+            made.result = Some(result.clone());
+        }
+    }
+
     /// Notes `statement` as made, and returns the server names to close
     /// so that at most `limit` remain: the least recently used, never
     /// `statement` (the one used last).
@@ -170,13 +206,20 @@ impl Made {
         let mut uses = self.lock();
         uses.clock += 1;
         let now = uses.clock;
-        uses.last.insert(statement.server.clone(), now);
+        // Made again, it has the result the schema gives it now.
+        uses.last.insert(
+            statement.server.clone(),
+            Use {
+                last: now,
+                result: None,
+            },
+        );
         let mut victims = Vec::new();
         while uses.last.len() > limit.max(1) {
             let oldest = uses
                 .last
                 .iter()
-                .min_by_key(|(_, &last)| last)
+                .min_by_key(|(_, made)| made.last)
                 .map(|(name, _)| name.clone());
             let Some(oldest) = oldest else { break };
             uses.last.remove(&oldest);
@@ -225,6 +268,30 @@ enum Reply {
     /// The client's Close of its unnamed statement, which was `previous`,
     /// as the `change`-th change.
     UnnamedClosed { previous: Option<Bytes>, change: u32 },
+    /// A Describe of a statement, answered by ParameterDescription and then
+    /// RowDescription or NoData: the result of the backend's `server`
+    /// (when it is a client's statement), and of the client's `client`
+    /// (when the client described one it holds). The proxy's own
+    /// (`relay` false) is dropped and decides the held Bind.
+    Described {
+        server: Option<Bytes>,
+        client: Option<Bytes>,
+        relay: bool,
+    },
+}
+
+/// A client's Bind held back until the server tells the result of the
+/// statement it binds, made anew on the backend just before it.
+struct Hold {
+    /// The Bind's portal, and what follows the statement's name.
+    portal: Bytes,
+    rest: Bytes,
+    server: Bytes,
+    /// The result the client was told.
+    expected: ResultDesc,
+    /// Decided: whether the result changed (`false` too when the server
+    /// failed before telling, and skips the Bind).
+    changed: Option<bool>,
 }
 
 /// A statement a simple Query deallocated: the client's name for it, and
@@ -269,6 +336,11 @@ pub(crate) struct Statements {
     skipped: u32,
     /// Statements a backend may keep (`max_prepared_statements`).
     limit: usize,
+    /// A Bind waiting for the result of the statement it binds.
+    hold: Option<Hold>,
+    /// A Bind went to fail for a result that changed: the server's next
+    /// ErrorResponse is told to the client as PostgreSQL's own.
+    changed: bool,
 }
 
 impl Statements {
@@ -449,6 +521,11 @@ impl Statements {
         true
     }
 
+    /// A Bind of a statement the client holds goes under its server name,
+    /// after the statement is made if the backend lacks it. When the client
+    /// was told the statement's result and the backend's is not known to
+    /// be the same, the statement is made anew and described, and the Bind
+    /// is held (see [`Statements::holding`]).
     fn bind(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
         let Some((portal, rest)) = split_cstr(body) else {
             return false;
@@ -462,30 +539,108 @@ impl Statements {
         let Some(held) = self.named.get(name).cloned() else {
             return false;
         };
-        self.make_if_missing(&held, made, out);
-        made.lock().touch(&held.server);
-        frame::write_message_parts(out, b'B', &[portal, b"\0", &held.server, b"\0", rest]);
+        let unsure = held
+            .result
+            .clone()
+            .filter(|expected| !made.has_result(&held.server, expected));
+        let Some(expected) = unsure else {
+            self.make_if_missing(&held, made, out);
+            made.lock().touch(&held.server);
+            frame::write_message_parts(out, b'B', &[portal, b"\0", &held.server, b"\0", rest]);
+            return true;
+        };
+        self.make(&held, made, out);
+        frame::write_message_parts(out, b'D', &[b"S", &held.server, b"\0"]);
+        self.expect(Reply::Described {
+            server: Some(held.server.clone()),
+            client: None,
+            relay: false,
+        });
+        // Without it the server keeps the answer until the client's Sync.
+        frame::write_message(out, b'H', b"");
+        self.hold = Some(Hold {
+            portal: Bytes::copy_from_slice(portal),
+            rest: Bytes::copy_from_slice(rest),
+            server: held.server,
+            expected,
+            changed: None,
+        });
         true
     }
 
+    /// A Bind is held until the server tells the result of the statement
+    /// it binds: the caller sends what [`Statements::rewrite`] gave, waits
+    /// until [`Statements::decided`], then sends [`Statements::release`]'s.
+    pub fn holding(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    /// The held Bind may go on.
+    pub fn decided(&self) -> bool {
+        self.hold.as_ref().is_some_and(|hold| hold.changed.is_some())
+    }
+
+    /// Appends the held Bind to `out`: as the client sent it, but for a
+    /// result other than the one the client was told, where it binds a
+    /// statement no backend has, for the server to fail it as PostgreSQL
+    /// fails a statement whose result changed (0A000, see
+    /// [`Statements::result_changed`]).
+    pub fn release(&mut self, out: &mut BytesMut) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let changed = hold.changed == Some(true);
+        let name = if changed { NO_STATEMENT } else { &hold.server[..] };
+        frame::write_message_parts(out, b'B', &[&hold.portal, b"\0", name, b"\0", &hold.rest]);
+        self.changed |= changed;
+    }
+
+    /// An ErrorResponse came: whether it answers a Bind sent to fail for a
+    /// changed result, and is to be told as PostgreSQL tells that.
+    pub fn result_changed(&mut self) -> bool {
+        mem::take(&mut self.changed)
+    }
+
     fn describe(&mut self, body: &[u8], made: &Made, out: &mut BytesMut) -> bool {
+        let statement = body.first() == Some(&b'S');
         if body == b"S\0" {
-            return self.use_unnamed(b'D', body, made, out);
+            let rewritten = self.use_unnamed(b'D', body, made, out);
+            self.expect_described(None, None);
+            return rewritten;
         }
-        let Some(held) = statement_named(body).and_then(|name| self.named.get(name)).cloned() else {
+        let Some((name, held)) = statement_named(body).and_then(|name| self.named.get_key_value(name)) else {
+            if statement {
+                self.expect_described(None, None);
+            }
             return false;
         };
+        let (name, held) = (name.clone(), held.clone());
         self.make_if_missing(&held, made, out);
         frame::write_message_parts(out, b'D', &[b"S", &held.server, b"\0"]);
+        self.expect_described(Some(held.server), Some(name));
         true
+    }
+
+    /// Notes the answer owed for the client's Describe of a statement: it
+    /// is counted as the other messages of a batch are, in `rewrite`.
+    fn expect_described(&mut self, server: Option<Bytes>, client: Option<Bytes>) {
+        self.replies.push_back(Reply::Described {
+            server,
+            client,
+            relay: true,
+        });
     }
 
     /// Makes `held` on the backend first if it lacks it, closing the least
     /// recently used beyond the limit.
     fn make_if_missing(&mut self, held: &Statement, made: &Made, out: &mut BytesMut) {
-        if made.contains(&held.server) {
-            return;
+        if !made.contains(&held.server) {
+            self.make(held, made, out);
         }
+    }
+
+    /// Makes `held` on the backend, whether or not it has it.
+    fn make(&mut self, held: &Statement, made: &Made, out: &mut BytesMut) {
         held.write_make(out);
         self.expect(Reply::Drop);
         self.expect(Reply::Remade {
@@ -568,16 +723,37 @@ impl Statements {
     pub fn failed(&mut self, answered: u32, skipped: u32) {
         self.failed_at.get_or_insert(answered);
         self.skipped += skipped;
+        // Failed in a batch before the held Bind's, the server skips to
+        // that batch's Sync and then tells the result. Otherwise it tells
+        // none: the held Bind goes, to be skipped with the rest.
+        let earlier = self
+            .replies
+            .iter()
+            .take_while(|reply| !matches!(reply, Reply::Described { relay: false, .. }))
+            .any(|reply| {
+                matches!(
+                    reply,
+                    Reply::Ready {
+                        ending: Ending::Sync,
+                        ..
+                    } | Reply::Synced
+                )
+            });
+        if let Some(hold) = self.hold.as_mut().filter(|_| !earlier) {
+            hold.changed.get_or_insert(false);
+        }
     }
 
     /// Server → client: notes what a ParseComplete ('1'), CloseComplete
-    /// ('3') or ReadyForQuery ('Z') answered on the backend whose
+    /// ('3'), ReadyForQuery ('Z'), ParameterDescription ('t'), or the
+    /// RowDescription ('T') or NoData ('n') right after a
+    /// ParameterDescription, with `body`, answered on the backend whose
     /// statements are `made`; returns whether the client is to see it.
-    pub fn reply(&mut self, tag: u8, made: &Made) -> bool {
+    pub fn reply(&mut self, tag: u8, body: &[u8], made: &Made) -> bool {
         match tag {
             b'1' | b'3' => match self.replies.pop_front() {
                 Some(Reply::Drop | Reply::Remade { .. } | Reply::UnnamedRemade) => false,
-                Some(end @ (Reply::Ready { .. } | Reply::Synced)) => {
+                Some(end @ (Reply::Ready { .. } | Reply::Synced | Reply::Described { .. })) => {
                     // A reply no message asked for: keep the batch's end.
                     self.replies.push_front(end);
                     true
@@ -586,8 +762,40 @@ impl Statements {
                 | None => true,
             },
             b'Z' => self.end_batch(made),
+            // Only a Describe of a statement is answered so.
+            b't' => match self.replies.front() {
+                Some(Reply::Described { relay, .. }) => *relay,
+                _ => true,
+            },
+            b'T' | b'n' => self.described(body, made),
             _ => true,
         }
+    }
+
+    /// A statement's result, described: noted for the backend and for the
+    /// client, and compared with what the client was told where a Bind
+    /// waits for it.
+    fn described(&mut self, body: &[u8], made: &Made) -> bool {
+        if !matches!(self.replies.front(), Some(Reply::Described { .. })) {
+            return true;
+        }
+        let Some(Reply::Described { server, client, relay }) = self.replies.pop_front() else {
+            return true;
+        };
+        let result = ResultDesc::copy_from_slice(body);
+        if let Some(server) = &server {
+            made.described(server, &result);
+            let held = client.and_then(|client| self.named.get_mut(&client));
+            if let Some(held) = held.filter(|held| held.server == server) {
+                held.result = Some(result.clone());
+            }
+        }
+        if !relay {
+            if let Some(hold) = self.hold.as_mut() {
+                hold.changed = Some(!same_result(&result, &hold.expected));
+            }
+        }
+        relay
     }
 
     /// A ReadyForQuery: the Parses of its batch still unanswered failed or
@@ -646,7 +854,7 @@ impl Statements {
                     made.lock().unnamed = None;
                     unanswered.note(previous, change);
                 }
-                Reply::Relay | Reply::Drop => {}
+                Reply::Relay | Reply::Drop | Reply::Described { .. } => {}
             }
         };
         // Unless a message after the batch changed it since.
@@ -674,6 +882,49 @@ impl Unanswered {
         self.kept.get_or_insert(kept);
         self.last_change = change;
     }
+}
+
+/// Whether two results, as Describes told them, are the same to
+/// PostgreSQL's check of a prepared statement (`equalTupleDescs` on its
+/// columns): the same columns, each of the same name, type and type
+/// modifier; the table and column each comes from may differ.
+fn same_result(a: &[u8], b: &[u8]) -> bool {
+    match (columns(a), columns(b)) {
+        (Some(columns_a), Some(columns_b)) => columns_a == columns_b,
+        _ => a == b,
+    }
+}
+
+/// A column of a result, as PostgreSQL compares them.
+#[derive(PartialEq, Eq)]
+struct Column<'a> {
+    name: &'a [u8],
+    type_oid: &'a [u8],
+    type_modifier: &'a [u8],
+}
+
+/// A RowDescription's columns (none for NoData's empty body); `None` if
+/// malformed.
+fn columns(body: &[u8]) -> Option<Vec<Column<'_>>> {
+    if body.is_empty() {
+        return Some(Vec::new());
+    }
+    let count = u16::from_be_bytes(body.get(..2)?.try_into().ok()?);
+    let mut rest = &body[2..];
+    let mut columns = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (name, after) = split_cstr(rest)?;
+        // Table OID (4), column number (2), type OID (4), type size (2),
+        // type modifier (4), format (2).
+        let field = after.get(..18)?;
+        columns.push(Column {
+            name,
+            type_oid: &field[6..10],
+            type_modifier: &field[12..16],
+        });
+        rest = &after[18..];
+    }
+    Some(columns)
 }
 
 /// Appends a Close of the statement a backend knows as `server`.

@@ -122,7 +122,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
@@ -153,6 +153,12 @@ const MAX_RESERVE: usize = 1 << 20;
 /// backend, is told (PostgreSQL's words, then where it stopped).
 const CANCELLED_ON_ITS_WAY: &str =
     "canceling statement due to user request (sluice: before it reached a server connection)";
+
+/// What PostgreSQL tells a client binding a prepared statement whose
+/// result a schema change altered (SQLSTATE 0A000); under transaction
+/// pooling the proxy tells it where a backend made the statement anew with
+/// the new result.
+const RESULT_CHANGED: &str = "cached plan must not change result type";
 
 /// Where the idle timer stands, never polled, while no request waits on
 /// its client.
@@ -191,6 +197,9 @@ struct Shared {
     /// client side leases a new one only once it sees no request in flight.
     link: Arc<Link>,
     pooling: Option<Pooling>,
+    /// Under transaction pooling: the result a held Bind waits for is told
+    /// (see [`Statements::holding`]).
+    decided: Notify,
 }
 
 /// Transaction pooling: where this session's backends come from.
@@ -327,6 +336,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         flags: Flags::default(),
         link,
         pooling,
+        decided: Notify::new(),
     };
     let to_upstream = ToUpstream {
         client: client_rd,
@@ -341,6 +351,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         rewritten: BytesMut::new(),
         login_deadline,
         logged_in: false,
+        holding: false,
     };
     let to_client = ToClient {
         client: client_wr,
@@ -355,6 +366,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         parked: false,
         flushed: false,
         batch_answered: 0,
+        replacement: BytesMut::new(),
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -450,6 +462,8 @@ struct ToUpstream<'a, R> {
     login_deadline: Instant,
     /// The login completed (seen once, so as not to ask the state again).
     logged_in: bool,
+    /// The message just relayed left a Bind held.
+    holding: bool,
 }
 
 /// What to do with one message.
@@ -576,6 +590,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             pos = message.end;
             if matches!(action, Action::Forward | Action::Last(_)) {
                 self.relay(header.tag, &buf, message, &mut pending);
+                if mem::take(&mut self.holding) {
+                    self.release_held(&buf, &mut pending).await?;
+                }
             }
             if let Action::Last(end) | Action::Stop(end) = action {
                 break Some(end);
@@ -618,11 +635,38 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             self.shared.flags.wake.notify_one();
         }
         if rewritten {
+            self.holding = state.statements.holding();
             pending.push_rewritten(buf, &self.rewritten);
             self.rewritten.clear();
         } else {
             pending.push(buf, message);
         }
+    }
+
+    /// Under transaction pooling, a Bind held until the server tells the
+    /// result of the statement it binds: what is pending goes now, and the
+    /// Bind once the other direction has the answer.
+    async fn release_held(&mut self, buf: &[u8], pending: &mut Pending) -> io::Result<()> {
+        send(&mut self.upstream, pending.bytes(buf)).await?;
+        pending.clear();
+        loop {
+            let decided = self.shared.decided.notified();
+            {
+                let mut state = self.shared.lock();
+                let state = &mut *state;
+                if state.statements.decided() {
+                    state.statements.release(&mut self.rewritten);
+                    for tag in frame::tags(&self.rewritten) {
+                        state.batches.sent(tag);
+                    }
+                    break;
+                }
+            }
+            decided.await;
+        }
+        pending.push_rewritten(buf, &self.rewritten);
+        self.rewritten.clear();
+        Ok(())
     }
 
     /// Decides what one message does: start a request (asking the gate),
@@ -913,6 +957,9 @@ struct ToClient<'a, W> {
     /// transaction pooling the prepared statements) which message failed,
     /// and the batches whether the server waits on the client.
     batch_answered: u32,
+    /// What the client is told instead of the message just inspected, when
+    /// not empty.
+    replacement: BytesMut,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1048,6 +1095,11 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                     if !seen.relay {
                         let write = self.client.write_all(&buf[from..pos]);
                         parked_while_stalled(self.shared, self.ctx.limits.idle_release, write).await?;
+                        if !self.replacement.is_empty() {
+                            let write = self.client.write_all(&self.replacement);
+                            parked_while_stalled(self.shared, self.ctx.limits.idle_release, write).await?;
+                            self.replacement.clear();
+                        }
                         from = pos + header.len;
                     }
                     pos += header.len;
@@ -1097,8 +1149,8 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
 
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
-        self.last_tag = tag;
-        let relay = self.statement_reply(tag);
+        let previous = mem::replace(&mut self.last_tag, tag);
+        let relay = self.statement_reply(tag, previous, body);
         match tag {
             b'Z' => self.batch_answered = 0,
             tag if completes_extended(tag) => self.batch_answered = self.batch_answered.wrapping_add(1),
@@ -1123,6 +1175,13 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 if self.shared.pooling.is_some() {
                     state.statements.syncs_ignored(failed.ignored);
                     state.statements.failed(self.batch_answered, failed.skipped);
+                    if state.statements.decided() {
+                        self.shared.decided.notify_one();
+                    }
+                    if state.statements.result_changed() {
+                        frame::write_error(&mut self.replacement, "ERROR", "0A000", RESULT_CHANGED);
+                        return Inspected { relay: false, released };
+                    }
                 }
             }
             _ => {}
@@ -1133,15 +1192,23 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     /// Under transaction pooling, after the login: what a ParseComplete,
     /// CloseComplete or ReadyForQuery means for the client's prepared
     /// statements; returns whether the client is to see it.
-    fn statement_reply(&self, tag: u8) -> bool {
-        if self.shared.pooling.is_none() || !matches!(tag, b'1' | b'3' | b'Z') {
+    fn statement_reply(&self, tag: u8, previous: u8, body: &[u8]) -> bool {
+        let described = matches!(tag, b'T' | b'n') && previous == b't';
+        if self.shared.pooling.is_none() || !(matches!(tag, b'1' | b'3' | b'Z' | b't') || described) {
             return true;
         }
         let Some(backend) = self.shared.link.get() else {
             return true;
         };
         let mut state = self.shared.lock();
-        state.authenticating || state.statements.reply(tag, &backend.made)
+        if state.authenticating {
+            return true;
+        }
+        let relay = state.statements.reply(tag, body, &backend.made);
+        if described && state.statements.decided() {
+            self.shared.decided.notify_one();
+        }
+        relay
     }
 
     /// Under transaction pooling, a `DEALLOCATE ALL` or `DISCARD ALL` that

@@ -63,11 +63,11 @@ impl Client {
                 }
                 b'Z' => {
                     answered = 0;
-                    self.statements.reply(tag, &self.made)
+                    self.statements.reply(tag, &[], &self.made)
                 }
                 tag => {
                     answered += 1;
-                    self.statements.reply(tag, &self.made)
+                    self.statements.reply(tag, &[], &self.made)
                 }
             })
             .collect()
@@ -144,6 +144,161 @@ fn replies_drop_the_added_close_and_note_what_a_backend_made() {
 
 fn tags(sent: &[(u8, Vec<u8>)]) -> Vec<u8> {
     sent.iter().map(|(tag, _)| *tag).collect()
+}
+
+const INT4: u32 = 23;
+const FLOAT8: u32 = 701;
+
+/// A RowDescription's body: one column `v` of type `oid`.
+fn row_description(oid: u32) -> Vec<u8> {
+    let mut body = 1u16.to_be_bytes().to_vec();
+    body.extend(b"v\0");
+    body.extend(16_384u32.to_be_bytes());
+    body.extend(1u16.to_be_bytes());
+    body.extend(oid.to_be_bytes());
+    body.extend(4u16.to_be_bytes());
+    body.extend((-1i32).to_be_bytes());
+    body.extend(0u16.to_be_bytes());
+    body
+}
+
+impl Client {
+    /// The server's answer to a Describe of a statement: which parts the
+    /// client sees.
+    fn described(&mut self, result: &[u8]) -> [bool; 2] {
+        [
+            self.statements.reply(b't', &[], &self.made),
+            self.statements.reply(b'T', result, &self.made),
+        ]
+    }
+
+    /// The held Bind, as it goes to the server.
+    fn release(&mut self) -> Vec<(u8, Vec<u8>)> {
+        assert!(self.statements.decided());
+        let mut out = BytesMut::new();
+        self.statements.release(&mut out);
+        assert!(!self.statements.holding());
+        messages(&out)
+    }
+
+    /// Prepares `q` reading a column of type `oid`, and describes it.
+    fn prepared(oid: u32) -> Client {
+        let mut c = Client::new(200);
+        c.send(b'P', &parse_body("q", "SELECT v FROM t"));
+        c.send(b'D', b"Sq\0");
+        c.send(b'S', b"");
+        assert_eq!(c.replies(b"31"), [false, true]);
+        assert_eq!(
+            c.described(&row_description(oid)),
+            [true, true],
+            "the client's own Describe"
+        );
+        assert_eq!(c.replies(b"Z"), [true]);
+        c
+    }
+}
+
+#[test]
+fn a_described_statement_made_anew_holds_its_bind_until_its_result_is_told() {
+    let mut c = Client::prepared(INT4);
+    let server = c.server_name("q");
+    assert_eq!(
+        tags(&c.send(b'B', &bind_body("q"))),
+        b"B",
+        "the backend's result is the client's"
+    );
+    assert!(!c.statements.holding());
+
+    // Another backend: made anew, described, flushed; the Bind waits.
+    c.made = Made::default();
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"CPDH");
+    assert!(c.statements.holding() && !c.statements.decided());
+    assert_eq!(c.replies(b"31"), [false, false]);
+    assert_eq!(
+        c.described(&row_description(INT4)),
+        [false, false],
+        "the proxy's Describe"
+    );
+    let bind = [&b"\0"[..], &server, b"\0\0\0\0\0\0\0"].concat();
+    assert_eq!(c.release(), vec![(b'B', bind)], "the same result: the Bind goes on");
+    assert!(!c.statements.result_changed());
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"B", "now known there");
+}
+
+#[test]
+fn a_bind_of_a_statement_whose_result_changed_is_sent_to_fail() {
+    let mut c = Client::prepared(INT4);
+    c.made = Made::default();
+    c.send(b'B', &bind_body("q"));
+    assert_eq!(c.replies(b"31"), [false, false]);
+    c.described(&row_description(FLOAT8));
+    let bind = [&b"\0"[..], NO_STATEMENT, b"\0\0\0\0\0\0\0"].concat();
+    assert_eq!(c.release(), vec![(b'B', bind)]);
+    assert!(c.statements.result_changed(), "its error is told as PostgreSQL's");
+    assert!(!c.statements.result_changed(), "once");
+}
+
+#[test]
+fn a_backend_holding_the_statement_with_another_result_makes_it_anew() {
+    let mut c = Client::prepared(FLOAT8);
+    let server = Bytes::from(c.server_name("q"));
+    // Made there before the change, as another client's.
+    c.made.described(&server, &Bytes::from(row_description(INT4)));
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"CPDH");
+    assert_eq!(c.replies(b"31"), [false, false]);
+    c.described(&row_description(FLOAT8));
+    assert_eq!(tags(&c.release()), b"B");
+    assert!(!c.statements.result_changed());
+}
+
+#[test]
+fn a_held_bind_goes_on_when_the_server_fails_before_telling_the_result() {
+    let mut c = Client::prepared(INT4);
+    c.made = Made::default();
+    c.send(b'B', &bind_body("q"));
+    // The table is gone: CloseComplete, then the Parse's error.
+    assert_eq!(c.replies(b"3E"), [false, true]);
+    let sent = c.release();
+    assert_eq!(tags(&sent), b"B");
+    assert_ne!(sent[0].1, [&b"\0"[..], NO_STATEMENT, b"\0\0\0\0\0\0\0"].concat());
+}
+
+#[test]
+fn a_held_bind_waits_on_past_an_error_in_an_earlier_batch() {
+    let mut c = Client::prepared(INT4);
+    c.made = Made::default();
+    c.send(b'P', &parse_body("", "SELEC 1"));
+    c.send(b'S', b"");
+    c.send(b'B', &bind_body("q"));
+    assert_eq!(c.replies(b"EZ"), [true, true], "the earlier batch failed");
+    assert!(!c.statements.decided(), "the statement is made after that batch's Sync");
+    assert_eq!(c.replies(b"31"), [false, false]);
+    c.described(&row_description(FLOAT8));
+    assert_eq!(c.release()[0].1, [&b"\0"[..], NO_STATEMENT, b"\0\0\0\0\0\0\0"].concat());
+}
+
+#[test]
+fn a_statement_never_described_is_bound_without_waiting() {
+    let mut c = Client::new(200);
+    c.send(b'P', &parse_body("q", "SELECT v FROM t"));
+    c.send(b'S', b"");
+    c.replies(b"31Z");
+    c.made = Made::default();
+    assert_eq!(tags(&c.send(b'B', &bind_body("q"))), b"CPB");
+    assert!(!c.statements.holding());
+}
+
+#[test]
+fn results_differing_only_in_where_columns_come_from_are_the_same() {
+    let mut other_table = row_description(INT4);
+    other_table[4..8].copy_from_slice(&99u32.to_be_bytes());
+    assert!(same_result(&row_description(INT4), &other_table));
+    assert!(!same_result(&row_description(INT4), &row_description(FLOAT8)));
+    let mut renamed = row_description(INT4);
+    renamed[2] = b'w';
+    assert!(!same_result(&row_description(INT4), &renamed));
+    assert!(same_result(b"", b""), "NoData");
+    assert!(!same_result(b"", &row_description(INT4)));
 }
 
 #[test]
@@ -297,17 +452,17 @@ fn the_unnamed_statement_follows_its_client_to_a_backend_that_ran_another() {
     for (client, parse) in [(&mut a, &parse_a), (&mut b, &parse_b)] {
         assert_eq!(send_on(client, &backend, b'P', parse), vec![(b'P', parse.clone())]);
         send_on(client, &backend, b'S', b"");
-        assert!(client.reply(b'1', &backend));
-        assert!(client.reply(b'Z', &backend));
+        assert!(client.reply(b'1', &[], &backend));
+        assert!(client.reply(b'Z', &[], &backend));
     }
     // The backend's is b's now: a's Bind goes after a's Parse, whose
     // answer a never sees.
     let sent = send_on(&mut a, &backend, b'B', &bind_body(""));
     assert_eq!(sent, vec![(b'P', parse_a.clone()), (b'B', bind_body(""))]);
-    assert!(!a.reply(b'1', &backend));
+    assert!(!a.reply(b'1', &[], &backend));
     assert_eq!(tags(&send_on(&mut a, &backend, b'D', b"S\0")), b"D", "a's is there now");
     send_on(&mut a, &backend, b'S', b"");
-    assert!(a.reply(b'Z', &backend));
+    assert!(a.reply(b'Z', &[], &backend));
     // b, whose statement was replaced, gets its own back the same way.
     assert_eq!(tags(&send_on(&mut b, &backend, b'D', b"S\0")), b"PD");
 }
@@ -319,7 +474,7 @@ fn a_client_without_an_unnamed_statement_cannot_bind_anothers() {
     send_on(&mut a, &backend, b'P', &parse_body("", "SELECT 'a'"));
     let sent = send_on(&mut b, &backend, b'B', &bind_body(""));
     assert_eq!(sent, vec![(b'C', b"S\0".to_vec()), (b'B', bind_body(""))]);
-    assert!(!b.reply(b'3', &backend), "the Close b never sent");
+    assert!(!b.reply(b'3', &[], &backend), "the Close b never sent");
     // A simple Query drops the unnamed statement: a has none either.
     send_on(&mut a, &backend, b'Q', b"SELECT 1\0");
     assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
@@ -330,7 +485,7 @@ fn with_unnamed_a(backend: &Made) -> Statements {
     let mut a = Statements::new(200);
     send_on(&mut a, backend, b'P', &parse_body("", "SELECT 'a'"));
     send_on(&mut a, backend, b'S', b"");
-    assert!(a.reply(b'1', backend) && a.reply(b'Z', backend));
+    assert!(a.reply(b'1', &[], backend) && a.reply(b'Z', &[], backend));
     a
 }
 
@@ -344,7 +499,7 @@ fn bind_after_error(batch: &[(u8, Vec<u8>)], answered: u32) -> Vec<(u8, Vec<u8>)
         send_on(&mut a, &backend, *tag, body);
     }
     a.failed(answered, 0);
-    assert!(a.reply(b'Z', &backend));
+    assert!(a.reply(b'Z', &[], &backend));
     send_on(&mut a, &backend, b'B', &bind_body(""))
 }
 
@@ -388,9 +543,9 @@ fn an_unnamed_parse_or_close_skipped_after_an_error_keeps_the_one_before() {
     for (tag, body) in &closed_then_failed {
         send_on(&mut a, &backend, *tag, body);
     }
-    assert!(a.reply(b'3', &backend), "the client's own CloseComplete");
+    assert!(a.reply(b'3', &[], &backend), "the client's own CloseComplete");
     a.failed(1, 0);
-    assert!(a.reply(b'Z', &backend));
+    assert!(a.reply(b'Z', &[], &backend));
     assert_eq!(tags(&send_on(&mut a, &backend, b'B', &bind_body(""))), b"CB");
 }
 
@@ -408,7 +563,7 @@ fn syncs_ignored_during_a_copy_in_leave_the_batch_counting_on() {
     send_on(&mut a, &backend, b'S', b"");
     // BindComplete and the COPY's CommandComplete came before the error.
     a.failed(2, 0);
-    assert!(a.reply(b'Z', &backend));
+    assert!(a.reply(b'Z', &[], &backend));
     assert_eq!(
         tags(&send_on(&mut a, &backend, b'B', &bind_body(""))),
         b"CB",
@@ -431,8 +586,8 @@ fn a_skipped_parse_does_not_undo_a_later_batchs() {
         send_on(&mut a, &backend, tag, &body);
     }
     a.failed(0, 0);
-    assert!(a.reply(b'Z', &backend));
-    assert!(a.reply(b'1', &backend) && a.reply(b'Z', &backend));
+    assert!(a.reply(b'Z', &[], &backend));
+    assert!(a.reply(b'1', &[], &backend) && a.reply(b'Z', &[], &backend));
     assert_eq!(
         send_on(&mut a, &backend, b'B', &bind_body("")),
         vec![(b'P', parse_body("", "SELECT 'c'")), (b'B', bind_body(""))],
@@ -453,13 +608,13 @@ fn a_query_skipped_after_an_error_keeps_the_unnamed_statement_and_owes_no_ready_
     }
     // The session's batches find the Query skipped.
     a.failed(0, 1);
-    assert!(a.reply(b'Z', &backend), "the Sync's, which the client sees");
+    assert!(a.reply(b'Z', &[], &backend), "the Sync's, which the client sees");
     // Nothing is owed any more: a named Parse's answers are as always.
     let sent = send_on(&mut a, &backend, b'P', &parse_body("s", "SELECT 2"));
     assert_eq!(sent.iter().map(|(tag, _)| *tag).collect::<Vec<_>>(), b"CP");
     send_on(&mut a, &backend, b'S', b"");
-    assert!(!a.reply(b'3', &backend), "the proxy's Close");
-    assert!(a.reply(b'1', &backend) && a.reply(b'Z', &backend));
+    assert!(!a.reply(b'3', &[], &backend), "the proxy's Close");
+    assert!(a.reply(b'1', &[], &backend) && a.reply(b'Z', &[], &backend));
     assert_eq!(
         send_on(&mut a, &backend, b'B', &bind_body("")),
         vec![(b'P', parse_body("", "SELECT 'a'")), (b'B', bind_body(""))],
@@ -471,7 +626,7 @@ proptest! {
     #[test]
     fn any_bytes_from_a_client_or_server_keep_the_limit_and_never_panic(
         sent in proptest::collection::vec((prop::sample::select(b"PBDCSQFE".to_vec()), proptest::collection::vec(any::<u8>(), 0..24)), 0..16),
-        replies in proptest::collection::vec(prop::sample::select(b"13ZTE".to_vec()), 0..24),
+        replies in proptest::collection::vec((prop::sample::select(b"13ZtTnE".to_vec()), proptest::collection::vec(any::<u8>(), 0..40)), 0..24),
         limit in 1usize..4,
     ) {
         let mut c = Client::new(limit);
@@ -479,6 +634,14 @@ proptest! {
             c.send(*tag, body);
             prop_assert!(c.made.lock().last.len() <= limit);
         }
-        c.replies(&replies);
+        for (tag, body) in &replies {
+            match tag {
+                b'E' => c.statements.failed(0, 0),
+                _ => _ = c.statements.reply(*tag, body, &c.made),
+            }
+            if c.statements.decided() {
+                c.release();
+            }
+        }
     }
 }
