@@ -376,6 +376,46 @@ fn a_copy_whose_data_fails_ends_its_request_at_the_ready_for_query_after_the_err
     }
 }
 
+/// A COPY whose data and CopyDone the client sends without waiting for the
+/// CopyInResponse (as pgx does) is over at its ReadyForQuery: an error in
+/// a later batch ends that batch's request where PostgreSQL answers it.
+#[test]
+fn a_copy_sent_ahead_of_its_copy_in_response_leaves_later_batches_as_they_are() {
+    let Some(server) = PgServer::start() else { return };
+    let mut setup = PgConn::connect(server.addr().parse().expect("a TCP address"), "postgres");
+    assert_eq!(
+        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
+        Ok(vec![])
+    );
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+        let mut conn = PgConn::connect(proxy.addr, "postgres");
+        send_messages(
+            &mut conn,
+            &[(b'Q', b"COPY copy_sink FROM STDIN\0"), (b'd', b"1\tx\n"), (b'c', b"")],
+        );
+        assert_eq!(read_through(&mut conn, b'Z'), b"GCZ", "{pool:?}");
+        send_messages(
+            &mut conn,
+            &[
+                (b'P', b"\0SELECT 1/0\0\0\0"),
+                (b'B', b"\0\0\0\0\0\0\0\0"),
+                (b'E', b"\0\0\0\0\0"),
+                (b'S', b""),
+            ],
+        );
+        assert_eq!(
+            read_through(&mut conn, b'Z'),
+            b"1EZ",
+            "{pool:?}: division by zero at the Bind"
+        );
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}: the request ended");
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(probe.query("SELECT 2"), Ok(vec!["2".to_string()]), "{pool:?}");
+        assert_eq!(conn.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
+    }
+}
+
 /// One step of a session: messages (tag, body) sent in one write, then the
 /// tags read up to the first with the tag named (0: none read).
 type Step<'a> = (&'a [(u8, &'a [u8])], u8);

@@ -22,7 +22,12 @@
 //!   one right after the Execute of such a COPY) are ignored. The copy
 //!   ends at the client's CopyDone or CopyFail, or at the server's
 //!   ErrorResponse; after one that fails a copy started by an Execute, the
-//!   server skips up to the next Sync as after any failed Execute.
+//!   server skips up to the next Sync as after any failed Execute. Which
+//!   Syncs the server read before it failed the copy is not told: every
+//!   Sync sent since the copy's Execute counts as ignored, so a client that
+//!   sends a Sync after data the server rejects, before the error reaches
+//!   it (libpq waits for the error), finds its request waiting for one
+//!   more Sync, its slot parked meanwhile.
 //!
 //! What is counted is what goes to the server: under transaction pooling
 //! the proxy adds messages of its own (see [`super::prepared`]), a Sync
@@ -193,6 +198,10 @@ impl Batches {
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
     /// answers everything the client sent.
     pub fn ready(&mut self) -> bool {
+        // No ReadyForQuery comes during a copy-in: one that the client
+        // ended before the server's CopyInResponse came (pgx sends its
+        // data and CopyDone without waiting for it) is over.
+        self.copy_in = false;
         self.ends.pop_front();
         self.answered_all()
     }
@@ -333,6 +342,20 @@ mod tests {
         batches.copy_in();
         assert_eq!(batches.failed(2).ignored, 1);
         sent(&mut batches, b"S");
+        assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_copy_ended_before_its_copy_in_response_is_over_at_its_ready_for_query() {
+        // CopyData and CopyDone sent right after the Query, as pgx does.
+        let mut batches = Batches::default();
+        sent(&mut batches, b"Qdc");
+        batches.copy_in();
+        assert!(batches.ready());
+        assert!(!batches.copying_in());
+        // A later batch's error skips nothing of another's.
+        sent(&mut batches, b"PBES");
+        assert_eq!(batches.failed(2), Failed { skipped: 0, ignored: 0 });
         assert!(batches.ready());
     }
 

@@ -723,23 +723,19 @@ impl Statements {
     pub fn failed(&mut self, answered: u32, skipped: u32) {
         self.failed_at.get_or_insert(answered);
         self.skipped += skipped;
-        // Failed in a batch before the held Bind's, the server skips to
-        // that batch's Sync and then tells the result. Otherwise it tells
-        // none: the held Bind goes, to be skipped with the rest.
-        let earlier = self
+        // Failed before a batch's end that the server answers (a Sync, or
+        // a Query or FunctionCall it does not skip) ahead of the held
+        // Bind's statement, the server goes on past that end and tells
+        // the result. Otherwise it tells none: the held Bind goes, to be
+        // skipped with the rest.
+        let ends_before = self
             .replies
             .iter()
             .take_while(|reply| !matches!(reply, Reply::Described { relay: false, .. }))
-            .any(|reply| {
-                matches!(
-                    reply,
-                    Reply::Ready {
-                        ending: Ending::Sync,
-                        ..
-                    } | Reply::Synced
-                )
-            });
-        if let Some(hold) = self.hold.as_mut().filter(|_| !earlier) {
+            .filter(|reply| matches!(reply, Reply::Ready { .. } | Reply::Synced))
+            .count();
+        let skipped_through = u32::try_from(ends_before).is_ok_and(|ends| ends <= self.skipped);
+        if let Some(hold) = self.hold.as_mut().filter(|_| skipped_through) {
             hold.changed.get_or_insert(false);
         }
     }
@@ -809,6 +805,9 @@ impl Statements {
     /// next Sync. Returns whether the client is to see it.
     fn end_batch(&mut self, made: &Made) -> bool {
         let failed_at = self.failed_at.take();
+        // A Bind sent to fail that did not (a statement of that name was
+        // made by SQL) leaves no error to tell.
+        self.changed = false;
         // Past a skipped Query or FunctionCall, every message was skipped.
         let mut skipping = false;
         let mut unanswered = Unanswered::default();

@@ -12,7 +12,10 @@
 //! ([`super::pool`]) that connection joins the pool once the login is over,
 //! each request leases a backend after the gate lets it in and returns it
 //! at its end, the client's named prepared statements follow it from
-//! backend to backend ([`super::prepared`]), and the client gets a
+//! backend to backend ([`super::prepared`]; the first Bind of one the
+//! client described, on a backend not known to have it with the result
+//! the client was told, waits while the proxy makes and describes it
+//! there), and the client gets a
 //! BackendKeyData key of the proxy's making; a query sent before the login
 //! finished is a protocol error there.
 //!
@@ -367,6 +370,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         flushed: false,
         batch_answered: 0,
         replacement: BytesMut::new(),
+        describing: false,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -960,6 +964,9 @@ struct ToClient<'a, W> {
     /// What the client is told instead of the message just inspected, when
     /// not empty.
     replacement: BytesMut,
+    /// A ParameterDescription came: the RowDescription or NoData that
+    /// completes a statement's Describe is to come.
+    describing: bool,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1149,8 +1156,19 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
 
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
-        let previous = mem::replace(&mut self.last_tag, tag);
-        let relay = self.statement_reply(tag, previous, body);
+        self.last_tag = tag;
+        // A statement's Describe is answered by ParameterDescription, then
+        // RowDescription or NoData, or an error; asynchronous messages
+        // (notices, parameter changes) may come between.
+        let described = match tag {
+            b'T' | b'n' => mem::take(&mut self.describing),
+            b't' | b'E' | b'Z' => {
+                self.describing = tag == b't';
+                false
+            }
+            _ => false,
+        };
+        let relay = self.statement_reply(tag, described, body);
         match tag {
             b'Z' => self.batch_answered = 0,
             tag if completes_extended(tag) => self.batch_answered = self.batch_answered.wrapping_add(1),
@@ -1190,10 +1208,11 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     }
 
     /// Under transaction pooling, after the login: what a ParseComplete,
-    /// CloseComplete or ReadyForQuery means for the client's prepared
-    /// statements; returns whether the client is to see it.
-    fn statement_reply(&self, tag: u8, previous: u8, body: &[u8]) -> bool {
-        let described = matches!(tag, b'T' | b'n') && previous == b't';
+    /// CloseComplete, ReadyForQuery or the answer to a statement's Describe
+    /// (`described`: the RowDescription or NoData completing it) means for
+    /// the client's prepared statements; returns whether the client is to
+    /// see it.
+    fn statement_reply(&self, tag: u8, described: bool, body: &[u8]) -> bool {
         if self.shared.pooling.is_none() || !(matches!(tag, b'1' | b'3' | b'Z' | b't') || described) {
             return true;
         }

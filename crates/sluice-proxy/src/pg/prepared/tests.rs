@@ -278,6 +278,33 @@ fn a_held_bind_waits_on_past_an_error_in_an_earlier_batch() {
 }
 
 #[test]
+fn a_held_bind_waits_on_past_a_query_that_failed_on_its_own() {
+    let mut c = Client::prepared(INT4);
+    c.made = Made::default();
+    c.send(b'Q', b"SELECT 1/0\0");
+    c.send(b'B', &bind_body("q"));
+    // The Query's own error: the server goes on after its ReadyForQuery.
+    c.statements.failed(0, 0);
+    assert!(!c.statements.decided());
+    assert_eq!(c.replies(b"Z31"), [true, false, false]);
+    c.described(&row_description(FLOAT8));
+    assert_eq!(c.release()[0].1, [&b"\0"[..], NO_STATEMENT, b"\0\0\0\0\0\0\0"].concat());
+}
+
+#[test]
+fn a_held_bind_goes_on_when_an_error_skips_through_to_it() {
+    let mut c = Client::prepared(INT4);
+    c.made = Made::default();
+    c.send(b'P', &parse_body("", "SELEC 1"));
+    c.send(b'Q', b"SELECT 1\0");
+    c.send(b'B', &bind_body("q"));
+    // The Parse failed: the server skips the Query and the rest to a Sync.
+    c.statements.failed(0, 1);
+    assert!(c.statements.decided());
+    assert_eq!(tags(&c.release()), b"B");
+}
+
+#[test]
 fn a_statement_never_described_is_bound_without_waiting() {
     let mut c = Client::new(200);
     c.send(b'P', &parse_body("q", "SELECT v FROM t"));
