@@ -269,6 +269,17 @@ fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
     }
 }
 
+/// Creates the table the COPY tests copy into; the server's address.
+fn copy_sink(server: &PgServer) -> std::net::SocketAddr {
+    let direct = server.addr().parse().expect("a TCP address");
+    let mut setup = PgConn::connect(direct, "postgres");
+    assert_eq!(
+        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
+        Ok(vec![])
+    );
+    direct
+}
+
 /// A COPY FROM STDIN by the extended protocol as libpq sends it (Parse,
 /// Bind, Execute, Sync, then the data, CopyDone and another Sync) gets one
 /// ReadyForQuery: the server ignores the Sync that arrives during the
@@ -279,11 +290,7 @@ fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
 fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query() {
     let Some(server) = PgServer::start() else { return };
     const P: usize = 2;
-    let mut setup = PgConn::connect(server.addr().parse().expect("a TCP address"), "postgres");
-    assert_eq!(
-        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
-        Ok(vec![])
-    );
+    copy_sink(&server);
     for pool in [PoolMode::Session, PoolMode::Transaction] {
         // Were the copies' requests left open, the probe would be refused after this.
         let proxy = proxy(&server, pool, gate(P, 1024, 5_000), |_| {});
@@ -339,12 +346,7 @@ fn a_copy_by_the_extended_protocol_ends_its_request_at_its_one_ready_for_query()
 #[test]
 fn a_copy_whose_data_fails_ends_its_request_at_the_ready_for_query_after_the_error() {
     let Some(server) = PgServer::start() else { return };
-    let direct = server.addr().parse().expect("a TCP address");
-    let mut setup = PgConn::connect(direct, "postgres");
-    assert_eq!(
-        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
-        Ok(vec![])
-    );
+    let direct = copy_sink(&server);
     let copy: &[(u8, &[u8])] = &[
         (b'P', b"\0COPY copy_sink FROM STDIN\0\0\0"),
         (b'B', b"\0\0\0\0\0\0\0\0"),
@@ -382,11 +384,7 @@ fn a_copy_whose_data_fails_ends_its_request_at_the_ready_for_query_after_the_err
 #[test]
 fn a_copy_sent_ahead_of_its_copy_in_response_leaves_later_batches_as_they_are() {
     let Some(server) = PgServer::start() else { return };
-    let mut setup = PgConn::connect(server.addr().parse().expect("a TCP address"), "postgres");
-    assert_eq!(
-        setup.query("CREATE TABLE IF NOT EXISTS copy_sink (a int, b text)"),
-        Ok(vec![])
-    );
+    copy_sink(&server);
     for pool in [PoolMode::Session, PoolMode::Transaction] {
         let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
         let mut conn = PgConn::connect(proxy.addr, "postgres");
