@@ -569,10 +569,10 @@ fn a_client_that_does_not_read_holds_no_one_back() {
     }
 }
 
-/// A client that starts a COPY FROM STDIN and then stalls, half a
-/// CopyData sent, holds no one back: the server waits on its data, so its
-/// slot is parked, and with P = 1 another client is served beside it. The
-/// copy then goes on where it stopped.
+/// A client that starts a COPY FROM STDIN and then stalls, with nothing
+/// or half a CopyData sent, holds no one back: the server waits on its
+/// data, so its slot is parked, and with P = 1 another client is served
+/// beside it. The copy then goes on where it stopped.
 #[test]
 fn a_client_stalled_in_a_copy_holds_no_one_back() {
     let Some(server) = PgServer::start() else { return };
@@ -581,19 +581,26 @@ fn a_client_stalled_in_a_copy_holds_no_one_back() {
         setup.query("CREATE TABLE IF NOT EXISTS copy_stalled (a int)"),
         Ok(vec![])
     );
-    for pool in [PoolMode::Session, PoolMode::Transaction] {
+    let mut data = BytesMut::new();
+    frame::write_message(&mut data, b'd', b"1\n");
+    frame::write_message(&mut data, b'c', b"");
+    for (pool, sent) in [PoolMode::Session, PoolMode::Transaction]
+        .into_iter()
+        .flat_map(|pool| [(pool, 0), (pool, 3)])
+    {
         let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
         let mut copying = PgConn::connect(proxy.addr, "postgres");
         copying.send_query("COPY copy_stalled FROM STDIN");
         assert_eq!(read_through(&mut copying, b'G'), b"G", "{pool:?}: CopyInResponse");
-        let mut data = BytesMut::new();
-        frame::write_message(&mut data, b'd', b"1\n");
-        frame::write_message(&mut data, b'c', b"");
-        copying.send(&data[..3]);
-        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: its slot parked");
+        copying.send(&data[..sent]);
+        assert_eq!(
+            gate_settles(&proxy, (0, 1)),
+            (0, 1),
+            "{pool:?}, {sent} bytes sent: its slot parked"
+        );
         let mut probe = PgConn::connect(proxy.addr, "postgres");
         assert_eq!(probe.query("SELECT 2"), Ok(vec!["2".to_string()]), "{pool:?}");
-        copying.send(&data[3..]);
+        copying.send(&data[sent..]);
         assert_eq!(read_through(&mut copying, b'Z'), b"CZ", "{pool:?}: the copy went on");
         assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
     }

@@ -203,6 +203,9 @@ struct Shared {
     /// Under transaction pooling: the result a held Bind waits for is told
     /// (see [`Statements::holding`]).
     decided: Notify,
+    /// The server began to read a COPY FROM STDIN: a read from the client
+    /// that waits is to be waited on as a stall.
+    copy_began: Notify,
 }
 
 /// Transaction pooling: where this session's backends come from.
@@ -340,6 +343,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         link,
         pooling,
         decided: Notify::new(),
+        copy_began: Notify::new(),
     };
     let to_upstream = ToUpstream {
         client: client_rd,
@@ -486,6 +490,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             return Ok(self.upstream_failed(&e));
         }
         self.buf.advance(self.startup_len);
+        // Registered once, not at every read (see `ToClient::run`).
+        let shared = self.shared;
+        let mut copy_began = pin!(shared.copy_began.notified());
         loop {
             match self.forward().await {
                 Ok(Some(end)) => return Ok(end),
@@ -495,12 +502,22 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             }
             room_to_read(&mut self.buf);
             if !self.logging_in() {
-                // A server reading a COPY FROM STDIN waits on the client.
-                let copying = self.shared.lock().batches.copying_in();
+                // A server reading a COPY FROM STDIN waits on the client;
+                // one that begins to while this read waits wakes it, to
+                // read again so.
+                let copying = shared.lock().batches.copying_in();
                 let read = self.client.read_buf(&mut self.buf);
-                let read = match copying {
-                    true => parked_while_stalled(self.shared, self.ctx.limits.idle_release, read).await?,
-                    false => read.await?,
+                let read = if copying {
+                    parked_while_stalled(shared, self.ctx.limits.idle_release, read).await?
+                } else {
+                    tokio::select! {
+                        biased;
+                        read = read => read?,
+                        () = copy_began.as_mut() => {
+                            copy_began.set(shared.copy_began.notified());
+                            continue;
+                        }
+                    }
                 };
                 if read == 0 {
                     return Ok(ClientEnd::Closed);
@@ -1182,7 +1199,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             b'Z' => _ = self.shared.lock().batches.ready(),
             b'C' => self.command_complete(body),
             b'K' => self.backend_key(body),
-            b'G' => self.shared.lock().batches.copy_in(),
+            b'G' => {
+                self.shared.lock().batches.copy_in();
+                self.shared.copy_began.notify_one();
+            }
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
                 let mut state = self.shared.lock();
