@@ -20,14 +20,18 @@
 //!   ReadyForQuery follows it.
 //! - Syncs sent while the server reads a `COPY FROM STDIN` (libpq sends
 //!   one right after the Execute of such a COPY) are ignored. The copy
-//!   ends at the client's CopyDone or CopyFail, or at the server's
-//!   ErrorResponse; after one that fails a copy started by an Execute, the
+//!   ends at the client's CopyDone or CopyFail (sent even before the
+//!   CopyInResponse came: pgx sends its data without waiting), or at the
+//!   server's ErrorResponse; after one that fails a copy started by an Execute, the
 //!   server skips up to the next Sync as after any failed Execute. Which
 //!   Syncs the server read before it failed the copy is not told: every
 //!   Sync sent since the copy's Execute counts as ignored, so a client that
 //!   sends a Sync after data the server rejects, before the error reaches
 //!   it (libpq waits for the error), finds its request waiting for one
-//!   more Sync, its slot parked meanwhile.
+//!   more Sync, its slot parked meanwhile; so does one that sends a COPY
+//!   by the extended protocol, its data, CopyDone and another Sync before
+//!   the CopyInResponse comes (no driver known here does: pgx, pgjdbc and
+//!   Npgsql copy by a simple Query, libpq waits).
 //!
 //! What is counted is what goes to the server: under transaction pooling
 //! the proxy adds messages of its own (see [`super::prepared`]), a Sync
@@ -46,6 +50,7 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::mem;
 
 /// The batches a client sent that the server has not answered yet, and the
 /// extended-protocol messages sent since the last one ended.
@@ -65,6 +70,10 @@ pub struct Batches {
     /// Syncs sent since the client's last Execute: if that Execute started
     /// a copy-in, the server ignores them.
     syncs_since_execute: u32,
+    /// The client sent CopyDone or CopyFail with no copy-in known since its
+    /// last Query, FunctionCall or Execute: a copy whose CopyInResponse
+    /// comes now is over already (pgx sends its data without waiting).
+    ended_early: bool,
 }
 
 /// What an ErrorResponse means for the batches sent.
@@ -92,6 +101,9 @@ impl Batches {
     /// Syncs sent earlier turned out to be ignored by a copy-in that this
     /// message ends (the prepared statements count them too).
     pub fn sent(&mut self, tag: u8) -> u32 {
+        if matches!(tag, b'Q' | b'F' | b'E') {
+            self.ended_early = false;
+        }
         match tag {
             b'S' => {
                 self.skipping = false;
@@ -105,9 +117,10 @@ impl Batches {
                 self.syncs_since_execute = 0;
             }
             b'c' | b'f' if self.copy_in => return self.copy_ended(),
-            // Flush, Terminate, the Copy messages and authentication
-            // responses ask for no answer of their own here.
-            b'd' | b'c' | b'f' | b'p' | b'H' | b'X' => {}
+            b'c' | b'f' => self.ended_early = true,
+            // Flush, Terminate, CopyData and authentication responses ask
+            // for no answer of their own here.
+            b'd' | b'p' | b'H' | b'X' => {}
             _ => {
                 self.open += 1;
                 if tag == b'E' {
@@ -144,8 +157,11 @@ impl Batches {
     }
 
     /// The server sent CopyInResponse.
-    pub fn copy_in(&mut self) {
-        self.copy_in = true;
+    /// Returns whether the server now waits on the client's data: not when
+    /// the client ended the copy before this came.
+    pub fn copy_in(&mut self) -> bool {
+        self.copy_in = !mem::take(&mut self.ended_early);
+        self.copy_in
     }
 
     /// The server reads a COPY FROM STDIN: it waits on the client's data.
@@ -350,13 +366,25 @@ mod tests {
         // CopyData and CopyDone sent right after the Query, as pgx does.
         let mut batches = Batches::default();
         sent(&mut batches, b"Qdc");
-        batches.copy_in();
-        assert!(batches.ready());
+        assert!(!batches.copy_in(), "the client waits on nothing of its own");
         assert!(!batches.copying_in());
+        assert!(batches.ready());
         // A later batch's error skips nothing of another's.
         sent(&mut batches, b"PBES");
         assert_eq!(batches.failed(2), Failed { skipped: 0, ignored: 0 });
         assert!(batches.ready());
+    }
+
+    #[test]
+    fn a_copy_done_after_a_failed_copy_ends_no_later_copy() {
+        let mut batches = Batches::default();
+        sent(&mut batches, b"Q");
+        assert!(batches.copy_in());
+        batches.failed(0);
+        sent(&mut batches, b"c");
+        assert!(batches.ready());
+        sent(&mut batches, b"Q");
+        assert!(batches.copy_in(), "the next COPY's server waits on its data");
     }
 
     #[test]

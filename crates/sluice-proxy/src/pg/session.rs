@@ -1199,10 +1199,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             b'Z' => _ = self.shared.lock().batches.ready(),
             b'C' => self.command_complete(body),
             b'K' => self.backend_key(body),
-            b'G' => {
-                self.shared.lock().batches.copy_in();
-                self.shared.copy_began.notify_one();
-            }
+            b'G' if self.shared.lock().batches.copy_in() => self.shared.copy_began.notify_one(),
             b'R' => self.challenged |= body.get(..4).is_some_and(|method| method != [0; 4]),
             b'E' => {
                 let mut state = self.shared.lock();
