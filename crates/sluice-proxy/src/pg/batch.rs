@@ -34,7 +34,7 @@
 //!   Npgsql copy by a simple Query, libpq waits).
 //!
 //! What is counted is what goes to the server: under transaction pooling
-//! the proxy adds messages of its own (see [`super::prepared`]), a Sync
+//! the proxy adds messages of its own (see `pg::prepared`), a Sync
 //! among them, whose answers the client never sees.
 //!
 //! ```
