@@ -214,10 +214,6 @@ impl Batches {
     /// A ReadyForQuery came: it answers the oldest batch. Returns whether it
     /// answers everything the client sent.
     pub fn ready(&mut self) -> bool {
-        // No ReadyForQuery comes during a copy-in: one that the client
-        // ended before the server's CopyInResponse came (pgx sends its
-        // data and CopyDone without waiting for it) is over.
-        self.copy_in = false;
         self.ends.pop_front();
         self.answered_all()
     }
@@ -362,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_ended_before_its_copy_in_response_is_over_at_its_ready_for_query() {
+    fn a_copy_ended_before_its_copy_in_response_leaves_no_copy_in() {
         // CopyData and CopyDone sent right after the Query, as pgx does.
         let mut batches = Batches::default();
         sent(&mut batches, b"Qdc");

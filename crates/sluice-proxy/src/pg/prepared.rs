@@ -186,11 +186,15 @@ impl Made {
     }
 
     /// Whether the backend has the statement made with the result
-    /// `expected`, as far as a Describe told.
-    fn has_result(&self, server: &Bytes, expected: &ResultDesc) -> bool {
-        let uses = self.lock();
+    /// `expected`, as far as a Describe told; if so, it is bound now.
+    fn bind_if_same(&self, server: &Bytes, expected: &ResultDesc) -> bool {
+        let mut uses = self.lock();
         let made = uses.last.get(server).and_then(|made| made.result.as_ref());
-        made.is_some_and(|result| same_result(result, expected))
+        let same = made.is_some_and(|result| same_result(result, expected));
+        if same {
+            uses.touch(server);
+        }
+        same
     }
 
     fn described(&self, server: &Bytes, result: &ResultDesc) {
@@ -539,13 +543,16 @@ impl Statements {
         let Some(held) = self.named.get(name).cloned() else {
             return false;
         };
-        let unsure = held
-            .result
-            .clone()
-            .filter(|expected| !made.has_result(&held.server, expected));
-        let Some(expected) = unsure else {
-            self.make_if_missing(&held, made, out);
-            made.lock().touch(&held.server);
+        let expected = match held.result.clone() {
+            Some(expected) if made.bind_if_same(&held.server, &expected) => None,
+            Some(expected) => Some(expected),
+            None => {
+                self.make_if_missing(&held, made, out);
+                made.lock().touch(&held.server);
+                None
+            }
+        };
+        let Some(expected) = expected else {
             frame::write_message_parts(out, b'B', &[portal, b"\0", &held.server, b"\0", rest]);
             return true;
         };
@@ -723,6 +730,9 @@ impl Statements {
     pub fn failed(&mut self, answered: u32, skipped: u32) {
         self.failed_at.get_or_insert(answered);
         self.skipped += skipped;
+        if self.hold.is_none() {
+            return;
+        }
         // Failed before a batch's end that the server answers (a Sync, or
         // a Query or FunctionCall it does not skip) ahead of the held
         // Bind's statement, the server goes on past that end and tells

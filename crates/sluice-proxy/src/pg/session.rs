@@ -358,7 +358,6 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         rewritten: BytesMut::new(),
         login_deadline,
         logged_in: false,
-        holding: false,
     };
     let to_client = ToClient {
         client: client_wr,
@@ -470,8 +469,6 @@ struct ToUpstream<'a, R> {
     login_deadline: Instant,
     /// The login completed (seen once, so as not to ask the state again).
     logged_in: bool,
-    /// The message just relayed left a Bind held.
-    holding: bool,
 }
 
 /// What to do with one message.
@@ -609,11 +606,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             let message = pos..pos + header.len;
             let action = self.message(header.tag, &buf, &mut pending).await?;
             pos = message.end;
-            if matches!(action, Action::Forward | Action::Last(_)) {
-                self.relay(header.tag, &buf, message, &mut pending);
-                if mem::take(&mut self.holding) {
-                    self.release_held(&buf, &mut pending).await?;
-                }
+            let relayed = matches!(action, Action::Forward | Action::Last(_));
+            if relayed && self.relay(header.tag, &buf, message, &mut pending) {
+                self.release_held(&buf, &mut pending).await?;
             }
             if let Action::Last(end) | Action::Stop(end) = action {
                 break Some(end);
@@ -629,8 +624,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
     /// Adds a message to what goes upstream, as it is or under transaction
     /// pooling with the names of the client's prepared statements
     /// rewritten, and counts what goes in the batches the server is to
-    /// answer.
-    fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) {
+    /// answer. Returns whether it left a Bind held (see
+    /// [`ToUpstream::release_held`]).
+    fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) -> bool {
         // Without a backend (between a pooled session's requests) only
         // messages that ask the server for nothing are sent, and dropped.
         let backend = self.shared.pooling.as_ref().and_then(|_| self.shared.link.get());
@@ -655,13 +651,13 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             // whether the request waits on its client again.
             self.shared.flags.wake.notify_one();
         }
-        if rewritten {
-            self.holding = state.statements.holding();
-            pending.push_rewritten(buf, &self.rewritten);
-            self.rewritten.clear();
-        } else {
+        if !rewritten {
             pending.push(buf, message);
+            return false;
         }
+        pending.push_rewritten(buf, &self.rewritten);
+        self.rewritten.clear();
+        state.statements.holding()
     }
 
     /// Under transaction pooling, a Bind held until the server tells the
