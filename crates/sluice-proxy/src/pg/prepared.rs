@@ -284,6 +284,10 @@ enum Reply {
     },
 }
 
+// One is queued for every Parse, Close, Sync and Query sent: small enough
+// that queueing it stays a copy of a cache line or two.
+const _: () = assert!(mem::size_of::<Reply>() <= 80);
+
 /// A client's Bind held back until the server tells the result of the
 /// statement it binds, made anew on the backend just before it.
 struct Hold {
@@ -299,8 +303,9 @@ struct Hold {
 }
 
 /// A statement a simple Query deallocated: the client's name for it, and
-/// it.
-type Deallocated = (Bytes, Statement);
+/// it. Boxed: rare, and inline it would triple the size of every [`Reply`]
+/// a Query queues.
+type Deallocated = Box<(Bytes, Statement)>;
 
 /// What ends a batch, for what a ReadyForQuery answers when PostgreSQL
 /// skipped a Query or FunctionCall after an error.
@@ -461,7 +466,7 @@ impl Statements {
                 let name = self.named.remove_entry(&name[..]).map(|(name, _)| name);
                 made.forget(&held.server);
                 let text = [&b"DEALLOCATE "[..], &held.server].concat();
-                Some((text, name.map(|name| (name, held))))
+                Some((text, name.map(|name| Box::new((name, held)))))
             }
             SessionSql::DeallocateAll | SessionSql::DiscardAll => None,
         }
@@ -839,7 +844,8 @@ impl Statements {
                     } = ending
                     {
                         unanswered.note(previous, change);
-                        if let Some((name, statement)) = deallocated {
+                        if let Some(deallocated) = deallocated {
+                            let (name, statement) = *deallocated;
                             self.named.entry(name).or_insert(statement);
                         }
                     }
