@@ -795,6 +795,51 @@ fn a_prepared_statement_whose_result_changed_fails_as_postgresql_fails_it() {
     assert_eq!(a.finish(), (Ok(vec!["1".to_string()]), b'I'), "prepared again");
 }
 
+/// Under transaction pooling a `SET` of a setting PostgreSQL reports stays
+/// on the backend that ran it: the proxy sets each client's own values on
+/// whichever backend its next request gets, so neither client sees the
+/// other's, whichever backend it lands on.
+#[test]
+fn reported_settings_follow_their_client_from_backend_to_backend() {
+    let Some(server) = PgServer::start() else { return };
+    let direct = server.addr().parse().expect("a TCP address");
+    let mut plain = PgConn::connect(direct, "postgres");
+    let default_zone = plain.query("SHOW TimeZone").expect("the server's time zone");
+    assert_ne!(default_zone, ["Asia/Tokyo"], "the test needs another default");
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let [mut a, mut b] = ["postgres"; 2].map(|user| PgConn::connect(proxy.addr, user));
+    // A name no quoting of the proxy's may end early.
+    const NAME: &str = "it's $sluice$ \\ mine";
+    for sql in [
+        "SET TimeZone = 'Asia/Tokyo'".to_string(),
+        format!("SET application_name = '{}'", NAME.replace('\'', "''")),
+    ] {
+        assert_eq!(a.query(&sql), Ok(vec![]), "{sql}");
+    }
+    let settings = "SELECT current_setting('TimeZone') || ' / ' || current_setting('application_name')";
+    let theirs = |zone: &[String]| vec![format!("{} / ", zone[0])];
+
+    // The backend given back last is leased first: the one a set.
+    assert_eq!(a.query("BEGIN"), Ok(vec![]));
+    let first = backend_pid(&mut a);
+    assert_eq!(a.query("COMMIT"), Ok(vec![]));
+    assert_eq!(b.query("BEGIN"), Ok(vec![]));
+    assert_eq!(backend_pid(&mut b), first, "b holds the backend a ran SET on");
+    assert_eq!(b.query(settings), Ok(theirs(&default_zone)), "b keeps its own");
+    assert_eq!(a.query("BEGIN"), Ok(vec![]));
+    assert_ne!(backend_pid(&mut a), first, "a on the other backend");
+    assert_eq!(
+        a.query(settings),
+        Ok(vec![format!("Asia/Tokyo / {NAME}")]),
+        "a keeps its own"
+    );
+    assert_eq!(a.query("COMMIT"), Ok(vec![]));
+    assert_eq!(b.query("COMMIT"), Ok(vec![]));
+    assert_eq!(a.query("RESET ALL"), Ok(vec![]));
+    assert_eq!(b.query(settings), Ok(theirs(&default_zone)));
+    assert_eq!(a.query(settings), Ok(theirs(&default_zone)), "RESET is reported too");
+}
+
 #[test]
 fn a_pooled_backend_keeps_at_most_max_prepared_statements() {
     let Some(server) = PgServer::start() else { return };

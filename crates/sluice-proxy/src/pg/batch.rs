@@ -34,8 +34,9 @@
 //!   Npgsql copy by a simple Query, libpq waits).
 //!
 //! What is counted is what goes to the server: under transaction pooling
-//! the proxy adds messages of its own (see `pg::prepared`), a Sync
-//! among them, whose answers the client never sees.
+//! the proxy adds messages of its own (see `pg::prepared` and
+//! `pg::reported`), a Sync and a Query among them, whose answers the
+//! client never sees.
 //!
 //! ```
 //! # use sluice_proxy::pg::batch::Batches;

@@ -15,6 +15,7 @@ pub mod frame;
 pub(crate) mod password;
 pub(crate) mod pool;
 pub(crate) mod prepared;
+pub mod reported;
 pub(crate) mod session;
 pub mod sql;
 pub mod tls;

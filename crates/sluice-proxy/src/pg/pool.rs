@@ -72,6 +72,7 @@ use super::auth_file::{self, AuthFileError, Secret};
 use super::frame::{self, BackendKey, Startup};
 use super::password::{self, AuthError, Login};
 use super::prepared::Made;
+use super::reported::Reported;
 use super::upstream_tls::{ServerStream, UpstreamTls};
 use crate::socket::{self, Peer, Socket};
 use crate::stats::Stats;
@@ -87,6 +88,9 @@ pub(crate) struct Backend {
     key: OnceLock<BackendKey>,
     /// The prepared statements made on it for pooled clients.
     pub made: Made,
+    /// The settings it last reported that follow their client (see
+    /// [`super::reported`]).
+    reported: Mutex<Reported>,
     /// The worker whose reactor its socket is registered with.
     worker: Option<usize>,
 }
@@ -111,6 +115,7 @@ impl Backend {
             peer,
             key: OnceLock::new(),
             made: Made::default(),
+            reported: Mutex::default(),
             worker: crate::workers::current(),
         })
     }
@@ -135,6 +140,11 @@ impl Backend {
         // A second BackendKeyData would be a server's protocol error; the
         // first key is the one cancels need.
         let _ = self.key.set(key);
+    }
+
+    /// The settings it last reported that follow their client.
+    pub fn reported(&self) -> MutexGuard<'_, Reported> {
+        self.reported.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Where a CancelRequest for the query running on it goes.
@@ -500,6 +510,7 @@ impl Pool {
                         backend.set_key(key);
                     }
                 }
+                b'S' => backend.reported().note(&body),
                 b'E' => {
                     return Err(PoolError::Refused {
                         sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),

@@ -236,6 +236,12 @@ impl Made {
     pub fn clear(&self) {
         self.lock().last.clear();
     }
+
+    /// The proxy sent a simple Query of its own, which drops the backend's
+    /// unnamed statement: the client's is made again before it is used.
+    pub fn unnamed_dropped(&self) {
+        self.lock().unnamed = None;
+    }
 }
 
 /// What the server's next ParseComplete or CloseComplete answers, or the

@@ -15,9 +15,11 @@
 //! backend to backend ([`super::prepared`]; the first Bind of one the
 //! client described, on a backend not known to have it with the result
 //! the client was told, waits while the proxy makes and describes it
-//! there), and the client gets a
-//! BackendKeyData key of the proxy's making; a query sent before the login
-//! finished is a protocol error there.
+//! there), so do the settings PostgreSQL reports ([`super::reported`]:
+//! set on a backend with other values by a Query of the proxy's own ahead
+//! of the request), and the client gets a BackendKeyData key of the
+//! proxy's making; a query sent before the login finished is a protocol
+//! error there.
 //!
 //! Requests: a request begins with the first message the client sends while
 //! no request is in flight (after authentication, or after a ReadyForQuery
@@ -119,6 +121,7 @@ use std::io;
 use std::mem;
 use std::ops::Range;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -135,6 +138,7 @@ use super::context::PgContext;
 use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
+use super::reported::Reported;
 use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
@@ -185,6 +189,9 @@ struct State {
     outbox: BytesMut,
     /// Under transaction pooling: the client's named prepared statements.
     statements: Statements,
+    /// Under transaction pooling: the reported settings as the client was
+    /// last told them, which follow it from backend to backend.
+    reported: Reported,
     /// Since when the request waits on its client inside a transaction;
     /// cleared by the client's next message.
     idle_since: Option<Instant>,
@@ -206,6 +213,11 @@ struct Shared {
     /// The server began to read a COPY FROM STDIN: a read from the client
     /// that waits is to be waited on as a stall.
     copy_began: Notify,
+    /// Under transaction pooling: Queries of the proxy's own that set the
+    /// client's reported settings on its backend, not yet answered. Each
+    /// went ahead of the client's request, so the server's next answers
+    /// are theirs; the client sees their ParameterStatus only.
+    restoring: AtomicU32,
 }
 
 /// Transaction pooling: where this session's backends come from.
@@ -336,6 +348,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             batches: Batches::default(),
             outbox: BytesMut::new(),
             statements: Statements::new(pooling.as_ref().map_or(0, |p| p.pool.max_prepared())),
+            reported: Reported::default(),
             idle_since: None,
             upstream_gone: false,
         }),
@@ -344,6 +357,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         pooling,
         decided: Notify::new(),
         copy_began: Notify::new(),
+        restoring: AtomicU32::new(0),
     };
     let to_upstream = ToUpstream {
         client: client_rd,
@@ -770,6 +784,7 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             }
             (Ok(()), None) => {
                 if pooled {
+                    self.restore_reported(buf, pending);
                     self.shared.flags.wake.notify_one();
                 }
                 None
@@ -786,6 +801,27 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             error: false,
         });
         Ok(Action::Forward)
+    }
+
+    /// Transaction pooling, a backend just leased: where the settings it
+    /// last reported differ from those the client was told, a Query of the
+    /// proxy's own sets the client's first (see [`super::reported`]).
+    fn restore_reported(&mut self, buf: &[u8], pending: &mut Pending) {
+        let Some(backend) = self.shared.link.get() else {
+            return;
+        };
+        let mut query = Vec::new();
+        let mut state = self.shared.lock();
+        if !state.reported.restore_on(&backend.reported(), &mut query) {
+            return;
+        }
+        query.push(0);
+        frame::write_message(&mut self.rewritten, b'Q', &query);
+        pending.push_rewritten(buf, &self.rewritten);
+        self.rewritten.clear();
+        state.batches.sent(b'Q');
+        backend.made.unnamed_dropped();
+        self.shared.restoring.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Transaction pooling: a backend for the request just admitted (the
@@ -1169,6 +1205,13 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
 
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
+        if self.shared.pooling.is_some() {
+            if tag == b'S' {
+                self.note_reported(body);
+            } else if matches!(tag, b'C' | b'E' | b'Z') && self.shared.restoring.load(Ordering::Relaxed) > 0 {
+                return self.restored(tag, body);
+            }
+        }
         self.last_tag = tag;
         // A statement's Describe is answered by ParameterDescription, then
         // RowDescription or NoData, or an error; asynchronous messages
@@ -1218,6 +1261,37 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             _ => {}
         }
         Inspected { relay, released }
+    }
+
+    /// Under transaction pooling, a ParameterStatus: the backend has the
+    /// value now, and the client was told it.
+    fn note_reported(&self, body: &[u8]) {
+        if let Some(backend) = self.shared.link.get() {
+            backend.reported().note(body);
+        }
+        self.shared.lock().reported.note(body);
+    }
+
+    /// An answer to a Query of the proxy's own that set the client's
+    /// reported settings: the client sees none of it. One that failed
+    /// leaves the backend's values different, to be set again at the
+    /// client's next request.
+    fn restored(&mut self, tag: u8, body: &[u8]) -> Inspected {
+        match tag {
+            b'Z' => {
+                self.shared.restoring.fetch_sub(1, Ordering::Relaxed);
+                self.shared.lock().batches.ready();
+            }
+            b'E' => tracing::warn!(
+                "setting a client's reported settings on a pooled server connection failed: {}",
+                frame::error_field(body, b'M').unwrap_or("no message")
+            ),
+            _ => {}
+        }
+        Inspected {
+            relay: false,
+            released: false,
+        }
     }
 
     /// Under transaction pooling, after the login: what a ParseComplete,
