@@ -269,6 +269,43 @@ fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
     }
 }
 
+/// A session that sends extended-protocol messages with neither Flush nor
+/// Sync and then stays quiet (P = 1) holds no one back: the proxy flushes
+/// the server's answers to it, its request then waits on it with its slot
+/// parked, another client is served, and the quiet session goes on where
+/// it stopped once it sends its Sync.
+#[test]
+fn a_session_quiet_without_a_flush_or_sync_holds_no_one_back() {
+    let Some(server) = PgServer::start() else { return };
+    for pool in [PoolMode::Session, PoolMode::Transaction] {
+        let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
+        let mut quiet = PgConn::connect(proxy.addr, "postgres");
+        send_messages(&mut quiet, &[(b'P', b"\0SELECT 40 + $1::int\0\0\0"), (b'D', b"S\0")]);
+        assert_eq!(
+            read_through(&mut quiet, b'T'),
+            b"1tT",
+            "{pool:?}: the answers the server held back"
+        );
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: its slot parked");
+        let mut probe = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(probe.query("SELECT 1"), Ok(vec!["1".to_string()]), "{pool:?}");
+        send_messages(
+            &mut quiet,
+            &[
+                (b'B', b"\0\0\0\0\0\x01\0\0\0\x012\0\0"),
+                (b'E', b"\0\0\0\0\0"),
+                (b'S', b""),
+            ],
+        );
+        assert_eq!(
+            quiet.finish().0,
+            Ok(vec!["42".to_string()]),
+            "{pool:?}: the quiet session goes on"
+        );
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+    }
+}
+
 /// Creates the table the COPY tests copy into; the server's address.
 fn copy_sink(server: &PgServer) -> std::net::SocketAddr {
     let direct = server.addr().parse().expect("a TCP address");

@@ -54,7 +54,11 @@
 //! client once the server has answered every extended-protocol message
 //! sent before a Flush and no Sync is pending: a driver that prepares with
 //! Parse, Describe and Flush (asyncpg's `prepare()`), or a cursor between
-//! fetches, leaves its session so until it goes on; and once one of them
+//! fetches, leaves its session so until it goes on. A client that sends
+//! such messages with neither Flush nor Sync and then stays quiet
+//! `idle_in_transaction_release_ms` is sent a Flush of the proxy's own, so
+//! that the server's answers tell the proxy whether the work is done (the
+//! client reads them early, as PostgreSQL allows); and once one of them
 //! failed with no Sync sent after it, for the server then skips all but a
 //! Sync (what the client sends meanwhile is skipped, and the request goes
 //! back to waiting on it). PostgreSQL's idle-in-transaction timeout does
@@ -372,6 +376,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         rewritten: BytesMut::new(),
         login_deadline,
         logged_in: false,
+        unflushed: false,
     };
     let to_client = ToClient {
         client: client_wr,
@@ -483,6 +488,9 @@ struct ToUpstream<'a, R> {
     login_deadline: Instant,
     /// The login completed (seen once, so as not to ask the state again).
     logged_in: bool,
+    /// Extended-protocol messages went to the server with no Flush, Sync,
+    /// Query or FunctionCall after them: it holds their answers back.
+    unflushed: bool,
 }
 
 /// What to do with one message.
@@ -517,15 +525,27 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
                 // one that begins to while this read waits wakes it, to
                 // read again so.
                 let copying = shared.lock().batches.copying_in();
+                let idle_release = self.ctx.limits.idle_release;
+                // A client quiet after messages whose answers the server
+                // holds back is sent them: its request then waits on it,
+                // and its slot is parked, as after a Flush of its own.
+                let flush_at = (!copying && self.unflushed).then(|| Instant::now() + idle_release);
                 let read = self.client.read_buf(&mut self.buf);
                 let read = if copying {
-                    parked_while_stalled(shared, self.ctx.limits.idle_release, read).await?
+                    parked_while_stalled(shared, idle_release, read).await?
                 } else {
                     tokio::select! {
                         biased;
                         read = read => read?,
                         () = copy_began.as_mut() => {
                             copy_began.set(shared.copy_began.notified());
+                            continue;
+                        }
+                        () = sleep_until_some(flush_at) => {
+                            self.unflushed = false;
+                            if let Err(e) = send(&mut self.upstream, FLUSH).await {
+                                return Ok(self.upstream_failed(&e));
+                            }
                             continue;
                         }
                     }
@@ -641,6 +661,11 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
     /// answer. Returns whether it left a Bind held (see
     /// [`ToUpstream::release_held`]).
     fn relay(&mut self, tag: u8, buf: &[u8], message: Range<usize>, pending: &mut Pending) -> bool {
+        match tag {
+            b'P' | b'B' | b'D' | b'E' | b'C' => self.unflushed = true,
+            b'H' | b'S' | b'Q' | b'F' => self.unflushed = false,
+            _ => {}
+        }
         // Without a backend (between a pooled session's requests) only
         // messages that ask the server for nothing are sent, and dropped.
         let backend = self.shared.pooling.as_ref().and_then(|_| self.shared.link.get());
@@ -1423,6 +1448,18 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             None => "sluice: the upstream server closed the connection".into(),
         };
         frame::write_error(last, "FATAL", "08006", &message);
+    }
+}
+
+/// A Flush of the proxy's own: it asks the server for no answer, only for
+/// those it holds back.
+const FLUSH: &[u8] = b"H\0\0\0\x04";
+
+/// Waits until `deadline`; with none, for ever.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
