@@ -241,6 +241,12 @@ impl Flags {
         self.closing.load(Ordering::Relaxed)
     }
 
+    /// Ends the session as after a protocol error: what is queued for the
+    /// client is delivered, then the connection closes.
+    pub fn close(&self) {
+        self.set(&self.closing);
+    }
+
     fn set(&self, flag: &AtomicBool) {
         flag.store(true, Ordering::Relaxed);
         self.wake.notify_one();

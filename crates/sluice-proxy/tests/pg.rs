@@ -840,6 +840,30 @@ fn reported_settings_follow_their_client_from_backend_to_backend() {
     assert_eq!(a.query(settings), Ok(theirs(&default_zone)), "RESET is reported too");
 }
 
+/// The proxy's own Query that sets a client's reported settings drops the
+/// backend's unnamed statement, as any simple Query does: a client that
+/// parsed its unnamed statement there in one request and binds it in the
+/// next gets it made again (pgx's describe-exec mode).
+#[test]
+fn an_unnamed_statement_is_made_again_where_settings_were_restored() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let [mut a, mut b] = ["postgres"; 2].map(|user| PgConn::connect(proxy.addr, user));
+    b.send(&prepare("", "SELECT current_setting('TimeZone')"));
+    assert_eq!(answer(&mut b), (b"1Z".to_vec(), None));
+    // On the backend b gave back, a named statement changes the time zone
+    // and leaves b's unnamed statement where it is.
+    a.send(&prepare("tz", "SET TimeZone = 'Asia/Tokyo'"));
+    assert_eq!(answer(&mut a), (b"1Z".to_vec(), None));
+    a.send(&execute("tz"));
+    assert_eq!(answer(&mut a), (b"2CSZ".to_vec(), None), "SET, reported");
+    b.send(&execute(""));
+    let bound = b.finish();
+    let zone = b.query("SHOW TimeZone");
+    assert_ne!(zone, Ok(vec!["Asia/Tokyo".to_string()]), "b keeps its own");
+    assert_eq!(bound, (zone, b'I'), "b's unnamed statement ran, in b's zone");
+}
+
 #[test]
 fn a_pooled_backend_keeps_at_most_max_prepared_statements() {
     let Some(server) = PgServer::start() else { return };

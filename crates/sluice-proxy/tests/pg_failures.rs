@@ -2,11 +2,15 @@
 //! killed under its clients (every client inside
 //! a request is told with 08006) and started again,
 //! clients that vanish at any point of a request, and a client that cancels
-//! a request still waiting at the gate. Either way every slot comes back
-//! to the gate and the proxy goes on serving.
+//! a request still waiting at the gate; and, against a stand-in server, a
+//! server that refuses the settings the proxy sets for a client under
+//! transaction pooling. Either way every slot comes back to the gate and
+//! the proxy goes on serving.
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -15,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::frame;
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
-use support::pgwire::{last_error_before_close, PgConn, QueryError};
+use support::pgwire::{last_error_before_close, server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
 use support::servers::PgServer;
 
@@ -263,4 +267,82 @@ fn a_cancel_stops_a_request_waiting_at_the_gate() {
             assert_eq!(waiter.query("SELECT 'after'"), Ok(vec!["after".to_string()]));
         }
     }
+}
+
+/// A stand-in for PostgreSQL: the `n`-th connection logs in at once and is
+/// told `TimeZone` `Zone{n}`; a Query is answered with CommandComplete and
+/// ReadyForQuery, but one that sets `Zone0` fails as a cancelled one does.
+fn stand_in_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding the stand-in");
+    let addr = listener.local_addr().expect("its address").to_string();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || stand_in_session(conn, n));
+        }
+    });
+    addr
+}
+
+fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
+    let mut len = [0u8; 4];
+    conn.read_exact(&mut len).ok()?;
+    let mut startup = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+    conn.read_exact(&mut startup).ok()?;
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'R', &0u32.to_be_bytes());
+    frame::write_message(&mut out, b'S', format!("TimeZone\0Zone{n}\0").as_bytes());
+    frame::write_message(&mut out, b'K', &[0, 0, 0, 1, 0, 0, 0, 2]);
+    frame::write_ready_for_query(&mut out, b'I');
+    conn.write_all(&out).ok()?;
+    loop {
+        let mut header = [0u8; 5];
+        conn.read_exact(&mut header).ok()?;
+        let mut body = vec![0u8; u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4];
+        conn.read_exact(&mut body).ok()?;
+        let mut out = BytesMut::new();
+        match header[0] {
+            b'Q' if body.windows(5).any(|w| w == b"Zone0") => {
+                frame::write_error(&mut out, "ERROR", "57014", "canceling statement due to user request");
+            }
+            b'Q' => frame::write_message(&mut out, b'C', b"SELECT 0\0"),
+            b'X' => return Some(()),
+            _ => continue,
+        }
+        frame::write_ready_for_query(&mut out, b'I');
+        conn.write_all(&out).ok()?;
+    }
+}
+
+/// Under transaction pooling, a request whose backend cannot be given its
+/// client's reported settings (a cancel meant for the client's statement
+/// reached the proxy's own Query first) ends its session with a FATAL
+/// error naming why, rather than show results its statements got under
+/// another client's settings; its slot comes back and others are served.
+#[test]
+fn a_session_whose_settings_cannot_be_set_ends_with_a_clear_error() {
+    let mut config = ProxyConfig::new("127.0.0.1:0", stand_in_server(), Protocol::Pg);
+    config.pool = PoolMode::Transaction;
+    let proxy = ProxyHandle::start_with(config, gate(1, 64, 30_000));
+    // Each login brings a backend to the pool: a's told Zone0, b's Zone1.
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    // The backend given back last, b's, is leased first: it has Zone1.
+    a.send_query("SELECT 1");
+    let mut told = Vec::new();
+    while let Some(message) = a.read_message() {
+        told.push(message);
+    }
+    let tags: Vec<u8> = told.iter().map(|(tag, _)| *tag).collect();
+    assert_eq!(tags, b"E", "a is told the error alone, then closed");
+    let QueryError::Server { sqlstate, message } = server_error(&told[0].1) else {
+        unreachable!("an ErrorResponse")
+    };
+    assert_eq!(sqlstate, "57014", "{message}");
+    assert!(
+        message.contains("could not be set on a pooled server connection") && message.contains("canceling statement"),
+        "{message}"
+    );
+    assert_eq!(gate_settles(&proxy, 0, 0), (0, 0), "a's slot came back");
+    assert_eq!(b.query("SELECT 1"), Ok(vec![]), "b is served, its own zone set");
 }

@@ -10,12 +10,16 @@
 //! reports them: the values each client was last told, and the values each
 //! backend last reported. When a client's request gets a backend whose
 //! values differ, the proxy first sets the client's own, in a Query of its
-//! own whose answers the client never sees (see `pg::session`). PgBouncer
-//! restores the same settings the same way.
+//! own whose answers the client never sees (see `pg::session`; should it
+//! fail, the session ends rather than run under another client's
+//! settings). PgBouncer restores the first six the same way.
 //!
 //! Other settings (`search_path`, `work_mem`, ...) are not reported by
 //! PostgreSQL 15, so the proxy cannot see them change: they stay on the
-//! backend (`docs/transaction-pooling.md`).
+//! backend (`docs/transaction-pooling.md`). One difference from a server
+//! of one's own: a default changed by a configuration reload is reported
+//! to the client that holds the backend at the time; the others keep, and
+//! are restored to, the value they were told.
 //!
 //! ```
 //! # use sluice_proxy::pg::reported::Reported;
@@ -30,8 +34,7 @@
 use bytes::Bytes;
 
 /// The settings that follow their client, as PostgreSQL names them in
-/// ParameterStatus, in the order they are restored: the client's encoding
-/// first, since the server reads the rest of the Query's text in it.
+/// ParameterStatus, in the order they are set.
 const FOLLOWED: [&[u8]; 7] = [
     b"client_encoding",
     b"DateStyle",
@@ -82,13 +85,14 @@ impl Reported {
     }
 }
 
-/// A dollar-quote tag that does not occur in `value`: dollar quoting reads
-/// the same whatever `standard_conforming_strings` is, and needs no
-/// escaping.
+/// A dollar-quote tag that ends a quote of `value` where `value` ends:
+/// one found nowhere in `value` followed by the tag (a value ending in
+/// `$sluice` would close `$sluice$` early). Dollar quoting reads the same
+/// whatever `standard_conforming_strings` is, and needs no escaping.
 fn dollar_tag(value: &[u8]) -> Vec<u8> {
     let mut tag = b"$sluice$".to_vec();
     let mut n = 0u32;
-    while value.windows(tag.len()).any(|w| w == tag) {
+    while memchr::memmem::find(&[value, &tag].concat(), &tag) != Some(value.len()) {
         n += 1;
         tag = format!("$sluice{n}$").into_bytes();
     }
@@ -156,6 +160,15 @@ mod tests {
         reported.note(b"TimeZone");
         reported.note(b"");
         assert_eq!(reported, Reported::default());
+    }
+
+    #[test]
+    fn a_value_ending_as_the_tag_begins_gets_another_tag() {
+        let client = reported(&[("application_name", "x$sluice")]);
+        assert_eq!(
+            restore(&client, &Reported::default()).as_deref(),
+            Some("SET application_name TO $sluice1$x$sluice$sluice1$;")
+        );
     }
 
     #[test]

@@ -220,7 +220,8 @@ struct Shared {
     /// Under transaction pooling: Queries of the proxy's own that set the
     /// client's reported settings on its backend, not yet answered. Each
     /// went ahead of the client's request, so the server's next answers
-    /// are theirs; the client sees their ParameterStatus only.
+    /// are theirs; the client sees none of their CommandComplete,
+    /// ErrorResponse or ReadyForQuery.
     restoring: AtomicU32,
 }
 
@@ -393,6 +394,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         batch_answered: 0,
         replacement: BytesMut::new(),
         describing: false,
+        restore_failed: false,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
 }
@@ -1041,6 +1043,9 @@ struct ToClient<'a, W> {
     /// A ParameterDescription came: the RowDescription or NoData that
     /// completes a statement's Describe is to come.
     describing: bool,
+    /// The client's reported settings could not be set on its backend: the
+    /// session ends, and the client sees nothing the server sends after.
+    restore_failed: bool,
 }
 
 impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
@@ -1230,6 +1235,12 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
 
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
+        if self.restore_failed {
+            return Inspected {
+                relay: false,
+                released: false,
+            };
+        }
         if self.shared.pooling.is_some() {
             if tag == b'S' {
                 self.note_reported(body);
@@ -1298,19 +1309,30 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     }
 
     /// An answer to a Query of the proxy's own that set the client's
-    /// reported settings: the client sees none of it. One that failed
-    /// leaves the backend's values different, to be set again at the
-    /// client's next request.
+    /// reported settings: the client sees none of it. If it failed (a
+    /// cancel meant for the client's statement reached it, the server is
+    /// shutting down), the client's statements, sent behind it, run under
+    /// another client's settings: the session ends with a FATAL error
+    /// instead of showing their results, and its backend, in a state the
+    /// proxy cannot tell, is closed with it.
     fn restored(&mut self, tag: u8, body: &[u8]) -> Inspected {
         match tag {
             b'Z' => {
                 self.shared.restoring.fetch_sub(1, Ordering::Relaxed);
                 self.shared.lock().batches.ready();
             }
-            b'E' => tracing::warn!(
-                "setting a client's reported settings on a pooled server connection failed: {}",
-                frame::error_field(body, b'M').unwrap_or("no message")
-            ),
+            b'E' => {
+                let why = frame::error_field(body, b'M').unwrap_or("no message");
+                tracing::warn!("setting a client's reported settings on a pooled server connection failed: {why}");
+                let e = format!(
+                    "sluice: the settings this session was told (TimeZone, DateStyle, ...) could not be set \
+                     on a pooled server connection, so it ends rather than run under another client's: {why}"
+                );
+                let sqlstate = frame::error_field(body, b'C').unwrap_or("XX000");
+                frame::write_error(&mut self.shared.lock().outbox, "FATAL", sqlstate, &e);
+                self.restore_failed = true;
+                self.shared.flags.close();
+            }
             _ => {}
         }
         Inspected {
