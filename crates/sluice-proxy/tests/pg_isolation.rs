@@ -273,10 +273,12 @@ fn sessions_paused_after_a_flush_do_not_hold_other_clients_back() {
 /// Sync and then stays quiet (P = 1) holds no one back: the proxy flushes
 /// the server's answers to it, its request then waits on it with its slot
 /// parked, another client is served, and the quiet session goes on where
-/// it stopped once it sends its Sync.
+/// it stopped once it sends its Sync; so is one quiet after the CopyDone
+/// of a COPY by the extended protocol.
 #[test]
 fn a_session_quiet_without_a_flush_or_sync_holds_no_one_back() {
     let Some(server) = PgServer::start() else { return };
+    copy_sink(&server);
     for pool in [PoolMode::Session, PoolMode::Transaction] {
         let proxy = proxy(&server, pool, gate(1, 1024, 3_000), |_| {});
         let mut quiet = PgConn::connect(proxy.addr, "postgres");
@@ -302,6 +304,27 @@ fn a_session_quiet_without_a_flush_or_sync_holds_no_one_back() {
             Ok(vec!["42".to_string()]),
             "{pool:?}: the quiet session goes on"
         );
+        assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
+
+        // The same after a COPY by the extended protocol: the Sync sent
+        // during it was read as data, so the server holds the Execute's
+        // CommandComplete after the CopyDone.
+        send_messages(
+            &mut quiet,
+            &[
+                (b'P', b"\0COPY copy_sink FROM STDIN\0\0\0"),
+                (b'B', b"\0\0\0\0\0\0\0\0"),
+                (b'E', b"\0\0\0\0\0"),
+                (b'S', b""),
+            ],
+        );
+        assert_eq!(read_through(&mut quiet, b'G'), b"12G", "{pool:?}: CopyInResponse");
+        send_messages(&mut quiet, &[(b'd', b"1\tx\n"), (b'c', b"")]);
+        assert_eq!(read_through(&mut quiet, b'C'), b"C", "{pool:?}: the copy's answer");
+        assert_eq!(gate_settles(&proxy, (0, 1)), (0, 1), "{pool:?}: its slot parked");
+        assert_eq!(probe.query("SELECT 3"), Ok(vec!["3".to_string()]), "{pool:?}");
+        send_messages(&mut quiet, &[(b'S', b"")]);
+        assert_eq!(read_through(&mut quiet, b'Z'), b"Z", "{pool:?}");
         assert_eq!(gate_settles(&proxy, (0, 0)), (0, 0), "{pool:?}");
     }
 }

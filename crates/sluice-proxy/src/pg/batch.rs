@@ -228,8 +228,9 @@ impl Batches {
     /// extended-protocol messages answered since its last ReadyForQuery:
     /// no batch's end is pending and every message sent since the last
     /// batch's end is answered (the client sent them with a Flush: a
-    /// driver's prepare, a cursor between fetches), or one failed and the
-    /// server waits for a Sync.
+    /// driver's prepare, a cursor between fetches; or the proxy flushed
+    /// them for a client quiet without one), or one failed and the server
+    /// waits for a Sync.
     pub fn flushed(&self, answered: u32) -> bool {
         self.ends.is_empty() && self.open > 0 && (self.skipping || answered >= self.open)
     }

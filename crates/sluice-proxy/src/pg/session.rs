@@ -54,15 +54,16 @@
 //! client once the server has answered every extended-protocol message
 //! sent before a Flush and no Sync is pending: a driver that prepares with
 //! Parse, Describe and Flush (asyncpg's `prepare()`), or a cursor between
-//! fetches, leaves its session so until it goes on. A client that sends
-//! such messages with neither Flush nor Sync and then stays quiet
-//! `idle_in_transaction_release_ms` is sent a Flush of the proxy's own, so
-//! that the server's answers tell the proxy whether the work is done (the
-//! client reads them early, as PostgreSQL allows); and once one of them
+//! fetches, leaves its session so until it goes on; and once one of them
 //! failed with no Sync sent after it, for the server then skips all but a
 //! Sync (what the client sends meanwhile is skipped, and the request goes
 //! back to waiting on it). PostgreSQL's idle-in-transaction timeout does
 //! not run there (it waits for the Sync), and neither does the proxy's. A
+//! client that sends such messages with neither Flush nor Sync and then
+//! stays quiet `idle_in_transaction_release_ms` is sent a Flush of the
+//! proxy's own, so that the server's answers (which the client receives
+//! before it asks for them, as PostgreSQL allows) tell whether the work is
+//! done; its request then waits on it as after a Flush of its own. A
 //! client that stalls mid-request is waited on too: once a write to it has
 //! been pending `idle_in_transaction_release_ms` (it does not read, and its
 //! socket is full), or a read from it while the server reads its COPY FROM
@@ -110,6 +111,7 @@
 //! | in request | `State::request` is `Some`; `State::batches` awaits an answer | Query, FunctionCall or Sync | forwarded, a batch's end to answer (none for a Query or FunctionCall the server skips after an error) |
 //! | | | Parse, Bind, Execute, Describe, Close | forwarded, to be answered before the next Sync, Query or FunctionCall |
 //! | | | Flush, CopyData, CopyDone, CopyFail | forwarded |
+//! | | | the client quiet `idle_in_transaction_release_ms` after Parse, Bind, Execute, Describe or Close with no Flush, Sync, Query or FunctionCall since | a Flush of the proxy's own to the server |
 //! | | | ReadyForQuery 'I' answering every Sync, Query and FunctionCall | the slot is given back (and under transaction pooling the backend): idle |
 //! | | | ReadyForQuery 'T' or 'E' answering all of them | waiting on the client |
 //! | | | the last answer to the messages before a Flush, or an ErrorResponse to one of them, with no Sync pending | waiting on the client (no timeout) |
@@ -686,6 +688,9 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
         };
         if ignored > 0 {
             state.statements.syncs_ignored(ignored);
+            // The copy's Syncs were read as data: the server holds the
+            // answer to its Execute until the next.
+            self.unflushed = true;
         }
         if skipped {
             // The server answers nothing: the other direction decides
