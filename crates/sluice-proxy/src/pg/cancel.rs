@@ -10,16 +10,40 @@
 //! pooled backend) has reached none, so a cancel stops it there instead:
 //! the client gets PostgreSQL's answer to a cancelled query (57014), and
 //! the request never runs.
+//!
+//! Under transaction pooling a cancel sent as the client's query ends could
+//! reach its backend after the backend went on to another client's query,
+//! and cancel that one. The server takes a cancel by signalling the
+//! backend and then closing the cancel's connection; until it has, the
+//! backend stays out of the pool (`pg::session` gives it back once the
+//! cancel is taken), so the signal lands while the backend waits for a
+//! query, where PostgreSQL ignores it.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::frame::BackendKey;
-use super::pool::Link;
+use super::pool::{Backend, Link};
 use crate::socket;
+
+/// How long a cancel's connection is waited on for the server to close it:
+/// PostgreSQL closes it at once, so only a server that does not holds a
+/// backend out of the pool this long.
+const CANCEL_TAKEN_WAIT: Duration = Duration::from_secs(1);
+
+/// A cancel sent for a backend and not yet taken; dropping it (taken, or
+/// the sending failed) says so.
+struct Pending(Arc<Backend>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.cancel_taken();
+    }
+}
 
 /// The keys clients of live sessions hold, shared by all sessions.
 #[derive(Default)]
@@ -89,12 +113,15 @@ impl CancelRegistry {
         if link.cancel_on_its_way() {
             return Ok(false);
         }
-        let Some((backend_key, upstream)) = link.get().and_then(|b| b.cancel_target()) else {
+        let Some((backend, backend_key, upstream)) = link.cancel_target() else {
             return Ok(false);
         };
+        let _pending = Pending(backend);
         let mut stream = socket::connect_peer(&upstream).await?;
-        // Closing after it ends the request: the server answers nothing.
         stream.write_all(&backend_key.cancel_request()).await?;
+        // The server answers nothing and closes the connection once it has
+        // signalled the backend.
+        let _ = tokio::time::timeout(CANCEL_TAKEN_WAIT, stream.read(&mut [0u8; 1])).await;
         Ok(true)
     }
 }
@@ -117,10 +144,12 @@ mod tests {
         (link, accepted)
     }
 
+    /// The CancelRequest a stand-in server receives; it then closes the
+    /// connection, as PostgreSQL does once it has signalled the backend.
     async fn cancel_received(server: &tokio::net::TcpListener) -> Vec<u8> {
         let (mut conn, _) = server.accept().await.unwrap();
-        let mut packet = Vec::new();
-        conn.read_to_end(&mut packet).await.unwrap();
+        let mut packet = vec![0u8; 16];
+        conn.read_exact(&mut packet).await.unwrap();
         packet
     }
 
@@ -136,8 +165,9 @@ mod tests {
         let guard = registry.register(key, link);
         let unknown = BackendKey { pid: 4242, secret: 1 };
         assert!(!registry.forward(unknown).await.unwrap());
-        assert!(registry.forward(key).await.unwrap());
-        assert_eq!(cancel_received(&server).await, key.cancel_request());
+        let (forwarded, received) = tokio::join!(registry.forward(key), cancel_received(&server));
+        assert!(forwarded.unwrap());
+        assert_eq!(received, key.cancel_request());
         drop(guard);
         assert!(!registry.forward(key).await.unwrap());
     }
@@ -157,8 +187,9 @@ mod tests {
         assert!(link.arrive(cancelled.as_mut(), None).is_err(), "stopped on its way");
         let mut next = std::pin::pin!(link.set_out());
         assert!(link.arrive(next.as_mut(), None).is_ok(), "a cancel before is not kept");
-        assert!(registry.forward(key).await.unwrap());
-        assert_eq!(cancel_received(&server).await, key.cancel_request());
+        let (forwarded, received) = tokio::join!(registry.forward(key), cancel_received(&server));
+        assert!(forwarded.unwrap());
+        assert_eq!(received, key.cancel_request());
     }
 
     #[tokio::test]
@@ -169,12 +200,43 @@ mod tests {
         let (link, _session) = linked(&server, backend_key).await;
         let (client_key, _guard) = registry.register_new(Arc::clone(&link));
         assert_ne!(client_key, backend_key);
-        assert!(registry.forward(client_key).await.unwrap());
-        assert_eq!(cancel_received(&server).await, backend_key.cancel_request());
+        let (forwarded, received) = tokio::join!(registry.forward(client_key), cancel_received(&server));
+        assert!(forwarded.unwrap());
+        assert_eq!(received, backend_key.cancel_request());
         link.take();
         assert!(
             !registry.forward(client_key).await.unwrap(),
             "no backend, nothing to cancel"
         );
+    }
+
+    #[tokio::test]
+    async fn a_cancel_is_pending_on_its_backend_until_the_server_closes_its_connection() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let registry = Arc::new(CancelRegistry::default());
+        let key = BackendKey { pid: 9, secret: 10 };
+        let (link, _session) = linked(&server, key).await;
+        let backend = link.get().unwrap();
+        let _guard = registry.register(key, Arc::clone(&link));
+        let forward = tokio::spawn({
+            let registry = Arc::clone(&registry);
+            async move { registry.forward(key).await.unwrap() }
+        });
+        let (mut conn, _) = server.accept().await.unwrap();
+        let mut packet = vec![0u8; 16];
+        conn.read_exact(&mut packet).await.unwrap();
+        // Given back now, the backend would take the signal in another
+        // client's query.
+        assert!(link.take().is_some());
+        assert!(backend.cancel_pending(), "received, not yet taken");
+        let mut taken = std::pin::pin!(backend.cancels_taken());
+        let waiting = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(taken.as_mut(), cx).is_pending())
+        });
+        assert!(waiting.await, "the backend waits for the cancel to be taken");
+        drop(conn);
+        assert!(forward.await.unwrap());
+        taken.await;
+        assert!(!backend.cancel_pending());
     }
 }

@@ -55,7 +55,8 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -91,6 +92,10 @@ pub(crate) struct Backend {
     /// The settings it last reported that follow their client (see
     /// [`super::reported`]).
     reported: Mutex<Reported>,
+    /// Cancels sent for it that the server has not yet taken (see
+    /// [`Link::cancel_target`]), and their being taken.
+    cancels: AtomicUsize,
+    cancels_taken: Notify,
     /// The worker whose reactor its socket is registered with.
     worker: Option<usize>,
 }
@@ -116,6 +121,8 @@ impl Backend {
             key: OnceLock::new(),
             made: Made::default(),
             reported: Mutex::default(),
+            cancels: AtomicUsize::new(0),
+            cancels_taken: Notify::new(),
             worker: crate::workers::current(),
         })
     }
@@ -150,6 +157,31 @@ impl Backend {
     /// Where a CancelRequest for the query running on it goes.
     pub fn cancel_target(&self) -> Option<(BackendKey, Peer)> {
         self.key.get().map(|&key| (key, self.peer.clone()))
+    }
+
+    /// A cancel sent for it was taken: the server closed the cancel's
+    /// connection, having signalled the backend (or the proxy gave up).
+    pub fn cancel_taken(&self) {
+        if self.cancels.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.cancels_taken.notify_waiters();
+        }
+    }
+
+    /// Whether a cancel sent for it may still reach it.
+    pub fn cancel_pending(&self) -> bool {
+        self.cancels.load(Ordering::Acquire) > 0
+    }
+
+    /// Waits until no cancel sent for it may still reach it.
+    pub async fn cancels_taken(&self) {
+        loop {
+            let mut taken = pin!(self.cancels_taken.notified());
+            taken.as_mut().enable();
+            if !self.cancel_pending() {
+                return;
+            }
+            taken.await;
+        }
     }
 
     /// Reads what the server sent into `buf`; 0 when it closed.
@@ -249,6 +281,18 @@ impl Link {
 
     pub fn get(&self) -> Option<Arc<Backend>> {
         self.lock().backend.clone()
+    }
+
+    /// The backend the session uses now and where a CancelRequest for it
+    /// goes, the cancel counted pending on it until
+    /// [`Backend::cancel_taken`]. Counted under the link's lock, so that a
+    /// session that gives the backend back ([`Link::take`]) sees it.
+    pub fn cancel_target(&self) -> Option<(Arc<Backend>, BackendKey, Peer)> {
+        let state = self.lock();
+        let backend = state.backend.as_ref()?;
+        let (key, peer) = backend.cancel_target()?;
+        backend.cancels.fetch_add(1, Ordering::AcqRel);
+        Some((Arc::clone(backend), key, peer))
     }
 
     pub fn set(&self, backend: Arc<Backend>) {
