@@ -15,9 +15,11 @@
 //! reach its backend after the backend went on to another client's query,
 //! and cancel that one. The server takes a cancel by signalling the
 //! backend and then closing the cancel's connection; until it has, the
-//! backend stays out of the pool (`pg::session` gives it back once the
-//! cancel is taken), so the signal lands while the backend waits for a
-//! query, where PostgreSQL ignores it.
+//! pool leases the backend to no one if another is idle, and otherwise
+//! waits for it (`Pool::lease`), so the signal lands while the backend
+//! waits for a query, where PostgreSQL ignores it. The wait is bounded:
+//! the proxy gives up on a server that takes more than a second to accept
+//! the cancel's connection or to close it.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::io;
@@ -117,7 +119,14 @@ impl CancelRegistry {
             return Ok(false);
         };
         let _pending = Pending(backend);
-        let mut stream = socket::connect_peer(&upstream).await?;
+        let mut stream = tokio::time::timeout(CANCEL_TAKEN_WAIT, socket::connect_peer(&upstream))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the server did not accept a cancel's connection",
+                )
+            })??;
         stream.write_all(&backend_key.cancel_request()).await?;
         // The server answers nothing and closes the connection once it has
         // signalled the backend.

@@ -429,14 +429,22 @@ impl Pool {
     pub async fn lease(&self, startup: &Bytes) -> Result<Arc<Backend>, PoolError> {
         let worker = crate::workers::current();
         loop {
-            let taken = self
-                .lock()
-                .get_mut(startup)
-                .and_then(|stack| take_newest(stack, |(b, _)| b.worker == worker));
+            // A backend a cancel is on its way to comes last, and is waited
+            // for rather than a new one dialled (a pool that cannot log in
+            // by itself would refuse the request): see `pg::cancel`.
+            let rank = |(b, _): &(Arc<Backend>, Instant)| match (b.cancel_pending(), b.worker == worker) {
+                (false, true) => 0,
+                (false, false) => 1,
+                (true, _) => 2,
+            };
+            let taken = self.lock().get_mut(startup).and_then(|stack| take_newest(stack, rank));
             let Some((backend, _)) = taken else {
                 break;
             };
             self.stats.pool_idle_taken(1);
+            if backend.cancel_pending() {
+                backend.cancels_taken().await;
+            }
             if !backend.stream.is_alive() {
                 continue;
             }
@@ -586,11 +594,18 @@ impl Pool {
 }
 
 /// Takes the newest entry of `stack` that is `preferred`, else its newest.
-fn take_newest<T>(stack: &mut VecDeque<T>, preferred: impl Fn(&T) -> bool) -> Option<T> {
-    match stack.iter().rposition(preferred) {
-        Some(i) => stack.remove(i),
-        None => stack.pop_back(),
+fn take_newest<T>(stack: &mut VecDeque<T>, rank: impl Fn(&T) -> u8) -> Option<T> {
+    let mut best: Option<(usize, u8)> = None;
+    for (i, item) in stack.iter().enumerate().rev() {
+        let r = rank(item);
+        if best.is_none_or(|(_, b)| r < b) {
+            best = Some((i, r));
+            if r == 0 {
+                break;
+            }
+        }
     }
+    stack.remove(best?.0)
 }
 
 /// The user a StartupMessage names ("" if none: the server refuses that).
@@ -608,11 +623,14 @@ mod tests {
     #[test]
     fn the_newest_preferred_backend_goes_first_else_the_newest() {
         let mut stack = VecDeque::from([(1, 'a'), (2, 'b'), (3, 'a'), (4, 'b')]);
-        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((3, 'a')));
-        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((1, 'a')));
-        assert_eq!(take_newest(&mut stack, |&(_, w)| w == 'a'), Some((4, 'b')));
-        assert_eq!(stack, [(2, 'b')]);
-        assert_eq!(take_newest(&mut VecDeque::<(u8, char)>::new(), |_| true), None);
+        let rank = |&(_, w): &(u8, char)| u8::from(w != 'a') + 2 * u8::from(w == 'c');
+        stack.push_front((0, 'c'));
+        assert_eq!(take_newest(&mut stack, rank), Some((3, 'a')));
+        assert_eq!(take_newest(&mut stack, rank), Some((1, 'a')));
+        assert_eq!(take_newest(&mut stack, rank), Some((4, 'b')));
+        assert_eq!(take_newest(&mut stack, rank), Some((2, 'b')));
+        assert_eq!(take_newest(&mut stack, rank), Some((0, 'c')), "the worst rank last");
+        assert_eq!(take_newest(&mut VecDeque::<(u8, char)>::new(), rank), None);
     }
 
     #[tokio::test]

@@ -1447,18 +1447,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             } else {
                 usize::MAX
             };
-            if backend.cancel_pending() {
-                // A cancel sent for the request just ended may not have
-                // reached the backend: it goes back to the pool once the
-                // server has taken it (see `pg::cancel`).
-                let (pool, login) = (Arc::clone(&pooling.pool), pooling.login.clone());
-                tokio::spawn(async move {
-                    backend.cancels_taken().await;
-                    pool.release(&login, backend, keep);
-                });
-            } else {
-                pooling.pool.release(&pooling.login, backend, keep);
-            }
+            pooling.pool.release(&pooling.login, backend, keep);
         }
         if let Some(Request { slot, outcome, error }) = ended {
             drop(slot);
