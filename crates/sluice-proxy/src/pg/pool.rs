@@ -174,6 +174,10 @@ impl Backend {
 
     /// Waits until no cancel sent for it may still reach it.
     pub async fn cancels_taken(&self) {
+        // Most backends have none: no waiter is registered for them.
+        if !self.cancel_pending() {
+            return;
+        }
         loop {
             let mut taken = pin!(self.cancels_taken.notified());
             taken.as_mut().enable();
@@ -442,9 +446,7 @@ impl Pool {
                 break;
             };
             self.stats.pool_idle_taken(1);
-            if backend.cancel_pending() {
-                backend.cancels_taken().await;
-            }
+            backend.cancels_taken().await;
             if !backend.stream.is_alive() {
                 continue;
             }
@@ -593,7 +595,7 @@ impl Pool {
     }
 }
 
-/// Takes the newest entry of `stack` that is `preferred`, else its newest.
+/// Takes the newest of the entries of `stack` with the lowest `rank`.
 fn take_newest<T>(stack: &mut VecDeque<T>, rank: impl Fn(&T) -> u8) -> Option<T> {
     let mut best: Option<(usize, u8)> = None;
     for (i, item) in stack.iter().enumerate().rev() {
