@@ -4,13 +4,17 @@
 //! clients that vanish at any point of a request, and a client that cancels
 //! a request still waiting at the gate; and, against a stand-in server, a
 //! server that refuses the settings the proxy sets for a client under
-//! transaction pooling. Either way every slot comes back to the gate and
+//! transaction pooling, and a server slow to take a cancel sent as its
+//! query ended. Either way every slot comes back to the gate and
 //! the proxy goes on serving.
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -345,4 +349,137 @@ fn a_session_whose_settings_cannot_be_set_ends_with_a_clear_error() {
     );
     assert_eq!(gate_settles(&proxy, 0, 0), (0, 0), "a's slot came back");
     assert_eq!(b.query("SELECT 1"), Ok(vec![]), "b is served, its own zone set");
+}
+
+/// A stand-in for PostgreSQL that takes cancels as slowly as a loaded
+/// server may: each connection logs in with its own key; a Query
+/// `SELECT <ms>` runs for that many milliseconds unless cancelled; a
+/// CancelRequest reaches its backend 200 ms after it arrived (cancelling
+/// the query running then, if any, as a signal would) and only then is its
+/// connection closed, as PostgreSQL closes it once it has signalled.
+fn slow_cancel_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding the stand-in");
+    let addr = listener.local_addr().expect("its address").to_string();
+    let backends: Arc<Mutex<HashMap<u32, Arc<SlowCancelBackend>>>> = Arc::default();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(conn) = conn else { return };
+            let backends = Arc::clone(&backends);
+            std::thread::spawn(move || slow_cancel_connection(conn, n as u32 + 1, &backends));
+        }
+    });
+    addr
+}
+
+#[derive(Default)]
+struct SlowCancelBackend {
+    running: AtomicBool,
+    cancelled: AtomicBool,
+}
+
+fn slow_cancel_connection(
+    mut conn: TcpStream,
+    pid: u32,
+    backends: &Mutex<HashMap<u32, Arc<SlowCancelBackend>>>,
+) -> Option<()> {
+    let mut len = [0u8; 4];
+    conn.read_exact(&mut len).ok()?;
+    let mut first = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+    conn.read_exact(&mut first).ok()?;
+    if first[..4] == 80_877_102u32.to_be_bytes() {
+        let target = u32::from_be_bytes(first[4..8].try_into().ok()?);
+        std::thread::sleep(Duration::from_millis(200));
+        if let Some(backend) = backends.lock().unwrap().get(&target) {
+            if backend.running.load(Ordering::SeqCst) {
+                backend.cancelled.store(true, Ordering::SeqCst);
+            }
+        }
+        return None;
+    }
+    let backend = Arc::new(SlowCancelBackend::default());
+    backends.lock().unwrap().insert(pid, Arc::clone(&backend));
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'R', &0u32.to_be_bytes());
+    frame::write_message(&mut out, b'K', &[pid.to_be_bytes(), 7u32.to_be_bytes()].concat());
+    frame::write_ready_for_query(&mut out, b'I');
+    conn.write_all(&out).ok()?;
+    loop {
+        let mut header = [0u8; 5];
+        conn.read_exact(&mut header).ok()?;
+        let mut body = vec![0u8; u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4];
+        conn.read_exact(&mut body).ok()?;
+        match header[0] {
+            b'Q' => {
+                let text = String::from_utf8_lossy(&body);
+                let ms: u64 = text
+                    .trim_end_matches('\0')
+                    .trim_start_matches("SELECT ")
+                    .parse()
+                    .unwrap_or(0);
+                backend.running.store(true, Ordering::SeqCst);
+                let end = Instant::now() + Duration::from_millis(ms);
+                let mut out = BytesMut::new();
+                loop {
+                    if backend.cancelled.swap(false, Ordering::SeqCst) {
+                        frame::write_error(&mut out, "ERROR", "57014", "canceling statement due to user request");
+                        break;
+                    }
+                    if Instant::now() >= end {
+                        frame::write_message(&mut out, b'C', b"SELECT 1\0");
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                backend.running.store(false, Ordering::SeqCst);
+                frame::write_ready_for_query(&mut out, b'I');
+                conn.write_all(&out).ok()?;
+            }
+            b'X' => return Some(()),
+            _ => {}
+        }
+    }
+}
+
+/// Under transaction pooling, a cancel sent as its query ends reaches the
+/// backend only after the backend went back to the pool. The next client
+/// to lease that backend must not have its query cancelled: it is given
+/// another backend if there is one, and otherwise waits until the server
+/// has taken the cancel.
+#[test]
+fn a_cancel_arriving_after_its_query_ended_cancels_no_one_elses() {
+    let server = slow_cancel_server();
+    let pooled = || {
+        let mut config = ProxyConfig::new("127.0.0.1:0", server.clone(), Protocol::Pg);
+        config.pool = PoolMode::Transaction;
+        ProxyHandle::start_with(config, gate(4, 64, 30_000))
+    };
+    // Cancels `conn`'s query 50 ms into its 150 ms; it ends, not cancelled,
+    // before the cancel lands.
+    let cancel_as_it_ends = |proxy: &ProxyHandle, conn: &mut PgConn| {
+        conn.send_query("SELECT 150");
+        std::thread::sleep(Duration::from_millis(50));
+        PgConn::raw(proxy.addr).send(&conn.key.expect("a key").cancel_request());
+        assert_eq!(
+            conn.finish(),
+            (Ok(vec![]), b'I'),
+            "the query ended before its cancel landed"
+        );
+    };
+
+    // Two backends in the pool, one with a cancel on its way: the other
+    // client's query goes to the other one.
+    let proxy = pooled();
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let mut b = PgConn::connect(proxy.addr, "postgres");
+    cancel_as_it_ends(&proxy, &mut a);
+    assert_eq!(b.query("SELECT 400"), Ok(vec![]), "b's query ran to its end");
+
+    // One backend: the next query waits for the cancel to be taken.
+    let proxy = pooled();
+    let mut a = PgConn::connect(proxy.addr, "postgres");
+    cancel_as_it_ends(&proxy, &mut a);
+    let asked = Instant::now();
+    assert_eq!(a.query("SELECT 400"), Ok(vec![]), "the next query ran to its end");
+    assert!(asked.elapsed() >= Duration::from_millis(400), "it ran its 400 ms");
+    assert_eq!(gate_settles(&proxy, 0, 0), (0, 0));
 }
