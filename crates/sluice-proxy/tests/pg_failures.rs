@@ -354,7 +354,7 @@ fn a_session_whose_settings_cannot_be_set_ends_with_a_clear_error() {
 /// A stand-in for PostgreSQL that takes cancels as slowly as a loaded
 /// server may: each connection logs in with its own key; a Query
 /// `SELECT <ms>` runs for that many milliseconds unless cancelled; a
-/// CancelRequest reaches its backend 200 ms after it arrived (cancelling
+/// CancelRequest reaches its backend 600 ms after it arrived (cancelling
 /// the query running then, if any, as a signal would) and only then is its
 /// connection closed, as PostgreSQL closes it once it has signalled.
 fn slow_cancel_server() -> String {
@@ -388,7 +388,7 @@ fn slow_cancel_connection(
     conn.read_exact(&mut first).ok()?;
     if first[..4] == 80_877_102u32.to_be_bytes() {
         let target = u32::from_be_bytes(first[4..8].try_into().ok()?);
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(600));
         if let Some(backend) = backends.lock().unwrap().get(&target) {
             if backend.running.load(Ordering::SeqCst) {
                 backend.cancelled.store(true, Ordering::SeqCst);
@@ -444,19 +444,21 @@ fn slow_cancel_connection(
 /// backend only after the backend went back to the pool. The next client
 /// to lease that backend must not have its query cancelled: it is given
 /// another backend if there is one, and otherwise waits until the server
-/// has taken the cancel.
+/// has taken the cancel, however short the login timeout the cancel's own
+/// connection is under.
 #[test]
 fn a_cancel_arriving_after_its_query_ended_cancels_no_one_elses() {
     let server = slow_cancel_server();
-    let pooled = || {
+    let pooled = |login_timeout_ms| {
         let mut config = ProxyConfig::new("127.0.0.1:0", server.clone(), Protocol::Pg);
         config.pool = PoolMode::Transaction;
+        config.login_timeout_ms = login_timeout_ms;
         ProxyHandle::start_with(config, gate(4, 64, 30_000))
     };
-    // Cancels `conn`'s query 50 ms into its 150 ms; it ends, not cancelled,
+    // Cancels `conn`'s query 50 ms into its 400 ms; it ends, not cancelled,
     // before the cancel lands.
     let cancel_as_it_ends = |proxy: &ProxyHandle, conn: &mut PgConn| {
-        conn.send_query("SELECT 150");
+        conn.send_query("SELECT 400");
         std::thread::sleep(Duration::from_millis(50));
         PgConn::raw(proxy.addr).send(&conn.key.expect("a key").cancel_request());
         assert_eq!(
@@ -467,19 +469,21 @@ fn a_cancel_arriving_after_its_query_ended_cancels_no_one_elses() {
     };
 
     // Two backends in the pool, one with a cancel on its way: the other
-    // client's query goes to the other one.
-    let proxy = pooled();
+    // client's query goes to the other one, although the cancel's
+    // connection outlived its login timeout (200 ms) before the server
+    // took the cancel.
+    let proxy = pooled(200);
     let mut a = PgConn::connect(proxy.addr, "postgres");
     let mut b = PgConn::connect(proxy.addr, "postgres");
     cancel_as_it_ends(&proxy, &mut a);
-    assert_eq!(b.query("SELECT 400"), Ok(vec![]), "b's query ran to its end");
+    assert_eq!(b.query("SELECT 800"), Ok(vec![]), "b's query ran to its end");
 
     // One backend: the next query waits for the cancel to be taken.
-    let proxy = pooled();
+    let proxy = pooled(60_000);
     let mut a = PgConn::connect(proxy.addr, "postgres");
     cancel_as_it_ends(&proxy, &mut a);
     let asked = Instant::now();
-    assert_eq!(a.query("SELECT 400"), Ok(vec![]), "the next query ran to its end");
-    assert!(asked.elapsed() >= Duration::from_millis(400), "it ran its 400 ms");
+    assert_eq!(a.query("SELECT 800"), Ok(vec![]), "the next query ran to its end");
+    assert!(asked.elapsed() >= Duration::from_millis(800), "it ran its 800 ms");
     assert_eq!(gate_settles(&proxy, 0, 0), (0, 0));
 }

@@ -271,7 +271,21 @@ pub(crate) async fn serve(
         (StartupEnd::Tls, Some(acceptor)) => {
             Box::pin(serve_tls(acceptor, client, buf, peer, ctx, deadline, shutdown)).await
         }
+        (StartupEnd::Cancel(key), _) => {
+            forward_cancel(ctx, key).await;
+            Ok(())
+        }
         (StartupEnd::Tls, None) | (StartupEnd::Done, _) => Ok(()),
+    }
+}
+
+/// Forwards a CancelRequest, outside the login deadline: the forward waits
+/// for the server to take the cancel (see [`super::cancel`]), and one cut
+/// short by a small `login_timeout_ms` would let the backend go to another
+/// client before the cancel reached it.
+async fn forward_cancel(ctx: &PgContext, key: BackendKey) {
+    if let Err(e) = ctx.cancels.forward(key).await {
+        tracing::debug!("forwarding a CancelRequest failed: {e}");
     }
 }
 
@@ -306,6 +320,10 @@ async fn serve_tls(
             let (rd, wr) = tokio::io::split(client);
             session(rd, wr, buf, startup, peer, ctx, deadline, shutdown).await
         }
+        StartupEnd::Cancel(key) => {
+            forward_cancel(ctx, key).await;
+            Ok(())
+        }
         StartupEnd::Tls | StartupEnd::Done => Ok(()),
     }
 }
@@ -317,7 +335,9 @@ enum StartupEnd {
     Session((StartupParams, usize)),
     /// The client asked for TLS and was answered 'S'.
     Tls,
-    /// A CancelRequest, an early close, or a malformed packet (answered).
+    /// A CancelRequest, to be forwarded.
+    Cancel(BackendKey),
+    /// An early close, or a malformed packet (answered).
     Done,
 }
 
@@ -402,7 +422,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 /// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
-/// 'N') and GSSENCRequest ('N'), forwards a CancelRequest, and answers a
+/// 'N') and GSSENCRequest ('N'), hands back a CancelRequest, and answers a
 /// malformed packet with a FATAL error.
 async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
@@ -443,12 +463,7 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 send(client, b"N").await?;
             }
-            Startup::Cancel(key) => {
-                if let Err(e) = ctx.cancels.forward(key).await {
-                    tracing::debug!("forwarding a CancelRequest failed: {e}");
-                }
-                return Ok(StartupEnd::Done);
-            }
+            Startup::Cancel(key) => return Ok(StartupEnd::Cancel(key)),
             Startup::Message(params) => return Ok(StartupEnd::Session((params, len))),
         }
     }
