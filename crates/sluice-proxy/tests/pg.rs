@@ -840,6 +840,62 @@ fn reported_settings_follow_their_client_from_backend_to_backend() {
     assert_eq!(a.query(settings), Ok(theirs(&default_zone)), "RESET is reported too");
 }
 
+/// The server reads a statement's date and time literals once, when it
+/// parses it, under the time zone and date style of that moment. Two
+/// clients that prepare the same text under different settings each read
+/// their own conversion, whichever backend made the statement first: the
+/// proxy shares a statement only between clients whose settings that
+/// change its reading are the same.
+#[test]
+fn a_statement_prepared_under_other_settings_is_not_shared() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let [mut a, mut b] = ["postgres"; 2].map(|user| PgConn::connect(proxy.addr, user));
+    assert_eq!(a.query("SET TimeZone = 'Asia/Tokyo'"), Ok(vec![]));
+    assert_eq!(a.query("SET DateStyle = 'ISO, DMY'"), Ok(vec![]));
+    assert_eq!(b.query("SET TimeZone = 'UTC'"), Ok(vec![]));
+    assert_eq!(b.query("SET DateStyle = 'ISO, MDY'"), Ok(vec![]));
+    const TEXT: &str = "SELECT '2024-01-01 12:00:00'::timestamptz::text || ' ' || '01/02/2024'::date::text";
+    for conn in [&mut a, &mut b] {
+        conn.send(&prepare("q", TEXT));
+        let (tags, error) = answer(conn);
+        // Ahead of ParseComplete, the settings restored on the backend.
+        assert!(tags.ends_with(b"1Z") && error.is_none(), "{tags:?} {error:?}");
+    }
+    let read = |conn: &mut PgConn| {
+        conn.send(&execute("q"));
+        conn.finish()
+    };
+    for round in 0..4 {
+        assert_eq!(
+            read(&mut a),
+            (Ok(vec!["2024-01-01 12:00:00+09 2024-02-01".to_string()]), b'I'),
+            "round {round}: a reads Tokyo's noon and the 1st of February"
+        );
+        assert_eq!(
+            read(&mut b),
+            (Ok(vec!["2024-01-01 12:00:00+00 2024-01-02".to_string()]), b'I'),
+            "round {round}: b reads UTC's noon and the 2nd of January"
+        );
+    }
+    // A time zone changed after the Parse: from the next use the
+    // statement is read under the new one (a server of a's own would keep
+    // Tokyo's), and b, which prepared it under UTC, still reads UTC's.
+    assert_eq!(a.query("SET TimeZone = 'America/New_York'"), Ok(vec![]));
+    for round in 0..2 {
+        assert_eq!(
+            read(&mut a),
+            (Ok(vec!["2024-01-01 12:00:00-05 2024-02-01".to_string()]), b'I'),
+            "round {round}: a"
+        );
+        assert_eq!(
+            read(&mut b),
+            (Ok(vec!["2024-01-01 12:00:00+00 2024-01-02".to_string()]), b'I'),
+            "round {round}: b"
+        );
+    }
+}
+
 /// The proxy's own Query that sets a client's reported settings drops the
 /// backend's unnamed statement, as any simple Query does: a client that
 /// parsed its unnamed statement there in one request and binds it in the

@@ -8,9 +8,21 @@
 //! them:
 //!
 //! - Every backend knows a statement by one name made from its Parse body
-//!   (query text and parameter types): `sluice_` and 32 hex digits of its
-//!   SHA-256. Clients preparing the same statement share it on a backend;
-//!   different statements never share a name.
+//!   (query text and parameter types) and the client's settings that
+//!   change how the server reads that text (its encoding, time zone, date
+//!   and interval styles and string quoting; see
+//!   [`super::reported::Reported::parsing`]): `sluice_` and 32 hex digits
+//!   of their SHA-256. Clients preparing the same statement under the same
+//!   settings share it on a backend; different statements never share a
+//!   name, nor do clients whose time zone differs, since the server
+//!   converts a literal such as `'2024-01-01 12:00'::timestamptz` once, at
+//!   the Parse. A client that changes such a setting after preparing a
+//!   statement has it named again, and made again under the new value,
+//!   at its next use: it reads the new value's conversion from then on,
+//!   where PostgreSQL keeps the reading of the Parse (to do that, the
+//!   proxy would have to set the old value around every Parse it makes
+//!   again), and no other client is given a statement read under settings
+//!   other than its own.
 //! - A client's Parse, Bind, Describe and Close that name one of its
 //!   statements are rewritten to that name. A Parse goes as Close and Parse
 //!   of the server name, so that it succeeds whether or not the backend has
@@ -92,6 +104,7 @@ use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::frame;
+use super::reported::Reported;
 use super::sql::SessionSql;
 
 /// What a `LISTEN` runs instead under transaction pooling: an error in the
@@ -114,6 +127,8 @@ pub(crate) struct Statement {
     /// The result the client was told at its Describe of the statement
     /// (see [`ResultDesc`]); `None` until it describes it.
     result: Option<ResultDesc>,
+    /// The client's `Statements::parsing_changes` when it was named.
+    parsing: u32,
 }
 
 /// A statement's result as a Describe tells it: the RowDescription's body,
@@ -121,12 +136,19 @@ pub(crate) struct Statement {
 type ResultDesc = Bytes;
 
 impl Statement {
-    fn new(parse: &[u8]) -> Statement {
-        let digest = Sha256::digest(parse);
+    /// The statement `parse` (text and parameter types) as the server
+    /// reads it under the parsing settings `parsing` (see
+    /// [`Reported::parsing`], the client's `parsing_changes`-th): its
+    /// server name is theirs and its text's, so
+    /// that a client never binds a statement whose literals were read
+    /// under another client's time zone, date style or encoding.
+    fn new(parse: &[u8], parsing: &[u8], parsing_changes: u32) -> Statement {
+        let digest = Sha256::new().chain_update(parse).chain_update(parsing).finalize();
         Statement {
             server: Bytes::from(format!("sluice_{}", super::lower_hex(&digest[..16]))),
             parse: Bytes::copy_from_slice(parse),
             result: None,
+            parsing: parsing_changes,
         }
     }
 
@@ -356,6 +378,13 @@ pub(crate) struct Statements {
     /// A Bind went to fail for a result that changed: the server's next
     /// ErrorResponse is told to the client as PostgreSQL's own.
     changed: bool,
+    /// The client's parsing settings as it was last told them
+    /// ([`Reported::parsing`]): part of the server name of each statement
+    /// it prepares from now on.
+    parsing: Vec<u8>,
+    /// How many times `parsing` changed: a statement named before the last
+    /// change is named again before it is used.
+    parsing_changes: u32,
 }
 
 impl Statements {
@@ -364,6 +393,16 @@ impl Statements {
         Statements {
             limit,
             ..Statements::default()
+        }
+    }
+
+    /// The client was told a setting's value: statements it prepares from
+    /// now on are named for its parsing settings as they are now.
+    pub fn told(&mut self, settings: &Reported) {
+        let parsing = settings.parsing();
+        if parsing != self.parsing {
+            self.parsing = parsing;
+            self.parsing_changes = self.parsing_changes.wrapping_add(1);
         }
     }
 
@@ -520,10 +559,12 @@ impl Statements {
         }
         let statement = match split_cstr(rest) {
             // A LISTEN prepared under a name runs as its refusal too.
-            Some((text, types)) if super::sql::classify(text) == Some(SessionSql::Listen) => {
-                Statement::new(&[LISTEN_REFUSED.as_bytes(), b"\0", types].concat())
-            }
-            _ => Statement::new(rest),
+            Some((text, types)) if super::sql::classify(text) == Some(SessionSql::Listen) => Statement::new(
+                &[LISTEN_REFUSED.as_bytes(), b"\0", types].concat(),
+                &self.parsing,
+                self.parsing_changes,
+            ),
+            _ => Statement::new(rest, &self.parsing, self.parsing_changes),
         };
         statement.write_make(out);
         self.expect(Reply::Drop);
@@ -551,7 +592,7 @@ impl Statements {
         if name.is_empty() {
             return self.use_unnamed(b'B', body, made, out);
         }
-        let Some(held) = self.named.get(name).cloned() else {
+        let Some(held) = self.current(name) else {
             return false;
         };
         let expected = match held.result.clone() {
@@ -626,13 +667,14 @@ impl Statements {
             self.expect_described(None, None);
             return rewritten;
         }
-        let Some((name, held)) = statement_named(body).and_then(|name| self.named.get_key_value(name)) else {
+        let Some((name, held)) = statement_named(body)
+            .and_then(|name| Some((self.named.get_key_value(name)?.0.clone(), self.current(name)?)))
+        else {
             if statement {
                 self.expect_described(None, None);
             }
             return false;
         };
-        let (name, held) = (name.clone(), held.clone());
         self.make_if_missing(&held, made, out);
         frame::write_message_parts(out, b'D', &[b"S", &held.server, b"\0"]);
         self.expect_described(Some(held.server), Some(name));
@@ -647,6 +689,19 @@ impl Statements {
             client,
             relay: true,
         });
+    }
+
+    /// The client's statement `name`, named for its parsing settings as
+    /// they are now: one prepared before the client changed them is
+    /// renamed, and so made again under the new values where it is used,
+    /// rather than bound where another client's settings made it.
+    fn current(&mut self, name: &[u8]) -> Option<Statement> {
+        let held = self.named.get_mut(name)?;
+        if held.parsing != self.parsing_changes {
+            held.server = Statement::new(&held.parse, &self.parsing, self.parsing_changes).server;
+            held.parsing = self.parsing_changes;
+        }
+        Some(held.clone())
     }
 
     /// Makes `held` on the backend first if it lacks it, closing the least

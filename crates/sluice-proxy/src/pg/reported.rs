@@ -34,7 +34,8 @@
 use bytes::Bytes;
 
 /// The settings that follow their client, as PostgreSQL names them in
-/// ParameterStatus, in the order they are set.
+/// ParameterStatus, in the order they are set; the first [`PARSING`] of
+/// them are those by which the server reads a statement's text.
 const FOLLOWED: [&[u8]; 7] = [
     b"client_encoding",
     b"DateStyle",
@@ -44,6 +45,13 @@ const FOLLOWED: [&[u8]; 7] = [
     b"application_name",
     b"default_transaction_read_only",
 ];
+
+/// How many of [`FOLLOWED`], from the first, change what a statement's
+/// text means: the encoding of its bytes, whether a backslash escapes in
+/// a string, and how a date, time, time zone or interval literal reads
+/// (the server converts such a literal once, when it parses the
+/// statement).
+const PARSING: usize = 5;
 
 /// The last reported value of each followed setting, of one client or one
 /// backend; `None` where none was reported.
@@ -64,6 +72,25 @@ impl Reported {
                 self.0[at] = Some(Bytes::copy_from_slice(value));
             }
         }
+    }
+
+    /// The values of the settings by which the server reads a statement's
+    /// text, as bytes that differ wherever one of them does: two clients
+    /// whose parsing settings are equal can share a statement the server
+    /// parsed for either.
+    pub fn parsing(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for value in &self.0[..PARSING] {
+            match value {
+                Some(value) => {
+                    out.push(1);
+                    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                    out.extend_from_slice(value);
+                }
+                None => out.push(0),
+            }
+        }
+        out
     }
 
     /// Appends to `query` the SQL that gives `backend` this client's
@@ -102,6 +129,31 @@ fn dollar_tag(value: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parsing_settings_differ_where_a_setting_that_changes_a_reading_does() {
+        let base = reported(&[("TimeZone", "UTC"), ("DateStyle", "ISO, MDY")]);
+        let renamed = reported(&[
+            ("TimeZone", "UTC"),
+            ("DateStyle", "ISO, MDY"),
+            ("application_name", "b"),
+        ]);
+        assert_eq!(base.parsing(), renamed.parsing(), "a name changes no reading");
+        for other in [
+            reported(&[("TimeZone", "Asia/Tokyo"), ("DateStyle", "ISO, MDY")]),
+            reported(&[("TimeZone", "UTC"), ("DateStyle", "ISO, DMY")]),
+            reported(&[("TimeZone", "UTC")]),
+            // One value's end is not another's start.
+            reported(&[("TimeZone", "UTCISO, MDY")]),
+            reported(&[
+                ("TimeZone", "UTC"),
+                ("DateStyle", "ISO, MDY"),
+                ("standard_conforming_strings", "off"),
+            ]),
+        ] {
+            assert_ne!(base.parsing(), other.parsing(), "{other:?}");
+        }
+    }
 
     fn reported(pairs: &[(&str, &str)]) -> Reported {
         let mut reported = Reported::default();

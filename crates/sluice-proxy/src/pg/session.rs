@@ -256,7 +256,7 @@ pub(crate) async fn serve(
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
     let deadline = Instant::now() + ctx.limits.login_timeout;
-    let begun = timeout_at(deadline, startup(&mut client, &mut buf, ctx, ctx.tls.is_some())).await;
+    let begun = timeout_at(deadline, startup(&mut client, &mut buf, ctx.tls.is_some())).await;
     let Ok(begun) = begun else {
         return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
     };
@@ -312,7 +312,7 @@ async fn serve_tls(
         return Ok(());
     };
     let mut client = handshake?;
-    let Ok(begun) = timeout_at(deadline, startup(&mut client, &mut buf, ctx, false)).await else {
+    let Ok(begun) = timeout_at(deadline, startup(&mut client, &mut buf, false)).await else {
         return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
     };
     match begun? {
@@ -427,7 +427,6 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
     buf: &mut BytesMut,
-    ctx: &PgContext,
     offer_tls: bool,
 ) -> io::Result<StartupEnd> {
     loop {
@@ -1325,7 +1324,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         if let Some(backend) = self.shared.link.get() {
             backend.reported().note(body);
         }
-        self.shared.lock().reported.note(body);
+        let mut state = self.shared.lock();
+        let state = &mut *state;
+        state.reported.note(body);
+        state.statements.told(&state.reported);
     }
 
     /// An answer to a Query of the proxy's own that set the client's
