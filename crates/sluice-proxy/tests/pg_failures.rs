@@ -293,19 +293,12 @@ fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
     conn.read_exact(&mut len).ok()?;
     let mut startup = vec![0u8; u32::from_be_bytes(len) as usize - 4];
     conn.read_exact(&mut startup).ok()?;
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'R', &0u32.to_be_bytes());
-    frame::write_message(&mut out, b'S', format!("TimeZone\0Zone{n}\0").as_bytes());
-    frame::write_message(&mut out, b'K', &[0, 0, 0, 1, 0, 0, 0, 2]);
-    frame::write_ready_for_query(&mut out, b'I');
-    conn.write_all(&out).ok()?;
+    let zone = format!("TimeZone\0Zone{n}\0");
+    log_in(&mut conn, Some(&zone), &[0, 0, 0, 1, 0, 0, 0, 2])?;
     loop {
-        let mut header = [0u8; 5];
-        conn.read_exact(&mut header).ok()?;
-        let mut body = vec![0u8; u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4];
-        conn.read_exact(&mut body).ok()?;
+        let (tag, body) = read_message(&mut conn)?;
         let mut out = BytesMut::new();
-        match header[0] {
+        match tag {
             b'Q' if body.windows(5).any(|w| w == b"Zone0") => {
                 frame::write_error(&mut out, "ERROR", "57014", "canceling statement due to user request");
             }
@@ -316,6 +309,28 @@ fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
         frame::write_ready_for_query(&mut out, b'I');
         conn.write_all(&out).ok()?;
     }
+}
+
+/// A stand-in's answer to a login: AuthenticationOk, the ParameterStatus
+/// `status` if any, BackendKeyData `key`, ReadyForQuery.
+fn log_in(conn: &mut TcpStream, status: Option<&str>, key: &[u8]) -> Option<()> {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'R', &0u32.to_be_bytes());
+    if let Some(status) = status {
+        frame::write_message(&mut out, b'S', status.as_bytes());
+    }
+    frame::write_message(&mut out, b'K', key);
+    frame::write_ready_for_query(&mut out, b'I');
+    conn.write_all(&out).ok()
+}
+
+/// The next message a stand-in is sent: its tag and body.
+fn read_message(conn: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut header = [0u8; 5];
+    conn.read_exact(&mut header).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4];
+    conn.read_exact(&mut body).ok()?;
+    Some((header[0], body))
 }
 
 /// Under transaction pooling, a request whose backend cannot be given its
@@ -398,17 +413,10 @@ fn slow_cancel_connection(
     }
     let backend = Arc::new(SlowCancelBackend::default());
     backends.lock().unwrap().insert(pid, Arc::clone(&backend));
-    let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'R', &0u32.to_be_bytes());
-    frame::write_message(&mut out, b'K', &[pid.to_be_bytes(), 7u32.to_be_bytes()].concat());
-    frame::write_ready_for_query(&mut out, b'I');
-    conn.write_all(&out).ok()?;
+    log_in(&mut conn, None, &[pid.to_be_bytes(), 7u32.to_be_bytes()].concat())?;
     loop {
-        let mut header = [0u8; 5];
-        conn.read_exact(&mut header).ok()?;
-        let mut body = vec![0u8; u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4];
-        conn.read_exact(&mut body).ok()?;
-        match header[0] {
+        let (tag, body) = read_message(&mut conn)?;
+        match tag {
             b'Q' => {
                 let text = String::from_utf8_lossy(&body);
                 let ms: u64 = text
