@@ -504,14 +504,85 @@ fn a_pooled_backend_the_server_closed_is_never_leased() {
 fn a_burst_of_logins_leaves_no_more_idle_backends_than_p() {
     let Some(server) = PgServer::start() else { return };
     let proxy = pooled(&server, 60, gate(2, 64, 10_000));
-    // Each login brings a backend of its own into the pool.
-    let mut clients: Vec<PgConn> = (0..6).map(|_| PgConn::connect(proxy.addr, "postgres")).collect();
+    // Each login finds no idle backend, those before it held in open
+    // transactions, and so brings one of its own into the pool.
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        let mut c = PgConn::connect(proxy.addr, "postgres");
+        assert_eq!(c.query("BEGIN"), Ok(vec![]));
+        clients.push(c);
+    }
     for c in &mut clients {
-        assert_eq!(c.query("SELECT 1"), Ok(vec!["1".to_string()]));
+        assert_eq!(c.query("COMMIT"), Ok(vec![]));
     }
     let left = client_backends_once_settled(&server, 2);
     assert_eq!(left, 2, "{left} backends, long before the 60 s idle timeout; P is 2");
     assert_eq!(proxy.stats.pool_idle(), 2);
+}
+
+/// The messages a raw login of `user` is answered with, up to its
+/// ReadyForQuery; `None` if it ends otherwise.
+fn login_answers(proxy: &ProxyHandle, user: &str) -> Option<Vec<(u8, Vec<u8>)>> {
+    let mut conn = PgConn::raw(proxy.addr);
+    conn.send_startup(user);
+    let mut answers = Vec::new();
+    loop {
+        let (tag, body) = conn.read_message()?;
+        answers.push((tag, body));
+        match tag {
+            b'Z' => return Some(answers),
+            b'R' if answers.len() == 1 && answers[0].1[..4] != [0; 4] => return None,
+            _ => {}
+        }
+    }
+}
+
+/// Under transaction pooling a login the server let in without a password
+/// is answered from the pool while it holds an idle backend of that login:
+/// the server starts no process for it. The client is told what the
+/// server told the first login, and a cancel reaches its query. A login
+/// the server asks a password of is the server's to judge every time.
+#[test]
+fn logins_the_server_let_in_without_a_password_are_answered_from_the_pool() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let first = login_answers(&proxy, "postgres").expect("the first login");
+    let pid = |conn: &mut PgConn| conn.query("SELECT pg_backend_pid()").expect("a pid");
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let mut client = PgConn::connect(proxy.addr, "postgres");
+        pids.insert(pid(&mut client));
+    }
+    assert_eq!(pids.len(), 1, "twenty logins, one backend: {pids:?}");
+    let later = login_answers(&proxy, "postgres").expect("a later login");
+    // All but the key, which is the proxy's making for each client.
+    let without_key = |answers: &[(u8, Vec<u8>)]| -> Vec<(u8, Vec<u8>)> {
+        answers.iter().filter(|(tag, _)| *tag != b'K').cloned().collect()
+    };
+    assert_eq!(without_key(&later), without_key(&first), "told as the first login was");
+    assert_eq!(later.iter().filter(|(tag, _)| *tag == b'K').count(), 1);
+    cancel_stops_a_query(&proxy);
+
+    // bob's password is asked each time: a login with a wrong one fails
+    // although bob's backend waits idle in the pool.
+    let mut bob = PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD));
+    assert_eq!(bob.query("SELECT 1"), Ok(vec!["1".to_string()]));
+    let mut impostor = PgConn::raw(proxy.addr);
+    impostor.send_startup(PG_CLEARTEXT_USER);
+    let asked = impostor.read_message().expect("an answer to the login");
+    assert_eq!(asked, (b'R', 3u32.to_be_bytes().to_vec()), "a password is asked");
+    let mut password = BytesMut::new();
+    frame::write_message(&mut password, b'p', b"not-the-password\0");
+    impostor.send(&password);
+    match impostor.read_message() {
+        Some((b'E', body)) => {
+            let QueryError::Server { sqlstate, .. } = server_error(&body) else {
+                unreachable!("an ErrorResponse")
+            };
+            assert_eq!(sqlstate, "28P01", "the server judged the password");
+        }
+        other => panic!("a wrong password got {other:?}"),
+    }
 }
 
 #[test]

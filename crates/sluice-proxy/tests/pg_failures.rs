@@ -27,6 +27,9 @@ use support::pgwire::{last_error_before_close, server_error, PgConn, QueryError}
 use support::proxy::{gate, ProxyHandle};
 use support::servers::PgServer;
 
+/// What the stand-in servers below take for a password.
+const ANY_PASSWORD: &str = "any";
+
 fn session_proxy(server: &PgServer, gate: GateConfig) -> ProxyHandle {
     ProxyHandle::start(Protocol::Pg, &server.addr(), TenantKey::Connection, gate)
 }
@@ -294,6 +297,7 @@ fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
     let mut startup = vec![0u8; u32::from_be_bytes(len) as usize - 4];
     conn.read_exact(&mut startup).ok()?;
     let zone = format!("TimeZone\0Zone{n}\0");
+    ask_password(&mut conn)?;
     log_in(&mut conn, Some(&zone), &[0, 0, 0, 1, 0, 0, 0, 2])?;
     loop {
         let (tag, body) = read_message(&mut conn)?;
@@ -309,6 +313,16 @@ fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
         frame::write_ready_for_query(&mut out, b'I');
         conn.write_all(&out).ok()?;
     }
+}
+
+/// A stand-in asks a login for a password and takes any: the proxy relays
+/// such a login every time (see `Pool::welcome`), so that each brings a
+/// backend of its own into the pool.
+fn ask_password(conn: &mut TcpStream) -> Option<()> {
+    let mut out = BytesMut::new();
+    frame::write_message(&mut out, b'R', &3u32.to_be_bytes());
+    conn.write_all(&out).ok()?;
+    read_message(conn).filter(|(tag, _)| *tag == b'p').map(drop)
 }
 
 /// A stand-in's answer to a login: AuthenticationOk, the ParameterStatus
@@ -344,8 +358,8 @@ fn a_session_whose_settings_cannot_be_set_ends_with_a_clear_error() {
     config.pool = PoolMode::Transaction;
     let proxy = ProxyHandle::start_with(config, gate(1, 64, 30_000));
     // Each login brings a backend to the pool: a's told Zone0, b's Zone1.
-    let mut a = PgConn::connect(proxy.addr, "postgres");
-    let mut b = PgConn::connect(proxy.addr, "postgres");
+    let mut a = PgConn::login(proxy.addr, "postgres", Some(ANY_PASSWORD));
+    let mut b = PgConn::login(proxy.addr, "postgres", Some(ANY_PASSWORD));
     // The backend given back last, b's, is leased first: it has Zone1.
     a.send_query("SELECT 1");
     let mut told = Vec::new();
@@ -413,6 +427,7 @@ fn slow_cancel_connection(
     }
     let backend = Arc::new(SlowCancelBackend::default());
     backends.lock().unwrap().insert(pid, Arc::clone(&backend));
+    ask_password(&mut conn)?;
     log_in(&mut conn, None, &[pid.to_be_bytes(), 7u32.to_be_bytes()].concat())?;
     loop {
         let (tag, body) = read_message(&mut conn)?;
@@ -481,14 +496,14 @@ fn a_cancel_arriving_after_its_query_ended_cancels_no_one_elses() {
     // connection outlived its login timeout (200 ms) before the server
     // took the cancel.
     let proxy = pooled(200);
-    let mut a = PgConn::connect(proxy.addr, "postgres");
-    let mut b = PgConn::connect(proxy.addr, "postgres");
+    let mut a = PgConn::login(proxy.addr, "postgres", Some(ANY_PASSWORD));
+    let mut b = PgConn::login(proxy.addr, "postgres", Some(ANY_PASSWORD));
     cancel_as_it_ends(&proxy, &mut a);
     assert_eq!(b.query("SELECT 800"), Ok(vec![]), "b's query ran to its end");
 
     // One backend: the next query waits for the cancel to be taken.
     let proxy = pooled(60_000);
-    let mut a = PgConn::connect(proxy.addr, "postgres");
+    let mut a = PgConn::login(proxy.addr, "postgres", Some(ANY_PASSWORD));
     cancel_as_it_ends(&proxy, &mut a);
     let asked = Instant::now();
     assert_eq!(a.query("SELECT 800"), Ok(vec![]), "the next query ran to its end");

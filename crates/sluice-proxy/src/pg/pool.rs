@@ -41,7 +41,9 @@
 //! of that connection gets the user's from the `auth_file`
 //! ([`super::auth_file`], answered by [`super::password`]). Without one the
 //! request is refused with SQLSTATE 08001, and under password
-//! authentication the pool grows only by logins.
+//! authentication the pool grows only by logins. A login the server let in
+//! without a password is answered from the pool for a while after, without
+//! a backend of its own ([`Pool::welcome`]).
 //!
 //! Named prepared statements (protocol-level Parse) follow their client
 //! from backend to backend ([`super::prepared`]), and SQL that drops them
@@ -389,6 +391,9 @@ pub(crate) struct Pool {
     /// not bytes any client can choose, and hashing it is on every
     /// request's path.
     idle: Mutex<FxHashMap<Bytes, Idle>>,
+    /// By StartupMessage, the server's answers to a login it let in without
+    /// a password, up to its ReadyForQuery, and when (see [`Pool::welcome`]).
+    welcomes: Mutex<FxHashMap<Bytes, (Bytes, Instant)>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -402,6 +407,7 @@ impl Pool {
         let pool = Arc::new(Pool {
             settings,
             idle: Mutex::default(),
+            welcomes: Mutex::default(),
             stats,
         });
         let weak = Arc::downgrade(&pool);
@@ -423,6 +429,37 @@ impl Pool {
 
     fn lock(&self) -> MutexGuard<'_, FxHashMap<Bytes, Idle>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn welcomes(&self) -> MutexGuard<'_, FxHashMap<Bytes, (Bytes, Instant)>> {
+        self.welcomes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A login of `startup` was let in without a password (the server's
+    /// first answer was AuthenticationOk) and answered `answers`, up to
+    /// and with its ReadyForQuery.
+    pub fn remember_welcome(&self, startup: &Bytes, answers: Bytes) {
+        self.welcomes().insert(startup.clone(), (answers, Instant::now()));
+    }
+
+    /// The answers to give a login of `startup` from the pool, without a
+    /// backend of its own: those of a login of it that the server let in
+    /// without a password less than the idle timeout ago, while the pool
+    /// holds an idle backend of it. The server sees every client of the
+    /// proxy come from the proxy's address, so a StartupMessage it let in
+    /// without a password it lets in again until its rules change; a
+    /// change reaches logins within the idle timeout, when one is relayed
+    /// to the server again, or at once where the pool's own login of it is
+    /// asked for a password. A login costs the server a process of its own
+    /// (a fork, and memory until the pool closes it); answered from the
+    /// pool it costs a lookup, as PgBouncer answers logins itself.
+    pub fn welcome(&self, startup: &[u8]) -> Option<Bytes> {
+        if self.lock().get(startup).is_none_or(|stack| stack.is_empty()) {
+            return None;
+        }
+        let welcomes = self.welcomes();
+        let (answers, at) = welcomes.get(startup)?;
+        (at.elapsed() < self.settings.idle_timeout).then(|| answers.clone())
     }
 
     /// The most recently used live backend for `startup`, or a new one.
@@ -548,6 +585,8 @@ impl Pool {
                     if method == password::OK {
                         continue;
                     }
+                    // The server asks this login for a password now.
+                    self.welcomes().remove(startup);
                     let login = match login.as_mut() {
                         Some(login) => login,
                         None => login.insert(Login::new(&user, self.secret(&user)?)),

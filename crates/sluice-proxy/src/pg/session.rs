@@ -103,7 +103,7 @@
 //! | startup | [`startup`] running | SSLRequest | 'S' and a TLS handshake, then startup again; 'N' without TLS |
 //! | | | GSSENCRequest | 'N', startup again |
 //! | | | CancelRequest | stops the named session's request if it is on its way to a backend (57014), else forwarded to the backend that session uses; closed |
-//! | | | StartupMessage | relayed: authenticating |
+//! | | | StartupMessage | relayed: authenticating; under transaction pooling, one the server let in without a password lately is answered from the pool instead ([`super::pool::Pool::welcome`]): idle |
 //! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
 //! | | | the first ReadyForQuery | idle |
 //! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
@@ -354,15 +354,20 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     login_deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
-        Ok(backend) => backend,
-        Err(e) => {
-            let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
-            return fatal(&mut client_wr, "08006", &msg).await;
-        }
-    };
+    // Under transaction pooling a login the server let in without a
+    // password before is answered from the pool (see `Pool::welcome`).
+    let welcome = ctx.pool.as_ref().and_then(|pool| pool.welcome(&buf[..startup_len]));
     let link = Arc::new(Link::default());
-    link.set(Arc::new(backend));
+    if welcome.is_none() {
+        let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
+            Ok(backend) => backend,
+            Err(e) => {
+                let msg = format!("sluice: cannot reach the upstream server {}: {e}", ctx.upstream);
+                return fatal(&mut client_wr, "08006", &msg).await;
+            }
+        };
+        link.set(Arc::new(backend));
+    }
     let pooling = ctx.pool.as_ref().map(|pool| Pooling {
         pool: Arc::clone(pool),
         login: Bytes::copy_from_slice(&buf[..startup_len]),
@@ -400,10 +405,13 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         login_deadline,
         logged_in: false,
         unflushed: false,
+        welcomed: welcome.is_some(),
     };
+    let login_answers = (shared.pooling.is_some() && welcome.is_none()).then(BytesMut::new);
     let to_client = ToClient {
         client: client_wr,
-        buf: BytesMut::new(),
+        buf: welcome.map(|answers| BytesMut::from(&answers[..])).unwrap_or_default(),
+        login_answers,
         shared: &shared,
         ctx,
         cancel: None,
@@ -509,6 +517,9 @@ struct ToUpstream<'a, R> {
     /// Extended-protocol messages went to the server with no Flush, Sync,
     /// Query or FunctionCall after them: it holds their answers back.
     unflushed: bool,
+    /// The login is answered from the pool: no server is sent the
+    /// StartupMessage.
+    welcomed: bool,
 }
 
 /// What to do with one message.
@@ -523,8 +534,10 @@ enum Action {
 
 impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
     async fn run(mut self) -> io::Result<ClientEnd> {
-        if let Err(e) = send(&mut self.upstream, &self.buf[..self.startup_len]).await {
-            return Ok(self.upstream_failed(&e));
+        if !self.welcomed {
+            if let Err(e) = send(&mut self.upstream, &self.buf[..self.startup_len]).await {
+                return Ok(self.upstream_failed(&e));
+            }
         }
         self.buf.advance(self.startup_len);
         // Registered once, not at every read (see `ToClient::run`).
@@ -1036,6 +1049,10 @@ struct ToClient<'a, W> {
     last_tag: u8,
     /// The server asked the client's login for a password.
     challenged: bool,
+    /// Under transaction pooling, the server's answers to the client's
+    /// login so far: kept by the pool, once the login is over, to answer
+    /// later logins of the same StartupMessage with if it took no password.
+    login_answers: Option<BytesMut>,
     /// Under transaction pooling, decided at the end of the login: the pool
     /// can open backends for this login itself (no password was asked, or
     /// the auth_file answers for its user), so its idle backends beyond P
@@ -1078,6 +1095,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         let mut woken = pin!(wake.notified());
         let never = Instant::now() + UNARMED;
         let mut idle_timer = pin!(tokio::time::sleep_until(never));
+        // A login answered from the pool: its answers are here already.
+        if !self.buf.is_empty() {
+            self.forward().await?;
+        }
         loop {
             if let Some(last) = self.finished() {
                 return send(&mut self.client, &last).await;
@@ -1254,6 +1275,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
 
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
+        if let Some(answers) = self.login_answers.as_mut() {
+            frame::write_message(answers, tag, body);
+        }
         if self.restore_failed {
             return Inspected {
                 relay: false,
@@ -1456,6 +1480,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         };
         if let Some(pooling) = self.shared.pooling.as_ref().filter(|_| logged_in) {
             self.reopens = !self.challenged || pooling.pool.answers_for(&pooling.login);
+            if let Some(answers) = self.login_answers.take().filter(|_| !self.challenged) {
+                pooling.pool.remember_welcome(&pooling.login, answers.freeze());
+            }
         }
         let released = idle_backend.is_some();
         if let Some((pooling, backend)) = idle_backend {
