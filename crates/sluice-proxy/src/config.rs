@@ -105,7 +105,9 @@ pub struct ProxyConfig {
     #[serde(default)]
     pub pool: PoolMode,
     /// PostgreSQL transaction pooling: a pooled backend idle longer than
-    /// this is closed (besides those beyond P, see `pg::pool`).
+    /// this is closed (besides those beyond P, see `pg::pool`), and the
+    /// server's answers to a login it let in without a password are given
+    /// to later logins for at most this long.
     #[serde(default = "default_server_idle_timeout_secs")]
     pub server_idle_timeout_secs: u64,
     /// PostgreSQL transaction pooling: named prepared statements one
