@@ -967,6 +967,47 @@ fn a_statement_prepared_under_other_settings_is_not_shared() {
     }
 }
 
+/// A statement parsed in the batch that changes the time zone is parsed
+/// under the new one, while the proxy learns of the change only at the
+/// batch's end: another client that prepared the same text under the old
+/// time zone, and binds it on that backend, still reads its own
+/// conversion.
+#[test]
+fn a_statement_parsed_as_the_time_zone_changes_is_not_shared() {
+    let Some(server) = PgServer::start() else { return };
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let [mut a, mut b] = ["postgres"; 2].map(|user| PgConn::connect(proxy.addr, user));
+    for conn in [&mut a, &mut b] {
+        assert_eq!(conn.query("SET TimeZone = 'UTC'"), Ok(vec![]));
+    }
+    const TEXT: &str = "SELECT '2024-01-01 12:00:00'::timestamptz::text";
+    b.send(&prepare("q", TEXT));
+    assert_eq!(answer(&mut b), (b"1Z".to_vec(), None));
+    let mut batch = BytesMut::new();
+    frame::write_message(&mut batch, b'P', b"\0SET TimeZone = 'Asia/Tokyo'\0\0\0");
+    frame::write_message(&mut batch, b'B', b"\0\0\0\0\0\0\0\0");
+    frame::write_message(&mut batch, b'E', b"\0\0\0\0\0");
+    frame::write_message(&mut batch, b'P', format!("q\0{TEXT}\0\0\0").as_bytes());
+    frame::write_message(&mut batch, b'S', b"");
+    a.send(&batch);
+    // The new time zone is reported at the batch's end, after the Parse.
+    assert_eq!(answer(&mut a), (b"12C1SZ".to_vec(), None));
+    // b binds on the backend a gave back last, where a's Parse made the
+    // statement under the name b's has.
+    b.send(&execute("q"));
+    assert_eq!(
+        b.finish(),
+        (Ok(vec!["2024-01-01 12:00:00+00".to_string()]), b'I'),
+        "b reads UTC's noon"
+    );
+    a.send(&execute("q"));
+    assert_eq!(
+        a.finish(),
+        (Ok(vec!["2024-01-01 12:00:00+09".to_string()]), b'I'),
+        "a reads Tokyo's"
+    );
+}
+
 /// The proxy's own Query that sets a client's reported settings drops the
 /// backend's unnamed statement, as any simple Query does: a client that
 /// parsed its unnamed statement there in one request and binds it in the

@@ -442,21 +442,34 @@ impl Pool {
         self.welcomes().insert(startup.clone(), (answers, Instant::now()));
     }
 
+    /// A login of `startup` relayed to the server was asked for a password,
+    /// or refused: later ones are relayed too.
+    pub fn forget_welcome(&self, startup: &[u8]) {
+        self.welcomes().remove(startup);
+    }
+
     /// The answers to give a login of `startup` from the pool, without a
     /// backend of its own: those of a login of it that the server let in
     /// without a password less than the idle timeout ago, while the pool
-    /// holds an idle backend of it. The server sees every client of the
+    /// holds a live idle backend of it. The server sees every client of the
     /// proxy come from the proxy's address, so a StartupMessage it let in
-    /// without a password it lets in again until its rules change; a
-    /// change reaches logins within the idle timeout, when one is relayed
-    /// to the server again, or at once where the pool's own login of it is
-    /// asked for a password. A login costs the server a process of its own
+    /// without a password it lets in again until its rules or the role
+    /// change; a change (`pg_hba.conf`, `NOLOGIN`, `CONNECT` revoked, a
+    /// connection limit, `ALTER ROLE ... SET`) reaches logins within the
+    /// idle timeout, when one is relayed to the server again, or at once
+    /// where a login of it relayed or opened by the pool is asked for a
+    /// password or refused. A login costs the server a process of its own
     /// (a fork, and memory until the pool closes it); answered from the
     /// pool it costs a lookup, as PgBouncer answers logins itself.
     pub fn welcome(&self, startup: &[u8]) -> Option<Bytes> {
-        if self.lock().get(startup).is_none_or(|stack| stack.is_empty()) {
+        let idle = self.lock();
+        if !idle
+            .get(startup)
+            .is_some_and(|stack| stack.iter().any(|(b, _)| b.stream.is_alive()))
+        {
             return None;
         }
+        drop(idle);
         let welcomes = self.welcomes();
         let (answers, at) = welcomes.get(startup)?;
         (at.elapsed() < self.settings.idle_timeout).then(|| answers.clone())
@@ -540,6 +553,8 @@ impl Pool {
             !stack.is_empty()
         });
         self.stats.pool_idle_taken(closed);
+        self.welcomes()
+            .retain(|_, (_, at)| now - *at < self.settings.idle_timeout);
     }
 
     /// Opens a backend by replaying `startup` and reading up to its first
@@ -557,12 +572,17 @@ impl Pool {
             self.login(&backend, startup).await?;
             Ok(backend)
         };
-        tokio::time::timeout(DIAL_TIMEOUT, login).await.unwrap_or_else(|_| {
+        let dialled = tokio::time::timeout(DIAL_TIMEOUT, login).await.unwrap_or_else(|_| {
             Err(connect(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no ReadyForQuery within {DIAL_TIMEOUT:?}"),
             )))
-        })
+        });
+        if dialled.is_err() {
+            // Refused, or the server is gone: no login is answered for it.
+            self.forget_welcome(startup);
+        }
+        dialled
     }
 
     /// Reads a fresh backend's answer to its StartupMessage (`startup`) up
@@ -586,7 +606,7 @@ impl Pool {
                         continue;
                     }
                     // The server asks this login for a password now.
-                    self.welcomes().remove(startup);
+                    self.forget_welcome(startup);
                     let login = match login.as_mut() {
                         Some(login) => login,
                         None => login.insert(Login::new(&user, self.secret(&user)?)),
@@ -603,7 +623,7 @@ impl Pool {
                         backend.set_key(key);
                     }
                 }
-                b'S' => backend.reported().note(&body),
+                b'S' => _ = backend.reported().note(&body),
                 b'E' => {
                     return Err(PoolError::Refused {
                         sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),

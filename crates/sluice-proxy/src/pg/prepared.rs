@@ -22,7 +22,11 @@
 //!   where PostgreSQL keeps the reading of the Parse (to do that, the
 //!   proxy would have to set the old value around every Parse it makes
 //!   again), and no other client is given a statement read under settings
-//!   other than its own.
+//!   other than its own. A Parse in the batch that changes such a setting
+//!   is read by the server under the new value, while the proxy learns of
+//!   the change at the batch's end; so at that moment every statement made
+//!   on the backend counts as missing there, to be made again where next
+//!   used.
 //! - A client's Parse, Bind, Describe and Close that name one of its
 //!   statements are rewritten to that name. A Parse goes as Close and Parse
 //!   of the server name, so that it succeeds whether or not the backend has
@@ -205,6 +209,16 @@ impl Made {
 
     fn forget(&self, server: &Bytes) {
         self.lock().last.remove(server);
+    }
+
+    /// The backend's settings that change how it reads a statement's text
+    /// changed, and a statement parsed since may carry a name made for
+    /// those before: every statement, the unnamed one too, counts as
+    /// missing, to be made again (Close, then Parse) where next used.
+    pub fn forget_all(&self) {
+        let mut uses = self.lock();
+        uses.last.clear();
+        uses.unnamed = None;
     }
 
     /// Whether the backend has the statement made with the result
@@ -697,7 +711,10 @@ impl Statements {
     /// rather than bound where another client's settings made it.
     fn current(&mut self, name: &[u8]) -> Option<Statement> {
         let held = self.named.get_mut(name)?;
-        if held.parsing != self.parsing_changes {
+        // Not while answers are awaited: they name statements as they were
+        // sent (a failed Parse's, a Describe's), and a renamed one would
+        // not be recognised in them.
+        if held.parsing != self.parsing_changes && self.replies.is_empty() {
             held.server = Statement::new(&held.parse, &self.parsing, self.parsing_changes).server;
             held.parsing = self.parsing_changes;
         }
@@ -719,7 +736,14 @@ impl Statements {
         self.expect(Reply::Remade {
             server: held.server.clone(),
         });
-        self.close_victims(made.add(held, self.limit), out);
+        if held.parsing == self.parsing_changes {
+            self.close_victims(made.add(held, self.limit), out);
+        } else {
+            // Still named for the client's settings before they changed
+            // (see `current`) but made under the new ones: not the
+            // statement its name says, so no other client is to find it.
+            made.forget(&held.server);
+        }
     }
 
     fn close_victims(&mut self, victims: Vec<Bytes>, out: &mut BytesMut) {

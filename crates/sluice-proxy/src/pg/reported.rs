@@ -60,17 +60,21 @@ pub struct Reported([Option<Bytes>; FOLLOWED.len()]);
 
 impl Reported {
     /// A ParameterStatus body (name, NUL, value, NUL): notes its value if
-    /// the setting is followed. Malformed bodies are ignored: the client
-    /// is sent them as they are, to judge.
-    pub fn note(&mut self, body: &[u8]) {
+    /// the setting is followed; returns whether that changed one of the
+    /// settings by which the server reads a statement's text (see
+    /// [`Reported::parsing`]). Malformed bodies are ignored: the client is
+    /// sent them as they are, to judge.
+    pub fn note(&mut self, body: &[u8]) -> bool {
         let mut fields = body.split(|&b| b == 0);
         let (Some(name), Some(value)) = (fields.next(), fields.next()) else {
-            return;
+            return false;
         };
-        if let Some(at) = FOLLOWED.iter().position(|followed| *followed == name) {
-            if self.0[at].as_deref() != Some(value) {
+        match FOLLOWED.iter().position(|followed| *followed == name) {
+            Some(at) if self.0[at].as_deref() != Some(value) => {
                 self.0[at] = Some(Bytes::copy_from_slice(value));
+                at < PARSING
             }
+            _ => false,
         }
     }
 

@@ -1277,6 +1277,14 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
         if let Some(answers) = self.login_answers.as_mut() {
             frame::write_message(answers, tag, body);
+            // Asked for a password, or refused: the pool answers no login
+            // of this StartupMessage until the server lets one in without.
+            let challenge = tag == b'R' && body.get(..4).is_some_and(|method| method != [0; 4]);
+            if challenge || tag == b'E' {
+                if let Some(pooling) = &self.shared.pooling {
+                    pooling.pool.forget_welcome(&pooling.login);
+                }
+            }
         }
         if self.restore_failed {
             return Inspected {
@@ -1346,7 +1354,15 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     /// value now, and the client was told it.
     fn note_reported(&self, body: &[u8]) {
         if let Some(backend) = self.shared.link.get() {
-            backend.reported().note(body);
+            // A statement parsed since the setting changed was named for
+            // the settings before (the server reports a change only at the
+            // end of its batch), and one parsed before was named for those
+            // it was parsed under: the proxy's own restore changes nothing
+            // of that, any other change may have.
+            let parsing_changed = backend.reported().note(body);
+            if parsing_changed && self.shared.restoring.load(Ordering::Relaxed) == 0 {
+                backend.made.forget_all();
+            }
         }
         let mut state = self.shared.lock();
         let state = &mut *state;
