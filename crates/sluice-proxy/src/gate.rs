@@ -382,14 +382,9 @@ impl Gate {
         }
         let rec = &mut st.tenants[tenant.id.0 as usize];
         rec.busy = true;
-        rec.in_flight += 1;
-        rec.admitted += 1;
         rec.wait.record(0.0);
         st.wait.record(0);
-        if st.stage.in_service() == 1 {
-            st.progress_at = arrived;
-        }
-        st.peak_in_flight = st.peak_in_flight.max(st.stage.in_service());
+        st.note_granted(tenant.id, arrived);
         st.note_demand();
         Some(Slot {
             shared: Arc::clone(&self.shared),
@@ -591,18 +586,23 @@ impl State {
         while let Some(job) = self.stage.dispatch(0, &FlatDevice::default()) {
             let granted = self.waiters.remove(&job.tag).is_some_and(|tx| tx.send(()).is_ok());
             if granted {
-                let rec = &mut self.tenants[job.ctx.tenant.0 as usize];
-                rec.in_flight += 1;
-                rec.admitted += 1;
-                if self.stage.in_service() == 1 {
-                    self.progress_at = Instant::now();
-                }
-                self.peak_in_flight = self.peak_in_flight.max(self.stage.in_service());
-                self.note_passed_over(job.ctx.tenant);
+                self.note_granted(job.ctx.tenant, Instant::now());
             } else {
                 self.stage.complete().expect("the slot was just taken");
             }
         }
+    }
+
+    /// A slot the stage counts went to a request of `tenant` at `now`.
+    fn note_granted(&mut self, tenant: TenantId, now: Instant) {
+        let rec = &mut self.tenants[tenant.0 as usize];
+        rec.in_flight += 1;
+        rec.admitted += 1;
+        if self.stage.in_service() == 1 {
+            self.progress_at = now;
+        }
+        self.peak_in_flight = self.peak_in_flight.max(self.stage.in_service());
+        self.note_passed_over(tenant);
     }
 
     /// A slot went to `granted`: every tracked tenant with a request

@@ -465,7 +465,7 @@ impl Pool {
         let idle = self.lock();
         if !idle
             .get(startup)
-            .is_some_and(|stack| stack.iter().any(|(b, _)| b.stream.is_alive()))
+            .is_some_and(|stack| stack.iter().rev().any(|(b, _)| b.stream.is_alive()))
         {
             return None;
         }

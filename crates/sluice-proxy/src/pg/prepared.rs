@@ -410,14 +410,12 @@ impl Statements {
         }
     }
 
-    /// The client was told a setting's value: statements it prepares from
-    /// now on are named for its parsing settings as they are now.
+    /// The client was told a new value of one of its parsing `settings`:
+    /// statements it prepares from now on are named for them as they are
+    /// now.
     pub fn told(&mut self, settings: &Reported) {
-        let parsing = settings.parsing();
-        if parsing != self.parsing {
-            self.parsing = parsing;
-            self.parsing_changes = self.parsing_changes.wrapping_add(1);
-        }
+        self.parsing = settings.parsing();
+        self.parsing_changes = self.parsing_changes.wrapping_add(1);
     }
 
     /// Client → server, for the backend whose statements are `made`:

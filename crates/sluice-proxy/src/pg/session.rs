@@ -1366,8 +1366,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         }
         let mut state = self.shared.lock();
         let state = &mut *state;
-        state.reported.note(body);
-        state.statements.told(&state.reported);
+        if state.reported.note(body) {
+            state.statements.told(&state.reported);
+        }
     }
 
     /// An answer to a Query of the proxy's own that set the client's
