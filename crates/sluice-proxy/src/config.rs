@@ -106,8 +106,8 @@ pub struct ProxyConfig {
     pub pool: PoolMode,
     /// PostgreSQL transaction pooling: a pooled backend idle longer than
     /// this is closed (besides those beyond P, see `pg::pool`), and the
-    /// server's answers to a login it let in without a password are given
-    /// to later logins for at most this long.
+    /// server's answers to a login it let in are given to later logins for
+    /// at most this long (see `pg::pool::Pool::welcome`).
     #[serde(default = "default_server_idle_timeout_secs")]
     pub server_idle_timeout_secs: u64,
     /// PostgreSQL transaction pooling: named prepared statements one
@@ -116,7 +116,8 @@ pub struct ProxyConfig {
     pub max_prepared_statements: usize,
     /// PostgreSQL transaction pooling: passwords, in PgBouncer's
     /// `"user" "password"` format, for opening server connections where
-    /// the server asks one (see `pg::auth_file`).
+    /// the server asks one (see `pg::auth_file`), and for judging the
+    /// passwords of logins answered from the pool (see `pg::verifier`).
     #[serde(default)]
     pub auth_file: Option<PathBuf>,
     /// Client connections the listener keeps at once; one more is refused

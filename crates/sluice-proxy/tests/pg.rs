@@ -15,7 +15,7 @@ use sluice_proxy::{PoolMode, Protocol, ProxyConfig, TenantKey};
 use support::pgwire::{execute, prepare, server_error, PgConn, QueryError};
 use support::proxy::{gate, ProxyHandle};
 use support::psql::{psql, text};
-use support::servers::{PgServer, PG_CLEARTEXT_USER, PG_PASSWORD, PG_USER};
+use support::servers::{PgServer, PG_CLEARTEXT_USER, PG_MD5_USER, PG_PASSWORD, PG_USER};
 
 fn proxy(server: &PgServer, key: TenantKey, gate: GateConfig) -> ProxyHandle {
     ProxyHandle::start(Protocol::Pg, &server.addr(), key, gate)
@@ -540,8 +540,7 @@ fn login_answers(proxy: &ProxyHandle, user: &str) -> Option<Vec<(u8, Vec<u8>)>> 
 /// Under transaction pooling a login the server let in without a password
 /// is answered from the pool while it holds an idle backend of that login:
 /// the server starts no process for it. The client is told what the
-/// server told the first login, and a cancel reaches its query. A login
-/// the server asks a password of is the server's to judge every time.
+/// server told the first login, and a cancel reaches its query.
 #[test]
 fn logins_the_server_let_in_without_a_password_are_answered_from_the_pool() {
     let Some(server) = PgServer::start() else { return };
@@ -562,36 +561,91 @@ fn logins_the_server_let_in_without_a_password_are_answered_from_the_pool() {
     assert_eq!(without_key(&later), without_key(&first), "told as the first login was");
     assert_eq!(later.iter().filter(|(tag, _)| *tag == b'K').count(), 1);
     cancel_stops_a_query(&proxy);
+}
 
-    // bob's password is asked each time: a login with a wrong one fails
-    // although bob's backend waits idle in the pool.
-    let mut bob = PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD));
-    assert_eq!(bob.query("SELECT 1"), Ok(vec!["1".to_string()]));
-    let mut impostor = PgConn::raw(proxy.addr);
-    impostor.send_startup(PG_CLEARTEXT_USER);
-    let asked = impostor.read_message().expect("an answer to the login");
-    assert_eq!(asked, (b'R', 3u32.to_be_bytes().to_vec()), "a password is asked");
-    let mut password = BytesMut::new();
-    frame::write_message(&mut password, b'p', b"not-the-password\0");
-    impostor.send(&password);
-    match impostor.read_message() {
-        Some((b'E', body)) => {
-            let QueryError::Server { sqlstate, .. } = server_error(&body) else {
-                unreachable!("an ErrorResponse")
-            };
-            assert_eq!(sqlstate, "28P01", "the server judged the password");
+/// A login the server asked for a password is answered from the pool too,
+/// once the proxy can judge the password as the server did: it asks the
+/// login itself (SCRAM-SHA-256, md5 or cleartext, as the server asked),
+/// and twenty logins of each user run on one backend. A wrong password is
+/// refused as the server refuses it. Where the auth_file's password is not
+/// the one the server took, the proxy can judge nothing: every login is
+/// the server's, on a backend of its own.
+#[test]
+fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_it() {
+    let Some(server) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy_with = |alice: &str| {
+        let users = dir.path().join(format!("users-{alice}.txt"));
+        let text = format!("\"{PG_USER}\" \"{alice}\"\n\"{PG_MD5_USER}\" \"{PG_PASSWORD}\"\n");
+        std::fs::write(&users, text).unwrap();
+        let mut config = pool_config(&server, 60);
+        config.auth_file = Some(users);
+        ProxyHandle::start_with(config, GateConfig::default())
+    };
+    let pids_of_logins = |proxy: &ProxyHandle, user: &str, n: usize| {
+        let mut pids = std::collections::HashSet::new();
+        for _ in 0..n {
+            let mut client = PgConn::login(proxy.addr, user, Some(PG_PASSWORD));
+            assert_eq!(client.query("SELECT current_user"), Ok(vec![user.to_string()]));
+            pids.insert(backend_pid(&mut client));
         }
-        other => panic!("a wrong password got {other:?}"),
+        pids.len()
+    };
+    let proxy = proxy_with(PG_PASSWORD);
+    // bob's cleartext password is proved by the server taking it: his line
+    // is not in the auth_file.
+    for user in [PG_USER, PG_MD5_USER, PG_CLEARTEXT_USER] {
+        assert_eq!(
+            pids_of_logins(&proxy, user, 20),
+            1,
+            "{user}: twenty logins, one backend"
+        );
+        let refused = PgConn::try_login(proxy.addr, user, Some("not-the-password")).err();
+        let expected = QueryError::Server {
+            sqlstate: "28P01".into(),
+            message: format!("password authentication failed for user \"{user}\""),
+        };
+        assert_eq!(refused, Some(expected), "{user} with a wrong password");
     }
+    assert_eq!(client_backends(&server), 3, "one backend for each user");
+    // An answer the proxy cannot read is named.
+    let mut garbled = PgConn::raw(proxy.addr);
+    garbled.send_startup(PG_USER);
+    let asked = garbled.read_message().expect("a password request");
+    assert_eq!(
+        (asked.0, &asked.1[..4]),
+        (b'R', &10u32.to_be_bytes()[..]),
+        "SASL is asked"
+    );
+    let mut answer = BytesMut::new();
+    frame::write_message(&mut answer, b'p', b"SCRAM-SHA-256\0\0\0\0\x03n,,");
+    garbled.send(&answer);
+    let Some((b'E', body)) = garbled.read_message() else {
+        panic!("a garbled answer is refused")
+    };
+    let QueryError::Server { sqlstate, message } = server_error(&body) else {
+        unreachable!("an ErrorResponse")
+    };
+    assert_eq!(sqlstate, "08P01", "{message}");
+    assert!(message.contains("names no user"), "{message}");
+
+    let stale = proxy_with("an-old-password");
+    assert_eq!(
+        pids_of_logins(&stale, PG_USER, 3),
+        3,
+        "alice's logins stay the server's"
+    );
+    assert_eq!(pids_of_logins(&stale, PG_MD5_USER, 3), 1, "carol's line is right");
 }
 
 #[test]
 fn backends_the_pool_could_not_open_again_are_kept_past_p() {
     let Some(server) = PgServer::start() else { return };
     let proxy = pooled(&server, 60, gate(2, 64, 10_000));
-    // bob logs in with a password, and there is no auth_file to repeat it.
+    // carol logs in with an md5 password, and there is no auth_file to
+    // repeat it or to judge it by: each login is the server's.
     let mut clients: Vec<PgConn> = (0..4)
-        .map(|_| PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD)))
+        .map(|_| PgConn::login(proxy.addr, PG_MD5_USER, Some(PG_PASSWORD)))
         .collect();
     for c in &mut clients {
         for _ in 0..3 {

@@ -20,6 +20,10 @@
 //! client's SCRAM exchange is PostgreSQL's own, relayed, so no client key
 //! is ever at hand.
 //!
+//! A user's line also lets the proxy judge the password of a login it
+//! answers from the pool ([`super::verifier`]), once a login relayed to
+//! the server showed the server takes the same password.
+//!
 //! The file is read when the proxy starts (a bad file stops it there, with
 //! the line at fault named) and again at each server connection the pool
 //! opens under a password, so a changed password takes effect without a

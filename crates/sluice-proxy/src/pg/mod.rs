@@ -20,6 +20,7 @@ pub(crate) mod session;
 pub mod sql;
 pub mod tls;
 pub mod upstream_tls;
+pub(crate) mod verifier;
 
 /// Lowercase hex digits of `bytes`, as PostgreSQL writes hashes.
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {

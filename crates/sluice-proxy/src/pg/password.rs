@@ -15,11 +15,11 @@ use super::auth_file::Secret;
 
 /// AuthenticationOk, which needs no answer.
 pub(crate) const OK: u32 = 0;
-const CLEARTEXT: u32 = 3;
-const MD5: u32 = 5;
-const SASL: u32 = 10;
-const SASL_CONTINUE: u32 = 11;
-const SASL_FINAL: u32 = 12;
+pub(crate) const CLEARTEXT: u32 = 3;
+pub(crate) const MD5: u32 = 5;
+pub(crate) const SASL: u32 = 10;
+pub(crate) const SASL_CONTINUE: u32 = 11;
+pub(crate) const SASL_FINAL: u32 = 12;
 
 #[derive(Debug, Error)]
 pub(crate) enum AuthError {
@@ -112,13 +112,17 @@ impl<'a> Login<'a> {
 fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> String {
     match secret {
         Secret::Password(password) => md5_hash(user.as_bytes(), password.as_bytes(), salt),
-        Secret::Md5(hash) => {
-            let mut md5 = Md5::new();
-            md5.update(&hash.as_bytes()[3..]);
-            md5.update(salt);
-            format!("md5{}", super::lower_hex(&md5.finalize()))
-        }
+        Secret::Md5(hash) => md5_from_hash(hash, salt),
     }
+}
+
+/// The md5 answer to `salt` from `hash`, as `pg_authid` stores it (`md5`
+/// and 32 hex digits).
+pub(crate) fn md5_from_hash(hash: &str, salt: [u8; 4]) -> String {
+    let mut md5 = Md5::new();
+    md5.update(&hash.as_bytes()[3..]);
+    md5.update(salt);
+    format!("md5{}", super::lower_hex(&md5.finalize()))
 }
 
 #[cfg(test)]

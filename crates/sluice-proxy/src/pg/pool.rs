@@ -34,7 +34,7 @@
 //! pooled backends instead of 46; docs/BENCHMARKS.md, "pgbench's own runs:
 //! the model between runs, and pooled backends beyond P").
 //!
-//! Authentication stays PostgreSQL's: a client logs in on a fresh backend,
+//! Authentication is PostgreSQL's first: a login goes to a fresh backend,
 //! relayed byte for byte (any method, SCRAM included), and that backend then
 //! joins the pool. When the pool has no idle backend for a request, it
 //! opens one by replaying the StartupMessage; a server that asks a password
@@ -42,8 +42,10 @@
 //! ([`super::auth_file`], answered by [`super::password`]). Without one the
 //! request is refused with SQLSTATE 08001, and under password
 //! authentication the pool grows only by logins. A login the server let in
-//! without a password is answered from the pool for a while after, without
-//! a backend of its own ([`Pool::welcome`]).
+//! is answered from the pool for a while after, without a backend of its
+//! own ([`Pool::welcome`]); if the server asked it for a password, only
+//! where the proxy can judge the password as the server did, and asks it
+//! ([`super::verifier`]).
 //!
 //! Named prepared statements (protocol-level Parse) follow their client
 //! from backend to backend ([`super::prepared`]), and SQL that drops them
@@ -77,6 +79,7 @@ use super::password::{self, AuthError, Login};
 use super::prepared::Made;
 use super::reported::Reported;
 use super::upstream_tls::{ServerStream, UpstreamTls};
+use super::verifier::{Exchange, Verifier};
 use crate::socket::{self, Peer, Socket};
 use crate::stats::Stats;
 
@@ -384,6 +387,19 @@ pub(crate) struct PoolSettings {
     pub tls: Option<Arc<UpstreamTls>>,
 }
 
+/// What a login of one StartupMessage is answered from the pool with.
+#[derive(Clone)]
+pub(crate) struct Welcome {
+    /// The server's answers, from AuthenticationOk up to and with
+    /// ReadyForQuery.
+    pub answers: Bytes,
+    /// The password the server asked for, as the proxy judges it; `None`
+    /// if the server let the login in without one.
+    pub verifier: Option<Arc<Verifier>>,
+    /// When the server let in the login these were kept from.
+    at: Instant,
+}
+
 /// Idle backends by StartupMessage.
 pub(crate) struct Pool {
     settings: PoolSettings,
@@ -391,9 +407,9 @@ pub(crate) struct Pool {
     /// not bytes any client can choose, and hashing it is on every
     /// request's path.
     idle: Mutex<FxHashMap<Bytes, Idle>>,
-    /// By StartupMessage, the server's answers to a login it let in without
-    /// a password, up to its ReadyForQuery, and when (see [`Pool::welcome`]).
-    welcomes: Mutex<FxHashMap<Bytes, (Bytes, Instant)>>,
+    /// By StartupMessage, the answers to give a login from the pool (see
+    /// [`Pool::welcome`]).
+    welcomes: Mutex<FxHashMap<Bytes, Welcome>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -431,27 +447,47 @@ impl Pool {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn welcomes(&self) -> MutexGuard<'_, FxHashMap<Bytes, (Bytes, Instant)>> {
+    fn welcomes(&self) -> MutexGuard<'_, FxHashMap<Bytes, Welcome>> {
         self.welcomes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A login of `startup` was let in without a password (the server's
-    /// first answer was AuthenticationOk) and answered `answers`, up to
-    /// and with its ReadyForQuery.
-    pub fn remember_welcome(&self, startup: &Bytes, answers: Bytes) {
-        self.welcomes().insert(startup.clone(), (answers, Instant::now()));
+    /// A login of `startup` was let in and answered `answers` from its
+    /// AuthenticationOk up to and with its ReadyForQuery; if the server
+    /// asked it for a password, `exchange` is how that went. Later logins
+    /// of `startup` are answered so while the pool can judge their
+    /// passwords as the server did ([`super::verifier`]).
+    pub fn remember_welcome(&self, startup: &Bytes, answers: Bytes, exchange: Option<&Exchange>) {
+        let verifier = match exchange {
+            None => None,
+            Some(exchange) => {
+                let user = user_of(startup);
+                let secret = self.secret(&user).ok().and_then(Result::ok);
+                match Verifier::proved(&user, secret.as_ref(), exchange) {
+                    Some(verifier) => Some(Arc::new(verifier)),
+                    None => return,
+                }
+            }
+        };
+        let welcome = Welcome {
+            answers,
+            verifier,
+            at: Instant::now(),
+        };
+        self.welcomes().insert(startup.clone(), welcome);
     }
 
     /// A login of `startup` relayed to the server was asked for a password,
-    /// or refused: later ones are relayed too.
+    /// or refused: later ones are relayed too, until one is let in again.
     pub fn forget_welcome(&self, startup: &[u8]) {
         self.welcomes().remove(startup);
     }
 
     /// The answers to give a login of `startup` from the pool, without a
     /// backend of its own: those of a login of it that the server let in
-    /// without a password less than the idle timeout ago, while the pool
-    /// holds a live idle backend of it. The server sees every client of the
+    /// less than the idle timeout ago, while the pool holds a live idle
+    /// backend of it. A login the server asked for a password is answered
+    /// so only where the pool can judge the password as the server did
+    /// ([`super::verifier`]): the proxy asks it first. The server sees every client of the
     /// proxy come from the proxy's address, so a StartupMessage it let in
     /// without a password it lets in again until its rules or the role
     /// change; a change (`pg_hba.conf`, `NOLOGIN`, `CONNECT` revoked, a
@@ -461,7 +497,7 @@ impl Pool {
     /// password or refused. A login costs the server a process of its own
     /// (a fork, and memory until the pool closes it); answered from the
     /// pool it costs a lookup, as PgBouncer answers logins itself.
-    pub fn welcome(&self, startup: &[u8]) -> Option<Bytes> {
+    pub fn welcome(&self, startup: &[u8]) -> Option<Welcome> {
         let idle = self.lock();
         if !idle
             .get(startup)
@@ -471,8 +507,17 @@ impl Pool {
         }
         drop(idle);
         let welcomes = self.welcomes();
-        let (answers, at) = welcomes.get(startup)?;
-        (at.elapsed() < self.settings.idle_timeout).then(|| answers.clone())
+        let welcome = welcomes.get(startup)?;
+        (welcome.at.elapsed() < self.settings.idle_timeout).then(|| welcome.clone())
+    }
+
+    /// Forgets the answers kept for `startup` if they were given without a
+    /// password.
+    fn forget_open_welcome(&self, startup: &[u8]) {
+        let mut welcomes = self.welcomes();
+        if welcomes.get(startup).is_some_and(|w| w.verifier.is_none()) {
+            welcomes.remove(startup);
+        }
     }
 
     /// The most recently used live backend for `startup`, or a new one.
@@ -554,7 +599,7 @@ impl Pool {
         });
         self.stats.pool_idle_taken(closed);
         self.welcomes()
-            .retain(|_, (_, at)| now - *at < self.settings.idle_timeout);
+            .retain(|_, welcome| now - welcome.at < self.settings.idle_timeout);
     }
 
     /// Opens a backend by replaying `startup` and reading up to its first
@@ -605,8 +650,9 @@ impl Pool {
                     if method == password::OK {
                         continue;
                     }
-                    // The server asks this login for a password now.
-                    self.forget_welcome(startup);
+                    // The server asks this login for a password now: a
+                    // login it let in without one is no guide any more.
+                    self.forget_open_welcome(startup);
                     let login = match login.as_mut() {
                         Some(login) => login,
                         None => login.insert(Login::new(&user, self.secret(&user)?)),

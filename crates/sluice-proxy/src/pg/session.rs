@@ -103,7 +103,7 @@
 //! | startup | [`startup`] running | SSLRequest | 'S' and a TLS handshake, then startup again; 'N' without TLS |
 //! | | | GSSENCRequest | 'N', startup again |
 //! | | | CancelRequest | stops the named session's request if it is on its way to a backend (57014), else forwarded to the backend that session uses; closed |
-//! | | | StartupMessage | relayed: authenticating; under transaction pooling, one the server let in without a password lately is answered from the pool instead ([`super::pool::Pool::welcome`]): idle |
+//! | | | StartupMessage | relayed: authenticating; under transaction pooling, one the server let in lately is answered from the pool instead ([`super::pool::Pool::welcome`]), its password asked and judged by the proxy if the server asked one ([`super::verifier`]): idle |
 //! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
 //! | | | the first ReadyForQuery | idle |
 //! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
@@ -145,6 +145,7 @@ use super::frame::{self, BackendKey, PgError, Startup, StartupParams};
 use super::pool::{Backend, Link, LinkWriter, Pool, PoolError};
 use super::prepared::Statements;
 use super::reported::Reported;
+use super::verifier::{Check, Exchange, Refusal, Verifier};
 use crate::buffer::room_to_read;
 use crate::client::Peer;
 use crate::config::TenantKey;
@@ -187,6 +188,9 @@ struct Request {
 /// What the two directions share.
 struct State {
     authenticating: bool,
+    /// Under transaction pooling, the password exchange of a login relayed
+    /// to the server, as it goes (see [`super::verifier`]).
+    exchange: Exchange,
     request: Option<Request>,
     /// What the client sent that the server has yet to answer.
     batches: Batches,
@@ -345,18 +349,31 @@ enum StartupEnd {
 /// complete by `login_deadline`.
 #[allow(clippy::too_many_arguments)]
 async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    client_rd: R,
+    mut client_rd: R,
     mut client_wr: W,
-    buf: BytesMut,
+    mut buf: BytesMut,
     (params, startup_len): (StartupParams, usize),
     peer: &Peer,
     ctx: &PgContext,
     login_deadline: Instant,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    // Under transaction pooling a login the server let in without a
-    // password before is answered from the pool (see `Pool::welcome`).
+    // Under transaction pooling a login the server let in before is
+    // answered from the pool, its password (if it was asked one) judged by
+    // the proxy (see `Pool::welcome`).
     let welcome = ctx.pool.as_ref().and_then(|pool| pool.welcome(&buf[..startup_len]));
+    let challenged = welcome.as_ref().is_some_and(|w| w.verifier.is_some());
+    if let Some(verifier) = welcome.as_ref().and_then(|w| w.verifier.as_deref()) {
+        let mut rest = buf.split_off(startup_len);
+        let user = params.user.as_deref().unwrap_or_default();
+        let asked = ask_password(&mut client_rd, &mut client_wr, &mut rest, verifier, user);
+        match timeout_at(login_deadline, asked).await {
+            Ok(Ok(true)) => buf.unsplit(rest),
+            Ok(Ok(false)) => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return fatal(&mut client_wr, "08P01", &login_timed_out(ctx)).await,
+        }
+    }
     let link = Arc::new(Link::default());
     if welcome.is_none() {
         let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
@@ -376,6 +393,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let shared = Shared {
         state: Mutex::new(State {
             authenticating: true,
+            exchange: Exchange::default(),
             request: None,
             batches: Batches::default(),
             outbox: BytesMut::new(),
@@ -410,13 +428,13 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let login_answers = (shared.pooling.is_some() && welcome.is_none()).then(BytesMut::new);
     let to_client = ToClient {
         client: client_wr,
-        buf: welcome.map(|answers| BytesMut::from(&answers[..])).unwrap_or_default(),
+        buf: welcome.map(|w| BytesMut::from(&w.answers[..])).unwrap_or_default(),
         login_answers,
         shared: &shared,
         ctx,
         cancel: None,
         last_tag: 0,
-        challenged: false,
+        challenged,
         reopens: false,
         idle: None,
         parked: false,
@@ -427,6 +445,63 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         restore_failed: false,
     };
     drive(to_upstream.run(), to_client.run(), &shared.flags, shutdown).await
+}
+
+/// Asks the client for its password as the server asked when it let this
+/// login in, and judges the answers ([`super::verifier`]); `buf` holds what
+/// the client sent after its StartupMessage. Returns whether the password
+/// was proved; a client refused is told why.
+async fn ask_password<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client_rd: &mut R,
+    client_wr: &mut W,
+    buf: &mut BytesMut,
+    verifier: &Verifier,
+    user: &str,
+) -> io::Result<bool> {
+    let mut out = BytesMut::new();
+    let mut check = Check::ask(verifier, user, &mut out);
+    loop {
+        send(client_wr, &out).await?;
+        out.clear();
+        let header = loop {
+            match frame::parse_header(buf) {
+                Ok(Some(header)) if header.len > MAX_LOGIN_MESSAGE_LEN => {
+                    let e = format!(
+                        "sluice: a password message of {} bytes (at most {MAX_LOGIN_MESSAGE_LEN})",
+                        header.len
+                    );
+                    fatal(client_wr, "08P01", &e).await?;
+                    return Ok(false);
+                }
+                Ok(Some(header)) if header.len <= buf.len() => break header,
+                Ok(_) => {
+                    if client_rd.read_buf(buf).await? == 0 {
+                        return Ok(false);
+                    }
+                }
+                Err(e) => {
+                    fatal(client_wr, e.sqlstate(), &e.to_string()).await?;
+                    return Ok(false);
+                }
+            }
+        };
+        let message = buf.split_to(header.len);
+        let judged = match header.tag {
+            b'p' => check.answer(&message[5..], &mut out),
+            _ => Err(Refusal::Malformed("a message other than a password message")),
+        };
+        match judged {
+            Ok(false) => {}
+            Ok(true) => {
+                send(client_wr, &out).await?;
+                return Ok(true);
+            }
+            Err(refusal) => {
+                fatal(client_wr, refusal.sqlstate(), &refusal.to_string()).await?;
+                return Ok(false);
+            }
+        }
+    }
 }
 
 /// Runs the startup phase: answers SSLRequest ('S' if `offer_tls`, else
@@ -669,6 +744,15 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
                 }
             };
             let message = pos..pos + header.len;
+            if header.tag == b'p' && self.shared.pooling.is_some() && !self.welcomed && self.logging_in() {
+                // Noted before it goes on: the server's next request, or
+                // its AuthenticationOk, finds it here. More answers than
+                // SCRAM's two prove nothing, so no more are kept.
+                let answers = &mut self.shared.lock().exchange.answers;
+                if answers.len() < 3 {
+                    answers.push(Bytes::copy_from_slice(&buf[message.start + 5..message.end]));
+                }
+            }
             let action = self.message(header.tag, &buf, &mut pending).await?;
             pos = message.end;
             let relayed = matches!(action, Action::Forward | Action::Last(_));
@@ -1047,11 +1131,13 @@ struct ToClient<'a, W> {
     ctx: &'a PgContext,
     cancel: Option<CancelGuard>,
     last_tag: u8,
-    /// The server asked the client's login for a password.
+    /// The client's login was asked for a password, by the server or,
+    /// answered from the pool, by the proxy.
     challenged: bool,
     /// Under transaction pooling, the server's answers to the client's
-    /// login so far: kept by the pool, once the login is over, to answer
-    /// later logins of the same StartupMessage with if it took no password.
+    /// login so far, its password requests aside (those go to
+    /// `State::exchange`): kept by the pool, once the login is over, to
+    /// answer later logins of the same StartupMessage with.
     login_answers: Option<BytesMut>,
     /// Under transaction pooling, decided at the end of the login: the pool
     /// can open backends for this login itself (no password was asked, or
@@ -1276,10 +1362,15 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
         if let Some(answers) = self.login_answers.as_mut() {
-            frame::write_message(answers, tag, body);
             // Asked for a password, or refused: the pool answers no login
-            // of this StartupMessage until the server lets one in without.
+            // of this StartupMessage until the server lets one in again.
             let challenge = tag == b'R' && body.get(..4).is_some_and(|method| method != [0; 4]);
+            if challenge {
+                let request = Bytes::copy_from_slice(body);
+                self.shared.lock().exchange.requests.push(request);
+            } else {
+                frame::write_message(answers, tag, body);
+            }
             if challenge || tag == b'E' {
                 if let Some(pooling) = &self.shared.pooling {
                     pooling.pool.forget_welcome(&pooling.login);
@@ -1497,8 +1588,12 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         };
         if let Some(pooling) = self.shared.pooling.as_ref().filter(|_| logged_in) {
             self.reopens = !self.challenged || pooling.pool.answers_for(&pooling.login);
-            if let Some(answers) = self.login_answers.take().filter(|_| !self.challenged) {
-                pooling.pool.remember_welcome(&pooling.login, answers.freeze());
+            if let Some(answers) = self.login_answers.take() {
+                let exchange = mem::take(&mut self.shared.lock().exchange);
+                let exchange = self.challenged.then_some(&exchange);
+                pooling
+                    .pool
+                    .remember_welcome(&pooling.login, answers.freeze(), exchange);
             }
         }
         let released = idle_backend.is_some();

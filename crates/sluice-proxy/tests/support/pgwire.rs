@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::frontend;
 use sluice_proxy::pg::frame::{self, BackendKey};
@@ -43,9 +44,14 @@ impl PgConn {
         PgConn::login(addr, user, None)
     }
 
-    /// Opens a session as `user`, answering a cleartext or SCRAM-SHA-256
+    /// Opens a session as `user`, answering a cleartext, md5 or SCRAM-SHA-256
     /// password request with `password`.
     pub fn login(addr: SocketAddr, user: &str, password: Option<&str>) -> PgConn {
+        PgConn::try_login(addr, user, password).unwrap_or_else(|e| panic!("startup failed: {e:?}"))
+    }
+
+    /// As [`PgConn::login`], with the server's refusal as an error.
+    pub fn try_login(addr: SocketAddr, user: &str, password: Option<&str>) -> Result<PgConn, QueryError> {
         PgConn::raw(addr).log_in(user, password)
     }
 
@@ -73,13 +79,15 @@ impl PgConn {
         let name = ServerName::try_from("localhost").expect("a server name");
         let tls = ClientConnection::new(Arc::new(config), name).expect("a TLS client");
         let stream = Box::new(StreamOwned::new(tls, Paced { tcp, pace }));
-        PgConn { stream, key: None }.log_in(user, None)
+        PgConn { stream, key: None }
+            .log_in(user, None)
+            .unwrap_or_else(|e| panic!("startup failed: {e:?}"))
     }
 
     /// Sends the StartupMessage and reads up to the first ReadyForQuery,
-    /// answering a cleartext or SCRAM-SHA-256 password request with
+    /// answering a cleartext, md5 or SCRAM-SHA-256 password request with
     /// `password`.
-    fn log_in(self, user: &str, password: Option<&str>) -> PgConn {
+    fn log_in(self, user: &str, password: Option<&str>) -> Result<PgConn, QueryError> {
         let mut conn = self;
         conn.send_startup(user);
         let mut scram = None;
@@ -91,6 +99,11 @@ impl PgConn {
                         ([0, 0, 0, 0], _) => {}
                         ([0, 0, 0, 3], Some(password)) => {
                             frontend::password_message(password.as_bytes(), &mut out).unwrap()
+                        }
+                        ([0, 0, 0, 5], Some(password)) => {
+                            let salt = body[4..8].try_into().expect("an md5 salt");
+                            let answer = md5_hash(user.as_bytes(), password.as_bytes(), salt);
+                            frontend::password_message(answer.as_bytes(), &mut out).unwrap()
                         }
                         ([0, 0, 0, 10], Some(password)) => {
                             let s = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
@@ -111,8 +124,8 @@ impl PgConn {
                     conn.send(&out);
                 }
                 Some((b'K', body)) => conn.key = BackendKey::from_body(&body),
-                Some((b'Z', _)) => return conn,
-                Some((b'E', body)) => panic!("startup failed: {}", String::from_utf8_lossy(&body)),
+                Some((b'Z', _)) => return Ok(conn),
+                Some((b'E', body)) => return Err(server_error(&body)),
                 Some(_) => {}
                 None => panic!("the proxy closed the connection during startup"),
             }

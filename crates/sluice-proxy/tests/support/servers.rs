@@ -26,6 +26,8 @@ pub const PG_PASSWORD: &str = "secret";
 /// A user who logs in with a cleartext password (PG_PASSWORD), which the
 /// raw test client can send.
 pub const PG_CLEARTEXT_USER: &str = "bob";
+/// A user whose password (PG_PASSWORD) is stored and asked as md5.
+pub const PG_MD5_USER: &str = "carol";
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port on 127.0.0.1");
@@ -207,7 +209,7 @@ impl PgServer {
             None => "",
         };
         let hba = format!(
-            "local all all trust\n{cert_login}{host} all {PG_USER} 127.0.0.1/32 scram-sha-256\n{host} all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\n{host} all all 127.0.0.1/32 trust\n"
+            "local all all trust\n{cert_login}{host} all {PG_USER} 127.0.0.1/32 scram-sha-256\n{host} all {PG_CLEARTEXT_USER} 127.0.0.1/32 password\n{host} all {PG_MD5_USER} 127.0.0.1/32 md5\n{host} all all 127.0.0.1/32 trust\n"
         );
         fs::write(data.join("pg_hba.conf"), hba).expect("writing pg_hba.conf");
         let mut settings = vec![
@@ -254,8 +256,14 @@ impl PgServer {
         let socket_dir = dir.path().to_path_buf();
         let process = launch.spawn(&socket_dir, port);
         let pg = |sql: &str| psql_socket(&socket_dir, port, sql);
-        for user in [PG_USER, PG_CLEARTEXT_USER] {
-            let created = pg(&format!("CREATE ROLE {user} LOGIN PASSWORD '{PG_PASSWORD}'"));
+        for (user, encryption) in [
+            (PG_USER, "scram-sha-256"),
+            (PG_CLEARTEXT_USER, "scram-sha-256"),
+            (PG_MD5_USER, "md5"),
+        ] {
+            let created = pg(&format!(
+                "SET password_encryption = '{encryption}'; CREATE ROLE {user} LOGIN PASSWORD '{PG_PASSWORD}'"
+            ));
             assert!(
                 created.status.success(),
                 "creating {user}: {}",

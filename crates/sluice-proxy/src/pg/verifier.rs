@@ -1,0 +1,657 @@
+//! Passwords judged at the proxy, for logins answered from the pool (see
+//! [`super::pool::Pool::welcome`]).
+//!
+//! A login the server asks a password of is relayed to it and judged by
+//! it. Once the server has let such a login in, later logins of the same
+//! StartupMessage may be answered from the pool, without a server process
+//! of their own, if the proxy can ask them what the server asked and judge
+//! the answer as the server would. It can when the relayed exchange proves
+//! what the server holds:
+//!
+//! - **cleartext** (`password` in `pg_hba.conf`): the client sent the
+//!   password itself and the server took it;
+//! - **md5**: the user's `auth_file` secret ([`super::auth_file`]) gives
+//!   the answer the client gave to the server's salt;
+//! - **SCRAM-SHA-256**: the user's `auth_file` password, salted and
+//!   iterated as the server said, gives the proof the client sent. The
+//!   proxy then holds the server's StoredKey and ServerKey, and asks later
+//!   logins with the server's salt and iteration count: a client sees the
+//!   exchange it would see with the server, and proves the proxy knows the
+//!   verifier as the server's final message proves it to a client.
+//!
+//! A [`Verifier`] is what one relayed exchange proved; a [`Check`] asks a
+//! later login and judges its answers. A verifier lives only as long as the
+//! answers kept with it (at most the idle timeout): a password changed on
+//! the server is the server's to judge again by then, or at once where a
+//! login the proxy relays or a connection the pool opens is refused.
+//!
+//! Departures from PostgreSQL: SCRAM-SHA-256-PLUS (channel binding) is not
+//! offered, so a relayed login that used it proves nothing and its later
+//! logins stay relayed; the md5 salt is the proxy's, fresh for each login,
+//! as the server's is.
+//!
+//! Written here, on RustCrypto's HMAC and SHA-256: `postgres-protocol` has
+//! only SCRAM's client side, and no maintained crate checks an exchange it
+//! only watched.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use thiserror::Error;
+
+use super::auth_file::Secret;
+use super::frame;
+use super::password::{self, CLEARTEXT, MD5, SASL, SASL_CONTINUE, SASL_FINAL};
+
+/// The mechanism offered: SCRAM without channel binding.
+const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
+/// The most iterations a relayed exchange is checked with: each costs the
+/// proxy two HMACs, once per relayed login (PostgreSQL's default is 4096).
+const MAX_ITERATIONS: u32 = 100_000;
+/// Random bytes of the proxy's share of a SCRAM nonce, as PostgreSQL's.
+const NONCE_BYTES: usize = 18;
+
+/// A relayed login's password exchange, as it passed through the proxy.
+#[derive(Debug, Default)]
+pub(crate) struct Exchange {
+    /// The server's authentication requests other than AuthenticationOk,
+    /// each body whole (the method first).
+    pub requests: Vec<Bytes>,
+    /// The client's answers (`p` message bodies), in order.
+    pub answers: Vec<Bytes>,
+}
+
+/// What a relayed exchange proved the server holds for a user.
+#[derive(Debug)]
+pub(crate) enum Verifier {
+    /// The server asked for the password in clear. Kept as md5(password ‖
+    /// user), the form `pg_authid` knows, not as the password.
+    Cleartext {
+        user: String,
+        md5: String,
+    },
+    /// The server asked for md5; `md5` is the hash of `pg_authid`'s form.
+    Md5 {
+        md5: String,
+    },
+    Scram(ScramKeys),
+}
+
+/// A SCRAM-SHA-256 verifier, as the server stores it.
+#[derive(Debug)]
+pub(crate) struct ScramKeys {
+    /// As the server sent it, in base64.
+    salt: String,
+    iterations: u32,
+    stored_key: [u8; 32],
+    server_key: [u8; 32],
+}
+
+/// Why a login's answer is refused; the client is told in a FATAL error.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    #[error("password authentication failed for user \"{0}\"")]
+    Wrong(String),
+    #[error("sluice: malformed answer to the password request: {0}")]
+    Malformed(&'static str),
+}
+
+impl Refusal {
+    /// PostgreSQL's SQLSTATE for the same refusal.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            Refusal::Wrong(_) => "28P01",
+            Refusal::Malformed(_) => "08P01",
+        }
+    }
+}
+
+impl Verifier {
+    /// What `exchange`, which ended in the server letting `user` in, proves
+    /// with the user's `auth_file` secret, if anything (see the module doc).
+    pub fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
+        let (first, data) = method(exchange.requests.first()?)?;
+        match (first, exchange.answers.as_slice()) {
+            (CLEARTEXT, [given]) => Some(Verifier::Cleartext {
+                user: user.into(),
+                md5: postgres_protocol::password::md5(c_string(given)?, user),
+            }),
+            (MD5, [given]) => {
+                let md5 = match secret? {
+                    Secret::Password(password) => postgres_protocol::password::md5(password.as_bytes(), user),
+                    Secret::Md5(hash) => hash.clone(),
+                };
+                let salt = *data.first_chunk::<4>()?;
+                (password::md5_from_hash(&md5, salt).as_bytes() == c_string(given)?).then_some(Verifier::Md5 { md5 })
+            }
+            (SASL, [initial, last]) => {
+                let Some(Secret::Password(password)) = secret else {
+                    return None;
+                };
+                ScramKeys::proved(password, exchange.requests.get(1)?, initial, last).map(Verifier::Scram)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The authentication method of a request body, and its data.
+fn method(request: &[u8]) -> Option<(u32, &[u8])> {
+    let (method, data) = request.split_first_chunk::<4>()?;
+    Some((u32::from_be_bytes(*method), data))
+}
+
+/// The bytes of a NUL-terminated string that fills `body`.
+fn c_string(body: &[u8]) -> Option<&[u8]> {
+    body.strip_suffix(b"\0").filter(|s| !s.contains(&0))
+}
+
+impl ScramKeys {
+    /// The keys of `password` as the server salted and iterated it, if they
+    /// give the proof the client sent: `initial` is its SASLInitialResponse,
+    /// `continued` the server's SASLContinue, `last` its SASLResponse.
+    fn proved(password: &str, continued: &[u8], initial: &[u8], last: &[u8]) -> Option<ScramKeys> {
+        let (SASL_CONTINUE, server_first) = method(continued)? else {
+            return None;
+        };
+        let server_first = std::str::from_utf8(server_first).ok()?;
+        let (mechanism, first) = initial_response(initial).ok()?;
+        if mechanism != SCRAM_SHA_256 {
+            return None;
+        }
+        let first = ClientFirst::parse(first).ok()?;
+        let mut attributes = server_first.split(',');
+        let nonce = attributes.next()?.strip_prefix("r=")?;
+        let salt = attributes.next()?.strip_prefix("s=")?;
+        let iterations: u32 = attributes.next()?.strip_prefix("i=")?.parse().ok()?;
+        if !nonce.starts_with(first.nonce) || iterations == 0 || iterations > MAX_ITERATIONS {
+            return None;
+        }
+        let keys = ScramKeys::salted(password, salt, iterations)?;
+        let last = ClientFinal::parse(last, first.gs2, nonce).ok()?;
+        let auth_message = [first.bare, server_first, last.without_proof].join(",");
+        keys.proves(&auth_message, &last.proof).then_some(keys)
+    }
+
+    /// The keys of `password` salted with `salt` (base64) and iterated
+    /// `iterations` times.
+    fn salted(password: &str, salt: &str, iterations: u32) -> Option<ScramKeys> {
+        let salted = hi(&normalize(password), &BASE64.decode(salt).ok()?, iterations);
+        Some(ScramKeys {
+            salt: salt.into(),
+            iterations,
+            stored_key: Sha256::digest(hmac(&salted, b"Client Key")).into(),
+            server_key: hmac(&salted, b"Server Key"),
+        })
+    }
+
+    /// Whether `proof` is that of a client holding the password: its XOR
+    /// with the client signature hashes to the StoredKey (RFC 5802 §3).
+    fn proves(&self, auth_message: &str, proof: &[u8; 32]) -> bool {
+        let signature = hmac(&self.stored_key, auth_message.as_bytes());
+        let client_key: [u8; 32] = std::array::from_fn(|i| proof[i] ^ signature[i]);
+        let stored_key: [u8; 32] = Sha256::digest(client_key).into();
+        stored_key.ct_eq(&self.stored_key).into()
+    }
+}
+
+/// SCRAM's Hi(): PBKDF2 with HMAC-SHA-256 and one block.
+fn hi(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(password).expect("HMAC takes keys of any length");
+    mac.update(salt);
+    mac.update(&1u32.to_be_bytes());
+    let mut previous: [u8; 32] = mac.finalize().into_bytes().into();
+    let mut result = previous;
+    for _ in 1..iterations {
+        previous = hmac(password, &previous);
+        result.iter_mut().zip(previous).for_each(|(r, p)| *r ^= p);
+    }
+    result
+}
+
+fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
+}
+
+/// SASLprep of the password where it applies; PostgreSQL uses the bytes as
+/// they are otherwise (a password need not be valid UTF-8, nor pass it).
+fn normalize(password: &str) -> Vec<u8> {
+    match stringprep::saslprep(password) {
+        Ok(prepared) => prepared.into_owned().into_bytes(),
+        Err(_) => password.as_bytes().to_vec(),
+    }
+}
+
+/// A SASLInitialResponse body: the mechanism chosen, and its first message.
+fn initial_response(body: &[u8]) -> Result<(&str, &[u8]), &'static str> {
+    const BAD: &str = "SASLInitialResponse is not a mechanism name and a length-prefixed message";
+    let end = body.iter().position(|&b| b == 0).ok_or(BAD)?;
+    let mechanism = std::str::from_utf8(&body[..end]).map_err(|_| BAD)?;
+    let (len, message) = body[end + 1..].split_first_chunk::<4>().ok_or(BAD)?;
+    if usize::try_from(i32::from_be_bytes(*len)).ok() != Some(message.len()) {
+        return Err(BAD);
+    }
+    Ok((mechanism, message))
+}
+
+/// A client-first-message (RFC 5802 §7).
+struct ClientFirst<'a> {
+    /// The GS2 header, both commas included: bound by the final message.
+    gs2: &'a str,
+    /// The message without its GS2 header, as the AuthMessage takes it.
+    bare: &'a str,
+    nonce: &'a str,
+}
+
+impl<'a> ClientFirst<'a> {
+    fn parse(message: &'a [u8]) -> Result<ClientFirst<'a>, &'static str> {
+        let message = std::str::from_utf8(message).map_err(|_| "the SCRAM message is not UTF-8")?;
+        let rest = match message.as_bytes().first() {
+            Some(b'n' | b'y') => &message[1..],
+            Some(b'p') => return Err("the client asks for channel binding, which was not offered"),
+            _ => return Err("the SCRAM message does not begin with a GS2 header"),
+        };
+        let rest = rest.strip_prefix(',').ok_or("the GS2 header is malformed")?;
+        if rest.starts_with("a=") {
+            return Err("an authorization identity is not supported");
+        }
+        let bare = rest.strip_prefix(',').ok_or("the GS2 header is malformed")?;
+        let gs2 = &message[..message.len() - bare.len()];
+        let mut attributes = bare.split(',');
+        if !attributes.next().is_some_and(|user| user.starts_with("n=")) {
+            return Err("the client-first message names no user (n=)");
+        }
+        let nonce = attributes
+            .next()
+            .and_then(|nonce| nonce.strip_prefix("r="))
+            .filter(|nonce| !nonce.is_empty() && nonce.bytes().all(|b| (0x21..0x7f).contains(&b)))
+            .ok_or("the client-first message has no printable nonce (r=)")?;
+        Ok(ClientFirst { gs2, bare, nonce })
+    }
+}
+
+/// A client-final-message (RFC 5802 §7), checked against the exchange.
+struct ClientFinal<'a> {
+    /// The message up to its proof, as the AuthMessage takes it.
+    without_proof: &'a str,
+    proof: [u8; 32],
+}
+
+impl<'a> ClientFinal<'a> {
+    /// Parses `message` and checks that it binds the GS2 header `gs2` and
+    /// carries the whole `nonce`.
+    fn parse(message: &'a [u8], gs2: &str, nonce: &str) -> Result<ClientFinal<'a>, &'static str> {
+        let message = std::str::from_utf8(message).map_err(|_| "the SCRAM message is not UTF-8")?;
+        let (without_proof, proof) = message
+            .rsplit_once(",p=")
+            .ok_or("the client-final message has no proof (p=)")?;
+        let mut attributes = without_proof.split(',');
+        let binding = attributes.next().and_then(|c| c.strip_prefix("c="));
+        if binding.and_then(|c| BASE64.decode(c).ok()).as_deref() != Some(gs2.as_bytes()) {
+            return Err("the channel binding (c=) does not repeat the GS2 header");
+        }
+        if attributes.next().and_then(|r| r.strip_prefix("r=")) != Some(nonce) {
+            return Err("the nonce (r=) is not the one the server sent");
+        }
+        let proof = BASE64.decode(proof).ok().and_then(|p| <[u8; 32]>::try_from(p).ok());
+        let proof = proof.ok_or("the proof (p=) is not 32 bytes of base64")?;
+        Ok(ClientFinal { without_proof, proof })
+    }
+}
+
+/// One login asked for its password by the proxy.
+pub(crate) struct Check<'a> {
+    verifier: &'a Verifier,
+    user: &'a str,
+    step: Step,
+}
+
+enum Step {
+    /// The first request is sent; its answer is awaited.
+    Asked,
+    /// Asked for md5 with this salt.
+    Md5([u8; 4]),
+    /// The server-first message is sent: the client's proof is awaited.
+    ScramFinal {
+        gs2: String,
+        nonce: String,
+        /// client-first-message-bare "," server-first-message ",".
+        auth_prefix: String,
+    },
+}
+
+impl<'a> Check<'a> {
+    /// Asks `user`'s login what the server asked, into `out`.
+    pub fn ask(verifier: &'a Verifier, user: &'a str, out: &mut BytesMut) -> Check<'a> {
+        let step = match verifier {
+            Verifier::Cleartext { .. } => {
+                request(out, CLEARTEXT, &[]);
+                Step::Asked
+            }
+            Verifier::Md5 { .. } => {
+                let salt: [u8; 4] = rand::random();
+                request(out, MD5, &salt);
+                Step::Md5(salt)
+            }
+            Verifier::Scram(_) => {
+                request(out, SASL, &[SCRAM_SHA_256.as_bytes(), b"\0\0"].concat());
+                Step::Asked
+            }
+        };
+        Check { verifier, user, step }
+    }
+
+    /// Judges the client's answer (a `p` message body). `Ok(true)`: the
+    /// password is proved, and `out` holds what the server would send
+    /// before AuthenticationOk; `Ok(false)`: `out` holds the next request.
+    pub fn answer(&mut self, body: &[u8], out: &mut BytesMut) -> Result<bool, Refusal> {
+        let wrong = || Refusal::Wrong(self.user.into());
+        let judged = |hash: &str, given: &str| match bool::from(hash.as_bytes().ct_eq(given.as_bytes())) {
+            true => Ok(true),
+            false => Err(wrong()),
+        };
+        match (&self.step, self.verifier) {
+            (Step::Asked, Verifier::Cleartext { user, md5 }) => {
+                let given = c_string(body).ok_or(Refusal::Malformed("the password message is not one string"))?;
+                judged(md5, &postgres_protocol::password::md5(given, user))
+            }
+            (Step::Md5(salt), Verifier::Md5 { md5 }) => {
+                let given = c_string(body).ok_or(Refusal::Malformed("the password message is not one string"))?;
+                let given = std::str::from_utf8(given).map_err(|_| wrong())?;
+                judged(&password::md5_from_hash(md5, *salt), given)
+            }
+            (Step::Asked, Verifier::Scram(keys)) => {
+                let (mechanism, first) = initial_response(body).map_err(Refusal::Malformed)?;
+                if mechanism != SCRAM_SHA_256 {
+                    return Err(Refusal::Malformed(
+                        "the client chose a SASL mechanism that was not offered",
+                    ));
+                }
+                let first = ClientFirst::parse(first).map_err(Refusal::Malformed)?;
+                let ours = BASE64.encode(rand::random::<[u8; NONCE_BYTES]>());
+                let nonce = format!("{}{ours}", first.nonce);
+                let server_first = format!("r={nonce},s={},i={}", keys.salt, keys.iterations);
+                request(out, SASL_CONTINUE, server_first.as_bytes());
+                self.step = Step::ScramFinal {
+                    gs2: first.gs2.into(),
+                    auth_prefix: format!("{},{server_first},", first.bare),
+                    nonce,
+                };
+                Ok(false)
+            }
+            (
+                Step::ScramFinal {
+                    gs2,
+                    nonce,
+                    auth_prefix,
+                },
+                Verifier::Scram(keys),
+            ) => {
+                let last = ClientFinal::parse(body, gs2, nonce).map_err(Refusal::Malformed)?;
+                let auth_message = format!("{auth_prefix}{}", last.without_proof);
+                if !keys.proves(&auth_message, &last.proof) {
+                    return Err(wrong());
+                }
+                let signature = hmac(&keys.server_key, auth_message.as_bytes());
+                request(out, SASL_FINAL, format!("v={}", BASE64.encode(signature)).as_bytes());
+                Ok(true)
+            }
+            _ => Err(Refusal::Malformed("an answer out of turn")),
+        }
+    }
+}
+
+/// Appends an authentication request.
+fn request(out: &mut BytesMut, method: u32, data: &[u8]) {
+    frame::write_message_parts(out, b'R', &[&method.to_be_bytes(), data]);
+}
+
+#[cfg(test)]
+mod tests {
+    use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+    use postgres_protocol::message::frontend;
+
+    use super::*;
+
+    /// The bodies of the messages in `out`, which it empties.
+    fn bodies(out: &mut BytesMut) -> Vec<Bytes> {
+        let mut found = Vec::new();
+        while let Ok(Some(header)) = frame::parse_header(out) {
+            found.push(out.split_to(header.len).freeze().slice(5..));
+        }
+        found
+    }
+
+    /// A `p` message's body, as a client library writes it.
+    fn written(write: impl FnOnce(&mut BytesMut) -> std::io::Result<()>) -> Bytes {
+        let mut out = BytesMut::new();
+        write(&mut out).unwrap();
+        bodies(&mut out).remove(0)
+    }
+
+    /// `password`'s SCRAM exchange with a check of `keys`, by
+    /// rust-postgres's client: the check's outcome, and whether the client
+    /// took the server's final message.
+    fn scram_login(verifier: &Verifier, password: &str) -> (Result<bool, Refusal>, bool) {
+        let mut out = BytesMut::new();
+        let mut check = Check::ask(verifier, "alice", &mut out);
+        let first = bodies(&mut out);
+        assert_eq!(&first[0][..], b"\0\0\0\x0aSCRAM-SHA-256\0\0");
+        let mut client = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+        let initial = written(|o| frontend::sasl_initial_response(SCRAM_SHA_256, client.message(), o));
+        assert_eq!(check.answer(&initial, &mut out), Ok(false));
+        let server_first = bodies(&mut out).remove(0);
+        client.update(&server_first[4..]).unwrap();
+        let last = written(|o| frontend::sasl_response(client.message(), o));
+        let outcome = check.answer(&last, &mut out);
+        let taken = outcome == Ok(true) && client.finish(&bodies(&mut out).remove(0)[4..]).is_ok();
+        (outcome, taken)
+    }
+
+    /// A SCRAM exchange as a server holding `password` would run it with
+    /// rust-postgres's client, recorded as the proxy records a relayed one.
+    fn relayed_scram(password: &str) -> Exchange {
+        let keys = ScramKeys::salted(password, "c2FsdHNhbHRzYWx0", 4096).unwrap();
+        let verifier = Verifier::Scram(keys);
+        let mut out = BytesMut::new();
+        let mut check = Check::ask(&verifier, "alice", &mut out);
+        let mut exchange = Exchange::default();
+        exchange.requests.extend(bodies(&mut out));
+        let mut client = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+        let initial = written(|o| frontend::sasl_initial_response(SCRAM_SHA_256, client.message(), o));
+        check.answer(&initial, &mut out).unwrap();
+        let server_first = bodies(&mut out).remove(0);
+        client.update(&server_first[4..]).unwrap();
+        let last = written(|o| frontend::sasl_response(client.message(), o));
+        exchange.requests.push(server_first);
+        exchange.answers.extend([initial, last.clone()]);
+        assert_eq!(check.answer(&last, &mut out), Ok(true));
+        exchange.requests.extend(bodies(&mut out));
+        exchange
+    }
+
+    #[test]
+    fn hi_is_pbkdf2_of_rfc_7677s_example() {
+        // RFC 7677 §3: user "user", password "pencil".
+        let keys = ScramKeys::salted("pencil", "W22ZaJ0SNY7soEsUEjb6gQ==", 4096).unwrap();
+        let client_first = "n=user,r=rOprNGfwEbeRWgbNEkqO";
+        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        let without_proof = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        let auth_message = [client_first, server_first, without_proof].join(",");
+        let proof: [u8; 32] = BASE64
+            .decode("dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert!(keys.proves(&auth_message, &proof));
+        let signature = hmac(&keys.server_key, auth_message.as_bytes());
+        assert_eq!(BASE64.encode(signature), "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
+    }
+
+    #[test]
+    fn a_scram_client_proves_the_right_password_and_takes_the_proxys_signature() {
+        let verifier = Verifier::Scram(ScramKeys::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap());
+        assert_eq!(scram_login(&verifier, "s3cret"), (Ok(true), true));
+        assert_eq!(
+            scram_login(&verifier, "not-it"),
+            (Err(Refusal::Wrong("alice".into())), false)
+        );
+    }
+
+    #[test]
+    fn a_relayed_scram_exchange_proves_the_auth_files_password_only() {
+        let exchange = relayed_scram("s3cret");
+        let right = Secret::Password("s3cret".into());
+        let Some(verifier) = Verifier::proved("alice", Some(&right), &exchange) else {
+            panic!("the password the client proved is proved")
+        };
+        // The keys proved are the server's: its salt and iterations, and a
+        // client holding the password logs in with them.
+        let Verifier::Scram(keys) = &verifier else {
+            unreachable!()
+        };
+        assert_eq!((keys.salt.as_str(), keys.iterations), ("c2FsdHNhbHRzYWx0", 4096));
+        assert_eq!(scram_login(&verifier, "s3cret"), (Ok(true), true));
+        let stale = Secret::Password("old".into());
+        assert!(Verifier::proved("alice", Some(&stale), &exchange).is_none());
+        assert!(Verifier::proved("alice", None, &exchange).is_none());
+        let md5 = Secret::Md5(postgres_protocol::password::md5(b"s3cret", "alice"));
+        assert!(
+            Verifier::proved("alice", Some(&md5), &exchange).is_none(),
+            "an md5 hash cannot prove SCRAM"
+        );
+    }
+
+    #[test]
+    fn md5_is_judged_from_the_password_or_its_hash() {
+        let salt = [7, 7, 7, 7];
+        let answer = postgres_protocol::authentication::md5_hash(b"alice", b"s3cret", salt);
+        let exchange = Exchange {
+            requests: vec![Bytes::from([&MD5.to_be_bytes()[..], &salt].concat())],
+            answers: vec![Bytes::from(format!("{answer}\0"))],
+        };
+        let hash = postgres_protocol::password::md5(b"s3cret", "alice");
+        for secret in [Secret::Password("s3cret".into()), Secret::Md5(hash)] {
+            let verifier = Verifier::proved("alice", Some(&secret), &exchange).expect("proved");
+            let mut out = BytesMut::new();
+            let mut check = Check::ask(&verifier, "alice", &mut out);
+            let request = bodies(&mut out).remove(0);
+            let (MD5, their_salt) = method(&request).unwrap() else {
+                panic!("md5 is asked")
+            };
+            let salt = *their_salt.first_chunk::<4>().unwrap();
+            let right = postgres_protocol::authentication::md5_hash(b"alice", b"s3cret", salt);
+            assert_eq!(check.answer(format!("{right}\0").as_bytes(), &mut out), Ok(true));
+            let mut check = Check::ask(&verifier, "alice", &mut out);
+            let salt = *method(&bodies(&mut out)[0]).unwrap().1.first_chunk::<4>().unwrap();
+            let wrong = postgres_protocol::authentication::md5_hash(b"alice", b"other", salt);
+            assert_eq!(
+                check.answer(format!("{wrong}\0").as_bytes(), &mut out),
+                Err(Refusal::Wrong("alice".into()))
+            );
+        }
+        let stale = Secret::Password("old".into());
+        assert!(Verifier::proved("alice", Some(&stale), &exchange).is_none());
+        assert!(Verifier::proved("alice", None, &exchange).is_none());
+    }
+
+    #[test]
+    fn cleartext_is_judged_from_what_the_client_sent() {
+        let exchange = Exchange {
+            requests: vec![Bytes::copy_from_slice(&CLEARTEXT.to_be_bytes())],
+            answers: vec![Bytes::from_static(b"s3cret\0")],
+        };
+        let verifier = Verifier::proved("bob", None, &exchange).expect("proved without an auth_file");
+        let mut out = BytesMut::new();
+        let mut check = Check::ask(&verifier, "bob", &mut out);
+        assert_eq!(&bodies(&mut out)[0][..], &CLEARTEXT.to_be_bytes());
+        assert_eq!(check.answer(b"s3cret\0", &mut out), Ok(true));
+        let mut check = Check::ask(&verifier, "bob", &mut out);
+        assert_eq!(check.answer(b"s3cre\0", &mut out), Err(Refusal::Wrong("bob".into())));
+    }
+
+    #[test]
+    fn malformed_answers_are_named_not_panicked_on() {
+        let verifier = Verifier::Scram(ScramKeys::salted("pw", "c2FsdA==", 16).unwrap());
+        let first = |message: &[u8]| {
+            let mut out = BytesMut::new();
+            let mut check = Check::ask(&verifier, "alice", &mut out);
+            let body = [b"SCRAM-SHA-256\0", &(message.len() as i32).to_be_bytes()[..], message].concat();
+            check.answer(&body, &mut out)
+        };
+        for (message, expected) in [
+            (&b"p=tls-server-end-point,,n=,r=abc"[..], "channel binding"),
+            (b"n,a=someone,n=,r=abc", "authorization identity"),
+            (b"x,,n=,r=abc", "GS2 header"),
+            (b"n,,r=abc", "names no user"),
+            (b"n,,n=,r=", "nonce"),
+            (b"n,,n=,r=a\x01b", "nonce"),
+            (b"n,,n=,r=\xff", "UTF-8"),
+        ] {
+            match first(message) {
+                Err(Refusal::Malformed(why)) => assert!(why.contains(expected), "{why}"),
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(message)),
+            }
+        }
+        let mut out = BytesMut::new();
+        let mut check = Check::ask(&verifier, "alice", &mut out);
+        out.clear();
+        for body in [
+            &b""[..],
+            b"SCRAM-SHA-256",
+            b"SCRAM-SHA-256\0\0\0\0\x08n,,n=,r=x",
+            b"PLAIN\0\0\0\0\x01x",
+        ] {
+            assert!(
+                matches!(check.answer(body, &mut out), Err(Refusal::Malformed(_))),
+                "{body:?}"
+            );
+        }
+        let body = [b"SCRAM-SHA-256\0", &9i32.to_be_bytes()[..], b"n,,n=,r=x"].concat();
+        assert_eq!(check.answer(&body, &mut out), Ok(false));
+        let nonce = String::from_utf8(bodies(&mut out)[0][6..].to_vec()).unwrap();
+        let nonce = nonce.split(',').next().unwrap();
+        let proof = BASE64.encode([0u8; 32]);
+        for (last, expected) in [
+            (format!("c=biws,r={nonce}"), "no proof"),
+            (format!("c=eSws,r={nonce},p={proof}"), "channel binding"),
+            (format!("c=biws,r=x,p={proof}"), "nonce"),
+            (format!("c=biws,r={nonce},p=AAAA"), "32 bytes"),
+        ] {
+            match check.answer(last.as_bytes(), &mut out) {
+                Err(Refusal::Malformed(why)) => assert!(why.contains(expected), "{why}"),
+                other => panic!("{last}: {other:?}"),
+            }
+        }
+        let zero = format!("c=biws,r={nonce},p={proof}");
+        assert_eq!(
+            check.answer(zero.as_bytes(), &mut out),
+            Err(Refusal::Wrong("alice".into()))
+        );
+    }
+
+    #[test]
+    fn exchanges_that_prove_nothing_prove_nothing() {
+        let password = Secret::Password("pw".into());
+        // A login that used channel binding: later ones are not offered it.
+        let mut plus = relayed_scram("pw");
+        let initial = plus.answers[0].strip_prefix(b"SCRAM-SHA-256\0").unwrap();
+        plus.answers[0] = Bytes::from([&b"SCRAM-SHA-256-PLUS\0"[..], initial].concat());
+        assert!(Verifier::proved("u", Some(&password), &plus).is_none());
+        assert!(Verifier::proved("u", Some(&password), &relayed_scram("pw")).is_some());
+        assert!(Verifier::proved("u", Some(&password), &Exchange::default()).is_none());
+        let mut out_of_order = relayed_scram("pw");
+        out_of_order.answers.swap(0, 1);
+        assert!(Verifier::proved("u", Some(&password), &out_of_order).is_none());
+        let unknown = Exchange {
+            requests: vec![Bytes::copy_from_slice(&7u32.to_be_bytes())],
+            answers: vec![Bytes::from_static(b"x\0")],
+        };
+        assert!(Verifier::proved("u", Some(&password), &unknown).is_none());
+    }
+}
