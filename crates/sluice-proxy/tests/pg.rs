@@ -567,19 +567,24 @@ fn logins_the_server_let_in_without_a_password_are_answered_from_the_pool() {
 /// once the proxy can judge the password as the server did: it asks the
 /// login itself (SCRAM-SHA-256, md5 or cleartext, as the server asked),
 /// and twenty logins of each user run on one backend. A wrong password is
-/// refused as the server refuses it. Where the auth_file's password is not
-/// the one the server took, the proxy can judge nothing: every login is
-/// the server's, on a backend of its own.
+/// refused as the server refuses it, and sends the next login to the
+/// server, which may have changed the password. Where the auth_file's
+/// password is not the one the server took, the proxy can judge nothing:
+/// every login is the server's, on a backend of its own.
 #[test]
 fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_it() {
     let Some(server) = PgServer::start() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let proxy_with = |alice: &str| {
-        let users = dir.path().join(format!("users-{alice}.txt"));
-        let text = format!("\"{PG_USER}\" \"{alice}\"\n\"{PG_MD5_USER}\" \"{PG_PASSWORD}\"\n");
-        std::fs::write(&users, text).unwrap();
+    let users = [PG_USER, PG_MD5_USER, PG_CLEARTEXT_USER];
+    let proxy_with = |password: &str| {
+        let file = dir.path().join(format!("users-{password}.txt"));
+        let lines: String = users
+            .iter()
+            .map(|user| format!("\"{user}\" \"{password}\"\n"))
+            .collect();
+        std::fs::write(&file, lines).unwrap();
         let mut config = pool_config(&server, 60);
-        config.auth_file = Some(users);
+        config.auth_file = Some(file);
         ProxyHandle::start_with(config, GateConfig::default())
     };
     let pids_of_logins = |proxy: &ProxyHandle, user: &str, n: usize| {
@@ -591,23 +596,24 @@ fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_i
         }
         pids.len()
     };
+    let refused = |proxy: &ProxyHandle, user: &str, password: &str| {
+        let expected = QueryError::Server {
+            sqlstate: "28P01".into(),
+            message: format!("password authentication failed for user \"{user}\""),
+        };
+        let got = PgConn::try_login(proxy.addr, user, Some(password)).err();
+        assert_eq!(got, Some(expected), "{user} with {password}");
+    };
     let proxy = proxy_with(PG_PASSWORD);
-    // bob's cleartext password is proved by the server taking it: his line
-    // is not in the auth_file.
-    for user in [PG_USER, PG_MD5_USER, PG_CLEARTEXT_USER] {
+    for user in users {
         assert_eq!(
             pids_of_logins(&proxy, user, 20),
             1,
             "{user}: twenty logins, one backend"
         );
-        let refused = PgConn::try_login(proxy.addr, user, Some("not-the-password")).err();
-        let expected = QueryError::Server {
-            sqlstate: "28P01".into(),
-            message: format!("password authentication failed for user \"{user}\""),
-        };
-        assert_eq!(refused, Some(expected), "{user} with a wrong password");
     }
     assert_eq!(client_backends(&server), 3, "one backend for each user");
+
     // An answer the proxy cannot read is named.
     let mut garbled = PgConn::raw(proxy.addr);
     garbled.send_startup(PG_USER);
@@ -629,23 +635,40 @@ fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_i
     assert_eq!(sqlstate, "08P01", "{message}");
     assert!(message.contains("names no user"), "{message}");
 
+    for user in users {
+        refused(&proxy, user, "not-the-password");
+    }
+    // Each refusal sent the next login to the server: a backend of its own.
+    assert_eq!(pids_of_logins(&proxy, PG_MD5_USER, 1), 1);
+    assert_eq!(client_backends(&server), 4, "carol's login was the server's");
+
+    // alice's password changes on the server: her first login with the new
+    // one is judged by the old, and refused; the next is the server's.
+    // A login of hers relayed first: the proxy judges her password again.
+    PgConn::login(proxy.addr, PG_USER, Some(PG_PASSWORD));
+    let changed = server.psql("ALTER ROLE alice PASSWORD 'changed'");
+    assert!(changed.status.success(), "{}", text(&changed.stderr));
+    refused(&proxy, PG_USER, "changed");
+    let mut alice = PgConn::login(proxy.addr, PG_USER, Some("changed"));
+    assert_eq!(alice.query("SELECT current_user"), Ok(vec![PG_USER.to_string()]));
+    // The auth_file's password is not the server's any more: nothing the
+    // proxy can judge by, so the old password is the server's to refuse.
+    refused(&proxy, PG_USER, PG_PASSWORD);
+
     let stale = proxy_with("an-old-password");
-    assert_eq!(
-        pids_of_logins(&stale, PG_USER, 3),
-        3,
-        "alice's logins stay the server's"
-    );
-    assert_eq!(pids_of_logins(&stale, PG_MD5_USER, 3), 1, "carol's line is right");
+    for user in [PG_MD5_USER, PG_CLEARTEXT_USER] {
+        assert_eq!(pids_of_logins(&stale, user, 3), 3, "{user}'s logins stay the server's");
+    }
 }
 
 #[test]
 fn backends_the_pool_could_not_open_again_are_kept_past_p() {
     let Some(server) = PgServer::start() else { return };
     let proxy = pooled(&server, 60, gate(2, 64, 10_000));
-    // carol logs in with an md5 password, and there is no auth_file to
-    // repeat it or to judge it by: each login is the server's.
+    // bob logs in with a password, and there is no auth_file to repeat it
+    // or to judge it by: each login is the server's.
     let mut clients: Vec<PgConn> = (0..4)
-        .map(|_| PgConn::login(proxy.addr, PG_MD5_USER, Some(PG_PASSWORD)))
+        .map(|_| PgConn::login(proxy.addr, PG_CLEARTEXT_USER, Some(PG_PASSWORD)))
         .collect();
     for c in &mut clients {
         for _ in 0..3 {

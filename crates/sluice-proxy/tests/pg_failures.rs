@@ -315,12 +315,12 @@ fn stand_in_session(mut conn: TcpStream, n: usize) -> Option<()> {
     }
 }
 
-/// A stand-in asks a login for an md5 password and takes any: with no
-/// auth_file to judge it by, the proxy relays such a login every time (see
-/// `Pool::welcome`), so that each brings a backend of its own into the pool.
+/// A stand-in asks a login for a password and takes any: the proxy relays
+/// such a login every time (see `Pool::welcome`), so that each brings a
+/// backend of its own into the pool.
 fn ask_password(conn: &mut TcpStream) -> Option<()> {
     let mut out = BytesMut::new();
-    frame::write_message(&mut out, b'R', &[0, 0, 0, 5, 1, 2, 3, 4]);
+    frame::write_message(&mut out, b'R', &3u32.to_be_bytes());
     conn.write_all(&out).ok()?;
     read_message(conn).filter(|(tag, _)| *tag == b'p').map(drop)
 }

@@ -1,11 +1,14 @@
-//! The passwords transaction pooling opens server connections with
-//! (`auth_file`, in PgBouncer's format).
+//! The passwords transaction pooling opens server connections with, and
+//! judges logins by (`auth_file`, in PgBouncer's format).
 //!
-//! A client always logs in on a backend of its own, relayed byte for byte
-//! to PostgreSQL (see `pg::pool`); only then may it borrow pooled
-//! backends of the same login. When the pool has none idle it opens one
-//! itself, and a server that asks a password needs the user's: this file
-//! gives it. Each line is `"user" "secret"` (a `"` inside a field is
+//! A login is relayed byte for byte to PostgreSQL, on a backend of its own
+//! (see `pg::pool`), until the server has let one of its StartupMessage
+//! in; only then may clients of it borrow pooled backends. When the pool
+//! has none idle it opens one itself, and a server that asks a password
+//! needs the user's: this file gives it. The same line lets the proxy
+//! judge the passwords of later logins it answers from the pool, once a
+//! relayed login showed the server takes that password
+//! ([`super::verifier`]). Each line is `"user" "secret"` (a `"` inside a field is
 //! written `""`; further fields are ignored; blank lines and lines starting
 //! with `;` or `#` are comments), the secret being either
 //!
@@ -17,16 +20,13 @@
 //! Departure from PgBouncer: a SCRAM secret (`SCRAM-SHA-256$…`) is refused.
 //! PgBouncer can log in with one only by taking the client key from the
 //! proof of a client who authenticated to PgBouncer itself; here the
-//! client's SCRAM exchange is PostgreSQL's own, relayed, so no client key
-//! is ever at hand.
-//!
-//! A user's line also lets the proxy judge the password of a login it
-//! answers from the pool ([`super::verifier`]), once a login relayed to
-//! the server showed the server takes the same password.
+//! pool opens connections without waiting for such a client, so the
+//! password or its md5 hash must be at hand.
 //!
 //! The file is read when the proxy starts (a bad file stops it there, with
-//! the line at fault named) and again at each server connection the pool
-//! opens under a password, so a changed password takes effect without a
+//! the line at fault named), and again at each server connection the pool
+//! opens under a password and at each relayed login whose password the
+//! proxy has not judged yet, so a changed password takes effect without a
 //! restart.
 
 use std::collections::HashMap;

@@ -40,11 +40,12 @@
 //! opens one by replaying the StartupMessage; a server that asks a password
 //! of that connection gets the user's from the `auth_file`
 //! ([`super::auth_file`], answered by [`super::password`]). Without one the
-//! request is refused with SQLSTATE 08001, and under password
-//! authentication the pool grows only by logins. A login the server let in
-//! is answered from the pool for a while after, without a backend of its
+//! request is refused with SQLSTATE 08001, and the pool of a login the
+//! server asks a password of grows only by logins. A login the server let
+//! in is answered from the pool for a while after, without a backend of its
 //! own ([`Pool::welcome`]); if the server asked it for a password, only
-//! where the proxy can judge the password as the server did, and asks it
+//! where the user's auth_file line gives the password the server took: the
+//! proxy then asks for it, and judges it as the server did
 //! ([`super::verifier`]).
 //!
 //! Named prepared statements (protocol-level Parse) follow their client
@@ -60,7 +61,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -85,6 +86,8 @@ use crate::stats::Stats;
 
 /// How long opening a pooled backend may take, login included.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// AuthenticationOk, whole.
+const AUTHENTICATION_OK: &[u8] = b"R\0\0\0\x08\0\0\0\0";
 
 /// One server connection.
 pub(crate) struct Backend {
@@ -390,8 +393,8 @@ pub(crate) struct PoolSettings {
 /// What a login of one StartupMessage is answered from the pool with.
 #[derive(Clone)]
 pub(crate) struct Welcome {
-    /// The server's answers, from AuthenticationOk up to and with
-    /// ReadyForQuery.
+    /// The server's answers up to and with ReadyForQuery: from
+    /// AuthenticationOk where the proxy asks for the password.
     pub answers: Bytes,
     /// The password the server asked for, as the proxy judges it; `None`
     /// if the server let the login in without one.
@@ -410,6 +413,9 @@ pub(crate) struct Pool {
     /// By StartupMessage, the answers to give a login from the pool (see
     /// [`Pool::welcome`]).
     welcomes: Mutex<FxHashMap<Bytes, Welcome>>,
+    /// Answers forgotten so far, counted under the `welcomes` lock (see
+    /// [`Pool::remember_welcome`]).
+    forgets: AtomicU64,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -424,6 +430,7 @@ impl Pool {
             settings,
             idle: Mutex::default(),
             welcomes: Mutex::default(),
+            forgets: AtomicU64::new(0),
             stats,
         });
         let weak = Arc::downgrade(&pool);
@@ -451,35 +458,71 @@ impl Pool {
         self.welcomes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A login of `startup` was let in and answered `answers` from its
-    /// AuthenticationOk up to and with its ReadyForQuery; if the server
-    /// asked it for a password, `exchange` is how that went. Later logins
-    /// of `startup` are answered so while the pool can judge their
-    /// passwords as the server did ([`super::verifier`]).
-    pub fn remember_welcome(&self, startup: &Bytes, answers: Bytes, exchange: Option<&Exchange>) {
+    /// How many kept answers were forgotten so far: a login notes it as it
+    /// begins, for [`Pool::remember_welcome`].
+    pub fn forgets(&self) -> u64 {
+        self.forgets.load(Ordering::Relaxed)
+    }
+
+    /// A login of `startup` was let in and answered `answers`, up to and
+    /// with its ReadyForQuery; if the server asked it for a password,
+    /// `exchange` is how that went. Later logins of `startup` are answered
+    /// so while the pool can judge their passwords as the server did
+    /// ([`super::verifier`]). Nothing is kept if answers were forgotten
+    /// since the login began (`forgets_before`): a login refused meanwhile
+    /// may have been refused for reasons this one was let in without.
+    pub fn remember_welcome(&self, startup: &Bytes, answers: Bytes, exchange: Option<&Exchange>, forgets_before: u64) {
         let verifier = match exchange {
             None => None,
-            Some(exchange) => {
-                let user = user_of(startup);
-                let secret = self.secret(&user).ok().and_then(Result::ok);
-                match Verifier::proved(&user, secret.as_ref(), exchange) {
-                    Some(verifier) => Some(Arc::new(verifier)),
-                    None => return,
-                }
-            }
+            // The proxy's own password exchange goes first, and the
+            // answers follow it: they must begin where the server's
+            // exchange ended.
+            Some(_) if !answers.starts_with(AUTHENTICATION_OK) => return,
+            Some(exchange) => match self.verifier(startup, exchange) {
+                Some(verifier) => Some(verifier),
+                None => return,
+            },
         };
         let welcome = Welcome {
             answers,
             verifier,
             at: Instant::now(),
         };
-        self.welcomes().insert(startup.clone(), welcome);
+        let mut welcomes = self.welcomes();
+        if self.forgets() == forgets_before {
+            welcomes.insert(startup.clone(), welcome);
+        }
     }
 
-    /// A login of `startup` relayed to the server was asked for a password,
-    /// or refused: later ones are relayed too, until one is let in again.
+    /// What a relayed `exchange` proves for `startup`'s user: the verifier
+    /// kept for it if that proves it (no PBKDF2), else one derived from the
+    /// user's auth_file secret.
+    fn verifier(&self, startup: &[u8], exchange: &Exchange) -> Option<Arc<Verifier>> {
+        let user = user_of(startup);
+        let kept = self.welcomes().get(startup).and_then(|w| w.verifier.clone());
+        if let Some(kept) = kept.filter(|kept| kept.proves(&user, exchange)) {
+            return Some(kept);
+        }
+        let secret = self.secret(&user).ok()?.ok()?;
+        Verifier::proved(&user, Some(&secret), exchange).map(Arc::new)
+    }
+
+    /// A login of `startup` was refused, by the server or by the proxy:
+    /// later ones are relayed, until the server lets one in again.
     pub fn forget_welcome(&self, startup: &[u8]) {
-        self.welcomes().remove(startup);
+        let mut welcomes = self.welcomes();
+        self.forgets.fetch_add(1, Ordering::Relaxed);
+        welcomes.remove(startup);
+    }
+
+    /// The server asked a login of `startup` for a password: answers kept
+    /// from one it let in without are forgotten.
+    pub fn forget_passwordless_welcome(&self, startup: &[u8]) {
+        let mut welcomes = self.welcomes();
+        if welcomes.get(startup).is_some_and(|w| w.verifier.is_none()) {
+            self.forgets.fetch_add(1, Ordering::Relaxed);
+            welcomes.remove(startup);
+        }
     }
 
     /// The answers to give a login of `startup` from the pool, without a
@@ -487,14 +530,16 @@ impl Pool {
     /// less than the idle timeout ago, while the pool holds a live idle
     /// backend of it. A login the server asked for a password is answered
     /// so only where the pool can judge the password as the server did
-    /// ([`super::verifier`]): the proxy asks it first. The server sees every client of the
-    /// proxy come from the proxy's address, so a StartupMessage it let in
-    /// without a password it lets in again until its rules or the role
-    /// change; a change (`pg_hba.conf`, `NOLOGIN`, `CONNECT` revoked, a
-    /// connection limit, `ALTER ROLE ... SET`) reaches logins within the
-    /// idle timeout, when one is relayed to the server again, or at once
-    /// where a login of it relayed or opened by the pool is asked for a
-    /// password or refused. A login costs the server a process of its own
+    /// ([`super::verifier`]): the proxy asks for it first. The server sees
+    /// every client of the proxy come from the proxy's address, so a
+    /// StartupMessage it let in it lets in again, with the same password,
+    /// until its rules or the role change; a change (`pg_hba.conf`, a
+    /// password, `NOLOGIN`, `CONNECT` revoked, a connection limit, `ALTER
+    /// ROLE ... SET`) reaches logins within the idle timeout, when one is
+    /// relayed to the server again, or at once where a login of it relayed
+    /// or opened by the pool is refused, or the proxy refuses a password.
+    /// Answers kept from a login let in without a password are forgotten
+    /// too where one is asked for a password. A login costs the server a process of its own
     /// (a fork, and memory until the pool closes it); answered from the
     /// pool it costs a lookup, as PgBouncer answers logins itself.
     pub fn welcome(&self, startup: &[u8]) -> Option<Welcome> {
@@ -509,15 +554,6 @@ impl Pool {
         let welcomes = self.welcomes();
         let welcome = welcomes.get(startup)?;
         (welcome.at.elapsed() < self.settings.idle_timeout).then(|| welcome.clone())
-    }
-
-    /// Forgets the answers kept for `startup` if they were given without a
-    /// password.
-    fn forget_open_welcome(&self, startup: &[u8]) {
-        let mut welcomes = self.welcomes();
-        if welcomes.get(startup).is_some_and(|w| w.verifier.is_none()) {
-            welcomes.remove(startup);
-        }
     }
 
     /// The most recently used live backend for `startup`, or a new one.
@@ -652,7 +688,7 @@ impl Pool {
                     }
                     // The server asks this login for a password now: a
                     // login it let in without one is no guide any more.
-                    self.forget_open_welcome(startup);
+                    self.forget_passwordless_welcome(startup);
                     let login = match login.as_mut() {
                         Some(login) => login,
                         None => login.insert(Login::new(&user, self.secret(&user)?)),

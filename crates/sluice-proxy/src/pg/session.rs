@@ -362,11 +362,15 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     // answered from the pool, its password (if it was asked one) judged by
     // the proxy (see `Pool::welcome`).
     let welcome = ctx.pool.as_ref().and_then(|pool| pool.welcome(&buf[..startup_len]));
-    let challenged = welcome.as_ref().is_some_and(|w| w.verifier.is_some());
-    if let Some(verifier) = welcome.as_ref().and_then(|w| w.verifier.as_deref()) {
+    let forgets_before = ctx.pool.as_ref().map_or(0, |pool| pool.forgets());
+    if let Some((pool, verifier)) = ctx
+        .pool
+        .as_ref()
+        .zip(welcome.as_ref().and_then(|w| w.verifier.as_deref()))
+    {
         let mut rest = buf.split_off(startup_len);
-        let user = params.user.as_deref().unwrap_or_default();
-        let asked = ask_password(&mut client_rd, &mut client_wr, &mut rest, verifier, user);
+        let login = (&buf[..], params.user.as_deref().unwrap_or_default());
+        let asked = ask_password(&mut client_rd, &mut client_wr, &mut rest, verifier, pool, login);
         match timeout_at(login_deadline, asked).await {
             Ok(Ok(true)) => buf.unsplit(rest),
             Ok(Ok(false)) => return Ok(()),
@@ -430,11 +434,12 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         client: client_wr,
         buf: welcome.map(|w| BytesMut::from(&w.answers[..])).unwrap_or_default(),
         login_answers,
+        forgets_before,
         shared: &shared,
         ctx,
         cancel: None,
         last_tag: 0,
-        challenged,
+        challenged: false,
         reopens: false,
         idle: None,
         parked: false,
@@ -448,15 +453,18 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 /// Asks the client for its password as the server asked when it let this
-/// login in, and judges the answers ([`super::verifier`]); `buf` holds what
-/// the client sent after its StartupMessage. Returns whether the password
-/// was proved; a client refused is told why.
+/// login (its StartupMessage and user) in, and judges the responses
+/// ([`super::verifier`]); `buf` holds what the client sent after its
+/// StartupMessage. Returns whether the password was proved; a client
+/// refused is told why, and a wrong password sends the next login of it
+/// to the server, in case the server's password changed.
 async fn ask_password<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     client_rd: &mut R,
     client_wr: &mut W,
     buf: &mut BytesMut,
     verifier: &Verifier,
-    user: &str,
+    pool: &Pool,
+    (startup, user): (&[u8], &str),
 ) -> io::Result<bool> {
     let mut out = BytesMut::new();
     let mut check = Check::ask(verifier, user, &mut out);
@@ -497,6 +505,9 @@ async fn ask_password<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 return Ok(true);
             }
             Err(refusal) => {
+                if matches!(refusal, Refusal::Wrong(_)) {
+                    pool.forget_welcome(startup);
+                }
                 fatal(client_wr, refusal.sqlstate(), &refusal.to_string()).await?;
                 return Ok(false);
             }
@@ -746,11 +757,11 @@ impl<R: AsyncRead + Unpin> ToUpstream<'_, R> {
             let message = pos..pos + header.len;
             if header.tag == b'p' && self.shared.pooling.is_some() && !self.welcomed && self.logging_in() {
                 // Noted before it goes on: the server's next request, or
-                // its AuthenticationOk, finds it here. More answers than
+                // its AuthenticationOk, finds it here. More responses than
                 // SCRAM's two prove nothing, so no more are kept.
-                let answers = &mut self.shared.lock().exchange.answers;
-                if answers.len() < 3 {
-                    answers.push(Bytes::copy_from_slice(&buf[message.start + 5..message.end]));
+                let responses = &mut self.shared.lock().exchange.responses;
+                if responses.len() < 3 {
+                    responses.push(Bytes::copy_from_slice(&buf[message.start + 5..message.end]));
                 }
             }
             let action = self.message(header.tag, &buf, &mut pending).await?;
@@ -1131,14 +1142,16 @@ struct ToClient<'a, W> {
     ctx: &'a PgContext,
     cancel: Option<CancelGuard>,
     last_tag: u8,
-    /// The client's login was asked for a password, by the server or,
-    /// answered from the pool, by the proxy.
+    /// The server asked the client's login for a password.
     challenged: bool,
     /// Under transaction pooling, the server's answers to the client's
     /// login so far, its password requests aside (those go to
     /// `State::exchange`): kept by the pool, once the login is over, to
     /// answer later logins of the same StartupMessage with.
     login_answers: Option<BytesMut>,
+    /// [`Pool::forgets`] as the login began: the answers are kept only if
+    /// none was forgotten since, as a refusal may have outdated them.
+    forgets_before: u64,
     /// Under transaction pooling, decided at the end of the login: the pool
     /// can open backends for this login itself (no password was asked, or
     /// the auth_file answers for its user), so its idle backends beyond P
@@ -1362,8 +1375,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
     /// Notes what a message means for the session.
     fn inspect(&mut self, tag: u8, body: &mut [u8]) -> Inspected {
         if let Some(answers) = self.login_answers.as_mut() {
-            // Asked for a password, or refused: the pool answers no login
-            // of this StartupMessage until the server lets one in again.
+            // Refused: the pool answers no login of this StartupMessage
+            // until the server lets one in again; asked for a password:
+            // none without one.
             let challenge = tag == b'R' && body.get(..4).is_some_and(|method| method != [0; 4]);
             if challenge {
                 let request = Bytes::copy_from_slice(body);
@@ -1371,9 +1385,11 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             } else {
                 frame::write_message(answers, tag, body);
             }
-            if challenge || tag == b'E' {
-                if let Some(pooling) = &self.shared.pooling {
+            if let Some(pooling) = &self.shared.pooling {
+                if tag == b'E' {
                     pooling.pool.forget_welcome(&pooling.login);
+                } else if challenge {
+                    pooling.pool.forget_passwordless_welcome(&pooling.login);
                 }
             }
         }
@@ -1591,9 +1607,10 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             if let Some(answers) = self.login_answers.take() {
                 let exchange = mem::take(&mut self.shared.lock().exchange);
                 let exchange = self.challenged.then_some(&exchange);
+                let forgets_before = self.forgets_before;
                 pooling
                     .pool
-                    .remember_welcome(&pooling.login, answers.freeze(), exchange);
+                    .remember_welcome(&pooling.login, answers.freeze(), exchange, forgets_before);
             }
         }
         let released = idle_backend.is_some();

@@ -8,10 +8,13 @@
 //! the answer as the server would. It can when the relayed exchange proves
 //! what the server holds:
 //!
-//! - **cleartext** (`password` in `pg_hba.conf`): the client sent the
-//!   password itself and the server took it;
-//! - **md5**: the user's `auth_file` secret ([`super::auth_file`]) gives
-//!   the answer the client gave to the server's salt;
+//! - **cleartext**: the client sent the password the server took, and the
+//!   user's `auth_file` secret ([`super::auth_file`]) is that password.
+//!   PostgreSQL asks for a password in clear for `ldap`, `pam`, `radius`
+//!   and `bsd` as well as for `password`; a one-time code never matches
+//!   the file, so such logins stay the server's;
+//! - **md5**: the user's `auth_file` secret gives the answer the client
+//!   gave to the server's salt;
 //! - **SCRAM-SHA-256**: the user's `auth_file` password, salted and
 //!   iterated as the server said, gives the proof the client sent. The
 //!   proxy then holds the server's StoredKey and ServerKey, and asks later
@@ -19,16 +22,26 @@
 //!   exchange it would see with the server, and proves the proxy knows the
 //!   verifier as the server's final message proves it to a client.
 //!
-//! A [`Verifier`] is what one relayed exchange proved; a [`Check`] asks a
-//! later login and judges its answers. A verifier lives only as long as the
-//! answers kept with it (at most the idle timeout): a password changed on
-//! the server is the server's to judge again by then, or at once where a
-//! login the proxy relays or a connection the pool opens is refused.
+//! Requiring the auth_file's agreement also means the pool can open
+//! backends for every login it answers so (see `pg::pool`).
 //!
-//! Departures from PostgreSQL: SCRAM-SHA-256-PLUS (channel binding) is not
-//! offered, so a relayed login that used it proves nothing and its later
-//! logins stay relayed; the md5 salt is the proxy's, fresh for each login,
-//! as the server's is.
+//! A [`Verifier`] is what one relayed exchange proved; a [`Check`] asks a
+//! later login and judges its responses. A verifier lives only as long as
+//! the server's answers kept with it (at most the idle timeout), and a
+//! password the proxy refuses sends the next login to the server again.
+//!
+//! Departures from PostgreSQL, each bounded by the idle timeout:
+//!
+//! - a password changed on the server, or past its `VALID UNTIL`, is
+//!   judged as before until a login is relayed again: at once where the
+//!   proxy refuses a password, or where a relayed login or a connection
+//!   the pool opens is refused;
+//! - SCRAM-SHA-256-PLUS (channel binding) is not offered: a relayed login
+//!   that used it proves nothing, and a client that requires it (libpq's
+//!   `channel_binding=require`) cannot log in on answers kept from a plain
+//!   SCRAM login;
+//! - an exchange with more than [`MAX_ITERATIONS`] is not checked, and its
+//!   logins stay the server's.
 //!
 //! Written here, on RustCrypto's HMAC and SHA-256: `postgres-protocol` has
 //! only SCRAM's client side, and no maintained crate checks an exchange it
@@ -49,31 +62,30 @@ use super::password::{self, CLEARTEXT, MD5, SASL, SASL_CONTINUE, SASL_FINAL};
 /// The mechanism offered: SCRAM without channel binding.
 const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
 /// The most iterations a relayed exchange is checked with: each costs the
-/// proxy two HMACs, once per relayed login (PostgreSQL's default is 4096).
+/// proxy an HMAC, once per relayed login (PostgreSQL's default is 4096).
 const MAX_ITERATIONS: u32 = 100_000;
 /// Random bytes of the proxy's share of a SCRAM nonce, as PostgreSQL's.
 const NONCE_BYTES: usize = 18;
 
 /// A relayed login's password exchange, as it passed through the proxy.
-#[derive(Debug, Default)]
+/// (No `Debug`: it holds passwords, and what is proved from it keys.)
+#[derive(Default)]
 pub(crate) struct Exchange {
     /// The server's authentication requests other than AuthenticationOk,
     /// each body whole (the method first).
     pub requests: Vec<Bytes>,
-    /// The client's answers (`p` message bodies), in order.
-    pub answers: Vec<Bytes>,
+    /// The client's responses (`p` message bodies), in order.
+    pub responses: Vec<Bytes>,
 }
 
 /// What a relayed exchange proved the server holds for a user.
-#[derive(Debug)]
 pub(crate) enum Verifier {
     /// The server asked for the password in clear. Kept as md5(password ‖
     /// user), the form `pg_authid` knows, not as the password.
     Cleartext {
-        user: String,
         md5: String,
     },
-    /// The server asked for md5; `md5` is the hash of `pg_authid`'s form.
+    /// The server asked for md5; `md5` is the hash in `pg_authid`'s form.
     Md5 {
         md5: String,
     },
@@ -81,7 +93,6 @@ pub(crate) enum Verifier {
 }
 
 /// A SCRAM-SHA-256 verifier, as the server stores it.
-#[derive(Debug)]
 pub(crate) struct ScramKeys {
     /// As the server sent it, in base64.
     salt: String,
@@ -113,27 +124,43 @@ impl Verifier {
     /// What `exchange`, which ended in the server letting `user` in, proves
     /// with the user's `auth_file` secret, if anything (see the module doc).
     pub fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
-        let (first, data) = method(exchange.requests.first()?)?;
-        match (first, exchange.answers.as_slice()) {
-            (CLEARTEXT, [given]) => Some(Verifier::Cleartext {
-                user: user.into(),
-                md5: postgres_protocol::password::md5(c_string(given)?, user),
+        let md5 = |secret: &Secret| match secret {
+            Secret::Password(password) => postgres_protocol::password::md5(password.as_bytes(), user),
+            Secret::Md5(hash) => hash.clone(),
+        };
+        let (first, _) = method(exchange.requests.first()?)?;
+        let verifier = match (first, secret?) {
+            (CLEARTEXT, secret) => Verifier::Cleartext { md5: md5(secret) },
+            (MD5, secret) => Verifier::Md5 { md5: md5(secret) },
+            (SASL, Secret::Password(password)) => {
+                let relayed = RelayedScram::parse(exchange)?;
+                Verifier::Scram(ScramKeys::salted(password, relayed.salt, relayed.iterations)?)
+            }
+            _ => return None,
+        };
+        verifier.proves(user, exchange).then_some(verifier)
+    }
+
+    /// Whether `exchange`, relayed, is `user`'s holding the password this
+    /// verifier checks: a check without PBKDF2, so a verifier kept is
+    /// tried before a new one is derived.
+    pub fn proves(&self, user: &str, exchange: &Exchange) -> bool {
+        let Some((first, data)) = exchange.requests.first().and_then(|request| method(request)) else {
+            return false;
+        };
+        match (self, first, exchange.responses.as_slice()) {
+            (Verifier::Cleartext { md5 }, CLEARTEXT, [given]) => {
+                c_string(given).is_some_and(|given| postgres_protocol::password::md5(given, user) == *md5)
+            }
+            (Verifier::Md5 { md5 }, MD5, [given]) => data
+                .first_chunk::<4>()
+                .zip(c_string(given))
+                .is_some_and(|(salt, given)| password::md5_from_hash(md5, *salt).as_bytes() == given),
+            (Verifier::Scram(keys), SASL, _) => RelayedScram::parse(exchange).is_some_and(|relayed| {
+                (relayed.salt, relayed.iterations) == (keys.salt.as_str(), keys.iterations)
+                    && keys.proves(&relayed.auth_message, &relayed.proof)
             }),
-            (MD5, [given]) => {
-                let md5 = match secret? {
-                    Secret::Password(password) => postgres_protocol::password::md5(password.as_bytes(), user),
-                    Secret::Md5(hash) => hash.clone(),
-                };
-                let salt = *data.first_chunk::<4>()?;
-                (password::md5_from_hash(&md5, salt).as_bytes() == c_string(given)?).then_some(Verifier::Md5 { md5 })
-            }
-            (SASL, [initial, last]) => {
-                let Some(Secret::Password(password)) = secret else {
-                    return None;
-                };
-                ScramKeys::proved(password, exchange.requests.get(1)?, initial, last).map(Verifier::Scram)
-            }
-            _ => None,
+            _ => false,
         }
     }
 }
@@ -149,12 +176,23 @@ fn c_string(body: &[u8]) -> Option<&[u8]> {
     body.strip_suffix(b"\0").filter(|s| !s.contains(&0))
 }
 
-impl ScramKeys {
-    /// The keys of `password` as the server salted and iterated it, if they
-    /// give the proof the client sent: `initial` is its SASLInitialResponse,
-    /// `continued` the server's SASLContinue, `last` its SASLResponse.
-    fn proved(password: &str, continued: &[u8], initial: &[u8], last: &[u8]) -> Option<ScramKeys> {
-        let (SASL_CONTINUE, server_first) = method(continued)? else {
+/// A relayed SCRAM-SHA-256 exchange (without channel binding), as the
+/// proof in it is checked.
+struct RelayedScram<'a> {
+    salt: &'a str,
+    iterations: u32,
+    auth_message: String,
+    proof: [u8; 32],
+}
+
+impl<'a> RelayedScram<'a> {
+    /// The SASLInitialResponse and SASLResponse of `exchange`, with the
+    /// server's SASLContinue between them.
+    fn parse(exchange: &'a Exchange) -> Option<RelayedScram<'a>> {
+        let [initial, last] = exchange.responses.as_slice() else {
+            return None;
+        };
+        let (SASL_CONTINUE, server_first) = method(exchange.requests.get(1)?)? else {
             return None;
         };
         let server_first = std::str::from_utf8(server_first).ok()?;
@@ -170,12 +208,17 @@ impl ScramKeys {
         if !nonce.starts_with(first.nonce) || iterations == 0 || iterations > MAX_ITERATIONS {
             return None;
         }
-        let keys = ScramKeys::salted(password, salt, iterations)?;
         let last = ClientFinal::parse(last, first.gs2, nonce).ok()?;
-        let auth_message = [first.bare, server_first, last.without_proof].join(",");
-        keys.proves(&auth_message, &last.proof).then_some(keys)
+        Some(RelayedScram {
+            salt,
+            iterations,
+            auth_message: [first.bare, server_first, last.without_proof].join(","),
+            proof: last.proof,
+        })
     }
+}
 
+impl ScramKeys {
     /// The keys of `password` salted with `salt` (base64) and iterated
     /// `iterations` times.
     fn salted(password: &str, salt: &str, iterations: u32) -> Option<ScramKeys> {
@@ -200,13 +243,17 @@ impl ScramKeys {
 
 /// SCRAM's Hi(): PBKDF2 with HMAC-SHA-256 and one block.
 fn hi(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    let mut mac = Hmac::<Sha256>::new_from_slice(password).expect("HMAC takes keys of any length");
+    // Keyed once: each iteration clones it rather than hash the key again.
+    let keyed = Hmac::<Sha256>::new_from_slice(password).expect("HMAC takes keys of any length");
+    let mut mac = keyed.clone();
     mac.update(salt);
     mac.update(&1u32.to_be_bytes());
     let mut previous: [u8; 32] = mac.finalize().into_bytes().into();
     let mut result = previous;
     for _ in 1..iterations {
-        previous = hmac(password, &previous);
+        let mut mac = keyed.clone();
+        mac.update(&previous);
+        previous = mac.finalize().into_bytes().into();
         result.iter_mut().zip(previous).for_each(|(r, p)| *r ^= p);
     }
     result
@@ -262,6 +309,9 @@ impl<'a> ClientFirst<'a> {
         }
         let bare = rest.strip_prefix(',').ok_or("the GS2 header is malformed")?;
         let gs2 = &message[..message.len() - bare.len()];
+        if bare.starts_with("m=") {
+            return Err("the client requires a SCRAM extension that is not supported");
+        }
         let mut attributes = bare.split(',');
         if !attributes.next().is_some_and(|user| user.starts_with("n=")) {
             return Err("the client-first message names no user (n=)");
@@ -346,7 +396,7 @@ impl<'a> Check<'a> {
         Check { verifier, user, step }
     }
 
-    /// Judges the client's answer (a `p` message body). `Ok(true)`: the
+    /// Judges the client's response (a `p` message body). `Ok(true)`: the
     /// password is proved, and `out` holds what the server would send
     /// before AuthenticationOk; `Ok(false)`: `out` holds the next request.
     pub fn answer(&mut self, body: &[u8], out: &mut BytesMut) -> Result<bool, Refusal> {
@@ -356,9 +406,9 @@ impl<'a> Check<'a> {
             false => Err(wrong()),
         };
         match (&self.step, self.verifier) {
-            (Step::Asked, Verifier::Cleartext { user, md5 }) => {
+            (Step::Asked, Verifier::Cleartext { md5 }) => {
                 let given = c_string(body).ok_or(Refusal::Malformed("the password message is not one string"))?;
-                judged(md5, &postgres_protocol::password::md5(given, user))
+                judged(md5, &postgres_protocol::password::md5(given, self.user))
             }
             (Step::Md5(salt), Verifier::Md5 { md5 }) => {
                 let given = c_string(body).ok_or(Refusal::Malformed("the password message is not one string"))?;
@@ -469,7 +519,7 @@ mod tests {
         client.update(&server_first[4..]).unwrap();
         let last = written(|o| frontend::sasl_response(client.message(), o));
         exchange.requests.push(server_first);
-        exchange.answers.extend([initial, last.clone()]);
+        exchange.responses.extend([initial, last.clone()]);
         assert_eq!(check.answer(&last, &mut out), Ok(true));
         exchange.requests.extend(bodies(&mut out));
         exchange
@@ -528,12 +578,32 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_verifier_proves_later_exchanges_of_its_password_only() {
+        let right = Secret::Password("s3cret".into());
+        let verifier = Verifier::proved("alice", Some(&right), &relayed_scram("s3cret")).expect("proved");
+        assert!(
+            verifier.proves("alice", &relayed_scram("s3cret")),
+            "a new nonce, the same password"
+        );
+        assert!(!verifier.proves("alice", &relayed_scram("other")));
+        let cleartext = |password: &'static [u8]| Exchange {
+            requests: vec![Bytes::copy_from_slice(&CLEARTEXT.to_be_bytes())],
+            responses: vec![Bytes::from_static(password)],
+        };
+        assert!(!verifier.proves("alice", &cleartext(b"s3cret\0")), "another method");
+        let verifier = Verifier::proved("alice", Some(&right), &cleartext(b"s3cret\0")).expect("proved");
+        assert!(verifier.proves("alice", &cleartext(b"s3cret\0")));
+        assert!(!verifier.proves("alice", &cleartext(b"other\0")));
+        assert!(!verifier.proves("bob", &cleartext(b"s3cret\0")), "another user");
+    }
+
+    #[test]
     fn md5_is_judged_from_the_password_or_its_hash() {
         let salt = [7, 7, 7, 7];
         let answer = postgres_protocol::authentication::md5_hash(b"alice", b"s3cret", salt);
         let exchange = Exchange {
             requests: vec![Bytes::from([&MD5.to_be_bytes()[..], &salt].concat())],
-            answers: vec![Bytes::from(format!("{answer}\0"))],
+            responses: vec![Bytes::from(format!("{answer}\0"))],
         };
         let hash = postgres_protocol::password::md5(b"s3cret", "alice");
         for secret in [Secret::Password("s3cret".into()), Secret::Md5(hash)] {
@@ -561,12 +631,18 @@ mod tests {
     }
 
     #[test]
-    fn cleartext_is_judged_from_what_the_client_sent() {
+    fn cleartext_is_judged_where_the_auth_file_agrees_with_the_server() {
         let exchange = Exchange {
             requests: vec![Bytes::copy_from_slice(&CLEARTEXT.to_be_bytes())],
-            answers: vec![Bytes::from_static(b"s3cret\0")],
+            responses: vec![Bytes::from_static(b"s3cret\0")],
         };
-        let verifier = Verifier::proved("bob", None, &exchange).expect("proved without an auth_file");
+        let stale = Secret::Password("old".into());
+        assert!(Verifier::proved("bob", Some(&stale), &exchange).is_none());
+        assert!(Verifier::proved("bob", None, &exchange).is_none());
+        let hash = Secret::Md5(postgres_protocol::password::md5(b"s3cret", "bob"));
+        assert!(Verifier::proved("bob", Some(&hash), &exchange).is_some());
+        let right = Secret::Password("s3cret".into());
+        let verifier = Verifier::proved("bob", Some(&right), &exchange).expect("proved");
         let mut out = BytesMut::new();
         let mut check = Check::ask(&verifier, "bob", &mut out);
         assert_eq!(&bodies(&mut out)[0][..], &CLEARTEXT.to_be_bytes());
@@ -589,6 +665,7 @@ mod tests {
             (b"n,a=someone,n=,r=abc", "authorization identity"),
             (b"x,,n=,r=abc", "GS2 header"),
             (b"n,,r=abc", "names no user"),
+            (b"n,,m=ext,n=,r=abc", "extension"),
             (b"n,,n=,r=", "nonce"),
             (b"n,,n=,r=a\x01b", "nonce"),
             (b"n,,n=,r=\xff", "UTF-8"),
@@ -640,17 +717,17 @@ mod tests {
         let password = Secret::Password("pw".into());
         // A login that used channel binding: later ones are not offered it.
         let mut plus = relayed_scram("pw");
-        let initial = plus.answers[0].strip_prefix(b"SCRAM-SHA-256\0").unwrap();
-        plus.answers[0] = Bytes::from([&b"SCRAM-SHA-256-PLUS\0"[..], initial].concat());
+        let initial = plus.responses[0].strip_prefix(b"SCRAM-SHA-256\0").unwrap();
+        plus.responses[0] = Bytes::from([&b"SCRAM-SHA-256-PLUS\0"[..], initial].concat());
         assert!(Verifier::proved("u", Some(&password), &plus).is_none());
         assert!(Verifier::proved("u", Some(&password), &relayed_scram("pw")).is_some());
         assert!(Verifier::proved("u", Some(&password), &Exchange::default()).is_none());
         let mut out_of_order = relayed_scram("pw");
-        out_of_order.answers.swap(0, 1);
+        out_of_order.responses.swap(0, 1);
         assert!(Verifier::proved("u", Some(&password), &out_of_order).is_none());
         let unknown = Exchange {
             requests: vec![Bytes::copy_from_slice(&7u32.to_be_bytes())],
-            answers: vec![Bytes::from_static(b"x\0")],
+            responses: vec![Bytes::from_static(b"x\0")],
         };
         assert!(Verifier::proved("u", Some(&password), &unknown).is_none());
     }
