@@ -661,6 +661,45 @@ fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_i
     }
 }
 
+/// An auth_file line may be the SCRAM secret `pg_authid` holds instead of
+/// the password. It judges logins as the password does; once a client of
+/// the user has logged in, the pool opens backends with the ClientKey that
+/// client's proof revealed, so no password need be written down.
+#[test]
+fn a_scram_secret_in_the_auth_file_judges_logins_and_opens_backends() {
+    let Some(server) = PgServer::start() else { return };
+    let secret = server.psql("SELECT rolpassword FROM pg_authid WHERE rolname = 'alice'");
+    let secret = text(&secret.stdout).trim().to_string();
+    assert!(secret.starts_with("SCRAM-SHA-256$"), "{secret}");
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.txt");
+    std::fs::write(&users, format!("\"{PG_USER}\" \"{secret}\"\n")).unwrap();
+    let mut config = pool_config(&server, 60);
+    config.auth_file = Some(users);
+    let proxy = ProxyHandle::start_with(config, gate(4, 64, 10_000));
+    // The first login is the server's; the secret judges the others.
+    let mut clients: Vec<PgConn> = (0..3)
+        .map(|_| PgConn::login(proxy.addr, PG_USER, Some(PG_PASSWORD)))
+        .collect();
+    assert_eq!(client_backends(&server), 1, "one login went to the server");
+    let refused = PgConn::try_login(proxy.addr, PG_USER, Some("not-the-password")).err();
+    assert!(
+        matches!(&refused, Some(QueryError::Server { sqlstate, .. }) if sqlstate == "28P01"),
+        "{refused:?}"
+    );
+    // Three transactions at once need three backends: the pool opens two.
+    let mut pids = std::collections::HashSet::new();
+    for client in &mut clients {
+        client.query("BEGIN").expect("BEGIN");
+        pids.insert(backend_pid(client));
+    }
+    assert_eq!(pids.len(), 3, "backends opened with the key: {pids:?}");
+    for client in &mut clients {
+        client.query("COMMIT").expect("COMMIT");
+        assert_eq!(client.query("SELECT current_user"), Ok(vec![PG_USER.to_string()]));
+    }
+}
+
 #[test]
 fn backends_the_pool_could_not_open_again_are_kept_past_p() {
     let Some(server) = PgServer::start() else { return };
@@ -788,7 +827,7 @@ fn a_bad_auth_file_stops_the_start() {
     let mut config = ProxyConfig::new("127.0.0.1:0", "127.0.0.1:1", Protocol::Pg);
     config.pool = PoolMode::Transaction;
     for (path, expected) in [
-        (users, "line 1: a SCRAM secret cannot"),
+        (users, "line 1: a SCRAM secret must read"),
         (dir.path().join("none.txt"), "none.txt: "),
     ] {
         config.auth_file = Some(path);

@@ -13,15 +13,15 @@
 //! with `;` or `#` are comments), the secret being either
 //!
 //! - the password itself, which answers every method PostgreSQL asks for
-//!   (cleartext, md5, SCRAM-SHA-256), or
+//!   (cleartext, md5, SCRAM-SHA-256),
 //! - its md5 hash, `md5` followed by 32 hex digits of md5(password ‖ user)
-//!   as in `pg_authid`, which answers md5 only.
-//!
-//! Departure from PgBouncer: a SCRAM secret (`SCRAM-SHA-256$…`) is refused.
-//! PgBouncer can log in with one only by taking the client key from the
-//! proof of a client who authenticated to PgBouncer itself; here the
-//! pool opens connections without waiting for such a client, so the
-//! password or its md5 hash must be at hand.
+//!   as in `pg_authid`, which answers md5 only, or
+//! - its SCRAM secret, `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`
+//!   as in `pg_authid` (so that no password need be written down), which
+//!   answers SCRAM-SHA-256 only, and opens server connections only once a
+//!   client of the user has logged in through the proxy since it started:
+//!   a proof that checks against the secret reveals the ClientKey to log in
+//!   with ([`super::scram`]), as PgBouncer does.
 //!
 //! The file is read when the proxy starts (a bad file stops it there, with
 //! the line at fault named), and again at each server connection the pool
@@ -34,12 +34,15 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use super::scram::ScramSecret;
+
 /// What a user's line gives to log in with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Secret {
     Password(String),
     /// `md5` and 32 lowercase hex digits, as `pg_authid` stores it.
     Md5(String),
+    Scram(ScramSecret),
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -103,7 +106,7 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 
 fn secret_of(secret: String) -> Result<Secret, &'static str> {
     if secret.starts_with("SCRAM-SHA-256$") {
-        return Err("a SCRAM secret cannot open server connections (the client's SCRAM exchange is PostgreSQL's, relayed, so its key is never at hand): give the password or its md5 hash");
+        return ScramSecret::parse(&secret).map(Secret::Scram);
     }
     let is_md5 = secret.len() == 35
         && secret.starts_with("md5")
@@ -133,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn reads_passwords_and_md5_hashes() {
+    fn reads_passwords_md5_hashes_and_scram_secrets() {
         let text = "; PgBouncer-style\n\n\"alice\" \"s3cret\"\n# comment\n\"bob\" \"md5a3556571e93b0d20722ba62be61e8c2d\" \"ignored\"\n\"q\"\"uote\" \"pa\"\"ss\"\n";
         let secrets = parse(text).unwrap();
         assert_eq!(secrets["alice"], Secret::Password("s3cret".into()));
@@ -143,6 +146,9 @@ mod tests {
         );
         assert_eq!(secrets["q\"uote"], Secret::Password("pa\"ss".into()));
         assert_eq!(secrets.len(), 3);
+        let stored = postgres_protocol::password::scram_sha_256(b"s3cret");
+        let secrets = parse(&format!("\"carol\" \"{stored}\"")).unwrap();
+        assert_eq!(secrets["carol"], Secret::Scram(ScramSecret::parse(&stored).unwrap()));
     }
 
     #[test]
@@ -162,7 +168,7 @@ mod tests {
         assert_eq!(parse("\"alice\" \"unterminated").unwrap_err().0, 1);
         let (line, problem) = parse("\n\"a\" \"SCRAM-SHA-256$4096:c2FsdA==$a:b\"").unwrap_err();
         assert_eq!(line, 2);
-        assert!(problem.starts_with("a SCRAM secret cannot"), "{problem}");
+        assert!(problem.starts_with("a SCRAM secret must read"), "{problem}");
     }
 
     #[test]

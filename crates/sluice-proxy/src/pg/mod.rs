@@ -16,6 +16,7 @@ pub(crate) mod password;
 pub(crate) mod pool;
 pub(crate) mod prepared;
 pub mod reported;
+pub(crate) mod scram;
 pub(crate) mod session;
 pub mod sql;
 pub mod tls;

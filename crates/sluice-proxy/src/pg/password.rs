@@ -12,6 +12,7 @@ use postgres_protocol::message::frontend;
 use thiserror::Error;
 
 use super::auth_file::Secret;
+use super::scram::KeyedLogin;
 
 /// AuthenticationOk, which needs no answer.
 pub(crate) const OK: u32 = 0;
@@ -27,6 +28,10 @@ pub(crate) enum AuthError {
     NoSecret { user: String, method: u32, why: String },
     #[error("the server asks SCRAM-SHA-256 of user `{user}`, and auth_file has only the md5 hash of the password: give the password itself")]
     Md5Only { user: String },
+    #[error("the server asks user `{user}` for authentication request {method}, and auth_file has only the SCRAM secret, which answers SCRAM-SHA-256: give the password itself")]
+    ScramOnly { user: String, method: u32 },
+    #[error("auth_file has a SCRAM secret for user `{user}`, which opens server connections only once a client of that user has logged in through the proxy with the password the secret is of")]
+    NoClientKey { user: String },
     #[error("the server asks for authentication request {0}, which the pool cannot answer (it answers cleartext, md5 and SCRAM-SHA-256)")]
     Unsupported(u32),
     #[error("the server offers no SASL mechanism the pool knows (it knows SCRAM-SHA-256 without channel binding)")]
@@ -42,14 +47,24 @@ pub(crate) struct Login<'a> {
     user: &'a str,
     /// The user's secret, or why there is none.
     secret: Result<Secret, String>,
-    scram: Option<sasl::ScramSha256>,
+    /// Where the secret is a SCRAM secret: the ClientKey a client's proof
+    /// revealed, if one did (see [`super::scram`]).
+    client_key: Option<[u8; 32]>,
+    scram: Option<Scram>,
+}
+
+/// A SCRAM exchange under way, with the password or with a ClientKey.
+enum Scram {
+    Password(sasl::ScramSha256),
+    Keyed(KeyedLogin),
 }
 
 impl<'a> Login<'a> {
-    pub fn new(user: &'a str, secret: Result<Secret, String>) -> Login<'a> {
+    pub fn new(user: &'a str, secret: Result<Secret, String>, client_key: Option<[u8; 32]>) -> Login<'a> {
         Login {
             user,
             secret,
+            client_key,
             scram: None,
         }
     }
@@ -58,15 +73,20 @@ impl<'a> Login<'a> {
     /// (`method` and the message body after it) into `out`.
     pub fn answer(&mut self, method: u32, data: &[u8], out: &mut BytesMut) -> Result<(), AuthError> {
         match method {
-            SASL_CONTINUE => {
-                let scram = self.scram.as_mut().ok_or(AuthError::Malformed)?;
-                scram.update(data).map_err(AuthError::Scram)?;
-                frontend::sasl_response(scram.message(), out).map_err(AuthError::Scram)?;
-            }
-            SASL_FINAL => {
-                let scram = self.scram.as_mut().ok_or(AuthError::Malformed)?;
-                scram.finish(data).map_err(AuthError::Scram)?;
-            }
+            SASL_CONTINUE => match self.scram.as_mut().ok_or(AuthError::Malformed)? {
+                Scram::Password(scram) => {
+                    scram.update(data).map_err(AuthError::Scram)?;
+                    frontend::sasl_response(scram.message(), out).map_err(AuthError::Scram)?;
+                }
+                Scram::Keyed(keyed) => {
+                    let last = keyed.answer(data).map_err(keyed_failed)?;
+                    frontend::sasl_response(last.as_bytes(), out).map_err(AuthError::Scram)?;
+                }
+            },
+            SASL_FINAL => match self.scram.as_mut().ok_or(AuthError::Malformed)? {
+                Scram::Password(scram) => scram.finish(data).map_err(AuthError::Scram)?,
+                Scram::Keyed(keyed) => keyed.finish(data).map_err(keyed_failed)?,
+            },
             _ => self.first_answer(method, data, out)?,
         }
         Ok(())
@@ -84,36 +104,61 @@ impl<'a> Login<'a> {
             method,
             why: format!("its auth_file secret cannot be sent: {e}"),
         };
+        if method == SASL && !data.split(|&b| b == 0).any(|m| m == sasl::SCRAM_SHA_256.as_bytes()) {
+            return Err(AuthError::NoMechanism);
+        }
         match (method, secret) {
             (CLEARTEXT, Secret::Password(password)) => {
                 frontend::password_message(password.as_bytes(), out).map_err(bad_secret)
             }
             (MD5, secret) => {
                 let salt = *data.first_chunk::<4>().ok_or(AuthError::Malformed)?;
-                frontend::password_message(md5_answer(self.user, secret, salt).as_bytes(), out).map_err(bad_secret)
+                let answer = md5_answer(self.user, secret, salt).ok_or_else(|| AuthError::ScramOnly {
+                    user: self.user.into(),
+                    method,
+                })?;
+                frontend::password_message(answer.as_bytes(), out).map_err(bad_secret)
             }
             (SASL, Secret::Password(password)) => {
-                if !data.split(|&b| b == 0).any(|m| m == sasl::SCRAM_SHA_256.as_bytes()) {
-                    return Err(AuthError::NoMechanism);
-                }
                 let scram = sasl::ScramSha256::new(password.as_bytes(), sasl::ChannelBinding::unsupported());
                 frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), out).map_err(AuthError::Scram)?;
-                self.scram = Some(scram);
+                self.scram = Some(Scram::Password(scram));
+                Ok(())
+            }
+            (SASL, Secret::Scram(secret)) => {
+                let client_key = self
+                    .client_key
+                    .filter(|key| secret.opens_with(key))
+                    .ok_or_else(|| AuthError::NoClientKey { user: self.user.into() })?;
+                let keyed = KeyedLogin::new(secret.clone(), client_key);
+                frontend::sasl_initial_response(sasl::SCRAM_SHA_256, keyed.first().as_bytes(), out)
+                    .map_err(AuthError::Scram)?;
+                self.scram = Some(Scram::Keyed(keyed));
                 Ok(())
             }
             (CLEARTEXT | SASL, Secret::Md5(_)) => Err(AuthError::Md5Only { user: self.user.into() }),
+            (CLEARTEXT, Secret::Scram(_)) => Err(AuthError::ScramOnly {
+                user: self.user.into(),
+                method,
+            }),
             (method, _) => Err(AuthError::Unsupported(method)),
         }
     }
 }
 
 /// `md5` and hex of md5(hex of md5(password ‖ user) ‖ salt), PostgreSQL's
-/// md5 answer; from a stored hash, only its second step.
-fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> String {
+/// md5 answer; from a stored hash, only its second step. A SCRAM secret
+/// has no md5 answer: `None`.
+fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> Option<String> {
     match secret {
-        Secret::Password(password) => md5_hash(user.as_bytes(), password.as_bytes(), salt),
-        Secret::Md5(hash) => md5_from_hash(hash, salt),
+        Secret::Password(password) => Some(md5_hash(user.as_bytes(), password.as_bytes(), salt)),
+        Secret::Md5(hash) => Some(md5_from_hash(hash, salt)),
+        Secret::Scram(_) => None,
     }
+}
+
+fn keyed_failed(why: &'static str) -> AuthError {
+    AuthError::Scram(std::io::Error::other(why))
 }
 
 /// The md5 answer to `salt` from `hash`, as `pg_authid` stores it (`md5`
@@ -127,6 +172,7 @@ pub(crate) fn md5_from_hash(hash: &str, salt: [u8; 4]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scram::ScramSecret;
     use super::*;
 
     #[test]
@@ -146,7 +192,7 @@ mod tests {
     fn answers_cleartext_and_md5() {
         let password = Secret::Password("pw".into());
         let mut out = BytesMut::new();
-        let mut login = Login::new("u", Ok(password.clone()));
+        let mut login = Login::new("u", Ok(password.clone()), None);
         login.answer(CLEARTEXT, b"", &mut out).unwrap();
         assert_eq!(&out[..], b"p\0\0\0\x07pw\0");
         out.clear();
@@ -158,31 +204,45 @@ mod tests {
     fn refuses_clearly() {
         let hash = Secret::Md5(format!("md5{}", "0".repeat(32)));
         let mut out = BytesMut::new();
-        let err = Login::new("u", Err("no auth_file is set".into()))
+        let err = Login::new("u", Err("no auth_file is set".into()), None)
             .answer(MD5, &[0; 4], &mut out)
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "the server asks a password (authentication request 5) to open a connection for user `u`, and no auth_file is set"
         );
-        let err = Login::new("u", Ok(hash))
+        let err = Login::new("u", Ok(hash), None)
             .answer(SASL, b"SCRAM-SHA-256\0\0", &mut out)
             .unwrap_err();
         assert!(matches!(err, AuthError::Md5Only { .. }), "{err}");
         let password = Secret::Password("pw".into());
-        let err = Login::new("u", Ok(password.clone()))
+        let err = Login::new("u", Ok(password.clone()), None)
             .answer(SASL, b"SCRAM-SHA-256-PLUS\0\0", &mut out)
             .unwrap_err();
         assert!(matches!(err, AuthError::NoMechanism), "{err}");
-        let err = Login::new("u", Ok(password.clone()))
+        let err = Login::new("u", Ok(password.clone()), None)
             .answer(7, b"", &mut out)
             .unwrap_err();
         assert!(matches!(err, AuthError::Unsupported(7)), "{err}");
-        let err = Login::new("u", Ok(password.clone()))
+        let err = Login::new("u", Ok(password.clone()), None)
             .answer(SASL_CONTINUE, b"r=x", &mut out)
             .unwrap_err();
         assert!(matches!(err, AuthError::Malformed), "{err}");
-        let short_salt = Login::new("u", Ok(password)).answer(MD5, b"\0\0", &mut out);
+        let short_salt = Login::new("u", Ok(password), None).answer(MD5, b"\0\0", &mut out);
+        let stored = postgres_protocol::password::scram_sha_256(b"pw");
+        let secret = Secret::Scram(ScramSecret::parse(&stored).unwrap());
+        for key in [None, Some([0; 32])] {
+            let err = Login::new("u", Ok(secret.clone()), key)
+                .answer(SASL, b"SCRAM-SHA-256\0\0", &mut out)
+                .unwrap_err();
+            assert!(matches!(err, AuthError::NoClientKey { .. }), "{err}");
+        }
+        for method in [CLEARTEXT, MD5] {
+            let err = Login::new("u", Ok(secret.clone()), None)
+                .answer(method, &[0; 4], &mut out)
+                .unwrap_err();
+            assert!(matches!(err, AuthError::ScramOnly { .. }), "{err}");
+        }
         assert!(matches!(short_salt, Err(AuthError::Malformed)));
         assert!(out.is_empty(), "nothing is sent after a refusal");
     }
@@ -191,7 +251,7 @@ mod tests {
     fn a_bad_scram_server_message_is_an_error_not_a_panic() {
         let password = Secret::Password("pw".into());
         let mut out = BytesMut::new();
-        let mut login = Login::new("u", Ok(password.clone()));
+        let mut login = Login::new("u", Ok(password.clone()), None);
         login.answer(SASL, b"SCRAM-SHA-256\0\0", &mut out).unwrap();
         assert!(out.starts_with(b"p"));
         let err = login.answer(SASL_CONTINUE, b"garbage", &mut out).unwrap_err();

@@ -57,7 +57,7 @@
 //! transaction pooler: docs/transaction-pooling.md has the whole table. A client that disconnects in the middle of a request takes
 //! its backend with it: it is closed, never pooled.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
 use std::pin::{pin, Pin};
@@ -416,6 +416,11 @@ pub(crate) struct Pool {
     /// Answers forgotten so far, counted under the `welcomes` lock (see
     /// [`Pool::remember_welcome`]).
     forgets: AtomicU64,
+    /// By user, for users whose auth_file line is a SCRAM secret: the
+    /// ClientKey a relayed login's proof revealed, to open backends with
+    /// (see [`super::scram`]). Kept while the proxy runs, as PgBouncer
+    /// keeps it; a key the secret no longer hashes to is not used.
+    client_keys: Mutex<HashMap<String, [u8; 32]>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -431,6 +436,7 @@ impl Pool {
             idle: Mutex::default(),
             welcomes: Mutex::default(),
             forgets: AtomicU64::new(0),
+            client_keys: Mutex::default(),
             stats,
         });
         let weak = Arc::downgrade(&pool);
@@ -504,7 +510,17 @@ impl Pool {
             return Some(kept);
         }
         let secret = self.secret(&user).ok()?.ok()?;
-        Verifier::proved(&user, Some(&secret), exchange).map(Arc::new)
+        let verifier = Verifier::proved(&user, Some(&secret), exchange)?;
+        if let Secret::Scram(secret) = &secret {
+            if let Some(key) = exchange.client_key(secret) {
+                self.client_keys().insert(user, key);
+            }
+        }
+        Some(Arc::new(verifier))
+    }
+
+    fn client_keys(&self) -> MutexGuard<'_, HashMap<String, [u8; 32]>> {
+        self.client_keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A login of `startup` was refused, by the server or by the proxy:
@@ -691,7 +707,10 @@ impl Pool {
                     self.forget_passwordless_welcome(startup);
                     let login = match login.as_mut() {
                         Some(login) => login,
-                        None => login.insert(Login::new(&user, self.secret(&user)?)),
+                        None => {
+                            let client_key = self.client_keys().get(&user).copied();
+                            login.insert(Login::new(&user, self.secret(&user)?, client_key))
+                        }
                     };
                     login.answer(method, data, &mut out)?;
                     backend
@@ -718,10 +737,16 @@ impl Pool {
         }
     }
 
-    /// Whether the auth_file, read now, holds a password for the user
-    /// `startup` names.
+    /// Whether the auth_file, read now, opens backends for the user
+    /// `startup` names: a password or md5 hash, or a SCRAM secret whose
+    /// ClientKey a login revealed.
     pub fn answers_for(&self, startup: &[u8]) -> bool {
-        matches!(self.secret(&user_of(startup)), Ok(Ok(_)))
+        let user = user_of(startup);
+        match self.secret(&user) {
+            Ok(Ok(Secret::Scram(secret))) => self.client_keys().get(&user).is_some_and(|key| secret.opens_with(key)),
+            Ok(Ok(_)) => true,
+            _ => false,
+        }
     }
 
     /// `user`'s secret from the auth_file, read now, or why there is none.

@@ -1603,7 +1603,6 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
             )
         };
         if let Some(pooling) = self.shared.pooling.as_ref().filter(|_| logged_in) {
-            self.reopens = !self.challenged || pooling.pool.answers_for(&pooling.login);
             if let Some(answers) = self.login_answers.take() {
                 let exchange = mem::take(&mut self.shared.lock().exchange);
                 let exchange = self.challenged.then_some(&exchange);
@@ -1612,6 +1611,9 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                     .pool
                     .remember_welcome(&pooling.login, answers.freeze(), exchange, forgets_before);
             }
+            // After the remembering: a proof it checked may have given the
+            // pool the key to open backends with (see `pg::scram`).
+            self.reopens = !self.challenged || pooling.pool.answers_for(&pooling.login);
         }
         let released = idle_backend.is_some();
         if let Some((pooling, backend)) = idle_backend {

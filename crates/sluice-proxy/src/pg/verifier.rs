@@ -16,11 +16,13 @@
 //! - **md5**: the user's `auth_file` secret gives the answer the client
 //!   gave to the server's salt;
 //! - **SCRAM-SHA-256**: the user's `auth_file` password, salted and
-//!   iterated as the server said, gives the proof the client sent. The
-//!   proxy then holds the server's StoredKey and ServerKey, and asks later
-//!   logins with the server's salt and iteration count: a client sees the
-//!   exchange it would see with the server, and proves the proxy knows the
-//!   verifier as the server's final message proves it to a client.
+//!   iterated as the server said, gives the proof the client sent; or the
+//!   line is the server's own SCRAM secret (the same salt and iterations),
+//!   and the proof checks against it. The proxy then holds the server's
+//!   StoredKey and ServerKey, and asks later logins with the server's salt
+//!   and iteration count: a client sees the exchange it would see with the
+//!   server, and the final message proves to it that the proxy holds the
+//!   secret, as the server's does.
 //!
 //! Requiring the auth_file's agreement also means the pool can open
 //! backends for every login it answers so (see `pg::pool`).
@@ -47,25 +49,14 @@
 //! only SCRAM's client side, and no maintained crate checks an exchange it
 //! only watched.
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use thiserror::Error;
 
 use super::auth_file::Secret;
 use super::frame;
 use super::password::{self, CLEARTEXT, MD5, SASL, SASL_CONTINUE, SASL_FINAL};
-
-/// The mechanism offered: SCRAM without channel binding.
-const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
-/// The most iterations a relayed exchange is checked with: each costs the
-/// proxy an HMAC, once per relayed login (PostgreSQL's default is 4096).
-const MAX_ITERATIONS: u32 = 100_000;
-/// Random bytes of the proxy's share of a SCRAM nonce, as PostgreSQL's.
-const NONCE_BYTES: usize = 18;
+use super::scram::{self, ClientFinal, ClientFirst, ScramSecret, MAX_ITERATIONS, SCRAM_SHA_256};
 
 /// A relayed login's password exchange, as it passed through the proxy.
 /// (No `Debug`: it holds passwords, and what is proved from it keys.)
@@ -89,16 +80,7 @@ pub(crate) enum Verifier {
     Md5 {
         md5: String,
     },
-    Scram(ScramKeys),
-}
-
-/// A SCRAM-SHA-256 verifier, as the server stores it.
-pub(crate) struct ScramKeys {
-    /// As the server sent it, in base64.
-    salt: String,
-    iterations: u32,
-    stored_key: [u8; 32],
-    server_key: [u8; 32],
+    Scram(ScramSecret),
 }
 
 /// Why a login's answer is refused; the client is told in a FATAL error.
@@ -125,17 +107,20 @@ impl Verifier {
     /// with the user's `auth_file` secret, if anything (see the module doc).
     pub fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
         let md5 = |secret: &Secret| match secret {
-            Secret::Password(password) => postgres_protocol::password::md5(password.as_bytes(), user),
-            Secret::Md5(hash) => hash.clone(),
+            Secret::Password(password) => Some(postgres_protocol::password::md5(password.as_bytes(), user)),
+            Secret::Md5(hash) => Some(hash.clone()),
+            Secret::Scram(_) => None,
         };
         let (first, _) = method(exchange.requests.first()?)?;
         let verifier = match (first, secret?) {
-            (CLEARTEXT, secret) => Verifier::Cleartext { md5: md5(secret) },
-            (MD5, secret) => Verifier::Md5 { md5: md5(secret) },
+            (CLEARTEXT, secret) => Verifier::Cleartext { md5: md5(secret)? },
+            (MD5, secret) => Verifier::Md5 { md5: md5(secret)? },
             (SASL, Secret::Password(password)) => {
                 let relayed = RelayedScram::parse(exchange)?;
-                Verifier::Scram(ScramKeys::salted(password, relayed.salt, relayed.iterations)?)
+                Verifier::Scram(ScramSecret::salted(password, relayed.salt, relayed.iterations)?)
             }
+            // Its salt and iterations are checked with the proof.
+            (SASL, Secret::Scram(secret)) => Verifier::Scram(secret.clone()),
             _ => return None,
         };
         verifier.proves(user, exchange).then_some(verifier)
@@ -162,6 +147,18 @@ impl Verifier {
             }),
             _ => false,
         }
+    }
+}
+
+impl Exchange {
+    /// The ClientKey the client's proof in this relayed SCRAM exchange
+    /// reveals, where `secret` is the server's (see [`super::scram`]).
+    pub fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
+        let relayed = RelayedScram::parse(self)?;
+        if (relayed.salt, relayed.iterations) != (secret.salt.as_str(), secret.iterations) {
+            return None;
+        }
+        secret.client_key(&relayed.auth_message, &relayed.proof)
     }
 }
 
@@ -196,15 +193,12 @@ impl<'a> RelayedScram<'a> {
             return None;
         };
         let server_first = std::str::from_utf8(server_first).ok()?;
-        let (mechanism, first) = initial_response(initial).ok()?;
+        let (mechanism, first) = scram::initial_response(initial).ok()?;
         if mechanism != SCRAM_SHA_256 {
             return None;
         }
         let first = ClientFirst::parse(first).ok()?;
-        let mut attributes = server_first.split(',');
-        let nonce = attributes.next()?.strip_prefix("r=")?;
-        let salt = attributes.next()?.strip_prefix("s=")?;
-        let iterations: u32 = attributes.next()?.strip_prefix("i=")?.parse().ok()?;
+        let (nonce, salt, iterations) = scram::server_first(server_first)?;
         if !nonce.starts_with(first.nonce) || iterations == 0 || iterations > MAX_ITERATIONS {
             return None;
         }
@@ -215,142 +209,6 @@ impl<'a> RelayedScram<'a> {
             auth_message: [first.bare, server_first, last.without_proof].join(","),
             proof: last.proof,
         })
-    }
-}
-
-impl ScramKeys {
-    /// The keys of `password` salted with `salt` (base64) and iterated
-    /// `iterations` times.
-    fn salted(password: &str, salt: &str, iterations: u32) -> Option<ScramKeys> {
-        let salted = hi(&normalize(password), &BASE64.decode(salt).ok()?, iterations);
-        Some(ScramKeys {
-            salt: salt.into(),
-            iterations,
-            stored_key: Sha256::digest(hmac(&salted, b"Client Key")).into(),
-            server_key: hmac(&salted, b"Server Key"),
-        })
-    }
-
-    /// Whether `proof` is that of a client holding the password: its XOR
-    /// with the client signature hashes to the StoredKey (RFC 5802 §3).
-    fn proves(&self, auth_message: &str, proof: &[u8; 32]) -> bool {
-        let signature = hmac(&self.stored_key, auth_message.as_bytes());
-        let client_key: [u8; 32] = std::array::from_fn(|i| proof[i] ^ signature[i]);
-        let stored_key: [u8; 32] = Sha256::digest(client_key).into();
-        stored_key.ct_eq(&self.stored_key).into()
-    }
-}
-
-/// SCRAM's Hi(): PBKDF2 with HMAC-SHA-256 and one block.
-fn hi(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    // Keyed once: each iteration clones it rather than hash the key again.
-    let keyed = Hmac::<Sha256>::new_from_slice(password).expect("HMAC takes keys of any length");
-    let mut mac = keyed.clone();
-    mac.update(salt);
-    mac.update(&1u32.to_be_bytes());
-    let mut previous: [u8; 32] = mac.finalize().into_bytes().into();
-    let mut result = previous;
-    for _ in 1..iterations {
-        let mut mac = keyed.clone();
-        mac.update(&previous);
-        previous = mac.finalize().into_bytes().into();
-        result.iter_mut().zip(previous).for_each(|(r, p)| *r ^= p);
-    }
-    result
-}
-
-fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(message);
-    mac.finalize().into_bytes().into()
-}
-
-/// SASLprep of the password where it applies; PostgreSQL uses the bytes as
-/// they are otherwise (a password need not be valid UTF-8, nor pass it).
-fn normalize(password: &str) -> Vec<u8> {
-    match stringprep::saslprep(password) {
-        Ok(prepared) => prepared.into_owned().into_bytes(),
-        Err(_) => password.as_bytes().to_vec(),
-    }
-}
-
-/// A SASLInitialResponse body: the mechanism chosen, and its first message.
-fn initial_response(body: &[u8]) -> Result<(&str, &[u8]), &'static str> {
-    const BAD: &str = "SASLInitialResponse is not a mechanism name and a length-prefixed message";
-    let end = body.iter().position(|&b| b == 0).ok_or(BAD)?;
-    let mechanism = std::str::from_utf8(&body[..end]).map_err(|_| BAD)?;
-    let (len, message) = body[end + 1..].split_first_chunk::<4>().ok_or(BAD)?;
-    if usize::try_from(i32::from_be_bytes(*len)).ok() != Some(message.len()) {
-        return Err(BAD);
-    }
-    Ok((mechanism, message))
-}
-
-/// A client-first-message (RFC 5802 §7).
-struct ClientFirst<'a> {
-    /// The GS2 header, both commas included: bound by the final message.
-    gs2: &'a str,
-    /// The message without its GS2 header, as the AuthMessage takes it.
-    bare: &'a str,
-    nonce: &'a str,
-}
-
-impl<'a> ClientFirst<'a> {
-    fn parse(message: &'a [u8]) -> Result<ClientFirst<'a>, &'static str> {
-        let message = std::str::from_utf8(message).map_err(|_| "the SCRAM message is not UTF-8")?;
-        let rest = match message.as_bytes().first() {
-            Some(b'n' | b'y') => &message[1..],
-            Some(b'p') => return Err("the client asks for channel binding, which was not offered"),
-            _ => return Err("the SCRAM message does not begin with a GS2 header"),
-        };
-        let rest = rest.strip_prefix(',').ok_or("the GS2 header is malformed")?;
-        if rest.starts_with("a=") {
-            return Err("an authorization identity is not supported");
-        }
-        let bare = rest.strip_prefix(',').ok_or("the GS2 header is malformed")?;
-        let gs2 = &message[..message.len() - bare.len()];
-        if bare.starts_with("m=") {
-            return Err("the client requires a SCRAM extension that is not supported");
-        }
-        let mut attributes = bare.split(',');
-        if !attributes.next().is_some_and(|user| user.starts_with("n=")) {
-            return Err("the client-first message names no user (n=)");
-        }
-        let nonce = attributes
-            .next()
-            .and_then(|nonce| nonce.strip_prefix("r="))
-            .filter(|nonce| !nonce.is_empty() && nonce.bytes().all(|b| (0x21..0x7f).contains(&b)))
-            .ok_or("the client-first message has no printable nonce (r=)")?;
-        Ok(ClientFirst { gs2, bare, nonce })
-    }
-}
-
-/// A client-final-message (RFC 5802 §7), checked against the exchange.
-struct ClientFinal<'a> {
-    /// The message up to its proof, as the AuthMessage takes it.
-    without_proof: &'a str,
-    proof: [u8; 32],
-}
-
-impl<'a> ClientFinal<'a> {
-    /// Parses `message` and checks that it binds the GS2 header `gs2` and
-    /// carries the whole `nonce`.
-    fn parse(message: &'a [u8], gs2: &str, nonce: &str) -> Result<ClientFinal<'a>, &'static str> {
-        let message = std::str::from_utf8(message).map_err(|_| "the SCRAM message is not UTF-8")?;
-        let (without_proof, proof) = message
-            .rsplit_once(",p=")
-            .ok_or("the client-final message has no proof (p=)")?;
-        let mut attributes = without_proof.split(',');
-        let binding = attributes.next().and_then(|c| c.strip_prefix("c="));
-        if binding.and_then(|c| BASE64.decode(c).ok()).as_deref() != Some(gs2.as_bytes()) {
-            return Err("the channel binding (c=) does not repeat the GS2 header");
-        }
-        if attributes.next().and_then(|r| r.strip_prefix("r=")) != Some(nonce) {
-            return Err("the nonce (r=) is not the one the server sent");
-        }
-        let proof = BASE64.decode(proof).ok().and_then(|p| <[u8; 32]>::try_from(p).ok());
-        let proof = proof.ok_or("the proof (p=) is not 32 bytes of base64")?;
-        Ok(ClientFinal { without_proof, proof })
     }
 }
 
@@ -416,15 +274,14 @@ impl<'a> Check<'a> {
                 judged(&password::md5_from_hash(md5, *salt), given)
             }
             (Step::Asked, Verifier::Scram(keys)) => {
-                let (mechanism, first) = initial_response(body).map_err(Refusal::Malformed)?;
+                let (mechanism, first) = scram::initial_response(body).map_err(Refusal::Malformed)?;
                 if mechanism != SCRAM_SHA_256 {
                     return Err(Refusal::Malformed(
                         "the client chose a SASL mechanism that was not offered",
                     ));
                 }
                 let first = ClientFirst::parse(first).map_err(Refusal::Malformed)?;
-                let ours = BASE64.encode(rand::random::<[u8; NONCE_BYTES]>());
-                let nonce = format!("{}{ours}", first.nonce);
+                let nonce = format!("{}{}", first.nonce, scram::nonce());
                 let server_first = format!("r={nonce},s={},i={}", keys.salt, keys.iterations);
                 request(out, SASL_CONTINUE, server_first.as_bytes());
                 self.step = Step::ScramFinal {
@@ -447,8 +304,8 @@ impl<'a> Check<'a> {
                 if !keys.proves(&auth_message, &last.proof) {
                     return Err(wrong());
                 }
-                let signature = hmac(&keys.server_key, auth_message.as_bytes());
-                request(out, SASL_FINAL, format!("v={}", BASE64.encode(signature)).as_bytes());
+                let signature = scram::base64(&keys.server_signature(&auth_message));
+                request(out, SASL_FINAL, format!("v={signature}").as_bytes());
                 Ok(true)
             }
             _ => Err(Refusal::Malformed("an answer out of turn")),
@@ -506,7 +363,7 @@ mod tests {
     /// A SCRAM exchange as a server holding `password` would run it with
     /// rust-postgres's client, recorded as the proxy records a relayed one.
     fn relayed_scram(password: &str) -> Exchange {
-        let keys = ScramKeys::salted(password, "c2FsdHNhbHRzYWx0", 4096).unwrap();
+        let keys = ScramSecret::salted(password, "c2FsdHNhbHRzYWx0", 4096).unwrap();
         let verifier = Verifier::Scram(keys);
         let mut out = BytesMut::new();
         let mut check = Check::ask(&verifier, "alice", &mut out);
@@ -526,26 +383,8 @@ mod tests {
     }
 
     #[test]
-    fn hi_is_pbkdf2_of_rfc_7677s_example() {
-        // RFC 7677 §3: user "user", password "pencil".
-        let keys = ScramKeys::salted("pencil", "W22ZaJ0SNY7soEsUEjb6gQ==", 4096).unwrap();
-        let client_first = "n=user,r=rOprNGfwEbeRWgbNEkqO";
-        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-        let without_proof = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
-        let auth_message = [client_first, server_first, without_proof].join(",");
-        let proof: [u8; 32] = BASE64
-            .decode("dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
-            .unwrap()
-            .try_into()
-            .unwrap();
-        assert!(keys.proves(&auth_message, &proof));
-        let signature = hmac(&keys.server_key, auth_message.as_bytes());
-        assert_eq!(BASE64.encode(signature), "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
-    }
-
-    #[test]
     fn a_scram_client_proves_the_right_password_and_takes_the_proxys_signature() {
-        let verifier = Verifier::Scram(ScramKeys::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap());
+        let verifier = Verifier::Scram(ScramSecret::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap());
         assert_eq!(scram_login(&verifier, "s3cret"), (Ok(true), true));
         assert_eq!(
             scram_login(&verifier, "not-it"),
@@ -575,6 +414,27 @@ mod tests {
             Verifier::proved("alice", Some(&md5), &exchange).is_none(),
             "an md5 hash cannot prove SCRAM"
         );
+    }
+
+    #[test]
+    fn a_scram_secret_proves_a_relayed_exchange_and_reveals_the_client_key() {
+        let secret = ScramSecret::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap();
+        let exchange = relayed_scram("s3cret");
+        let stored = Secret::Scram(secret.clone());
+        let verifier = Verifier::proved("alice", Some(&stored), &exchange).expect("proved by the secret");
+        assert_eq!(scram_login(&verifier, "s3cret"), (Ok(true), true));
+        let key = exchange.client_key(&secret).expect("the proof reveals the key");
+        assert!(secret.opens_with(&key));
+        let other = relayed_scram("other");
+        assert!(Verifier::proved("alice", Some(&stored), &other).is_none());
+        assert!(other.client_key(&secret).is_none());
+        let salted_otherwise = ScramSecret::salted("s3cret", "b3RoZXI=", 4096).unwrap();
+        assert!(
+            exchange.client_key(&salted_otherwise).is_none(),
+            "not the server's salt"
+        );
+        let stale = Secret::Scram(salted_otherwise);
+        assert!(Verifier::proved("alice", Some(&stale), &exchange).is_none());
     }
 
     #[test]
@@ -653,7 +513,7 @@ mod tests {
 
     #[test]
     fn malformed_answers_are_named_not_panicked_on() {
-        let verifier = Verifier::Scram(ScramKeys::salted("pw", "c2FsdA==", 16).unwrap());
+        let verifier = Verifier::Scram(ScramSecret::salted("pw", "c2FsdA==", 16).unwrap());
         let first = |message: &[u8]| {
             let mut out = BytesMut::new();
             let mut check = Check::ask(&verifier, "alice", &mut out);
@@ -693,7 +553,7 @@ mod tests {
         assert_eq!(check.answer(&body, &mut out), Ok(false));
         let nonce = String::from_utf8(bodies(&mut out)[0][6..].to_vec()).unwrap();
         let nonce = nonce.split(',').next().unwrap();
-        let proof = BASE64.encode([0u8; 32]);
+        let proof = scram::base64(&[0u8; 32]);
         for (last, expected) in [
             (format!("c=biws,r={nonce}"), "no proof"),
             (format!("c=eSws,r={nonce},p={proof}"), "channel binding"),
