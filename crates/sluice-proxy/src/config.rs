@@ -114,8 +114,8 @@ pub struct ProxyConfig {
     /// backend keeps for clients (see `pg::prepared`); at least 1.
     #[serde(default = "default_max_prepared_statements")]
     pub max_prepared_statements: usize,
-    /// PostgreSQL transaction pooling: passwords, in PgBouncer's
-    /// `"user" "password"` format, for opening server connections where
+    /// PostgreSQL transaction pooling: passwords or their hashes, in
+    /// PgBouncer's `"user" "secret"` format, for opening server connections where
     /// the server asks one (see `pg::auth_file`), and for judging the
     /// passwords of logins answered from the pool (see `pg::verifier`).
     #[serde(default)]

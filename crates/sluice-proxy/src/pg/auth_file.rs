@@ -10,7 +10,7 @@
 //! relayed login showed the server takes that password
 //! ([`super::verifier`]). Each line is `"user" "secret"` (a `"` inside a field is
 //! written `""`; further fields are ignored; blank lines and lines starting
-//! with `;` or `#` are comments), the secret being either
+//! with `;` or `#` are comments), the secret being one of
 //!
 //! - the password itself, which answers every method PostgreSQL asks for
 //!   (cleartext, md5, SCRAM-SHA-256),
@@ -19,9 +19,10 @@
 //! - its SCRAM secret, `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`
 //!   as in `pg_authid` (so that no password need be written down), which
 //!   answers SCRAM-SHA-256 only, and opens server connections only once a
-//!   client of the user has logged in through the proxy since it started:
-//!   a proof that checks against the secret reveals the ClientKey to log in
-//!   with ([`super::scram`]), as PgBouncer does.
+//!   login of the user relayed to the server since the proxy started was
+//!   proved by it: a client's proof that checks against the secret reveals
+//!   the ClientKey to log in with ([`super::scram`]), as PgBouncer does.
+//!   After the secret changes, that takes a relayed login again.
 //!
 //! The file is read when the proxy starts (a bad file stops it there, with
 //! the line at fault named), and again at each server connection the pool

@@ -1,9 +1,10 @@
 //! Answering a server's authentication requests when the pool opens a
 //! connection itself (see [`super::pool`]), with the user's secret from the
 //! `auth_file` ([`super::auth_file`]): cleartext, md5 and SCRAM-SHA-256
-//! (without channel binding: the upstream connection is plain TCP). The
-//! SCRAM and md5 computations are `postgres-protocol`'s, the crate
-//! rust-postgres logs in with.
+//! (without channel binding, which would bind the login to the proxy's
+//! TLS connection, not a client's). With a password or md5 hash the
+//! computations are `postgres-protocol`'s, the crate rust-postgres logs in
+//! with; with a SCRAM secret, [`super::scram::KeyedLogin`]'s.
 
 use bytes::BytesMut;
 use md5::{Digest, Md5};
@@ -38,6 +39,10 @@ pub(crate) enum AuthError {
     NoMechanism,
     #[error("SCRAM-SHA-256 exchange: {0}")]
     Scram(std::io::Error),
+    #[error("SCRAM-SHA-256 exchange: {0}")]
+    KeyedScram(&'static str),
+    #[error("the server let the login in before it proved it holds the password (no SCRAM final message)")]
+    Unproved,
     #[error("an authentication request out of order or malformed")]
     Malformed,
 }
@@ -51,6 +56,8 @@ pub(crate) struct Login<'a> {
     /// revealed, if one did (see [`super::scram`]).
     client_key: Option<[u8; 32]>,
     scram: Option<Scram>,
+    /// The server's final SCRAM message checked out.
+    server_proved: bool,
 }
 
 /// A SCRAM exchange under way, with the password or with a ClientKey.
@@ -66,6 +73,17 @@ impl<'a> Login<'a> {
             secret,
             client_key,
             scram: None,
+            server_proved: false,
+        }
+    }
+
+    /// Called at AuthenticationOk: a SCRAM exchange begun must have ended
+    /// in the server's proof, or a server that skipped it would have let
+    /// the pool in without holding the secret.
+    pub fn finished(&self) -> Result<(), AuthError> {
+        match self.scram.is_none() || self.server_proved {
+            true => Ok(()),
+            false => Err(AuthError::Unproved),
         }
     }
 
@@ -79,14 +97,17 @@ impl<'a> Login<'a> {
                     frontend::sasl_response(scram.message(), out).map_err(AuthError::Scram)?;
                 }
                 Scram::Keyed(keyed) => {
-                    let last = keyed.answer(data).map_err(keyed_failed)?;
+                    let last = keyed.answer(data).map_err(AuthError::KeyedScram)?;
                     frontend::sasl_response(last.as_bytes(), out).map_err(AuthError::Scram)?;
                 }
             },
-            SASL_FINAL => match self.scram.as_mut().ok_or(AuthError::Malformed)? {
-                Scram::Password(scram) => scram.finish(data).map_err(AuthError::Scram)?,
-                Scram::Keyed(keyed) => keyed.finish(data).map_err(keyed_failed)?,
-            },
+            SASL_FINAL => {
+                match self.scram.as_mut().ok_or(AuthError::Malformed)? {
+                    Scram::Password(scram) => scram.finish(data).map_err(AuthError::Scram)?,
+                    Scram::Keyed(keyed) => keyed.finish(data).map_err(AuthError::KeyedScram)?,
+                }
+                self.server_proved = true;
+            }
             _ => self.first_answer(method, data, out)?,
         }
         Ok(())
@@ -155,10 +176,6 @@ fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> Option<String> {
         Secret::Md5(hash) => Some(md5_from_hash(hash, salt)),
         Secret::Scram(_) => None,
     }
-}
-
-fn keyed_failed(why: &'static str) -> AuthError {
-    AuthError::Scram(std::io::Error::other(why))
 }
 
 /// The md5 answer to `salt` from `hash`, as `pg_authid` stores it (`md5`

@@ -502,21 +502,25 @@ impl Pool {
 
     /// What a relayed `exchange` proves for `startup`'s user: the verifier
     /// kept for it if that proves it (no PBKDF2), else one derived from the
-    /// user's auth_file secret.
+    /// user's auth_file secret. A SCRAM exchange proved also gives the
+    /// ClientKey to open backends with where the line is a SCRAM secret.
     fn verifier(&self, startup: &[u8], exchange: &Exchange) -> Option<Arc<Verifier>> {
         let user = user_of(startup);
         let kept = self.welcomes().get(startup).and_then(|w| w.verifier.clone());
-        if let Some(kept) = kept.filter(|kept| kept.proves(&user, exchange)) {
-            return Some(kept);
-        }
-        let secret = self.secret(&user).ok()?.ok()?;
-        let verifier = Verifier::proved(&user, Some(&secret), exchange)?;
-        if let Secret::Scram(secret) = &secret {
+        let verifier = match kept.filter(|kept| kept.proves(&user, exchange)) {
+            Some(kept) => kept,
+            None => Arc::new(Verifier::proved(
+                &user,
+                Some(&self.secret(&user).ok()?.ok()?),
+                exchange,
+            )?),
+        };
+        if let Verifier::Scram(secret) = &*verifier {
             if let Some(key) = exchange.client_key(secret) {
                 self.client_keys().insert(user, key);
             }
         }
-        Some(Arc::new(verifier))
+        Some(verifier)
     }
 
     fn client_keys(&self) -> MutexGuard<'_, HashMap<String, [u8; 32]>> {
@@ -687,7 +691,7 @@ impl Pool {
     /// the key its BackendKeyData carries is kept.
     async fn login(&self, backend: &Backend, startup: &[u8]) -> Result<(), PoolError> {
         let user = user_of(startup);
-        let mut login = None;
+        let mut login: Option<Login> = None;
         let mut buf = BytesMut::new();
         let mut out = BytesMut::new();
         loop {
@@ -700,6 +704,10 @@ impl Pool {
                     let (method, data) = body.split_first_chunk::<4>().ok_or(AuthError::Malformed)?;
                     let method = u32::from_be_bytes(*method);
                     if method == password::OK {
+                        // A SCRAM exchange ends with the server's proof.
+                        if let Some(login) = &login {
+                            login.finished()?;
+                        }
                         continue;
                     }
                     // The server asks this login for a password now: a

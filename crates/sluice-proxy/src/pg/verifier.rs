@@ -42,12 +42,9 @@
 //!   that used it proves nothing, and a client that requires it (libpq's
 //!   `channel_binding=require`) cannot log in on answers kept from a plain
 //!   SCRAM login;
-//! - an exchange with more than [`MAX_ITERATIONS`] is not checked, and its
-//!   logins stay the server's.
-//!
-//! Written here, on RustCrypto's HMAC and SHA-256: `postgres-protocol` has
-//! only SCRAM's client side, and no maintained crate checks an exchange it
-//! only watched.
+//! - a password salted with more than [`MAX_ITERATIONS`] is not derived
+//!   (a SCRAM secret in the auth_file has no such bound), and its logins
+//!   stay the server's.
 
 use bytes::{Bytes, BytesMut};
 use subtle::ConstantTimeEq;
@@ -116,10 +113,10 @@ impl Verifier {
             (CLEARTEXT, secret) => Verifier::Cleartext { md5: md5(secret)? },
             (MD5, secret) => Verifier::Md5 { md5: md5(secret)? },
             (SASL, Secret::Password(password)) => {
-                let relayed = RelayedScram::parse(exchange)?;
+                let relayed = RelayedScram::parse(exchange).filter(|r| r.iterations <= MAX_ITERATIONS)?;
                 Verifier::Scram(ScramSecret::salted(password, relayed.salt, relayed.iterations)?)
             }
-            // Its salt and iterations are checked with the proof.
+            // Whether it is the server's is checked with the proofs.
             (SASL, Secret::Scram(secret)) => Verifier::Scram(secret.clone()),
             _ => return None,
         };
@@ -141,10 +138,7 @@ impl Verifier {
                 .first_chunk::<4>()
                 .zip(c_string(given))
                 .is_some_and(|(salt, given)| password::md5_from_hash(md5, *salt).as_bytes() == given),
-            (Verifier::Scram(keys), SASL, _) => RelayedScram::parse(exchange).is_some_and(|relayed| {
-                (relayed.salt, relayed.iterations) == (keys.salt.as_str(), keys.iterations)
-                    && keys.proves(&relayed.auth_message, &relayed.proof)
-            }),
+            (Verifier::Scram(secret), SASL, _) => RelayedScram::parse(exchange).is_some_and(|r| r.is_of(secret)),
             _ => false,
         }
     }
@@ -154,10 +148,7 @@ impl Exchange {
     /// The ClientKey the client's proof in this relayed SCRAM exchange
     /// reveals, where `secret` is the server's (see [`super::scram`]).
     pub fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
-        let relayed = RelayedScram::parse(self)?;
-        if (relayed.salt, relayed.iterations) != (secret.salt.as_str(), secret.iterations) {
-            return None;
-        }
+        let relayed = RelayedScram::parse(self).filter(|r| r.is_of(secret))?;
         secret.client_key(&relayed.auth_message, &relayed.proof)
     }
 }
@@ -174,12 +165,29 @@ fn c_string(body: &[u8]) -> Option<&[u8]> {
 }
 
 /// A relayed SCRAM-SHA-256 exchange (without channel binding), as the
-/// proof in it is checked.
+/// proofs in it are checked.
 struct RelayedScram<'a> {
     salt: &'a str,
     iterations: u32,
     auth_message: String,
     proof: [u8; 32],
+    /// What the server's SASLFinal carried (`v=`): its proof that it holds
+    /// the ServerKey.
+    server_signature: Option<&'a [u8]>,
+}
+
+impl RelayedScram<'_> {
+    /// Whether `secret` is the server's: it salts as the server did, the
+    /// client's proof checks against its StoredKey, and the server's
+    /// signature is the one its ServerKey gives.
+    fn is_of(&self, secret: &ScramSecret) -> bool {
+        let signature = scram::base64(&secret.server_signature(&self.auth_message));
+        (self.salt, self.iterations) == (secret.salt.as_str(), secret.iterations)
+            && self
+                .server_signature
+                .is_some_and(|v| bool::from(v.ct_eq(signature.as_bytes())))
+            && secret.proves(&self.auth_message, &self.proof)
+    }
 }
 
 impl<'a> RelayedScram<'a> {
@@ -199,15 +207,20 @@ impl<'a> RelayedScram<'a> {
         }
         let first = ClientFirst::parse(first).ok()?;
         let (nonce, salt, iterations) = scram::server_first(server_first)?;
-        if !nonce.starts_with(first.nonce) || iterations == 0 || iterations > MAX_ITERATIONS {
+        if !nonce.starts_with(first.nonce) || iterations == 0 {
             return None;
         }
         let last = ClientFinal::parse(last, first.gs2, nonce).ok()?;
+        let server_signature = match exchange.requests.get(2).and_then(|request| method(request)) {
+            Some((SASL_FINAL, data)) => data.strip_prefix(b"v="),
+            _ => None,
+        };
         Some(RelayedScram {
             salt,
             iterations,
             auth_message: [first.bare, server_first, last.without_proof].join(","),
             proof: last.proof,
+            server_signature,
         })
     }
 }
@@ -273,7 +286,7 @@ impl<'a> Check<'a> {
                 let given = std::str::from_utf8(given).map_err(|_| wrong())?;
                 judged(&password::md5_from_hash(md5, *salt), given)
             }
-            (Step::Asked, Verifier::Scram(keys)) => {
+            (Step::Asked, Verifier::Scram(secret)) => {
                 let (mechanism, first) = scram::initial_response(body).map_err(Refusal::Malformed)?;
                 if mechanism != SCRAM_SHA_256 {
                     return Err(Refusal::Malformed(
@@ -282,7 +295,7 @@ impl<'a> Check<'a> {
                 }
                 let first = ClientFirst::parse(first).map_err(Refusal::Malformed)?;
                 let nonce = format!("{}{}", first.nonce, scram::nonce());
-                let server_first = format!("r={nonce},s={},i={}", keys.salt, keys.iterations);
+                let server_first = format!("r={nonce},s={},i={}", secret.salt, secret.iterations);
                 request(out, SASL_CONTINUE, server_first.as_bytes());
                 self.step = Step::ScramFinal {
                     gs2: first.gs2.into(),
@@ -297,14 +310,14 @@ impl<'a> Check<'a> {
                     nonce,
                     auth_prefix,
                 },
-                Verifier::Scram(keys),
+                Verifier::Scram(secret),
             ) => {
                 let last = ClientFinal::parse(body, gs2, nonce).map_err(Refusal::Malformed)?;
                 let auth_message = format!("{auth_prefix}{}", last.without_proof);
-                if !keys.proves(&auth_message, &last.proof) {
+                if !secret.proves(&auth_message, &last.proof) {
                     return Err(wrong());
                 }
-                let signature = scram::base64(&keys.server_signature(&auth_message));
+                let signature = scram::base64(&secret.server_signature(&auth_message));
                 request(out, SASL_FINAL, format!("v={signature}").as_bytes());
                 Ok(true)
             }
@@ -341,7 +354,7 @@ mod tests {
         bodies(&mut out).remove(0)
     }
 
-    /// `password`'s SCRAM exchange with a check of `keys`, by
+    /// `password`'s SCRAM exchange with a check of `verifier`, by
     /// rust-postgres's client: the check's outcome, and whether the client
     /// took the server's final message.
     fn scram_login(verifier: &Verifier, password: &str) -> (Result<bool, Refusal>, bool) {
@@ -363,8 +376,8 @@ mod tests {
     /// A SCRAM exchange as a server holding `password` would run it with
     /// rust-postgres's client, recorded as the proxy records a relayed one.
     fn relayed_scram(password: &str) -> Exchange {
-        let keys = ScramSecret::salted(password, "c2FsdHNhbHRzYWx0", 4096).unwrap();
-        let verifier = Verifier::Scram(keys);
+        let secret = ScramSecret::salted(password, "c2FsdHNhbHRzYWx0", 4096).unwrap();
+        let verifier = Verifier::Scram(secret);
         let mut out = BytesMut::new();
         let mut check = Check::ask(&verifier, "alice", &mut out);
         let mut exchange = Exchange::default();
@@ -399,12 +412,12 @@ mod tests {
         let Some(verifier) = Verifier::proved("alice", Some(&right), &exchange) else {
             panic!("the password the client proved is proved")
         };
-        // The keys proved are the server's: its salt and iterations, and a
+        // The secret proved is the server's: its salt and iterations, and a
         // client holding the password logs in with them.
-        let Verifier::Scram(keys) = &verifier else {
+        let Verifier::Scram(secret) = &verifier else {
             unreachable!()
         };
-        assert_eq!((keys.salt.as_str(), keys.iterations), ("c2FsdHNhbHRzYWx0", 4096));
+        assert_eq!((secret.salt.as_str(), secret.iterations), ("c2FsdHNhbHRzYWx0", 4096));
         assert_eq!(scram_login(&verifier, "s3cret"), (Ok(true), true));
         let stale = Secret::Password("old".into());
         assert!(Verifier::proved("alice", Some(&stale), &exchange).is_none());
@@ -435,6 +448,49 @@ mod tests {
         );
         let stale = Secret::Scram(salted_otherwise);
         assert!(Verifier::proved("alice", Some(&stale), &exchange).is_none());
+        // The server's signature in its final message checks the ServerKey.
+        let other_server_key = ScramSecret {
+            server_key: [7; 32],
+            ..secret.clone()
+        };
+        assert!(exchange.client_key(&other_server_key).is_none());
+        let forged = Secret::Scram(other_server_key);
+        assert!(Verifier::proved("alice", Some(&forged), &exchange).is_none());
+    }
+
+    /// The pool's login with a revealed ClientKey (`password::Login`), run
+    /// against the proxy's own check of the secret standing for the server.
+    fn keyed_login(secret: &ScramSecret, key: [u8; 32]) -> Result<(), String> {
+        let mut login = password::Login::new("alice", Ok(Secret::Scram(secret.clone())), Some(key));
+        let verifier = Verifier::Scram(secret.clone());
+        let mut from_server = BytesMut::new();
+        let mut check = Check::ask(&verifier, "alice", &mut from_server);
+        loop {
+            let request = bodies(&mut from_server).remove(0);
+            let (asked, data) = method(&request).unwrap();
+            let mut to_server = BytesMut::new();
+            login.answer(asked, data, &mut to_server).map_err(|e| e.to_string())?;
+            if asked == SASL_FINAL {
+                return login.finished().map_err(|e| e.to_string());
+            }
+            assert!(
+                login.finished().is_err(),
+                "no AuthenticationOk before the server's proof"
+            );
+            let response = bodies(&mut to_server).remove(0);
+            check.answer(&response, &mut from_server).map_err(|e| e.to_string())?;
+        }
+    }
+
+    #[test]
+    fn the_pool_logs_in_with_the_key_a_relayed_proof_revealed() {
+        let secret = ScramSecret::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap();
+        let key = relayed_scram("s3cret").client_key(&secret).expect("a key");
+        assert_eq!(keyed_login(&secret, key), Ok(()));
+        let mut wrong = key;
+        wrong[0] ^= 1;
+        let refused = keyed_login(&secret, wrong).unwrap_err();
+        assert!(refused.contains("opens server connections only once"), "{refused}");
     }
 
     #[test]
