@@ -2,8 +2,10 @@
 # Coverage-guided fuzzing of the protocol parsers (cargo-fuzz, libFuzzer,
 # AddressSanitizer): RESP, the codec the server, the proxy, the router and
 # the bench drivers share (requests: resp_request; replies: resp_reply), and
-# the proxy's PostgreSQL framing (proxy_pg_frame) and its scan of query
-# text for session statements (proxy_pg_sql). Each target checks
+# the proxy's PostgreSQL framing (proxy_pg_frame), its scan of query
+# text for session statements (proxy_pg_sql), and the password exchanges
+# it asks itself with the SCRAM secrets it reads (proxy_pg_password). Each
+# target checks
 # properties, not only the absence of panics (see fuzz/fuzz_targets/).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
@@ -19,7 +21,7 @@ ensure_rust
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(resp_request resp_reply proxy_pg_frame proxy_pg_sql)
+[[ ${#targets[@]} -gt 0 ]] || targets=(resp_request resp_reply proxy_pg_frame proxy_pg_sql proxy_pg_password)
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cd fuzz

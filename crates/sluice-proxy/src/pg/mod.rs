@@ -1,7 +1,7 @@
 //! PostgreSQL behind the proxy: wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
-//! (with the prepared statements it keeps for clients and the passwords it
-//! opens backends with), TLS on either side, the session that relays a
+//! (with the prepared statements it keeps for clients, the passwords it
+//! opens backends with, and the logins it answers itself), TLS on either side, the session that relays a
 //! client to its backend and the ReadyForQuery that ends each of its
 //! requests (`batch`), and the steering of the server's checkpoints
 //! (`background`).
@@ -16,12 +16,12 @@ pub(crate) mod password;
 pub(crate) mod pool;
 pub(crate) mod prepared;
 pub mod reported;
-pub(crate) mod scram;
+pub mod scram;
 pub(crate) mod session;
 pub mod sql;
 pub mod tls;
 pub mod upstream_tls;
-pub(crate) mod verifier;
+pub mod verifier;
 
 /// Lowercase hex digits of `bytes`, as PostgreSQL writes hashes.
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {

@@ -31,7 +31,7 @@ const NONCE_BYTES: usize = 18;
 
 /// A SCRAM-SHA-256 secret, as `pg_authid` stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ScramSecret {
+pub struct ScramSecret {
     /// In base64, as the server sends it.
     pub salt: String,
     pub iterations: u32,
@@ -236,7 +236,7 @@ pub(crate) fn nonce() -> String {
 }
 
 /// `bytes` in base64, as SCRAM's messages carry binary values.
-pub(crate) fn base64(bytes: &[u8]) -> String {
+pub fn base64(bytes: &[u8]) -> String {
     BASE64.encode(bytes)
 }
 

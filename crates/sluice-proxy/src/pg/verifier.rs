@@ -67,7 +67,7 @@ pub(crate) struct Exchange {
 }
 
 /// What a relayed exchange proved the server holds for a user.
-pub(crate) enum Verifier {
+pub enum Verifier {
     /// The server asked for the password in clear. Kept as md5(password ‖
     /// user), the form `pg_authid` knows, not as the password.
     Cleartext {
@@ -82,7 +82,7 @@ pub(crate) enum Verifier {
 
 /// Why a login's answer is refused; the client is told in a FATAL error.
 #[derive(Debug, Error, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     #[error("password authentication failed for user \"{0}\"")]
     Wrong(String),
     #[error("sluice: malformed answer to the password request: {0}")]
@@ -102,7 +102,7 @@ impl Refusal {
 impl Verifier {
     /// What `exchange`, which ended in the server letting `user` in, proves
     /// with the user's `auth_file` secret, if anything (see the module doc).
-    pub fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
+    pub(crate) fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
         let md5 = |secret: &Secret| match secret {
             Secret::Password(password) => Some(postgres_protocol::password::md5(password.as_bytes(), user)),
             Secret::Md5(hash) => Some(hash.clone()),
@@ -126,7 +126,7 @@ impl Verifier {
     /// Whether `exchange`, relayed, is `user`'s holding the password this
     /// verifier checks: a check without PBKDF2, so a verifier kept is
     /// tried before a new one is derived.
-    pub fn proves(&self, user: &str, exchange: &Exchange) -> bool {
+    pub(crate) fn proves(&self, user: &str, exchange: &Exchange) -> bool {
         let Some((first, data)) = exchange.requests.first().and_then(|request| method(request)) else {
             return false;
         };
@@ -226,7 +226,7 @@ impl<'a> RelayedScram<'a> {
 }
 
 /// One login asked for its password by the proxy.
-pub(crate) struct Check<'a> {
+pub struct Check<'a> {
     verifier: &'a Verifier,
     user: &'a str,
     step: Step,
