@@ -46,6 +46,18 @@ pub(crate) enum Secret {
     Scram(ScramSecret),
 }
 
+impl Secret {
+    /// `user`'s md5 hash as `pg_authid` stores it (`md5` and 32 hex digits
+    /// of md5(password ‖ user)); a SCRAM secret has none.
+    pub fn md5(&self, user: &str) -> Option<String> {
+        match self {
+            Secret::Password(password) => Some(postgres_protocol::password::md5(password.as_bytes(), user)),
+            Secret::Md5(hash) => Some(hash.clone()),
+            Secret::Scram(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum AuthFileError {
     #[error("auth_file {path}: {message}")]

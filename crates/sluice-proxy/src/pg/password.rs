@@ -8,7 +8,7 @@
 
 use bytes::BytesMut;
 use md5::{Digest, Md5};
-use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::authentication::sasl;
 use postgres_protocol::message::frontend;
 use thiserror::Error;
 
@@ -168,14 +168,10 @@ impl<'a> Login<'a> {
 }
 
 /// `md5` and hex of md5(hex of md5(password ‖ user) ‖ salt), PostgreSQL's
-/// md5 answer; from a stored hash, only its second step. A SCRAM secret
-/// has no md5 answer: `None`.
+/// md5 answer, from the hash the secret gives; a SCRAM secret has no md5
+/// answer: `None`.
 fn md5_answer(user: &str, secret: &Secret, salt: [u8; 4]) -> Option<String> {
-    match secret {
-        Secret::Password(password) => Some(md5_hash(user.as_bytes(), password.as_bytes(), salt)),
-        Secret::Md5(hash) => Some(md5_from_hash(hash, salt)),
-        Secret::Scram(_) => None,
-    }
+    Some(md5_from_hash(&secret.md5(user)?, salt))
 }
 
 /// The md5 answer to `salt` from `hash`, as `pg_authid` stores it (`md5`
@@ -189,6 +185,8 @@ pub(crate) fn md5_from_hash(hash: &str, salt: [u8; 4]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use postgres_protocol::authentication::md5_hash;
+
     use super::super::scram::ScramSecret;
     use super::*;
 

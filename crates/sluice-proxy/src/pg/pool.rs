@@ -484,10 +484,12 @@ impl Pool {
             // answers follow it: they must begin where the server's
             // exchange ended.
             Some(_) if !answers.starts_with(AUTHENTICATION_OK) => return,
-            Some(exchange) => match self.verifier(startup, exchange) {
-                Some(verifier) => Some(verifier),
-                None => return,
-            },
+            Some(exchange) => {
+                let Some(verifier) = self.verifier(startup, exchange) else {
+                    return;
+                };
+                Some(verifier)
+            }
         };
         let welcome = Welcome {
             answers,
@@ -559,9 +561,10 @@ impl Pool {
     /// relayed to the server again, or at once where a login of it relayed
     /// or opened by the pool is refused, or the proxy refuses a password.
     /// Answers kept from a login let in without a password are forgotten
-    /// too where one is asked for a password. A login costs the server a process of its own
-    /// (a fork, and memory until the pool closes it); answered from the
-    /// pool it costs a lookup, as PgBouncer answers logins itself.
+    /// too where one is asked for a password. A login costs the server a
+    /// process of its own (a fork, and memory until the pool closes it);
+    /// answered from the pool it costs a lookup, as PgBouncer answers
+    /// logins itself.
     pub fn welcome(&self, startup: &[u8]) -> Option<Welcome> {
         let idle = self.lock();
         if !idle

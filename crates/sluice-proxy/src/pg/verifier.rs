@@ -103,15 +103,10 @@ impl Verifier {
     /// What `exchange`, which ended in the server letting `user` in, proves
     /// with the user's `auth_file` secret, if anything (see the module doc).
     pub(crate) fn proved(user: &str, secret: Option<&Secret>, exchange: &Exchange) -> Option<Verifier> {
-        let md5 = |secret: &Secret| match secret {
-            Secret::Password(password) => Some(postgres_protocol::password::md5(password.as_bytes(), user)),
-            Secret::Md5(hash) => Some(hash.clone()),
-            Secret::Scram(_) => None,
-        };
         let (first, _) = method(exchange.requests.first()?)?;
         let verifier = match (first, secret?) {
-            (CLEARTEXT, secret) => Verifier::Cleartext { md5: md5(secret)? },
-            (MD5, secret) => Verifier::Md5 { md5: md5(secret)? },
+            (CLEARTEXT, secret) => Verifier::Cleartext { md5: secret.md5(user)? },
+            (MD5, secret) => Verifier::Md5 { md5: secret.md5(user)? },
             (SASL, Secret::Password(password)) => {
                 let relayed = RelayedScram::parse(exchange).filter(|r| r.iterations <= MAX_ITERATIONS)?;
                 Verifier::Scram(ScramSecret::salted(password, relayed.salt, relayed.iterations)?)
