@@ -661,6 +661,56 @@ fn logins_asked_a_password_are_answered_from_the_pool_once_the_proxy_can_judge_i
     }
 }
 
+/// Clients still logging in hold no request, so a drain tells them at once
+/// (57P01) instead of waiting out `login_timeout_ms`: one that has sent an
+/// SSLRequest and nothing more, one at the proxy's own password request,
+/// and one at the server's (a user the `auth_file` does not name, whose
+/// logins are relayed).
+#[test]
+fn a_drain_ends_the_logins_in_progress_at_once() {
+    let Some(server) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("users.txt");
+    std::fs::write(&file, format!("\"{PG_MD5_USER}\" \"{PG_PASSWORD}\"\n")).unwrap();
+    let mut config = pool_config(&server, 60);
+    config.auth_file = Some(file);
+    config.login_timeout_ms = 600_000;
+    let mut proxy = ProxyHandle::start_with(config, GateConfig::default());
+    // A login the server let in: the proxy judges the next ones.
+    PgConn::login(proxy.addr, PG_MD5_USER, Some(PG_PASSWORD));
+    let mut asked = PgConn::raw(proxy.addr);
+    asked.send_startup(PG_MD5_USER);
+    let (tag, body) = asked.read_message().expect("the proxy's password request");
+    assert_eq!((tag, &body[..4]), (b'R', &5u32.to_be_bytes()[..]), "md5 is asked");
+    let mut relayed = PgConn::raw(proxy.addr);
+    relayed.send_startup(PG_USER);
+    let (tag, body) = relayed.read_message().expect("the server's password request");
+    assert_eq!((tag, &body[..4]), (b'R', &10u32.to_be_bytes()[..]), "SASL is asked");
+    let mut silent = PgConn::raw(proxy.addr);
+    silent.send(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+    assert_eq!(silent.read_byte(), Some(b'N'), "no TLS configured");
+
+    assert!(proxy.shutdown());
+    for (who, client) in [
+        ("asked", &mut asked),
+        ("relayed", &mut relayed),
+        ("silent", &mut silent),
+    ] {
+        let Some((b'E', body)) = client.read_message() else {
+            panic!("{who}: an ErrorResponse before the close")
+        };
+        let QueryError::Server { sqlstate, message } = server_error(&body) else {
+            unreachable!("an ErrorResponse")
+        };
+        assert_eq!(
+            (sqlstate.as_str(), message.as_str()),
+            ("57P01", "sluice: the proxy is shutting down"),
+            "{who}"
+        );
+        assert_eq!(client.read_message(), None, "{who}: closed");
+    }
+}
+
 /// An auth_file line may be the SCRAM secret `pg_authid` holds instead of
 /// the password. It judges logins as the password does; once a client of
 /// the user has logged in, the pool opens backends with the ClientKey that

@@ -104,6 +104,7 @@
 //! | | | GSSENCRequest | 'N', startup again |
 //! | | | CancelRequest | stops the named session's request if it is on its way to a backend (57014), else forwarded to the backend that session uses; closed |
 //! | | | StartupMessage | relayed: authenticating; under transaction pooling, one the server let in lately is answered from the pool instead ([`super::pool::Pool::welcome`]), its password asked and judged by the proxy if the server asked one ([`super::verifier`]): idle |
+//! | | | `login_timeout_ms` passes, or the proxy drains, before the StartupMessage or while the proxy asks the password | FATAL 08P01 or 57P01; closed |
 //! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
 //! | | | the first ReadyForQuery | idle |
 //! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
@@ -256,13 +257,19 @@ pub(crate) async fn serve(
     mut client: Stream,
     peer: &Peer,
     ctx: &PgContext,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut buf = BytesMut::new();
     let deadline = Instant::now() + ctx.limits.login_timeout;
-    let begun = timeout_at(deadline, startup(&mut client, &mut buf, ctx.tls.is_some())).await;
-    let Ok(begun) = begun else {
-        return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
+    let begun = login_step(
+        deadline,
+        &mut shutdown,
+        startup(&mut client, &mut buf, ctx.tls.is_some()),
+    )
+    .await;
+    let begun = match begun {
+        Ok(begun) => begun,
+        Err(cut) => return cut.tell(&mut client, ctx).await,
     };
     match (begun?, &ctx.tls) {
         (StartupEnd::Session(startup), _) => {
@@ -300,6 +307,45 @@ fn login_timed_out(ctx: &PgContext) -> String {
     )
 }
 
+/// Why a login step was cut short.
+enum Cut {
+    /// The login deadline passed.
+    TimedOut,
+    /// The proxy began to drain.
+    Draining,
+}
+
+impl Cut {
+    /// Tells the client why its login ends.
+    async fn tell<W: AsyncWrite + Unpin>(self, client: &mut W, ctx: &PgContext) -> io::Result<()> {
+        match self {
+            Cut::TimedOut => fatal(client, "08P01", &login_timed_out(ctx)).await,
+            Cut::Draining => fatal(client, "57P01", SHUTTING_DOWN).await,
+        }
+    }
+}
+
+/// What a client hears when the proxy drains before its session is done.
+const SHUTTING_DOWN: &str = "sluice: the proxy is shutting down";
+
+/// Runs one step of a login before the proxy relays it (the startup phase,
+/// the TLS handshake, the proxy's own password exchange) until `deadline`,
+/// or until the proxy drains: a client that sits at such a step has no
+/// request in flight, and would otherwise hold a drain for up to
+/// `login_timeout_ms`. A dropped sender drains too, as in
+/// [`crate::relay::drive`].
+async fn login_step<T>(
+    deadline: Instant,
+    shutdown: &mut watch::Receiver<bool>,
+    step: impl Future<Output = T>,
+) -> Result<T, Cut> {
+    tokio::select! {
+        biased;
+        done = timeout_at(deadline, step) => done.map_err(|_| Cut::TimedOut),
+        _ = shutdown.wait_for(|draining| *draining) => Err(Cut::Draining),
+    }
+}
+
 /// Serves a client that was answered 'S' to its SSLRequest: the TLS
 /// handshake, then the session inside it.
 async fn serve_tls(
@@ -309,15 +355,16 @@ async fn serve_tls(
     peer: &Peer,
     ctx: &PgContext,
     deadline: Instant,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     // An unfinished handshake has no channel to say why on.
-    let Ok(handshake) = timeout_at(deadline, acceptor.accept(client)).await else {
+    let Ok(handshake) = login_step(deadline, &mut shutdown, acceptor.accept(client)).await else {
         return Ok(());
     };
     let mut client = handshake?;
-    let Ok(begun) = timeout_at(deadline, startup(&mut client, &mut buf, false)).await else {
-        return fatal(&mut client, "08P01", &login_timed_out(ctx)).await;
+    let begun = match login_step(deadline, &mut shutdown, startup(&mut client, &mut buf, false)).await {
+        Ok(begun) => begun,
+        Err(cut) => return cut.tell(&mut client, ctx).await,
     };
     match begun? {
         StartupEnd::Session(startup) => {
@@ -356,7 +403,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     peer: &Peer,
     ctx: &PgContext,
     login_deadline: Instant,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     // Under transaction pooling a login the server let in before is
     // answered from the pool, its password (if it was asked one) judged by
@@ -371,11 +418,11 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         let mut rest = buf.split_off(startup_len);
         let login = (&buf[..], params.user.as_deref().unwrap_or_default());
         let asked = ask_password(&mut client_rd, &mut client_wr, &mut rest, verifier, pool, login);
-        match timeout_at(login_deadline, asked).await {
+        match login_step(login_deadline, &mut shutdown, asked).await {
             Ok(Ok(true)) => buf.unsplit(rest),
             Ok(Ok(false)) => return Ok(()),
             Ok(Err(e)) => return Err(e),
-            Err(_) => return fatal(&mut client_wr, "08P01", &login_timed_out(ctx)).await,
+            Err(cut) => return cut.tell(&mut client_wr, ctx).await,
         }
     }
     let link = Arc::new(Link::default());
@@ -1298,7 +1345,7 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
         }
         if flags.draining() && state.request.is_none() {
             let mut last = mem::take(&mut state.outbox);
-            frame::write_error(&mut last, "FATAL", "57P01", "sluice: the proxy is shutting down");
+            frame::write_error(&mut last, "FATAL", "57P01", SHUTTING_DOWN);
             return Some(last);
         }
         None

@@ -159,6 +159,14 @@ impl PgConn {
         self.stream.write_all(bytes).expect("writing to the proxy");
     }
 
+    /// One byte, as the answer to an SSLRequest; `None` once the
+    /// connection closed.
+    pub fn read_byte(&mut self) -> Option<u8> {
+        let mut byte = [0u8; 1];
+        self.stream.read_exact(&mut byte).ok()?;
+        Some(byte[0])
+    }
+
     /// The next message's tag and body; `None` once the connection closed.
     pub fn read_message(&mut self) -> Option<(u8, Vec<u8>)> {
         let mut header = [0u8; 5];
