@@ -3,16 +3,19 @@
 # "PostgreSQL's checkpoints, steered"): pgbench's TPC-B-like script at scale
 # 20 through sluice proxy (P pinned at 16), open loop: a base rate of 45% of
 # the capacity measured first (unthrottled under the worst setting, after
-# a warm-up), and every 40 s a 10 s burst that adds 15%. (At 60% with
-# bursts to 80%, runs of each configuration queued for up to seconds, p99
-# 0.09-1.5 s from run to run: that measures overload, not checkpoints.)
-# Four configurations, interleaved and repeated, each run from a fresh
-# checkpoint:
+# a warm-up), and every 40 s a 10 s burst that adds 15% (`--burst 0`:
+# none, the load flat). (At 60% with bursts to 80%, runs of each
+# configuration queued for up to seconds, p99 0.09-1.5 s from run to run:
+# that measures overload, not checkpoints.) The configurations named by
+# --configs (all but `direct` unless told), interleaved and repeated, each
+# run from a fresh checkpoint:
 #
 #   worst       max_wal_size 128MB, checkpoint_completion_target 0.1: the
 #               programmable background tasks paper's worst setting, left
 #               alone
 #   defaults    PostgreSQL's defaults (max_wal_size 1GB, target 0.9, 5 min)
+#   direct      the defaults, pgbench connected to PostgreSQL directly: what
+#               the proxy adds to the defaults' tail
 #   compressed  the worst setting with wal_compression = lz4, left alone:
 #               what the controller's compression of full-page images does
 #               without its other rules
@@ -31,7 +34,7 @@
 # `sluice bench summarize`'s table, ratios to `defaults` paired by round.
 #
 #   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20] [--base 45] [--burst 15]
-#                                [--configs worst,defaults,compressed,steered]
+#                                [--configs worst,defaults,compressed,steered] (or direct)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -50,8 +53,8 @@ while [[ $# -gt 0 ]]; do
 done
 for config in ${configs//,/ }; do
     case $config in
-        worst | defaults | compressed | steered) ;;
-        *) echo "unknown configuration $config in --configs (worst, defaults, compressed, steered)" >&2; exit 2 ;;
+        worst | defaults | direct | compressed | steered) ;;
+        *) echo "unknown configuration $config in --configs (worst, defaults, direct, compressed, steered)" >&2; exit 2 ;;
     esac
 done
 apt_install postgresql-15 postgresql-client-15
@@ -72,7 +75,7 @@ pgbench -i -q -s "$scale" -h 127.0.0.1 -p $PG_PORT -U postgres postgres
 configure() {
     local sql
     case $1 in
-        defaults) sql="ALTER SYSTEM RESET max_wal_size;ALTER SYSTEM RESET checkpoint_completion_target;ALTER SYSTEM RESET checkpoint_timeout" ;;
+        defaults | direct) sql="ALTER SYSTEM RESET max_wal_size;ALTER SYSTEM RESET checkpoint_completion_target;ALTER SYSTEM RESET checkpoint_timeout" ;;
         worst | steered) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
         compressed) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout;ALTER SYSTEM SET wal_compression = 'lz4'" ;;
     esac
@@ -106,7 +109,11 @@ unthrottled 30 >/dev/null
 capacity=$(unthrottled 60)
 stop_pg_proxy
 base=$((capacity * base_share / 100)) burst=$((capacity * burst_share / 100))
-echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"
+if ((burst > 0)); then
+    echo "capacity $capacity tps: base rate $base tps, bursts of +$burst tps for 10 s every 40 s"
+else
+    echo "capacity $capacity tps: base rate $base tps, no bursts"
+fi
 
 # Samples WAL since the redo point and WAL written since the server began
 # (bytes).
@@ -122,7 +129,11 @@ run() {
     local config=$1 round=$2 dir="$work/run-$1-$2"
     mkdir -p "$dir"
     configure "$config"
-    start_proxy "$config"
+    local port=$PG_PORT
+    if [[ $config != direct ]]; then
+        start_proxy "$config"
+        port=$SLUICE_PORT
+    fi
     sample >"$dir/debt" &
     local sampler=$!
     local log_from
@@ -130,16 +141,16 @@ run() {
     local s0 t0
     s0=$("$sluice" bench steal)
     t0=$(date +%s.%N)
-    pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 16 -j 2 -R "$base" -T "$seconds" \
+    pgbench -h 127.0.0.1 -p "$port" -U postgres -n -c 16 -j 2 -R "$base" -T "$seconds" \
         -l --log-prefix="$dir/base" postgres >"$dir/base.out" 2>&1 &
     local main=$!
     : >"$dir/bursts"
     (
         at=20
-        while ((at + 10 <= seconds)); do
+        while ((burst > 0 && at + 10 <= seconds)); do
             sleep "$(echo "$t0 + $at - $(date +%s.%N)" | bc)"
             echo "$(date +%s.%N) $(echo "$(date +%s.%N) + 10" | bc)" >>"$dir/bursts"
-            pgbench -h 127.0.0.1 -p $SLUICE_PORT -U postgres -n -c 8 -j 1 -R "$burst" -T 10 \
+            pgbench -h 127.0.0.1 -p "$port" -U postgres -n -c 8 -j 1 -R "$burst" -T 10 \
                 -l --log-prefix="$dir/burst-$at" postgres >"$dir/burst-$at.out" 2>&1
             at=$((at + 40))
         done
@@ -156,7 +167,7 @@ run() {
     fi
     kill "$sampler"
     wait "$sampler" 2>/dev/null || true
-    stop_pg_proxy
+    [[ $config == direct ]] || stop_pg_proxy
     tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
     row=$(python3 scripts/checkpoint-run.py "$dir" "$t0" "$seconds")
     echo "$round $config $row $steal" | tee -a "$work/runs"
@@ -179,11 +190,14 @@ echo
 "$sluice" bench summarize "$work/runs" --baseline defaults
 mkdir -p results/checkpoints
 cp "$work/runs" results/checkpoints/runs.txt
-cp "$work/sluice-steered.log" results/checkpoints/
+if [[ -f $work/sluice-steered.log ]]; then
+    cp "$work/sluice-steered.log" results/checkpoints/
+fi
 for d in "$work"/run-*; do
     cp "$d/pg.log" "results/checkpoints/$(basename "$d")-pg.log"
+    cp "$d/windows" "results/checkpoints/$(basename "$d")-windows.txt"
     if [[ -f $d/steering.trace ]]; then
         cp "$d/steering.trace" "results/checkpoints/$(basename "$d")-steering.trace"
     fi
 done
-echo "rows, the steered proxy's decisions and traces and PostgreSQL's logs kept in results/checkpoints/"
+echo "rows, 10 s windows, the steered proxy's decisions and traces and PostgreSQL's logs kept in results/checkpoints/"

@@ -14,6 +14,9 @@ transactions per second, p99 and p99.9 in ms, the worst 10-second
 window's p99 over the run's, the checkpoints started by WAL volume, those
 started during a burst, the largest WAL since the redo point in MiB, and
 the most WAL one burst wrote in MiB (from the samples nearest its ends).
+Writes DIR/windows: each 10-second window's start (seconds into the run),
+transactions, p99 and longest latency in ms, and whether a burst ran in
+it, for finding what made the worst window.
 """
 
 import os
@@ -48,6 +51,13 @@ def main():
     worst = max(quantile(sorted(w), 0.99) for w in windows.values() if len(w) >= 100)
     with open(os.path.join(run_dir, "bursts")) as f:
         bursts = [tuple(map(float, line.split())) for line in f if line.strip()]
+    with open(os.path.join(run_dir, "windows"), "w") as f:
+        print("start_s transactions p99_ms max_ms burst", file=f)
+        for index, w in sorted(windows.items()):
+            start = t0 + 10 * index
+            burst = any(b_start < start + 10 and start < b_end for b_start, b_end in bursts)
+            w.sort()
+            print(f"{10 * index} {len(w)} {quantile(w, 0.99):.2f} {w[-1]:.2f} {int(burst)}", file=f)
     by_wal = [at for at, cause in checkpoint_starts(os.path.join(run_dir, "pg.log")) if "wal" in cause]
     in_bursts = sum(1 for at in by_wal if any(start <= at <= end for start, end in bursts))
     with open(os.path.join(run_dir, "debt")) as f:
