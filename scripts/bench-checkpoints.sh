@@ -31,7 +31,8 @@
 # largest WAL since the redo point (sampled every 0.5 s), the most WAL one
 # burst wrote (what a bound on recovery debt must hold for no checkpoint
 # to start inside a burst), CPU steal. Then
-# `sluice bench summarize`'s table, ratios to `defaults` paired by round.
+# `sluice bench summarize`'s table, ratios to `defaults` paired by round
+# (to the first configuration named when `defaults` is not).
 #
 #   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20] [--base 45] [--burst 15]
 #                                [--configs worst,defaults,compressed,steered] (or direct)
@@ -186,8 +187,6 @@ for round in $(seq "$rounds"); do
         run "$config" "$round"
     done
 done
-echo
-"$sluice" bench summarize "$work/runs" --baseline defaults
 mkdir -p results/checkpoints
 cp "$work/runs" results/checkpoints/runs.txt
 if [[ -f $work/sluice-steered.log ]]; then
@@ -201,3 +200,8 @@ for d in "$work"/run-*; do
     fi
 done
 echo "rows, 10 s windows, the steered proxy's decisions and traces and PostgreSQL's logs kept in results/checkpoints/"
+# Ratios to the defaults where they ran, else to the first configuration.
+baseline=defaults
+[[ ,$configs, == *,defaults,* ]] || baseline=${configs%%,*}
+echo
+"$sluice" bench summarize "$work/runs" --baseline "$baseline"

@@ -16,7 +16,9 @@ started during a burst, the largest WAL since the redo point in MiB, and
 the most WAL one burst wrote in MiB (from the samples nearest its ends).
 Writes DIR/windows: each 10-second window's start (seconds into the run),
 transactions, p99 and longest latency in ms, and whether a burst ran in
-it, for finding what made the worst window.
+it, for finding what made the worst window. Only windows of at least 100
+transactions count for the worst (a smaller one's p99 is its longest:
+the run's last, partial window).
 """
 
 import os
@@ -48,7 +50,6 @@ def main():
     windows = {}
     for done, latency in txns:
         windows.setdefault(int((done - t0) // 10), []).append(latency)
-    worst = max(quantile(sorted(w), 0.99) for w in windows.values() if len(w) >= 100)
     with open(os.path.join(run_dir, "bursts")) as f:
         bursts = [tuple(map(float, line.split())) for line in f if line.strip()]
     with open(os.path.join(run_dir, "windows"), "w") as f:
@@ -58,6 +59,7 @@ def main():
             burst = any(b_start < start + 10 and start < b_end for b_start, b_end in bursts)
             w.sort()
             print(f"{10 * index} {len(w)} {quantile(w, 0.99):.2f} {w[-1]:.2f} {int(burst)}", file=f)
+    worst = max((quantile(w, 0.99) for w in windows.values() if len(w) >= 100), default=float("nan"))
     by_wal = [at for at, cause in checkpoint_starts(os.path.join(run_dir, "pg.log")) if "wal" in cause]
     in_bursts = sum(1 for at in by_wal if any(start <= at <= end for start, end in bursts))
     with open(os.path.join(run_dir, "debt")) as f:

@@ -79,7 +79,10 @@
 //! authentication up to the first ReadyForQuery) must complete within
 //! `login_timeout_ms` (PostgreSQL's authentication_timeout), or the client
 //! gets FATAL 08P01 and is closed (without a word inside an unfinished TLS
-//! handshake). A startup packet is at most 10,000 bytes (PostgreSQL's
+//! handshake). A drain does not wait for a login either: once the proxy
+//! drains, a client still in the startup phase, the TLS handshake or the
+//! proxy's own password request has [`DRAIN_GRACE`] to finish that step,
+//! then gets FATAL 57P01 and is closed. A startup packet is at most 10,000 bytes (PostgreSQL's
 //! MAX_STARTUP_PACKET_LENGTH) and any other message before the login
 //! completes at most [`MAX_LOGIN_MESSAGE_LEN`] (PostgreSQL's limit for
 //! authentication messages), so an unauthenticated client cannot make the
@@ -104,7 +107,7 @@
 //! | | | GSSENCRequest | 'N', startup again |
 //! | | | CancelRequest | stops the named session's request if it is on its way to a backend (57014), else forwarded to the backend that session uses; closed |
 //! | | | StartupMessage | relayed: authenticating; under transaction pooling, one the server let in lately is answered from the pool instead ([`super::pool::Pool::welcome`]), its password asked and judged by the proxy if the server asked one ([`super::verifier`]): idle |
-//! | | | `login_timeout_ms` passes, or the proxy drains, before the StartupMessage or while the proxy asks the password | FATAL 08P01 or 57P01; closed |
+//! | | | `login_timeout_ms` passes, or the proxy drains (and the step does not finish within [`DRAIN_GRACE`]), before the StartupMessage or while the proxy asks the password | FATAL 08P01 or 57P01 (nothing inside an unfinished TLS handshake); closed |
 //! | authenticating | `State::authenticating` | AuthenticationRequest, password or SASL messages | relayed byte for byte, authenticating |
 //! | | | the first ReadyForQuery | idle |
 //! | | | `login_timeout_ms` passes | FATAL 08P01; closed |
@@ -328,21 +331,33 @@ impl Cut {
 /// What a client hears when the proxy drains before its session is done.
 const SHUTTING_DOWN: &str = "sluice: the proxy is shutting down";
 
+/// How long a login step may still take once the proxy drains: long enough
+/// for what the client sent as the drain began (a StartupMessage, a
+/// CancelRequest, the rest of a TLS handshake, a password) to arrive, so a
+/// cancel is forwarded and the client is told inside TLS, not cut off.
+const DRAIN_GRACE: Duration = Duration::from_millis(250);
+
 /// Runs one step of a login before the proxy relays it (the startup phase,
 /// the TLS handshake, the proxy's own password exchange) until `deadline`,
-/// or until the proxy drains: a client that sits at such a step has no
-/// request in flight, and would otherwise hold a drain for up to
-/// `login_timeout_ms`. A dropped sender drains too, as in
+/// or until [`DRAIN_GRACE`] after the proxy begins to drain: a client that
+/// sits at such a step has no request in flight, and would otherwise hold
+/// a drain for up to `login_timeout_ms`. A dropped sender drains too, as in
 /// [`crate::relay::drive`].
 async fn login_step<T>(
     deadline: Instant,
     shutdown: &mut watch::Receiver<bool>,
     step: impl Future<Output = T>,
 ) -> Result<T, Cut> {
+    let mut step = pin!(timeout_at(deadline, step));
     tokio::select! {
         biased;
-        done = timeout_at(deadline, step) => done.map_err(|_| Cut::TimedOut),
-        _ = shutdown.wait_for(|draining| *draining) => Err(Cut::Draining),
+        done = &mut step => return done.map_err(|_| Cut::TimedOut),
+        _ = shutdown.wait_for(|draining| *draining) => {}
+    }
+    let grace = deadline.min(Instant::now() + DRAIN_GRACE);
+    match timeout_at(grace, step).await {
+        Ok(done) => done.map_err(|_| Cut::TimedOut),
+        Err(_) => Err(Cut::Draining),
     }
 }
 
@@ -427,6 +442,11 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
     let link = Arc::new(Link::default());
     if welcome.is_none() {
+        // A login that began as the proxy drained is told so before it
+        // costs the server a process.
+        if *shutdown.borrow() {
+            return Cut::Draining.tell(&mut client_wr, ctx).await;
+        }
         let backend = match Backend::connect(&ctx.upstream, ctx.upstream_tls.as_deref()).await {
             Ok(backend) => backend,
             Err(e) => {
