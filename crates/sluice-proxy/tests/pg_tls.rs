@@ -12,7 +12,7 @@ use sluice_proxy::gate::GateConfig;
 use sluice_proxy::pg::upstream_tls::{SslMode, UpstreamTlsConfig};
 use sluice_proxy::{PoolMode, Protocol, ProxyConfig};
 use support::certs::{client_cert, self_signed};
-use support::pgwire::PgConn;
+use support::pgwire::{server_error, PgConn, QueryError};
 use support::proxy::ProxyHandle;
 use support::psql::{psql_command, psql_with, text};
 use support::servers::{PgServer, PG_PASSWORD, PG_USER};
@@ -67,6 +67,31 @@ fn tls_is_offered_only_when_configured() {
         text(&out.stderr)
     );
     assert_eq!(tls.tenant("postgres").expect("stats of tenant postgres").requests, 2);
+}
+
+/// A client inside TLS that has not sent its StartupMessage when the proxy
+/// drains is told why inside TLS, as a plain one is (see pg.rs).
+#[test]
+fn a_drain_tells_a_tls_client_still_logging_in_inside_tls() {
+    let Some(server) = PgServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cert = self_signed(dir.path(), "proxy");
+    let mut proxy = start(&server, |c| {
+        c.tls = Some(cert.clone());
+        c.login_timeout_ms = 600_000;
+    });
+    let mut quiet = PgConn::tls(proxy.addr, &cert.cert, Duration::ZERO);
+    assert!(proxy.shutdown());
+    let Some((b'E', body)) = quiet.read_message() else {
+        panic!("an ErrorResponse inside TLS before the close")
+    };
+    assert_eq!(
+        server_error(&body),
+        QueryError::Server {
+            sqlstate: "57P01".into(),
+            message: "sluice: the proxy is shutting down".into()
+        }
+    );
 }
 
 #[test]

@@ -59,6 +59,13 @@ impl PgConn {
     /// certificate at `ca` for `localhost`, and reading slowly: at most 16
     /// KiB per read of the socket, after a pause of `pace` (see [`Paced`]).
     pub fn connect_tls(addr: SocketAddr, user: &str, ca: &Path, pace: Duration) -> PgConn {
+        PgConn::tls(addr, ca, pace)
+            .log_in(user, None)
+            .unwrap_or_else(|e| panic!("startup failed: {e:?}"))
+    }
+
+    /// A connection inside TLS, its handshake done, nothing sent in it.
+    pub fn tls(addr: SocketAddr, ca: &Path, pace: Duration) -> PgConn {
         let mut tcp = PgConn::socket(addr);
         tcp.write_all(&frame::ssl_request()).expect("sending SSLRequest");
         let mut answer = [0u8; 1];
@@ -78,10 +85,14 @@ impl PgConn {
             .with_no_client_auth();
         let name = ServerName::try_from("localhost").expect("a server name");
         let tls = ClientConnection::new(Arc::new(config), name).expect("a TLS client");
-        let stream = Box::new(StreamOwned::new(tls, Paced { tcp, pace }));
-        PgConn { stream, key: None }
-            .log_in(user, None)
-            .unwrap_or_else(|e| panic!("startup failed: {e:?}"))
+        let mut stream = StreamOwned::new(tls, Paced { tcp, pace });
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock).expect("the TLS handshake");
+        }
+        PgConn {
+            stream: Box::new(stream),
+            key: None,
+        }
     }
 
     /// Sends the StartupMessage and reads up to the first ReadyForQuery,
