@@ -1,10 +1,10 @@
 //! PostgreSQL behind the proxy: wire protocol v3 framing,
 //! the CancelRequest registry, server connections and transaction pooling
 //! (with the prepared statements it keeps for clients, the passwords it
-//! opens backends with, and the logins it answers itself), TLS on either side, the session that relays a
-//! client to its backend and the ReadyForQuery that ends each of its
-//! requests (`batch`), and the steering of the server's checkpoints
-//! (`background`).
+//! opens backends with, and the logins it answers itself), TLS on either
+//! side, the session that relays a client to its backend and the
+//! ReadyForQuery that ends each of its requests (`batch`), and the steering
+//! of the server's checkpoints (`background`).
 
 pub mod auth_file;
 pub mod background;

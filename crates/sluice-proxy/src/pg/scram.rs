@@ -82,8 +82,7 @@ impl ScramSecret {
     /// StoredKey (RFC 5802 §3).
     pub fn client_key(&self, auth_message: &str, proof: &[u8; 32]) -> Option<[u8; 32]> {
         let client_key = xor(proof, &self.client_signature(auth_message));
-        let stored_key: [u8; 32] = Sha256::digest(client_key).into();
-        bool::from(stored_key.ct_eq(&self.stored_key)).then_some(client_key)
+        self.opens_with(&client_key).then_some(client_key)
     }
 
     /// Whether `proof` is that of a client holding the password.

@@ -82,12 +82,12 @@
 //! handshake). A drain does not wait for a login either: once the proxy
 //! drains, a client still in the startup phase, the TLS handshake or the
 //! proxy's own password request has [`DRAIN_GRACE`] to finish that step,
-//! then gets FATAL 57P01 and is closed. A startup packet is at most 10,000 bytes (PostgreSQL's
-//! MAX_STARTUP_PACKET_LENGTH) and any other message before the login
-//! completes at most [`MAX_LOGIN_MESSAGE_LEN`] (PostgreSQL's limit for
-//! authentication messages), so an unauthenticated client cannot make the
-//! proxy buffer more; after login a message may be as long as PostgreSQL
-//! allows.
+//! then gets FATAL 57P01 and is closed. A startup packet is at most 10,000
+//! bytes (PostgreSQL's MAX_STARTUP_PACKET_LENGTH) and any other message
+//! before the login completes at most [`MAX_LOGIN_MESSAGE_LEN`]
+//! (PostgreSQL's limit for authentication messages), so an unauthenticated
+//! client cannot make the proxy buffer more; after login a message may be
+//! as long as PostgreSQL allows.
 //!
 //! When the server goes away under a session, its client is told with FATAL
 //! 08006 (unless the server said why itself), whichever direction noticed.

@@ -133,7 +133,7 @@ impl Verifier {
                 .first_chunk::<4>()
                 .zip(c_string(given))
                 .is_some_and(|(salt, given)| password::md5_from_hash(md5, *salt).as_bytes() == given),
-            (Verifier::Scram(secret), SASL, _) => RelayedScram::parse(exchange).is_some_and(|r| r.is_of(secret)),
+            (Verifier::Scram(secret), SASL, _) => exchange.client_key(secret).is_some(),
             _ => false,
         }
     }
@@ -143,8 +143,7 @@ impl Exchange {
     /// The ClientKey the client's proof in this relayed SCRAM exchange
     /// reveals, where `secret` is the server's (see [`super::scram`]).
     pub fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
-        let relayed = RelayedScram::parse(self).filter(|r| r.is_of(secret))?;
-        secret.client_key(&relayed.auth_message, &relayed.proof)
+        RelayedScram::parse(self)?.client_key(secret)
     }
 }
 
@@ -172,16 +171,21 @@ struct RelayedScram<'a> {
 }
 
 impl RelayedScram<'_> {
-    /// Whether `secret` is the server's: it salts as the server did, the
-    /// client's proof checks against its StoredKey, and the server's
-    /// signature is the one its ServerKey gives.
-    fn is_of(&self, secret: &ScramSecret) -> bool {
+    /// The ClientKey the client's proof reveals, where `secret` is the
+    /// server's: it salts as the server did, the server's signature is the
+    /// one its ServerKey gives, and the proof checks against its StoredKey.
+    fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
+        if (self.salt, self.iterations) != (secret.salt.as_str(), secret.iterations) {
+            return None;
+        }
         let signature = scram::base64(&secret.server_signature(&self.auth_message));
-        (self.salt, self.iterations) == (secret.salt.as_str(), secret.iterations)
-            && self
-                .server_signature
-                .is_some_and(|v| bool::from(v.ct_eq(signature.as_bytes())))
-            && secret.proves(&self.auth_message, &self.proof)
+        if !self
+            .server_signature
+            .is_some_and(|v| bool::from(v.ct_eq(signature.as_bytes())))
+        {
+            return None;
+        }
+        secret.client_key(&self.auth_message, &self.proof)
     }
 }
 
