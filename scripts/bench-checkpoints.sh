@@ -23,19 +23,24 @@
 #               128 MiB as its bound on recovery debt (max_recovery_wal_mib)
 #               and a busy completion target of 0.5, which leaves 24-40 MiB
 #               of WAL between checkpoints for the early start, more than a
-#               burst writes (0.9 leaves none under this bound)
+#               burst writes (0.9 leaves none under this bound); the early
+#               start keeps 1.5 times the largest recent burst's WAL
+#   eager       steered, but with 24 MiB of room kept whatever the bursts
+#               (min_burst_room_mib): under this bound's trigger point of
+#               80 MiB, an early start once the debt passes half of it,
+#               under a flat load as well
 #
 # Per run: throughput, latency p99 and p99.9 (every transaction, measured
 # from its scheduled start), the worst 10-second window's p99 over the
-# run's, checkpoints started by WAL volume (all, and during a burst), the
-# largest WAL since the redo point (sampled every 0.5 s), the most WAL one
-# burst wrote (what a bound on recovery debt must hold for no checkpoint
-# to start inside a burst), CPU steal. Then
+# run's, checkpoints started (all, all during a burst, by WAL volume, by
+# WAL volume during a burst), the largest WAL since the redo point (sampled every 0.5 s), the
+# most WAL one burst wrote (what a bound on recovery debt must hold for no
+# checkpoint to start inside a burst), CPU steal. Then
 # `sluice bench summarize`'s table, ratios to `defaults` paired by round
 # (to the first configuration named when `defaults` is not).
 #
 #   scripts/bench-checkpoints.sh [--rounds 2] [--seconds 300] [--scale 20] [--base 45] [--burst 15]
-#                                [--configs worst,defaults,compressed,steered] (or direct)
+#                                [--configs worst,defaults,compressed,steered] (or direct, eager)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -54,8 +59,8 @@ while [[ $# -gt 0 ]]; do
 done
 for config in ${configs//,/ }; do
     case $config in
-        worst | defaults | direct | compressed | steered) ;;
-        *) echo "unknown configuration $config in --configs (worst, defaults, direct, compressed, steered)" >&2; exit 2 ;;
+        worst | defaults | direct | compressed | steered | eager) ;;
+        *) echo "unknown configuration $config in --configs (worst, defaults, direct, compressed, steered, eager)" >&2; exit 2 ;;
     esac
 done
 apt_install postgresql-15 postgresql-client-15
@@ -77,7 +82,7 @@ configure() {
     local sql
     case $1 in
         defaults | direct) sql="ALTER SYSTEM RESET max_wal_size;ALTER SYSTEM RESET checkpoint_completion_target;ALTER SYSTEM RESET checkpoint_timeout" ;;
-        worst | steered) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
+        worst | steered | eager) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout" ;;
         compressed) sql="ALTER SYSTEM SET max_wal_size = '128MB';ALTER SYSTEM SET checkpoint_completion_target = 0.1;ALTER SYSTEM RESET checkpoint_timeout;ALTER SYSTEM SET wal_compression = 'lz4'" ;;
     esac
     [[ $1 == compressed ]] || sql+=";ALTER SYSTEM RESET wal_compression"
@@ -87,14 +92,17 @@ configure() {
     psql_db -c "CHECKPOINT"
 }
 
-# The steered configuration adds the checkpoint controller, held to the
+# The steered configurations add the checkpoint controller, held to the
 # worst setting's 128 MiB of recovery debt.
+steers() { [[ $1 == steered || $1 == eager ]]; }
 start_proxy() {
     local steering=""
-    [[ $1 == steered ]] && steering="[postgres.background.checkpoint]
+    steers "$1" && steering="[postgres.background.checkpoint]
 max_recovery_wal_mib = 128
 busy_completion_target = 0.5
 light_completion_target = 0.3"
+    [[ $1 == eager ]] && steering+="
+min_burst_room_mib = 24"
     start_pg_proxy "$1" "$steering"
 }
 
@@ -162,7 +170,7 @@ run() {
     local steal
     steal=$("$sluice" bench steal --since "$s0")
     local apply_ms="-"
-    if [[ $config == steered ]]; then
+    if steers "$config"; then
         apply_ms=$(curl -s "http://127.0.0.1:$ADMIN_PORT/stats" |
             python3 -c 'import json,sys; print(round(json.load(sys.stdin)["postgres_background"]["last_apply_ms"], 1))')
     fi
@@ -172,15 +180,15 @@ run() {
     tail -n +"$((log_from + 1))" "$work/pg.log" >"$dir/pg.log"
     row=$(python3 scripts/checkpoint-run.py "$dir" "$t0" "$seconds")
     echo "$round $config $row $steal" | tee -a "$work/runs"
-    if [[ $config == steered ]]; then
-        echo "   (steered: the last decision reached PostgreSQL's reload in $apply_ms ms)"
+    if steers "$config"; then
+        echo "   ($config: the last decision reached PostgreSQL's reload in $apply_ms ms)"
         # The run's decisions, decided again from its observations.
         cp "$work/steering.trace" "$dir/steering.trace"
         echo "   (replayed: $("$sluice" replay "$dir/steering.trace" 2>&1))"
     fi
 }
 
-echo "round target tps p99_ms p999_ms worst10s_p99_ratio wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib burst_wal_mib steal" |
+echo "round target tps p99_ms p999_ms worst10s_p99_ratio checkpoints checkpoints_in_bursts wal_checkpoints wal_checkpoints_in_bursts peak_debt_mib burst_wal_mib steal" |
     tee "$work/runs"
 for round in $(seq "$rounds"); do
     for config in ${configs//,/ }; do
@@ -189,9 +197,11 @@ for round in $(seq "$rounds"); do
 done
 mkdir -p results/checkpoints
 cp "$work/runs" results/checkpoints/runs.txt
-if [[ -f $work/sluice-steered.log ]]; then
-    cp "$work/sluice-steered.log" results/checkpoints/
-fi
+for config in steered eager; do
+    if [[ -f $work/sluice-$config.log ]]; then
+        cp "$work/sluice-$config.log" results/checkpoints/
+    fi
+done
 for d in "$work"/run-*; do
     cp "$d/pg.log" "results/checkpoints/$(basename "$d")-pg.log"
     cp "$d/windows" "results/checkpoints/$(basename "$d")-windows.txt"

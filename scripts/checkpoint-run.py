@@ -11,8 +11,9 @@ microseconds), `bursts` (each burst's start and end, epoch seconds),
 written since the server began, sampled) and
 `pg.log` (PostgreSQL's log of the run, checkpoints logged). Prints:
 transactions per second, p99 and p99.9 in ms, the worst 10-second
-window's p99 over the run's, the checkpoints started by WAL volume, those
-started during a burst, the largest WAL since the redo point in MiB, and
+window's p99 over the run's, the checkpoints started (all of them, those
+started during a burst, those started by WAL volume, and those of them
+started during a burst), the largest WAL since the redo point in MiB, and
 the most WAL one burst wrote in MiB (from the samples nearest its ends).
 Writes DIR/windows: each 10-second window's start (seconds into the run),
 transactions, p99 and longest latency in ms, and whether a burst ran in
@@ -60,8 +61,12 @@ def main():
             w.sort()
             print(f"{10 * index} {len(w)} {quantile(w, 0.99):.2f} {w[-1]:.2f} {int(burst)}", file=f)
     worst = max((quantile(w, 0.99) for w in windows.values() if len(w) >= 100), default=float("nan"))
-    by_wal = [at for at, cause in checkpoint_starts(os.path.join(run_dir, "pg.log")) if "wal" in cause]
-    in_bursts = sum(1 for at in by_wal if any(start <= at <= end for start, end in bursts))
+    starts = checkpoint_starts(os.path.join(run_dir, "pg.log"))
+    by_wal = [at for at, cause in starts if "wal" in cause]
+
+    def in_bursts(times):
+        return sum(1 for at in times if any(start <= at <= end for start, end in bursts))
+
     with open(os.path.join(run_dir, "debt")) as f:
         samples = [tuple(map(float, line.split())) for line in f if len(line.split()) == 3]
     debts = [debt for _, debt, _ in samples]
@@ -73,7 +78,8 @@ def main():
     burst_wal = [written_by(end) - written_by(start) for start, end in bursts] if samples else []
     print(
         f"{len(txns) / seconds:.1f} {p99:.2f} {p999:.2f} {worst / p99:.3f} "
-        f"{len(by_wal)} {in_bursts} {max(debts, default=0) / 2**20:.1f} {max(burst_wal, default=0) / 2**20:.1f}"
+        f"{len(starts)} {in_bursts(at for at, _ in starts)} {len(by_wal)} {in_bursts(by_wal)} "
+        f"{max(debts, default=0) / 2**20:.1f} {max(burst_wal, default=0) / 2**20:.1f}"
     )
 
 

@@ -13,8 +13,9 @@
 //!   transaction, not counted toward P), and latency and queue-wait
 //!   quantiles; decisions by controller and knob
 //!   (`sluice_controller_decisions_total`); with `[postgres.background]`,
-//!   the steering's state, recovery debt, whether a checkpoint runs, and
-//!   the settings applied (`sluice_postgres_*`).
+//!   the steering's state, recovery debt, the WAL room the early start
+//!   keeps for a burst, whether a checkpoint runs, and the settings applied
+//!   (`sluice_postgres_*`).
 //!   `docs/grafana-dashboard.json` draws them in Grafana.
 //! - `GET /stats`: the same as JSON, with the controllers' recent decisions
 //!   and, if configured, the steering of PostgreSQL's checkpoints.
@@ -662,6 +663,14 @@ fn registry(
                 "postgres_recovery_debt_bytes",
                 "WAL written since the last checkpoint's redo point",
                 debt * (1 << 20) as f64,
+            );
+        }
+        if let Some(room) = bg.burst_room_kept_mib {
+            gauge(
+                &mut reg,
+                "postgres_burst_room_bytes",
+                "WAL the early start keeps before PostgreSQL's call for a checkpoint",
+                room * (1 << 20) as f64,
             );
         }
         if let Some(running) = bg.checkpoint_running {

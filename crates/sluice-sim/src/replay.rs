@@ -3,7 +3,10 @@
 //! observations go to a new controller of the same settings, which must
 //! decide what the live one decided. `sluice replay TRACE` runs this on a
 //! file; a trace is what `trace_file` of the proxy's
-//! `[postgres.background]` writes.
+//! `[postgres.background]` writes. A trace recorded before a rule changed
+//! diverges where the new rule decides otherwise, and the divergence names
+//! the first such interval: a replay is how a rule's change is checked
+//! against a recorded run.
 
 use std::io::BufRead;
 
@@ -67,6 +70,7 @@ mod tests {
                 wal_since_redo: i * 12_345_678,
                 checkpoint_running: i % 10 > 6,
                 since_checkpoint_start: i * 987_654_321,
+                wal_position: None,
                 server_trigger_point: None,
             };
             let step = Step::new(observation, None, &live.decide(observation), true);

@@ -292,6 +292,7 @@ fn replay_decides_a_trace_again_and_names_where_it_parts() {
             wal_since_redo: i << 24,
             checkpoint_running: false,
             since_checkpoint_start: i * 1_000_000_000,
+            wal_position: None,
             server_trigger_point: None,
         };
         let vacuum_observation = VacuumObservation {

@@ -43,20 +43,30 @@
 //!   PostgreSQL's checkpointer takes up a changed target mid-checkpoint.
 //! - **Start before a burst forces it.** A checkpoint forced by WAL volume
 //!   tends to fall in a burst, where WAL is written fastest and the
-//!   foreground can least afford the writes. Outside a burst (the rate at
-//!   most `burst_ratio` times its slow average), once the debt passes
-//!   `early_share` of the trigger point and `MIN_TIMEOUT_S` have passed
-//!   since the last checkpoint started, the controller lowers
-//!   `checkpoint_timeout` to that elapsed time: PostgreSQL then starts a
-//!   *timed* checkpoint, paced like any other, at once. `CHECKPOINT`, the
-//!   only command that starts one, writes without pacing. Once the
-//!   checkpoint runs, the timeout goes back to `timeout_s`. The early
-//!   start needs room: WAL between one checkpoint's end and PostgreSQL's
-//!   call for the next ([`CheckpointControllerConfig::idle_window`]).
-//!   Under a small bound a busy target near PostgreSQL's 0.9 leaves none
-//!   (128 MiB: a checkpoint ends after 3.6 segments, the next is called
-//!   for after 3 to 4), and checkpoints run back to back, each forced by
-//!   WAL volume wherever the last ended, bursts included;
+//!   foreground can least afford the writes. The controller measures the
+//!   WAL each burst writes (a burst: the rate above `burst_ratio` times its
+//!   slow average outside bursts, for no longer than that average's span;
+//!   the WAL: from PostgreSQL's insert position) and keeps the largest,
+//!   fading by `burst_decay` each interval. Outside a burst, once
+//!   the WAL left before PostgreSQL's call for the next checkpoint is less
+//!   than [`BURST_ROOM_MARGIN`] times that burst (or `min_burst_room_mib`,
+//!   which holds room before any burst is seen), the debt has passed
+//!   `early_share` of the trigger point (a floor: checkpoints never come
+//!   more often than that), and `MIN_TIMEOUT_S` have passed since the
+//!   last checkpoint started, the controller lowers `checkpoint_timeout`
+//!   to that elapsed time: PostgreSQL then starts a *timed* checkpoint,
+//!   paced like any other, at once. `CHECKPOINT`, the only command that
+//!   starts one, writes without pacing. Once the checkpoint runs, the
+//!   timeout goes back to `timeout_s`. Under a flat load no burst is seen
+//!   and checkpoints come by WAL volume at the trigger point, paced the
+//!   same: an early start there would only add checkpoints, each with
+//!   its full-page images, and protect nothing. The early start needs
+//!   room: WAL between one checkpoint's end and PostgreSQL's call for the
+//!   next ([`CheckpointControllerConfig::idle_window`]). Under a small
+//!   bound a busy target near PostgreSQL's 0.9 leaves none (128 MiB: a
+//!   checkpoint ends after 3.6 segments, the next is called for after 3
+//!   to 4), and checkpoints run back to back, each forced by WAL volume
+//!   wherever the last ended, bursts included;
 //!   [`CheckpointControllerConfig::crowding`] names such settings and the
 //!   largest busy target that leaves room. A lower busy target writes
 //!   each checkpoint faster but can raise the trigger point (128 MiB
@@ -97,6 +107,12 @@ use crate::time::Nanos;
 /// PostgreSQL's smallest `checkpoint_timeout`, in seconds.
 pub const MIN_TIMEOUT_S: u64 = 30;
 
+/// The early start keeps this many times the largest recent burst's WAL
+/// before PostgreSQL's call: the bursts of one load differ (by a tenth and
+/// more between runs of the checkpoint benchmark), and a burst a little
+/// larger than the last must not force a checkpoint.
+pub const BURST_ROOM_MARGIN: f64 = 1.5;
+
 const MIB: u64 = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,12 +129,23 @@ pub struct CheckpointControllerConfig {
     pub light_share: f64,
     /// A burst: the rate above this multiple of its slow average.
     pub burst_ratio: f64,
-    /// Share of the trigger point past which a checkpoint starts early,
-    /// outside a burst.
+    /// Share of the trigger point before which no checkpoint starts early,
+    /// however large the bursts (a floor on the early start's debt);
+    /// timing `CHECKPOINT` alone, the share of the server's trigger point
+    /// past which a lull brings one.
     pub early_share: f64,
+    /// How much of the largest burst's WAL survives each interval (0.999:
+    /// half after about 700 intervals), so that bursts that stop coming
+    /// stop starting checkpoints early.
+    pub burst_decay: f64,
+    /// The least WAL room kept before PostgreSQL's call for a checkpoint,
+    /// bursts seen or not, MiB (0: the room follows the bursts seen).
+    pub min_burst_room_mib: u64,
     /// Weight of each observation in the slow average of the rate (an
     /// exponential average over about `1 / baseline_weight` busy
-    /// intervals; idle ones are left out).
+    /// intervals; idle ones and a burst's are left out). A rise above
+    /// `burst_ratio` that outlasts that many intervals is a new level, not
+    /// a burst.
     pub baseline_weight: f64,
     /// How much of the peak rate survives each interval (the peak fades so
     /// that a lasting drop in load stops counting as rest).
@@ -142,6 +169,8 @@ impl Default for CheckpointControllerConfig {
             light_share: 0.5,
             burst_ratio: 1.2,
             early_share: 0.5,
+            burst_decay: 0.999,
+            min_burst_room_mib: 0,
             baseline_weight: 0.02,
             peak_decay: 0.99,
             timeout_s: 300,
@@ -166,6 +195,7 @@ impl CheckpointControllerConfig {
         check_range("light_share", self.light_share, 0.0, 1.0)?;
         check_range("burst_ratio", self.burst_ratio, 1.0, f64::MAX)?;
         check_range("early_share", self.early_share, 0.0, 1.0)?;
+        check_range("burst_decay", self.burst_decay, 0.0, 1.0)?;
         check_range("baseline_weight", self.baseline_weight, f64::MIN_POSITIVE, 1.0)?;
         check_range("peak_decay", self.peak_decay, 0.0, 1.0)?;
         if !(MIN_TIMEOUT_S..=86_400).contains(&self.timeout_s) {
@@ -315,6 +345,11 @@ pub struct CheckpointObservation {
     pub checkpoint_running: bool,
     /// Time since the last checkpoint started.
     pub since_checkpoint_start: Nanos,
+    /// PostgreSQL's WAL insert position (`pg_current_wal_lsn()`), bytes:
+    /// the WAL a burst writes is measured by it. `None` where it is not
+    /// observed, and no burst is then measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_position: Option<u64>,
     /// The server's own trigger point (`max_wal_size / (1 +
     /// checkpoint_completion_target)`), bytes: observed where the
     /// controller times `CHECKPOINT` alone, and `None` where it sets them.
@@ -338,10 +373,18 @@ pub struct CheckpointController {
     /// What PostgreSQL was last told; `None` before the first decision, so
     /// that it sets them all.
     applied: Option<CheckpointSettings>,
-    /// Slow average of the foreground rate.
+    /// Slow average of the foreground rate outside bursts.
     baseline: SlowAverage,
+    /// Intervals in a row above `burst_ratio` times the average.
+    above_for: u64,
     /// Recent peak of the foreground rate.
     peak: FadingPeak,
+    /// The WAL insert position last observed.
+    position: Option<u64>,
+    /// WAL written since the burst under way began, bytes (0 outside one).
+    burst_wal: u64,
+    /// The largest burst's WAL, fading, bytes.
+    largest_burst: f64,
 }
 
 impl CheckpointController {
@@ -351,7 +394,11 @@ impl CheckpointController {
             config,
             applied: None,
             baseline: SlowAverage::default(),
+            above_for: 0,
             peak: FadingPeak::default(),
+            position: None,
+            burst_wal: 0,
+            largest_burst: 0.0,
         })
     }
 
@@ -364,8 +411,19 @@ impl CheckpointController {
     pub fn decide(&mut self, obs: CheckpointObservation) -> Vec<Decision> {
         let c = self.config;
         let (rate, peak) = self.peak.observe(obs.foreground_rate, c.peak_decay);
-        let baseline = self.baseline.observe(rate, c.baseline_weight);
-        let burst = rate > c.burst_ratio * baseline;
+        // A burst is measured against the level it rises above, so its own
+        // intervals stay out of that level: averaged in, a burst a quarter
+        // of the time lifts the level by a twelfth, and a burst 1.33 times
+        // the base rate then hovers at `burst_ratio`, seen one second and
+        // missed the next. A rise that outlasts the average's span is the
+        // load's new level, taken in from then on.
+        let above = rate > c.burst_ratio * self.baseline.level().unwrap_or(rate);
+        self.above_for = if above { self.above_for + 1 } else { 0 };
+        let burst = above && (self.above_for as f64) <= 1.0 / c.baseline_weight;
+        if !burst {
+            self.baseline.observe(rate, c.baseline_weight);
+        }
+        let baseline = self.baseline.level().unwrap_or(rate);
         let resting = rate < c.light_share * peak;
         let indebted = obs.wal_since_redo > c.bound();
 
@@ -394,12 +452,20 @@ impl CheckpointController {
             )
         };
 
+        let room_needed = self.measure_burst(obs.wal_position, burst, above);
+        // PostgreSQL calls for a checkpoint after between `trigger - 1` and
+        // `trigger` segments, by where the redo point fell in its segment:
+        // the room is counted to the earlier.
+        // Past that earlier call the room is none, and without a burst to
+        // keep room for PostgreSQL starts the checkpoint by WAL volume.
+        let room = (c.trigger_point() - c.segment() as f64 - obs.wal_since_redo as f64).max(0.0);
         // Whole seconds, rounded down: PostgreSQL compares whole seconds
         // since the checkpoint began, and a timeout above them (30.7 s
         // rounded up to 31) starts nothing, the next interval's neither.
         let elapsed_s = obs.since_checkpoint_start / 1_000_000_000;
         let early = !obs.checkpoint_running
             && !burst
+            && room < room_needed
             && obs.wal_since_redo as f64 >= c.early_share * c.trigger_point()
             && elapsed_s >= MIN_TIMEOUT_S
             && elapsed_s < c.timeout_s;
@@ -407,11 +473,12 @@ impl CheckpointController {
             (
                 elapsed_s,
                 format!(
-                    "debt {} MiB passed {:.0}% of the trigger point {} MiB outside a burst \
-                     (foreground {rate:.0}/s, average {baseline:.0}/s): a paced checkpoint starts now",
+                    "debt {} MiB leaves {:.1} MiB before PostgreSQL's call for a checkpoint, under the {:.1} MiB \
+                     a burst needs, outside a burst (foreground {rate:.0}/s, average {baseline:.0}/s): \
+                     a paced checkpoint starts now",
                     obs.wal_since_redo / MIB,
-                    c.early_share * 100.0,
-                    c.trigger_point() as u64 / MIB
+                    room / MIB as f64,
+                    room_needed / MIB as f64,
                 ),
             )
         } else {
@@ -463,6 +530,38 @@ impl CheckpointController {
             });
         }
         decisions
+    }
+
+    /// Counts the WAL written since the last observation into the burst
+    /// under way, folds a burst that ended into the largest (and drops one
+    /// that turned out a new level, `above` still), and returns the room
+    /// the early start keeps, bytes.
+    fn measure_burst(&mut self, position: Option<u64>, burst: bool, above: bool) -> f64 {
+        let c = self.config;
+        // A position that went back (another server behind the same
+        // address, a restore) measures nothing.
+        let written = match (self.position, position) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        self.position = position;
+        self.largest_burst *= c.burst_decay;
+        if burst {
+            self.burst_wal = self.burst_wal.saturating_add(written);
+        } else {
+            if !above {
+                self.largest_burst = self.largest_burst.max(self.burst_wal as f64);
+            }
+            self.burst_wal = 0;
+        }
+        self.burst_room()
+    }
+
+    /// The WAL the early start keeps before PostgreSQL's call for a
+    /// checkpoint, bytes: [`BURST_ROOM_MARGIN`] times the largest recent
+    /// burst's, or `min_burst_room_mib` if more.
+    pub fn burst_room(&self) -> f64 {
+        (BURST_ROOM_MARGIN * self.largest_burst).max(self.config.min_burst_room_mib.saturating_mul(MIB) as f64)
     }
 
     /// A `CHECKPOINT` now, or nothing, for a server whose settings cannot
@@ -526,8 +625,28 @@ mod tests {
             wal_since_redo: debt_mib * MIB,
             checkpoint_running: running,
             since_checkpoint_start: since_s * SECOND,
+            wal_position: None,
             server_trigger_point: None,
         }
+    }
+
+    /// As [`obs`], with PostgreSQL's WAL insert position.
+    fn at(rate: f64, debt_mib: u64, since_s: u64, position_mib: u64) -> CheckpointObservation {
+        CheckpointObservation {
+            wal_position: Some(position_mib * MIB),
+            ..obs(rate, debt_mib, false, since_s)
+        }
+    }
+
+    /// As [`controller`], keeping 24 MiB of room before any burst is seen:
+    /// under its trigger point of 80 MiB (called for after 64 to 80) an
+    /// early start once the debt passes 40 MiB.
+    fn eager() -> CheckpointController {
+        CheckpointController::new(CheckpointControllerConfig {
+            min_burst_room_mib: 24,
+            ..*controller().config()
+        })
+        .unwrap()
     }
 
     /// As [`obs`], on a server whose own trigger point is 100 MiB.
@@ -597,14 +716,20 @@ mod tests {
     #[test]
     fn early_start_outside_a_burst_and_only_then() {
         let mut c = controller();
-        for _ in 0..100 {
-            c.decide(obs(400.0, 10, false, 10));
+        // A steady 1 MiB of WAL per interval, then a burst that writes 2
+        // MiB in each of its 10 intervals: 20 MiB, so 30 MiB of room kept.
+        for i in 0..100 {
+            c.decide(at(400.0, 10, 10, i));
         }
-        // A burst: rate 1.5x its average, debt past half the trigger point.
-        assert_eq!(value(&c.decide(obs(600.0, 60, false, 45)), "checkpoint_timeout"), None);
-        // Back to the usual rate: start now, 46 s after the last start.
-        let d = c.decide(obs(400.0, 60, false, 46));
+        for i in 0..10 {
+            let d = c.decide(at(600.0, 60, 45, 101 + 2 * i));
+            assert_eq!(value(&d, "checkpoint_timeout"), None, "in the burst");
+        }
+        // Back to the usual rate, with 4 MiB left before the call at 64:
+        // start now, 46 s after the last start.
+        let d = c.decide(at(400.0, 60, 46, 120));
         assert_eq!(value(&d, "checkpoint_timeout"), Some(46.0));
+        assert!(d[0].why.contains("under the 30.0 MiB a burst needs"), "{}", d[0].why);
         // Running: the timeout goes back.
         assert_eq!(
             value(&c.decide(obs(400.0, 61, true, 0)), "checkpoint_timeout"),
@@ -613,8 +738,107 @@ mod tests {
     }
 
     #[test]
-    fn load_after_idle_time_is_no_burst() {
+    fn a_flat_load_starts_no_checkpoint_early() {
         let mut c = controller();
+        // Up to the trigger point, past PostgreSQL's earliest call: its
+        // own checkpoint, by WAL volume.
+        for i in 0..=80 {
+            let d = c.decide(at(400.0, i, 30 + i, i));
+            assert_eq!(value(&d, "checkpoint_timeout"), if i == 0 { Some(300.0) } else { None });
+        }
+    }
+
+    #[test]
+    fn the_room_follows_the_bursts_seen_and_fades() {
+        let mut c = controller();
+        for i in 0..100 {
+            c.decide(at(400.0, 10, 10, i));
+        }
+        // A small burst: 2 MiB, 3 MiB of room.
+        c.decide(at(600.0, 20, 20, 101));
+        assert!(c.decide(at(400.0, 50, 50, 102)).is_empty(), "14 MiB left");
+        assert_eq!(
+            value(&c.decide(at(400.0, 62, 51, 103)), "checkpoint_timeout"),
+            Some(51.0)
+        );
+        c.decide(obs(400.0, 0, true, 0));
+        // 3 MiB fades under 1 MiB in 1,100 intervals (0.999 each): 1.5
+        // MiB of room needed, 2 left.
+        for i in 0..1100 {
+            c.decide(at(400.0, 10, 10, 104 + i));
+        }
+        assert!(c.decide(at(400.0, 62, 60, 1204)).is_empty(), "the burst is forgotten");
+    }
+
+    #[test]
+    fn the_floor_holds_however_large_the_bursts() {
+        let mut c = controller();
+        for i in 0..100 {
+            c.decide(at(400.0, 10, 10, i));
+        }
+        c.decide(at(600.0, 10, 20, 200));
+        assert!(
+            c.decide(at(400.0, 39, 50, 201)).is_empty(),
+            "under early_share of the trigger point"
+        );
+        assert_eq!(
+            value(&c.decide(at(400.0, 40, 51, 202)), "checkpoint_timeout"),
+            Some(51.0)
+        );
+    }
+
+    #[test]
+    fn a_burst_a_quarter_of_the_time_is_seen_in_each_of_its_intervals() {
+        let mut c = controller();
+        // 30 intervals at 590/s and 1 MiB each, then 10 at 760-810/s and 2
+        // MiB each: averaged in, the bursts would lift the level to about
+        // 640, and 760 would not pass 1.2 times it.
+        let mut position = 0;
+        for _ in 0..10 {
+            for _ in 0..30 {
+                position += 1;
+                c.decide(at(590.0, 10, 10, position));
+            }
+            for i in 0..10 {
+                position += 2;
+                c.decide(at(if i % 2 == 0 { 760.0 } else { 810.0 }, 10, 10, position));
+            }
+        }
+        c.decide(at(590.0, 10, 10, position + 1));
+        assert!(
+            (c.burst_room() - 30.0 * MIB as f64).abs() < 0.1 * MIB as f64,
+            "{}",
+            c.burst_room()
+        );
+    }
+
+    #[test]
+    fn a_lasting_rise_is_a_new_level_not_a_burst() {
+        let mut c = controller();
+        for i in 0..100 {
+            c.decide(at(400.0, 10, 10, i));
+        }
+        // Past the average's span (50 intervals) the rise is the load; the
+        // WAL written while it looked like a burst is not kept for one.
+        for i in 0..200 {
+            c.decide(at(600.0, 10, 10, 100 + 2 * i));
+        }
+        assert_eq!(c.burst_room(), 0.0);
+        // And a burst above the new level is one again.
+        for i in 0..5 {
+            c.decide(at(800.0, 10, 10, 500 + 2 * i));
+        }
+        c.decide(at(600.0, 10, 10, 511));
+        assert!(
+            (c.burst_room() - 15.0 * MIB as f64).abs() < 0.1 * MIB as f64,
+            "{}",
+            c.burst_room()
+        );
+    }
+
+    #[test]
+    fn load_after_idle_time_is_no_burst() {
+        let mut c = eager();
         // An hour with no foreground, then a steady one: its first seconds
         // are its level, not a burst above an average of zero.
         for s in 0..3600 {
@@ -634,25 +858,25 @@ mod tests {
 
     #[test]
     fn no_early_start_before_postgres_allows_one() {
-        let mut c = controller();
+        let mut c = eager();
         c.decide(obs(400.0, 0, false, 0));
         assert!(
-            c.decide(obs(400.0, 80, false, 29)).is_empty(),
+            c.decide(obs(400.0, 60, false, 29)).is_empty(),
             "29 s is under PostgreSQL's least timeout"
         );
         assert_eq!(
-            value(&c.decide(obs(400.0, 80, false, 30)), "checkpoint_timeout"),
+            value(&c.decide(obs(400.0, 60, false, 30)), "checkpoint_timeout"),
             Some(30.0)
         );
     }
 
     #[test]
     fn an_early_start_asks_for_no_more_than_the_whole_seconds_elapsed() {
-        let mut c = controller();
+        let mut c = eager();
         c.decide(obs(400.0, 0, false, 0));
         let later = CheckpointObservation {
             since_checkpoint_start: 31 * SECOND + 700_000_000,
-            ..obs(400.0, 80, false, 0)
+            ..obs(400.0, 60, false, 0)
         };
         assert_eq!(value(&c.decide(later), "checkpoint_timeout"), Some(31.0));
     }
@@ -701,6 +925,7 @@ mod tests {
         })
         .contains("too small for completion target 0"));
         assert!(bad(|c| c.burst_ratio = f64::NAN).contains("burst_ratio"));
+        assert!(bad(|c| c.burst_decay = 1.5).contains("burst_decay"));
     }
 
     #[test]
@@ -744,6 +969,45 @@ mod tests {
     }
 
     proptest! {
+        /// A load with no burst (each interval's rate within `burst_ratio`
+        /// of its average) starts no checkpoint early, and under any load
+        /// an early start comes exactly where no burst runs, the floor is
+        /// passed and the room left is under the room kept.
+        #[test]
+        fn early_starts_need_a_burst_and_the_floor(
+            rate in 1.0f64..10_000.0,
+            wiggle in proptest::collection::vec(0.95f64..1.05, 1..200),
+            wal_mib in 1u64..8,
+            surges in proptest::collection::vec((1.0f64..3.0, 1u64..100), 1..100),
+        ) {
+            let config = *controller().config();
+            let mut c = controller();
+            for (i, w) in wiggle.iter().enumerate() {
+                let i = i as u64;
+                let debt = (i * wal_mib).min(100);
+                let d = c.decide(at(rate * w, debt, 30 + i, i * wal_mib));
+                prop_assert!(i == 0 || d.is_empty(), "flat load, debt {} MiB: {:?}", debt, d);
+            }
+            let mut c = controller();
+            let mut early = false;
+            for (i, &(surge, debt)) in surges.iter().enumerate() {
+                let i = i as u64;
+                // Outside a checkpoint since the last early start, so that
+                // each interval may start one.
+                if early {
+                    c.decide(CheckpointObservation { checkpoint_running: true, ..at(rate, 0, 0, i * 40 * wal_mib) });
+                }
+                let d = c.decide(at(rate * surge, debt, 30 + i, i * 40 * wal_mib));
+                early = value(&d, "checkpoint_timeout").is_some_and(|t| t < 300.0);
+                let floor = debt as f64 * MIB as f64 >= config.early_share * config.trigger_point();
+                let room = (config.trigger_point() - (16 * MIB) as f64 - (debt * MIB) as f64).max(0.0);
+                if early {
+                    prop_assert!(floor, "early under the floor, debt {} MiB", debt);
+                    prop_assert!(room < c.burst_room(), "early with room {} of {}", room, c.burst_room());
+                }
+            }
+        }
+
         /// Whatever the load and the order of targets, PostgreSQL's own
         /// trigger point (in whole segments, rounded down) under each
         /// decided max_wal_size is the controller's, and a checkpoint

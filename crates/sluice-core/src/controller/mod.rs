@@ -83,18 +83,17 @@ pub(crate) struct SlowAverage {
 }
 
 impl SlowAverage {
-    /// Takes one observation (a finite rate at or above zero) and returns
-    /// the average; before any busy interval, the rate itself.
-    pub(crate) fn observe(&mut self, rate: f64, weight: f64) -> f64 {
+    /// Takes one observation (a finite rate at or above zero).
+    pub(crate) fn observe(&mut self, rate: f64, weight: f64) {
         if rate > 0.0 {
             self.sum = self.sum * (1.0 - weight) + weight * rate;
             self.weight = self.weight * (1.0 - weight) + weight;
         }
-        if self.weight > 0.0 {
-            self.sum / self.weight
-        } else {
-            rate
-        }
+    }
+
+    /// The average; `None` before any busy interval.
+    pub(crate) fn level(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| self.sum / self.weight)
     }
 }
 

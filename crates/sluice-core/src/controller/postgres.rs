@@ -51,6 +51,13 @@ impl PostgresControllers {
         self.vacuum.is_some()
     }
 
+    /// The WAL room the checkpoint controller's early start keeps, bytes
+    /// ([`CheckpointController::burst_room`]); `None` when it times
+    /// `CHECKPOINT` alone, which starts nothing early.
+    pub fn burst_room(&self) -> Option<f64> {
+        (!self.timing_alone).then(|| self.checkpoint.burst_room())
+    }
+
     /// The interval's decisions. A vacuum observation reaches the vacuum
     /// controller if there is one; without an observation it is not asked.
     pub fn decide(&mut self, checkpoint: CheckpointObservation, vacuum: Option<VacuumObservation>) -> Vec<Decision> {
@@ -92,6 +99,7 @@ mod tests {
             wal_since_redo: 0,
             checkpoint_running: false,
             since_checkpoint_start: 0,
+            wal_position: None,
             server_trigger_point: None,
         };
         let vacuum = VacuumObservation {
@@ -133,6 +141,7 @@ mod tests {
             wal_since_redo: 400 << 20,
             checkpoint_running: false,
             since_checkpoint_start: 0,
+            wal_position: None,
             server_trigger_point: Some(540 << 20),
         };
         let knobs: Vec<String> = c.decide(idle, None).iter().map(|d| d.knob.to_string()).collect();

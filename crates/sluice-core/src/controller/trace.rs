@@ -24,6 +24,7 @@
 //!             wal_since_redo: i << 24,
 //!             checkpoint_running: false,
 //!             since_checkpoint_start: i * 1_000_000_000,
+//!             wal_position: None,
 //!             server_trigger_point: None,
 //!         };
 //!         Step::new(observation, None, &live.decide(observation), true)
@@ -222,6 +223,7 @@ mod tests {
                     wal_since_redo: (i % 90) << 23,
                     checkpoint_running: i % 90 > 40,
                     since_checkpoint_start: (i % 90) * SECOND,
+                    wal_position: None,
                     server_trigger_point: None,
                 };
                 let vacuum_observation = live.steers_vacuum().then(|| VacuumObservation {
@@ -352,6 +354,7 @@ mod tests {
                     wal_since_redo: (i % 40) << 24,
                     checkpoint_running: false,
                     since_checkpoint_start: i * SECOND,
+                    wal_position: None,
                     server_trigger_point: Some(540 << 20),
                 };
                 Step::new(observation, None, &live.decide(observation, None), true)

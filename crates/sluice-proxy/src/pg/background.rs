@@ -9,9 +9,11 @@
 //! Each interval (`interval_ms`) the driver reads, in one query, the WAL
 //! written since the last checkpoint's redo point (`pg_current_wal_lsn()`
 //! less `pg_control_checkpoint().redo_lsn`), the time since that checkpoint
-//! started, and whether the checkpointer is working (its wait event is
-//! anything but its idle `CheckpointerMain`) and the vacuums running
-//! (`pg_stat_progress_vacuum`), and counts the requests the gate finished. The controller's changed settings are each an
+//! started, the WAL insert position (from which the controller measures
+//! what a burst writes), whether the checkpointer is working (its wait
+//! event is anything but its idle `CheckpointerMain`) and the vacuums
+//! running (`pg_stat_progress_vacuum`), and counts the requests the gate
+//! finished. The controller's changed settings are each an
 //! `ALTER SYSTEM SET`, then one `pg_reload_conf()`; the checkpointer takes a
 //! new completion target up within its next write delay, mid-checkpoint.
 //!
@@ -213,6 +215,10 @@ pub struct BackgroundState {
     pub foreground_rate: Option<f64>,
     /// Vacuums running on the server.
     pub vacuums_running: Option<u32>,
+    /// The WAL the early start keeps before PostgreSQL's call for a
+    /// checkpoint (MiB): 1.5 times the largest recent burst's, fading, or
+    /// `min_burst_room_mib` if more.
+    pub burst_room_kept_mib: Option<f64>,
     /// Time from the last decision to PostgreSQL's reload returning, ms.
     pub last_apply_ms: Option<f64>,
     /// The steered settings as last applied (max_wal_size in MB,
@@ -304,6 +310,7 @@ pub async fn run(
             tracing::warn!("postgres.background: {e}; trying again next interval");
             status.status(format!("retrying: {e}"));
             steering.client = None;
+            steering.gap = true;
         } else {
             status.status(running);
         }
@@ -331,6 +338,10 @@ struct Steering {
     controllers: PostgresControllers,
     recorded: Option<Recorded>,
     trace: Option<TraceFile>,
+    /// An interval went unobserved: the next observation carries no WAL
+    /// position, so that the WAL of the gap is not booked to one interval
+    /// (and, in a burst, taken for what the burst wrote).
+    gap: bool,
     /// What `wal_compression` is set to when the controller turns it on
     /// (`off` where it does not: timing alone, or `compress_full_pages`
     /// off).
@@ -458,6 +469,7 @@ async fn start(config: &BackgroundConfig, connector: &Connector, status: &Backgr
         controllers,
         recorded,
         trace,
+        gap: false,
         compression,
     })
 }
@@ -830,20 +842,22 @@ impl Steering {
                              FROM pg_stat_activity WHERE backend_type = 'checkpointer'), false), \
                    (SELECT count(*)::int4 FROM pg_stat_progress_vacuum), \
                    (SELECT setting::float8 * 1048576 FROM pg_settings WHERE name = 'max_wal_size') \
-                     / (1 + current_setting('checkpoint_completion_target')::float8) \
+                     / (1 + current_setting('checkpoint_completion_target')::float8), \
+                   (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8 \
                    FROM pg_control_checkpoint()";
         let row = client
             .query_one(sql, &[])
             .await
             .map_err(|e| format!("observing: {}", db_error(&e)))?;
-        let (debt, since, running, vacuums, trigger): (f64, f64, bool, i32, f64) =
-            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        let (debt, since, running, vacuums, trigger, position): (f64, f64, bool, i32, f64, f64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
         let vacuums_running = u32::try_from(vacuums).unwrap_or(0);
         let obs = CheckpointObservation {
             foreground_rate: rate,
             wal_since_redo: debt.max(0.0) as u64,
             checkpoint_running: running,
             since_checkpoint_start: (since.max(0.0) * 1e9) as u64,
+            wal_position: (!std::mem::take(&mut self.gap)).then_some(position.max(0.0) as u64),
             server_trigger_point: self.controllers.is_timing_alone().then_some(trigger.max(0.0) as u64),
         };
         status.update(|s| {
@@ -857,6 +871,8 @@ impl Steering {
             vacuums_running,
         });
         let decisions = self.controllers.decide(obs, vacuum_obs);
+        let room = self.controllers.burst_room();
+        status.update(|s| s.burst_room_kept_mib = room.map(|r| r / (1 << 20) as f64));
         if decisions.is_empty() {
             self.record(obs, vacuum_obs, &decisions, true);
             return Ok(());
