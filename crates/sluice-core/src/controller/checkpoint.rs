@@ -274,8 +274,15 @@ impl CheckpointControllerConfig {
     /// room the early start has: a burst that writes more than it starts
     /// a checkpoint by WAL volume, inside the burst.
     pub fn idle_window(&self, target: f64) -> f64 {
-        let trigger = self.trigger_segments() as f64;
-        (trigger - 1.0 - target * trigger) * self.segment() as f64
+        self.earliest_call() - target * self.trigger_point()
+    }
+
+    /// The least WAL since the redo point at which PostgreSQL calls for a
+    /// checkpoint, bytes: `trigger - 1` segments (see
+    /// [`CheckpointControllerConfig::idle_window`]); the early start counts
+    /// its room to it.
+    pub fn earliest_call(&self) -> f64 {
+        self.trigger_point() - self.segment() as f64
     }
 
     /// Why checkpoints under these settings leave the early start no room
@@ -453,12 +460,10 @@ impl CheckpointController {
         };
 
         let room_needed = self.measure_burst(obs.wal_position, burst, above);
-        // PostgreSQL calls for a checkpoint after between `trigger - 1` and
-        // `trigger` segments, by where the redo point fell in its segment:
-        // the room is counted to the earlier.
-        // Past that earlier call the room is none, and without a burst to
-        // keep room for PostgreSQL starts the checkpoint by WAL volume.
-        let room = (c.trigger_point() - c.segment() as f64 - obs.wal_since_redo as f64).max(0.0);
+        // Past PostgreSQL's earliest call the room is none, and without a
+        // burst to keep room for, PostgreSQL starts the checkpoint by WAL
+        // volume.
+        let room = (c.earliest_call() - obs.wal_since_redo as f64).max(0.0);
         // Whole seconds, rounded down: PostgreSQL compares whole seconds
         // since the checkpoint began, and a timeout above them (30.7 s
         // rounded up to 31) starts nothing, the next interval's neither.
@@ -649,6 +654,12 @@ mod tests {
         .unwrap()
     }
 
+    /// The room `c` keeps is `mib`, within a tenth of a MiB.
+    fn assert_room(c: &CheckpointController, mib: f64) {
+        let room = c.burst_room() / MIB as f64;
+        assert!((room - mib).abs() < 0.1, "room {room} MiB, not {mib}");
+    }
+
     /// As [`obs`], on a server whose own trigger point is 100 MiB.
     fn timed(rate: f64, debt_mib: u64, running: bool) -> CheckpointObservation {
         CheckpointObservation {
@@ -805,11 +816,7 @@ mod tests {
             }
         }
         c.decide(at(590.0, 10, 10, position + 1));
-        assert!(
-            (c.burst_room() - 30.0 * MIB as f64).abs() < 0.1 * MIB as f64,
-            "{}",
-            c.burst_room()
-        );
+        assert_room(&c, 30.0);
     }
 
     #[test]
@@ -829,11 +836,7 @@ mod tests {
             c.decide(at(800.0, 10, 10, 500 + 2 * i));
         }
         c.decide(at(600.0, 10, 10, 511));
-        assert!(
-            (c.burst_room() - 15.0 * MIB as f64).abs() < 0.1 * MIB as f64,
-            "{}",
-            c.burst_room()
-        );
+        assert_room(&c, 15.0);
     }
 
     #[test]
@@ -1000,7 +1003,7 @@ mod tests {
                 let d = c.decide(at(rate * surge, debt, 30 + i, i * 40 * wal_mib));
                 early = value(&d, "checkpoint_timeout").is_some_and(|t| t < 300.0);
                 let floor = debt as f64 * MIB as f64 >= config.early_share * config.trigger_point();
-                let room = (config.trigger_point() - (16 * MIB) as f64 - (debt * MIB) as f64).max(0.0);
+                let room = (config.earliest_call() - (debt * MIB) as f64).max(0.0);
                 if early {
                     prop_assert!(floor, "early under the floor, debt {} MiB", debt);
                     prop_assert!(room < c.burst_room(), "early with room {} of {}", room, c.burst_room());

@@ -860,19 +860,19 @@ impl Steering {
             wal_position: (!std::mem::take(&mut self.gap)).then_some(position.max(0.0) as u64),
             server_trigger_point: self.controllers.is_timing_alone().then_some(trigger.max(0.0) as u64),
         };
-        status.update(|s| {
-            s.recovery_debt_mib = Some(debt / (1 << 20) as f64);
-            s.checkpoint_running = Some(running);
-            s.foreground_rate = Some(rate);
-            s.vacuums_running = Some(vacuums_running);
-        });
         let vacuum_obs = self.controllers.steers_vacuum().then_some(VacuumObservation {
             foreground_rate: rate,
             vacuums_running,
         });
         let decisions = self.controllers.decide(obs, vacuum_obs);
         let room = self.controllers.burst_room();
-        status.update(|s| s.burst_room_kept_mib = room.map(|r| r / (1 << 20) as f64));
+        status.update(|s| {
+            s.recovery_debt_mib = Some(debt / (1 << 20) as f64);
+            s.checkpoint_running = Some(running);
+            s.foreground_rate = Some(rate);
+            s.vacuums_running = Some(vacuums_running);
+            s.burst_room_kept_mib = room.map(|r| r / (1 << 20) as f64);
+        });
         if decisions.is_empty() {
             self.record(obs, vacuum_obs, &decisions, true);
             return Ok(());
