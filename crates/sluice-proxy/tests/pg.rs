@@ -563,6 +563,53 @@ fn logins_the_server_let_in_without_a_password_are_answered_from_the_pool() {
     cancel_stops_a_query(&proxy);
 }
 
+/// The value of `setting` that login `answers` were told.
+fn reported(answers: &[(u8, Vec<u8>)], setting: &str) -> Option<String> {
+    answers.iter().filter(|(tag, _)| *tag == b'S').find_map(|(_, body)| {
+        let mut fields = body.split(|&b| b == 0);
+        let value = (fields.next()? == setting.as_bytes()).then(|| fields.next())??;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
+/// What the server reports at login reaches logins answered from the pool
+/// as soon as the pool sees it change. A standby promoted while the pool
+/// holds its backends tells the next login `in_hot_standby` off, as the
+/// server tells one of its own (a driver that wants a primary, libpq's
+/// `target_session_attrs`, decides by it), and a default set by `ALTER
+/// ROLE` reaches logins once the pool logs a backend in.
+#[test]
+fn what_the_server_reports_at_login_reaches_logins_answered_from_the_pool() {
+    let Some(mut server) = PgServer::start() else { return };
+    server.restart_as_standby();
+    let proxy = pooled(&server, 60, GateConfig::default());
+    let first = login_answers(&proxy, "postgres").expect("the first login");
+    assert_eq!(reported(&first, "in_hot_standby").as_deref(), Some("on"));
+    let mut client = PgConn::connect(proxy.addr, "postgres");
+    assert_eq!(client.query("SELECT pg_is_in_recovery()"), Ok(vec!["t".to_string()]));
+
+    let promoted = server.psql("SELECT pg_promote()");
+    assert_eq!(text(&promoted.stdout).trim(), "t", "{}", text(&promoted.stderr));
+    // The pooled backend reports the change with this query's answer.
+    assert_eq!(client.query("SELECT pg_is_in_recovery()"), Ok(vec!["f".to_string()]));
+    let later = login_answers(&proxy, "postgres").expect("a login after the promotion");
+    assert_eq!(reported(&later, "in_hot_standby").as_deref(), Some("off"));
+    assert_eq!(reported(&later, "DateStyle").as_deref(), Some("ISO, MDY"));
+
+    let altered = server.psql(
+        "ALTER ROLE postgres SET DateStyle = 'SQL, DMY'; \
+         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    );
+    assert!(altered.status.success(), "{}", text(&altered.stderr));
+    // The client keeps the DateStyle it was told, on a backend the pool
+    // logs in for it.
+    assert_eq!(client.query("SHOW DateStyle"), Ok(vec!["ISO, MDY".to_string()]));
+    let after = login_answers(&proxy, "postgres").expect("a login after ALTER ROLE");
+    assert_eq!(reported(&after, "DateStyle").as_deref(), Some("SQL, DMY"));
+    assert_eq!(reported(&after, "in_hot_standby").as_deref(), Some("off"));
+}
+
 /// A login the server asked for a password is answered from the pool too,
 /// once the proxy can judge the password as the server did: it asks the
 /// login itself (SCRAM-SHA-256, md5 or cleartext, as the server asked),

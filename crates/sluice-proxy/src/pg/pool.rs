@@ -88,6 +88,10 @@ use crate::stats::Stats;
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// AuthenticationOk, whole.
 const AUTHENTICATION_OK: &[u8] = b"R\0\0\0\x08\0\0\0\0";
+/// Reported settings that are the server's state rather than a session's:
+/// no `SET` changes them, and a change (a standby promoted) holds for
+/// every login at once.
+const SERVER_STATE: [&[u8]; 1] = [b"in_hot_standby"];
 
 /// One server connection.
 pub(crate) struct Backend {
@@ -547,6 +551,35 @@ impl Pool {
         }
     }
 
+    /// The pool logged a backend of `startup` in, and the server answered
+    /// `answers` from its AuthenticationOk to its ReadyForQuery: answers
+    /// kept for `startup` become these, so that a login answered from the
+    /// pool is told what the server says now (a `server_version` after an
+    /// upgrade, a default set by `ALTER ROLE ... SET`). How the password is
+    /// judged stays as the server's own login of it showed.
+    fn refresh_welcome(&self, startup: &[u8], answers: Bytes) {
+        if let Some(welcome) = self.welcomes().get_mut(startup) {
+            welcome.answers = answers;
+        }
+    }
+
+    /// A backend reported a setting (a ParameterStatus `body`) while it
+    /// served a client: where that is the server's own state
+    /// ([`SERVER_STATE`]: a standby promoted reports `in_hot_standby` off),
+    /// every kept answer is told the new value, since a driver picking a
+    /// primary (libpq's `target_session_attrs`) decides by it at login.
+    pub fn reported(&self, body: &[u8]) {
+        let name = body.split(|&b| b == 0).next().unwrap_or_default();
+        if !SERVER_STATE.contains(&name) {
+            return;
+        }
+        for welcome in self.welcomes().values_mut() {
+            if let Some(told) = with_status(&welcome.answers, name, body) {
+                welcome.answers = told;
+            }
+        }
+    }
+
     /// The answers to give a login of `startup` from the pool, without a
     /// backend of its own: those of a login of it that the server let in
     /// less than the idle timeout ago, while the pool holds a live idle
@@ -556,10 +589,14 @@ impl Pool {
     /// every client of the proxy come from the proxy's address, so a
     /// StartupMessage it let in it lets in again, with the same password,
     /// until its rules or the role change; a change (`pg_hba.conf`, a
-    /// password, `NOLOGIN`, `CONNECT` revoked, a connection limit, `ALTER
-    /// ROLE ... SET`) reaches logins within the idle timeout, when one is
+    /// password, `NOLOGIN`, `CONNECT` revoked, a connection limit) reaches
+    /// logins within the idle timeout, when one is
     /// relayed to the server again, or at once where a login of it relayed
     /// or opened by the pool is refused, or the proxy refuses a password.
+    /// What the server reports at login follows it sooner: the answers
+    /// become those of each backend the pool logs in, and a change of the
+    /// server's own state reported on any backend reaches them at once
+    /// ([`Pool::reported`]).
     /// Answers kept from a login let in without a password are forgotten
     /// too where one is asked for a password. A login costs the server a
     /// process of its own (a fork, and memory until the pool closes it);
@@ -697,11 +734,17 @@ impl Pool {
         let mut login: Option<Login> = None;
         let mut buf = BytesMut::new();
         let mut out = BytesMut::new();
+        // What the server tells the login from AuthenticationOk on, as a
+        // login answered from the pool is told it.
+        let mut answers = BytesMut::new();
         loop {
             let (tag, body) = backend
                 .next_message(&mut buf)
                 .await
                 .map_err(|e| PoolError::Protocol(format!("reading the server's answer to a login: {e}")))?;
+            if !answers.is_empty() || (tag == b'R' && body.starts_with(&password::OK.to_be_bytes())) {
+                frame::write_message(&mut answers, tag, &body);
+            }
             match tag {
                 b'R' => {
                     let (method, data) = body.split_first_chunk::<4>().ok_or(AuthError::Malformed)?;
@@ -742,7 +785,10 @@ impl Pool {
                         message: frame::error_field(&body, b'M').unwrap_or("no message").into(),
                     })
                 }
-                b'Z' => return Ok(()),
+                b'Z' => {
+                    self.refresh_welcome(startup, answers.freeze());
+                    return Ok(());
+                }
                 _ => {}
             }
         }
@@ -787,6 +833,29 @@ fn take_newest<T>(stack: &mut VecDeque<T>, rank: impl Fn(&T) -> u8) -> Option<T>
     stack.remove(best?.0)
 }
 
+/// `answers` (whole messages) with the ParameterStatus of setting `name`
+/// replaced by one of `body`; `None` if it has none, or has that body
+/// already.
+fn with_status(answers: &[u8], name: &[u8], body: &[u8]) -> Option<Bytes> {
+    let mut told = BytesMut::with_capacity(answers.len() + body.len());
+    let mut changed = false;
+    let mut rest = answers;
+    while let Ok(Some(header)) = frame::parse_header(rest) {
+        let Some((message, after)) = rest.split_at_checked(header.len) else {
+            break;
+        };
+        let old = &message[5..];
+        if header.tag == b'S' && old.split(|&b| b == 0).next() == Some(name) && old != body {
+            frame::write_message(&mut told, b'S', body);
+            changed = true;
+        } else {
+            told.extend_from_slice(message);
+        }
+        rest = after;
+    }
+    (changed && rest.is_empty()).then(|| told.freeze())
+}
+
 /// The user a StartupMessage names ("" if none: the server refuses that).
 fn user_of(startup: &[u8]) -> String {
     match frame::parse_startup(startup) {
@@ -798,6 +867,34 @@ fn user_of(startup: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reported_setting_is_replaced_in_kept_answers_only_where_it_changed() {
+        let mut answers = BytesMut::from(AUTHENTICATION_OK);
+        frame::write_message(&mut answers, b'S', b"in_hot_standby\0on\0");
+        frame::write_message(&mut answers, b'S', b"TimeZone\0UTC\0");
+        frame::write_message(&mut answers, b'Z', b"I");
+        let mut want = BytesMut::from(AUTHENTICATION_OK);
+        frame::write_message(&mut want, b'S', b"in_hot_standby\0off\0");
+        frame::write_message(&mut want, b'S', b"TimeZone\0UTC\0");
+        frame::write_message(&mut want, b'Z', b"I");
+        let off = b"in_hot_standby\0off\0";
+        assert_eq!(
+            with_status(&answers, b"in_hot_standby", off).as_deref(),
+            Some(&want[..])
+        );
+        assert_eq!(with_status(&want, b"in_hot_standby", off), None, "told already");
+        assert_eq!(
+            with_status(&answers, b"server_version", b"server_version\0x\0"),
+            None,
+            "not told"
+        );
+        assert_eq!(
+            with_status(&answers[..answers.len() - 1], b"in_hot_standby", off),
+            None,
+            "cut short"
+        );
+    }
 
     #[test]
     fn the_newest_preferred_backend_goes_first_else_the_newest() {

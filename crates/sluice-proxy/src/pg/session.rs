@@ -1538,10 +1538,19 @@ impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
                 backend.made.forget_all();
             }
         }
-        let mut state = self.shared.lock();
-        let state = &mut *state;
-        if state.reported.note(body) {
-            state.statements.told(&state.reported);
+        let authenticating = {
+            let mut state = self.shared.lock();
+            let state = &mut *state;
+            if state.reported.note(body) {
+                state.statements.told(&state.reported);
+            }
+            state.authenticating
+        };
+        // Answers kept in the pool are what this login was told from them,
+        // not news from the server.
+        let kept_answers = authenticating && self.login_answers.is_none();
+        if let Some(pooling) = self.shared.pooling.as_ref().filter(|_| !kept_answers) {
+            pooling.pool.reported(body);
         }
     }
 

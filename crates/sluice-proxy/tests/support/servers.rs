@@ -300,6 +300,19 @@ impl PgServer {
         self.process = self.launch.spawn(&self.socket_dir, self.port);
     }
 
+    /// Stops the server (a fast shutdown) and starts it again as a hot
+    /// standby with no primary to follow: it serves reads and reports
+    /// `in_hot_standby` on until it is promoted (`SELECT pg_promote()`).
+    pub fn restart_as_standby(&mut self) {
+        self.process.stop(libc::SIGINT);
+        let signal = self.socket_dir.join("data").join("standby.signal");
+        fs::write(&signal, "").expect("writing standby.signal");
+        if let Some((uid, gid)) = self.launch.owner {
+            chown(&signal, Some(uid), Some(gid)).expect("giving standby.signal to postgres");
+        }
+        self.process = self.launch.spawn(&self.socket_dir, self.port);
+    }
+
     /// Runs SQL as `postgres` over the Unix socket, around the proxy.
     pub fn psql(&self, sql: &str) -> Output {
         psql_socket(&self.socket_dir, self.port, sql)
