@@ -574,15 +574,23 @@ fn reported(answers: &[(u8, Vec<u8>)], setting: &str) -> Option<String> {
 
 /// What the server reports at login reaches logins answered from the pool
 /// as soon as the pool sees it change. A standby promoted while the pool
-/// holds its backends tells the next login `in_hot_standby` off, as the
-/// server tells one of its own (a driver that wants a primary, libpq's
-/// `target_session_attrs`, decides by it), and a default set by `ALTER
-/// ROLE` reaches logins once the pool logs a backend in.
+/// holds its backends tells the next login `in_hot_standby` off once a
+/// pooled backend reported it, as the server tells one of its own (a
+/// driver that wants a primary, libpq's `target_session_attrs`, decides by
+/// it), and a default set by `ALTER ROLE` reaches logins once the pool logs
+/// a backend in. P is pinned above the backends in use, so that a login
+/// relayed to the server would leave one more in the pool.
 #[test]
 fn what_the_server_reports_at_login_reaches_logins_answered_from_the_pool() {
     let Some(mut server) = PgServer::start() else { return };
     server.restart_as_standby();
-    let proxy = pooled(&server, 60, GateConfig::default());
+    let proxy = pooled(&server, 60, gate(8, 100, 3_000));
+    let answered_from_the_pool = |what: &str| {
+        let before = client_backends(&server);
+        let answers = login_answers(&proxy, "postgres").unwrap_or_else(|| panic!("{what}"));
+        assert_eq!(client_backends(&server), before, "{what}: no backend of its own");
+        answers
+    };
     let first = login_answers(&proxy, "postgres").expect("the first login");
     assert_eq!(reported(&first, "in_hot_standby").as_deref(), Some("on"));
     let mut client = PgConn::connect(proxy.addr, "postgres");
@@ -592,20 +600,20 @@ fn what_the_server_reports_at_login_reaches_logins_answered_from_the_pool() {
     assert_eq!(text(&promoted.stdout).trim(), "t", "{}", text(&promoted.stderr));
     // The pooled backend reports the change with this query's answer.
     assert_eq!(client.query("SELECT pg_is_in_recovery()"), Ok(vec!["f".to_string()]));
-    let later = login_answers(&proxy, "postgres").expect("a login after the promotion");
+    let later = answered_from_the_pool("a login after the promotion");
     assert_eq!(reported(&later, "in_hot_standby").as_deref(), Some("off"));
     assert_eq!(reported(&later, "DateStyle").as_deref(), Some("ISO, MDY"));
 
     let altered = server.psql(
         "ALTER ROLE postgres SET DateStyle = 'SQL, DMY'; \
-         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity \
          WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
     );
     assert!(altered.status.success(), "{}", text(&altered.stderr));
     // The client keeps the DateStyle it was told, on a backend the pool
     // logs in for it.
     assert_eq!(client.query("SHOW DateStyle"), Ok(vec!["ISO, MDY".to_string()]));
-    let after = login_answers(&proxy, "postgres").expect("a login after ALTER ROLE");
+    let after = answered_from_the_pool("a login after ALTER ROLE");
     assert_eq!(reported(&after, "DateStyle").as_deref(), Some("SQL, DMY"));
     assert_eq!(reported(&after, "in_hot_standby").as_deref(), Some("off"));
 }

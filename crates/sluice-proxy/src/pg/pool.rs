@@ -420,6 +420,10 @@ pub(crate) struct Pool {
     /// Answers forgotten so far, counted under the `welcomes` lock (see
     /// [`Pool::remember_welcome`]).
     forgets: AtomicU64,
+    /// The last ParameterStatus of the server's own state ([`SERVER_STATE`])
+    /// any backend or login reported, applied to answers as they are kept.
+    /// Taken before the `welcomes` lock, never after it.
+    server_state: Mutex<Vec<Bytes>>,
     /// By user, for users whose auth_file line is a SCRAM secret: the
     /// ClientKey a relayed login's proof revealed, to open backends with
     /// (see [`super::scram`]). Kept while the proxy runs, as PgBouncer
@@ -440,6 +444,7 @@ impl Pool {
             idle: Mutex::default(),
             welcomes: Mutex::default(),
             forgets: AtomicU64::new(0),
+            server_state: Mutex::default(),
             client_keys: Mutex::default(),
             stats,
         });
@@ -495,8 +500,9 @@ impl Pool {
                 Some(verifier)
             }
         };
+        let state = self.server_state();
         let welcome = Welcome {
-            answers,
+            answers: with_server_state(answers, &state),
             verifier,
             at: Instant::now(),
         };
@@ -504,6 +510,10 @@ impl Pool {
         if self.forgets() == forgets_before {
             welcomes.insert(startup.clone(), welcome);
         }
+    }
+
+    fn server_state(&self) -> MutexGuard<'_, Vec<Bytes>> {
+        self.server_state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What a relayed `exchange` proves for `startup`'s user: the verifier
@@ -552,26 +562,36 @@ impl Pool {
     }
 
     /// The pool logged a backend of `startup` in, and the server answered
-    /// `answers` from its AuthenticationOk to its ReadyForQuery: answers
-    /// kept for `startup` become these, so that a login answered from the
-    /// pool is told what the server says now (a `server_version` after an
-    /// upgrade, a default set by `ALTER ROLE ... SET`). How the password is
-    /// judged stays as the server's own login of it showed.
+    /// `answers` up to its ReadyForQuery: answers kept for `startup` become
+    /// these, so that a login answered from the pool is told what the server
+    /// says now (a `server_version` after an upgrade, a default set by
+    /// `ALTER ROLE ... SET`). How the password is judged stays as the
+    /// server's own login of it showed; answers that do not begin where
+    /// that judgement ends (AuthenticationOk) are not taken for one.
     fn refresh_welcome(&self, startup: &[u8], answers: Bytes) {
+        let state = self.server_state();
         if let Some(welcome) = self.welcomes().get_mut(startup) {
-            welcome.answers = answers;
+            if welcome.verifier.is_none() || answers.starts_with(AUTHENTICATION_OK) {
+                welcome.answers = with_server_state(answers, &state);
+            }
         }
     }
 
-    /// A backend reported a setting (a ParameterStatus `body`) while it
-    /// served a client: where that is the server's own state
-    /// ([`SERVER_STATE`]: a standby promoted reports `in_hot_standby` off),
-    /// every kept answer is told the new value, since a driver picking a
-    /// primary (libpq's `target_session_attrs`) decides by it at login.
+    /// A backend or a relayed login reported a setting (a ParameterStatus
+    /// `body`): where that is the server's own state ([`SERVER_STATE`]: a
+    /// standby promoted reports `in_hot_standby` off on each backend, at
+    /// the end of its next request), every kept answer is told the new
+    /// value, since a driver picking a primary (libpq's
+    /// `target_session_attrs`) decides by it at login.
     pub fn reported(&self, body: &[u8]) {
-        let name = body.split(|&b| b == 0).next().unwrap_or_default();
-        if !SERVER_STATE.contains(&name) {
+        let Some(name) = server_state_name(body) else {
             return;
+        };
+        let mut state = self.server_state();
+        match state.iter_mut().find(|known| server_state_name(known) == Some(name)) {
+            Some(known) if &known[..] == body => return,
+            Some(known) => *known = Bytes::copy_from_slice(body),
+            None => state.push(Bytes::copy_from_slice(body)),
         }
         for welcome in self.welcomes().values_mut() {
             if let Some(told) = with_status(&welcome.answers, name, body) {
@@ -593,10 +613,10 @@ impl Pool {
     /// logins within the idle timeout, when one is
     /// relayed to the server again, or at once where a login of it relayed
     /// or opened by the pool is refused, or the proxy refuses a password.
-    /// What the server reports at login follows it sooner: the answers
-    /// become those of each backend the pool logs in, and a change of the
-    /// server's own state reported on any backend reaches them at once
-    /// ([`Pool::reported`]).
+    /// What the server reports at login follows it sooner where the pool
+    /// sees it: the answers become those of each backend the pool logs in,
+    /// and a change of the server's own state reaches them once any backend
+    /// or relayed login reports it ([`Pool::reported`]).
     /// Answers kept from a login let in without a password are forgotten
     /// too where one is asked for a password. A login costs the server a
     /// process of its own (a fork, and memory until the pool closes it);
@@ -734,15 +754,17 @@ impl Pool {
         let mut login: Option<Login> = None;
         let mut buf = BytesMut::new();
         let mut out = BytesMut::new();
-        // What the server tells the login from AuthenticationOk on, as a
-        // login answered from the pool is told it.
+        // What the server tells the login but for its password exchange,
+        // as a relayed login's answers are kept.
         let mut answers = BytesMut::new();
+        let mut authenticated = false;
         loop {
             let (tag, body) = backend
                 .next_message(&mut buf)
                 .await
                 .map_err(|e| PoolError::Protocol(format!("reading the server's answer to a login: {e}")))?;
-            if !answers.is_empty() || (tag == b'R' && body.starts_with(&password::OK.to_be_bytes())) {
+            let challenge = tag == b'R' && !body.starts_with(&password::OK.to_be_bytes());
+            if !challenge {
                 frame::write_message(&mut answers, tag, &body);
             }
             match tag {
@@ -754,6 +776,7 @@ impl Pool {
                         if let Some(login) = &login {
                             login.finished()?;
                         }
+                        authenticated = true;
                         continue;
                     }
                     // The server asks this login for a password now: a
@@ -778,7 +801,10 @@ impl Pool {
                         backend.set_key(key);
                     }
                 }
-                b'S' => _ = backend.reported().note(&body),
+                b'S' => {
+                    backend.reported().note(&body);
+                    self.reported(&body);
+                }
                 b'E' => {
                     return Err(PoolError::Refused {
                         sqlstate: frame::error_field(&body, b'C').unwrap_or("08006").into(),
@@ -786,7 +812,9 @@ impl Pool {
                     })
                 }
                 b'Z' => {
-                    self.refresh_welcome(startup, answers.freeze());
+                    if authenticated {
+                        self.refresh_welcome(startup, answers.freeze());
+                    }
                     return Ok(());
                 }
                 _ => {}
@@ -833,27 +861,48 @@ fn take_newest<T>(stack: &mut VecDeque<T>, rank: impl Fn(&T) -> u8) -> Option<T>
     stack.remove(best?.0)
 }
 
+/// The name of the setting a well-formed ParameterStatus `body` (name,
+/// NUL, value, NUL) reports, if it is the server's own state.
+fn server_state_name(body: &[u8]) -> Option<&[u8]> {
+    let mut fields = body.split(|&b| b == 0);
+    let (name, _value, end, after) = (fields.next()?, fields.next()?, fields.next()?, fields.next());
+    let well_formed = end.is_empty() && after.is_none();
+    SERVER_STATE.iter().copied().find(|known| well_formed && *known == name)
+}
+
+/// `answers` with the server's state reported last (`state`, ParameterStatus
+/// bodies) in place of what they were told of it.
+fn with_server_state(mut answers: Bytes, state: &[Bytes]) -> Bytes {
+    for body in state {
+        if let Some(told) = server_state_name(body).and_then(|name| with_status(&answers, name, body)) {
+            answers = told;
+        }
+    }
+    answers
+}
+
 /// `answers` (whole messages) with the ParameterStatus of setting `name`
 /// replaced by one of `body`; `None` if it has none, or has that body
 /// already.
 fn with_status(answers: &[u8], name: &[u8], body: &[u8]) -> Option<Bytes> {
-    let mut told = BytesMut::with_capacity(answers.len() + body.len());
-    let mut changed = false;
+    // Where the answers were told that value already, which is the usual
+    // case, nothing is copied.
+    let mut told_at = None;
     let mut rest = answers;
     while let Ok(Some(header)) = frame::parse_header(rest) {
-        let Some((message, after)) = rest.split_at_checked(header.len) else {
-            break;
-        };
+        let (message, after) = rest.split_at_checked(header.len)?;
         let old = &message[5..];
         if header.tag == b'S' && old.split(|&b| b == 0).next() == Some(name) && old != body {
-            frame::write_message(&mut told, b'S', body);
-            changed = true;
-        } else {
-            told.extend_from_slice(message);
+            told_at = Some((answers.len() - rest.len(), header.len));
         }
         rest = after;
     }
-    (changed && rest.is_empty()).then(|| told.freeze())
+    let (at, len) = told_at.filter(|_| rest.is_empty())?;
+    let mut told = BytesMut::with_capacity(answers.len() + body.len());
+    told.extend_from_slice(&answers[..at]);
+    frame::write_message(&mut told, b'S', body);
+    told.extend_from_slice(&answers[at + len..]);
+    Some(told.freeze())
 }
 
 /// The user a StartupMessage names ("" if none: the server refuses that).
@@ -894,6 +943,27 @@ mod tests {
             None,
             "cut short"
         );
+    }
+
+    #[test]
+    fn only_a_well_formed_report_of_the_servers_state_is_applied() {
+        assert_eq!(
+            server_state_name(b"in_hot_standby\0off\0"),
+            Some(&b"in_hot_standby"[..])
+        );
+        for body in [
+            &b"TimeZone\0UTC\0"[..],
+            b"in_hot_standby",
+            b"in_hot_standby\0off",
+            b"in_hot_standby\0off\0x\0",
+        ] {
+            assert_eq!(server_state_name(body), None, "{body:?}");
+        }
+        let mut answers = BytesMut::from(AUTHENTICATION_OK);
+        frame::write_message(&mut answers, b'S', b"in_hot_standby\0on\0");
+        let state = [Bytes::from_static(b"in_hot_standby\0off\0")];
+        let told = with_server_state(answers.freeze(), &state);
+        assert!(told.ends_with(b"in_hot_standby\0off\0"), "{told:?}");
     }
 
     #[test]
