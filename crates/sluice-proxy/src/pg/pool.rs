@@ -610,9 +610,9 @@ impl Pool {
     /// StartupMessage it let in it lets in again, with the same password,
     /// until its rules or the role change; a change (`pg_hba.conf`, a
     /// password, `NOLOGIN`, `CONNECT` revoked, a connection limit) reaches
-    /// logins within the idle timeout, when one is
-    /// relayed to the server again, or at once where a login of it relayed
-    /// or opened by the pool is refused, or the proxy refuses a password.
+    /// logins within the idle timeout, when one is relayed to the server
+    /// again, or at once where a login of it relayed or opened by the pool
+    /// is refused, or the proxy refuses a password.
     /// What the server reports at login follows it sooner where the pool
     /// sees it: the answers become those of each backend the pool logs in,
     /// and a change of the server's own state reaches them once any backend
