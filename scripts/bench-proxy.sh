@@ -6,7 +6,10 @@
 # model), interleaved and repeated by `sluice bench pg`. Starts private
 # servers in a temporary directory and stops them on exit.
 #
-#   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 20]
+#   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 20] [--rate 1000]
+#
+# Arguments go to `sluice bench pg` (see its --help); --rate makes the users
+# an open system, transactions started on pgbench's schedule.
 #
 # Environment:
 #   SWEEP="8 16 32"   also run sluice proxies with P pinned to each value

@@ -4,7 +4,9 @@
 //! per-transaction log gives each user's throughput and latencies, from
 //! which come U_f, V_l and the percentiles. Only transactions that finish in
 //! the measured window (after a warm-up) count, so a proxy that tunes itself
-//! at the start is measured once it has settled.
+//! at the start is measured once it has settled. With a rate the users are
+//! an open system instead: transactions start on pgbench's schedule, and a
+//! target that falls behind it queues them.
 
 use std::path::Path;
 use std::process::Command;
@@ -33,6 +35,10 @@ pub struct PgbenchSpec {
     pub script: String,
     /// application_name of every connection (a proxy may name tenants by it).
     pub application_name: Option<String>,
+    /// pgbench's `-R`: transactions a second for all the users together, on
+    /// a schedule of pgbench's, whatever the target's speed (an open system;
+    /// latency counts from the scheduled start). `None`: closed loops.
+    pub rate: Option<f64>,
 }
 
 /// What the users got in the measured window.
@@ -91,6 +97,7 @@ pub fn run(spec: &PgbenchSpec, log_dir: &Path) -> Result<PgbenchResult> {
         .args(["-c", &spec.users.to_string(), "-j", &spec.threads.to_string()])
         .args(["-T", &total.as_secs().max(1).to_string(), "-n", "-l"])
         .arg(format!("--log-prefix={}", prefix.display()))
+        .args(spec.rate.map(|rate| format!("--rate={rate}")))
         .args(["-M", &spec.protocol, "-b", &spec.script, &spec.database])
         .output()
         .map_err(|e| BenchError::Tool(format!("cannot run pgbench: {e} (is postgresql-client installed?)")))?;

@@ -59,6 +59,9 @@ pub struct PgBench {
     pub tenants: Vec<String>,
     /// Where to write every run as JSON.
     pub out: Option<PathBuf>,
+    /// Transactions a second for all users together (pgbench's `-R`),
+    /// split among tenants by their users; `None`: closed loops.
+    pub rate: Option<f64>,
 }
 
 /// Runs the rounds; returns the tables.
@@ -150,6 +153,7 @@ fn run_tenants(
     users: usize,
 ) -> Result<(PgbenchResult, Vec<TenantTps>)> {
     let groups = user_split(tenants, users)?;
+    let total: usize = groups.iter().map(|(_, _, users)| users).sum();
     let results: Vec<Result<PgbenchResult>> = std::thread::scope(|scope| {
         let runs: Vec<_> = groups
             .iter()
@@ -166,6 +170,7 @@ fn run_tenants(
                     protocol: args.protocol.clone(),
                     script: args.script.clone(),
                     application_name: name.clone(),
+                    rate: args.rate.map(|rate| rate * *users as f64 / total.max(1) as f64),
                 };
                 scope.spawn(move || {
                     let logs = tempfile::tempdir()?;

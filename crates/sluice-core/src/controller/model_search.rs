@@ -9,7 +9,10 @@
 //!   Eq. 2, let in the matching point. Sample again when the demand moves
 //!   by more than `demand_change` for a settle time (a pause with no
 //!   demand does not count), and start sampling afresh when it moves while
-//!   sampling.
+//!   sampling, but for a rise while a P below the one held before is
+//!   sampled, or a fall while one above it is: that is the sampled P's
+//!   queue growing or draining, and the held P comes back at once and is
+//!   kept for that level (a departure; why is told at `sampling_upset`).
 //! - A demand back at a level sampled before gets that level's matching
 //!   point without sampling; one back at a level whose sampling it left
 //!   unfinished (within `rerun_ms`) goes on with that sampling where it
@@ -234,6 +237,11 @@ pub struct ModelSearch {
     /// than a sampling (five samples of `settle_ms + sample_ms`) would
     /// otherwise each begin it afresh and never end it.
     unfinished: Vec<Unfinished>,
+    /// When the demand last followed a sampled P (see
+    /// [`ModelSearch::sampling_upset`]): until `rerun_ms` after it, the
+    /// requests are taken to arrive at a rate, and a new level of demand
+    /// is held at the P let in instead of sampled.
+    open_seen: Option<Nanos>,
     out: Vec<Decision>,
 }
 
@@ -255,6 +263,7 @@ impl ModelSearch {
             p: 0,
             matched: Vec::new(),
             unfinished: Vec::new(),
+            open_seen: None,
             out: Vec::new(),
         })
     }
@@ -288,14 +297,52 @@ impl ModelSearch {
     /// whether it did. A sample is λ at a fixed number of users; one taken
     /// while users come or go would bend the fit (users leaving halfway
     /// through the last sample once set P to half their number).
+    ///
+    /// A demand that rises while a P below the one held before is sampled
+    /// is that P holding requests back, not more users: requests that
+    /// arrive at a rate of their own (an open system, such as `pgbench
+    /// -R`) queue for as long as the sampled P cannot carry them, and the
+    /// demand grows with the queue. Sampling again at the grown demand
+    /// would sample P0 once more and grow it further (on PostgreSQL at
+    /// 1,000/s, 19 users became 204 in half a second, and P = 2 held for
+    /// 4 s queued every client). Likewise a demand that falls while a P
+    /// above the held one is sampled is such a queue draining (once every
+    /// client of an open system waits, its demand stops rising and a
+    /// sampling at that level goes on, until a larger P drains it). So the
+    /// P held before comes back at once and is kept for the users the
+    /// sampling was for, as their matching point; and for `rerun_ms` a new
+    /// level of demand is held at the P let in without sampling, since each
+    /// try queues requests again (a stall that queued every client of an
+    /// open system once made a level that sampled P = 2 for 4 s). A closed
+    /// set of users never meets this rule: the paper's users are one, whose
+    /// demand no P changes (a departure).
     fn sampling_upset(&mut self, demand: usize, now: Nanos) -> bool {
         let Phase::Sampling { plan, resume, .. } = &self.phase else {
             return false;
         };
-        let (users, resume) = (plan.users, *resume);
+        let (users, resume, sampled) = (plan.users, *resume, plan.next());
         if demand == 0 {
             self.shelve(now);
             self.resume(resume, now, format!("model: the {users} users left while sampling"));
+        } else if self.config.demand_moved(demand, users) && (demand > users) == (sampled < resume.p) {
+            let (moved, how) = if demand > users {
+                (
+                    "rose",
+                    "below the P held before: requests queued for that P, not more users",
+                )
+            } else {
+                (
+                    "fell",
+                    "above the P held before: a queue draining at that P, not users leaving",
+                )
+            };
+            let why = format!(
+                "model: demand {moved} from {users} to {demand} while P = {sampled} was sampled, {how}; \
+                 P = {} held for {users} users",
+                resume.p
+            );
+            self.open_seen = Some(now);
+            self.hold_matched(Held { p: resume.p, users }, now, why);
         } else if self.config.demand_moved(demand, users) {
             let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
             self.decide(Knob::MatchingPoint, self.p as f64, why);
@@ -346,6 +393,21 @@ impl ModelSearch {
                 matched.p, matched.users
             );
             self.hold(matched, now, why);
+        } else if let Some(seen) = self.open_seen.filter(|&seen| now - seen < rerun) {
+            let why = format!(
+                "model: {demand} users; requests arrive at a rate here (the demand followed the P \
+                 sampled {:.0} s ago), so P = {} held for them unsampled",
+                (now - seen) as f64 / 1e9,
+                held.p
+            );
+            self.hold_matched(
+                Held {
+                    p: held.p,
+                    users: demand,
+                },
+                now,
+                why,
+            );
         } else {
             self.start_sampling(demand, now, held);
         }
@@ -639,6 +701,10 @@ mod tests {
         p: usize,
         /// Requests finished but not yet counted (a fraction of one).
         carry: f64,
+        /// An open system's requests waiting at the gate, and the most
+        /// that ever waited.
+        queued: f64,
+        peak_queued: f64,
         log: Vec<Decision>,
     }
 
@@ -659,6 +725,8 @@ mod tests {
                 now: 0,
                 p: 64,
                 carry: 0.0,
+                queued: 0.0,
+                peak_queued: 0.0,
                 log: Vec::new(),
             }
         }
@@ -674,18 +742,41 @@ mod tests {
                     throughput(inside) * PERIOD_MS as f64 / 1e3 + self.carry
                 };
                 self.carry = finished.fract();
-                let decisions = self.search.tick(ModelObservation {
-                    now: self.now,
-                    peak_demand: users,
-                    completed: finished as u64,
-                    parallelism: self.p,
-                });
-                for d in decisions {
-                    if d.knob == Knob::Parallelism {
-                        self.p = d.value as usize;
-                    }
-                    self.log.push(d);
+                self.observe(users, finished as u64);
+            }
+            self
+        }
+
+        /// One period's observation: the search decides, and P follows.
+        fn observe(&mut self, peak_demand: usize, completed: u64) {
+            let decisions = self.search.tick(ModelObservation {
+                now: self.now,
+                peak_demand,
+                completed,
+                parallelism: self.p,
+            });
+            for d in decisions {
+                if d.knob == Knob::Parallelism {
+                    self.p = d.value as usize;
                 }
+                self.log.push(d);
+            }
+        }
+
+        /// An open system for `ms`: requests arrive at `rate` a second
+        /// whatever P is, `natural` of them inside at once when none
+        /// waits, and those P cannot take in queue at the gate.
+        fn open(&mut self, rate: f64, natural: usize, ms: u64) -> &mut Run {
+            let dt = PERIOD_MS as f64 / 1e3;
+            for _ in 0..ms / PERIOD_MS {
+                self.now += from_ms(PERIOD_MS as f64);
+                let wanting = natural as f64 + self.queued;
+                let inside = (self.p as f64).min(wanting).max(1.0);
+                let offered = rate * dt + self.queued;
+                let finished = offered.min(throughput(inside as usize) * dt);
+                self.queued = offered - finished;
+                self.peak_queued = self.peak_queued.max(self.queued);
+                self.observe((natural as f64 + self.queued).round() as usize, finished as u64);
             }
             self
         }
@@ -778,6 +869,60 @@ mod tests {
             ..ModelConfig::default()
         };
         assert!(ModelSearch::new(bad, 0).err().unwrap().contains("refine_multiples"));
+    }
+
+    #[test]
+    fn requests_arriving_at_a_rate_are_not_queued_by_a_sampling_into_more_users() {
+        // 1,000 requests a second, 8 inside at once: P = 2 carries 394/s.
+        let mut run = Run::new(true, 300_000);
+        run.open(1_000.0, 8, 10_000);
+        assert!(run.saw("demand rose from 8 to"), "{:#?}", run.log);
+        assert!(!run.saw("sampling again"), "{:#?}", run.log);
+        assert_eq!(run.p, 64, "{:#?}", run.log);
+        // One period at P0, not a sample of 600 ms (which queues 420).
+        assert!(
+            run.peak_queued < 2.0 * 30.0,
+            "{} queued; {:#?}",
+            run.peak_queued,
+            run.log
+        );
+        assert_eq!(run.samplings(), 1, "{:#?}", run.log);
+        // Back after a pause, the same level is not tried again; nor, for
+        // a while, another one.
+        run.users(0, 1_000).open(1_000.0, 8, 5_000);
+        run.users(0, 1_000).open(1_000.0, 30, 5_000);
+        assert!(run.saw("30 users; requests arrive at a rate here"), "{:#?}", run.log);
+        assert_eq!(run.samplings(), 1, "{:#?}", run.log);
+        assert_eq!(run.p, 64);
+    }
+
+    #[test]
+    fn a_queue_draining_while_a_higher_p_is_sampled_is_not_users_leaving() {
+        // Every one of 64 clients waits behind P = 8: their demand cannot
+        // rise, and the sampling at P0 goes on as a closed set's; P1 = 11
+        // drains the queue, and the demand falls to the 8 the rate keeps
+        // inside.
+        let mut run = Run::new(true, 300_000);
+        run.p = 8;
+        run.until(64, |d| d.why.contains("sampling throughput at P1"));
+        run.users(8, 500);
+        assert!(run.saw("demand fell from 64 to 8"), "{:#?}", run.log);
+        assert!(run.saw("P = 8 held for 64 users"), "{:#?}", run.log);
+        assert!(!run.saw("sampling again"), "{:#?}", run.log);
+    }
+
+    #[test]
+    fn users_arriving_while_a_low_p_is_sampled_are_held_at_the_p_before() {
+        // Users arriving look like a queue: the P before holds them until
+        // the re-run (here after 5 s), which samples around it.
+        let mut run = Run::new(true, 5_000);
+        run.until(16, |d| d.why.contains("sampling throughput at P0"));
+        run.users(64, 50);
+        assert!(run.saw("demand rose from 16 to 64"), "{:#?}", run.log);
+        run.users(64, 1_000);
+        assert!(run.saw("64 users; requests arrive at a rate here"), "{:#?}", run.log);
+        assert_eq!(run.p, 64);
+        run.until(64, |d| d.why.starts_with("model, re-run:"));
     }
 
     #[test]

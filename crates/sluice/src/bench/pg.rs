@@ -9,7 +9,8 @@ use sluice_bench::pg::PgBench;
 /// PostgreSQL users (pgbench) directly, through sluice proxy, through PgBouncer
 #[derive(Args)]
 #[command(long_about = "PostgreSQL users against several targets, interleaved.\n\n\
-    Each user is one connection running pgbench's script in a closed loop. Every round runs \
+    Each user is one connection running pgbench's script in a closed loop, or with --rate \
+    on pgbench's schedule. Every round runs \
     each target once per user count; only transactions finishing after --warmup count, so a \
     proxy that tunes itself first is measured once settled. Reports per target the median \
     throughput, the paired ratio to the first target (median and spread over rounds), U_f, \
@@ -66,6 +67,19 @@ pub struct PgArgs {
     /// Write every run as JSON here
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Transactions a second for all users together, on pgbench's schedule
+    /// (pgbench -R): an open system, where a target that falls behind
+    /// queues the transactions and their latency counts from the schedule.
+    /// Without it each user is a closed loop
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
+}
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!("wants transactions a second above 0, got `{text}`")),
+    }
 }
 
 pub fn run(a: PgArgs) -> Result<()> {
@@ -86,6 +100,7 @@ pub fn run(a: PgArgs) -> Result<()> {
             max_steal: a.max_steal,
             tenants: a.tenants,
             out: a.out,
+            rate: a.rate,
         })?
     );
     Ok(())
