@@ -1,6 +1,7 @@
 //! `sluice bench pg`: PostgreSQL users (pgbench's scripts, one closed loop
-//! per connection) against several targets — the database directly, through
-//! `sluice proxy`, through PgBouncer — interleaved round by round, with
+//! per connection, or with `--rate` an open system on pgbench's schedule)
+//! against several targets — the database directly, through `sluice
+//! proxy`, through PgBouncer — interleaved round by round, with
 //! per-user throughput, U_f, V_l, latency percentiles, CPU steal, the worst
 //! second's I/O stall, and the CPU time each proxy process spends per
 //! transaction.

@@ -10,9 +10,10 @@
 //!   by more than `demand_change` for a settle time (a pause with no
 //!   demand does not count), and start sampling afresh when it moves while
 //!   sampling, but for a rise while a P below the one held before is
-//!   sampled, or a fall while one above it is: that is the sampled P's
-//!   queue growing or draining, and the held P comes back at once and is
-//!   kept for that level (a departure; why is told at `sampling_upset`).
+//!   sampled (the sampled P's queue growing: the held P comes back and is
+//!   kept for that level, new levels unsampled for a while) or a fall
+//!   while one above it is (a queue draining: the sampled P is kept); a
+//!   departure, told at `sampling_upset`.
 //! - A demand back at a level sampled before gets that level's matching
 //!   point without sampling; one back at a level whose sampling it left
 //!   unfinished (within `rerun_ms`) goes on with that sampling where it
@@ -237,7 +238,7 @@ pub struct ModelSearch {
     /// than a sampling (five samples of `settle_ms + sample_ms`) would
     /// otherwise each begin it afresh and never end it.
     unfinished: Vec<Unfinished>,
-    /// When the demand last followed a sampled P (see
+    /// When the demand last rose with a sampled P's queue (see
     /// [`ModelSearch::sampling_upset`]): until `rerun_ms` after it, the
     /// requests are taken to arrive at a rate, and a new level of demand
     /// is held at the P let in instead of sampled.
@@ -305,17 +306,19 @@ impl ModelSearch {
     /// demand grows with the queue. Sampling again at the grown demand
     /// would sample P0 once more and grow it further (on PostgreSQL at
     /// 1,000/s, 19 users became 204 in half a second, and P = 2 held for
-    /// 4 s queued every client). Likewise a demand that falls while a P
-    /// above the held one is sampled is such a queue draining (once every
-    /// client of an open system waits, its demand stops rising and a
-    /// sampling at that level goes on, until a larger P drains it). So the
-    /// P held before comes back at once and is kept for the users the
-    /// sampling was for, as their matching point; and for `rerun_ms` a new
-    /// level of demand is held at the P let in without sampling, since each
-    /// try queues requests again (a stall that queued every client of an
-    /// open system once made a level that sampled P = 2 for 4 s). A closed
-    /// set of users never meets this rule: the paper's users are one, whose
-    /// demand no P changes (a departure).
+    /// 4 s queued every client). So the P held before comes back at once
+    /// and is kept for the users the sampling was for, as their matching
+    /// point; and for `rerun_ms` a new level of demand is held at the P let
+    /// in without sampling, since each try queues requests again (a stall
+    /// that queued every client of an open system once made a level that
+    /// sampled P = 2 for 4 s). A demand that falls while a P above the held
+    /// one is sampled is such a queue draining (once every client waits,
+    /// the demand stops rising and the sampling goes on, until a larger P
+    /// drains it): the P that drained it is kept for the level. Users of a
+    /// closed set (the paper's, whose demand no P changes) meet the rule
+    /// only by arriving while a low P is sampled, or leaving while a high
+    /// one is; they are then held at that P until the re-run (a
+    /// departure).
     fn sampling_upset(&mut self, demand: usize, now: Nanos) -> bool {
         let Phase::Sampling { plan, resume, .. } = &self.phase else {
             return false;
@@ -324,25 +327,20 @@ impl ModelSearch {
         if demand == 0 {
             self.shelve(now);
             self.resume(resume, now, format!("model: the {users} users left while sampling"));
-        } else if self.config.demand_moved(demand, users) && (demand > users) == (sampled < resume.p) {
-            let (moved, how) = if demand > users {
-                (
-                    "rose",
-                    "below the P held before: requests queued for that P, not more users",
-                )
-            } else {
-                (
-                    "fell",
-                    "above the P held before: a queue draining at that P, not users leaving",
-                )
-            };
+        } else if self.config.demand_moved(demand, users) && demand > users && sampled < resume.p {
             let why = format!(
-                "model: demand {moved} from {users} to {demand} while P = {sampled} was sampled, {how}; \
-                 P = {} held for {users} users",
+                "model: demand rose from {users} to {demand} while P = {sampled} was sampled, below the P \
+                 held before: requests queued for that P, not more users; P = {} held for {users} users",
                 resume.p
             );
             self.open_seen = Some(now);
             self.hold_matched(Held { p: resume.p, users }, now, why);
+        } else if self.config.demand_moved(demand, users) && demand < users && sampled > resume.p {
+            let why = format!(
+                "model: demand fell from {users} to {demand} while P = {sampled} was sampled, above the P \
+                 held before: a queue draining at that P, not users leaving; P = {sampled} held for {users} users"
+            );
+            self.hold_matched(Held { p: sampled, users }, now, why);
         } else if self.config.demand_moved(demand, users) {
             let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
             self.decide(Knob::MatchingPoint, self.p as f64, why);
@@ -400,7 +398,7 @@ impl ModelSearch {
                 (now - seen) as f64 / 1e9,
                 held.p
             );
-            self.hold_matched(
+            self.hold(
                 Held {
                     p: held.p,
                     users: demand,
@@ -901,13 +899,13 @@ mod tests {
         // Every one of 64 clients waits behind P = 8: their demand cannot
         // rise, and the sampling at P0 goes on as a closed set's; P1 = 11
         // drains the queue, and the demand falls to the 8 the rate keeps
-        // inside.
+        // inside: P1 is kept.
         let mut run = Run::new(true, 300_000);
         run.p = 8;
         run.until(64, |d| d.why.contains("sampling throughput at P1"));
         run.users(8, 500);
         assert!(run.saw("demand fell from 64 to 8"), "{:#?}", run.log);
-        assert!(run.saw("P = 8 held for 64 users"), "{:#?}", run.log);
+        assert!(run.saw("P = 11 held for 64 users"), "{:#?}", run.log);
         assert!(!run.saw("sampling again"), "{:#?}", run.log);
     }
 
