@@ -327,7 +327,9 @@ impl ModelSearch {
         if demand == 0 {
             self.shelve(now);
             self.resume(resume, now, format!("model: the {users} users left while sampling"));
-        } else if self.config.demand_moved(demand, users) && demand > users && sampled < resume.p {
+        } else if !self.config.demand_moved(demand, users) {
+            return false;
+        } else if demand > users && sampled < resume.p {
             let why = format!(
                 "model: demand rose from {users} to {demand} while P = {sampled} was sampled, below the P \
                  held before: requests queued for that P, not more users; P = {} held for {users} users",
@@ -335,19 +337,17 @@ impl ModelSearch {
             );
             self.open_seen = Some(now);
             self.hold_matched(Held { p: resume.p, users }, now, why);
-        } else if self.config.demand_moved(demand, users) && demand < users && sampled > resume.p {
+        } else if demand < users && sampled > resume.p {
             let why = format!(
                 "model: demand fell from {users} to {demand} while P = {sampled} was sampled, above the P \
                  held before: a queue draining at that P, not users leaving; P = {sampled} held for {users} users"
             );
             self.hold_matched(Held { p: sampled, users }, now, why);
-        } else if self.config.demand_moved(demand, users) {
+        } else {
             let why = format!("model: demand moved from {users} to {demand} users while sampling; sampling again");
             self.decide(Knob::MatchingPoint, self.p as f64, why);
             self.shelve(now);
             self.start_sampling(demand, now, resume);
-        } else {
-            return false;
         }
         true
     }
