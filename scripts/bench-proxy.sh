@@ -9,7 +9,8 @@
 #   scripts/bench-proxy.sh [--users 8,256,512] [--rounds 3] [--seconds 20] [--warmup 20] [--rate 1000]
 #
 # Arguments go to `sluice bench pg` (see its --help); --rate makes the users
-# an open system, transactions started on pgbench's schedule.
+# an open system, transactions started on pgbench's schedule (the rate then
+# sets the throughput, so p99 is the figure to compare; runs.json keeps it).
 #
 # Environment:
 #   SWEEP="8 16 32"   also run sluice proxies with P pinned to each value

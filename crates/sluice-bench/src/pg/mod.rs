@@ -108,8 +108,9 @@ pub fn run(args: &PgBench) -> Result<String> {
                     users,
                     round,
                     target: name.clone(),
+                    rate: args.rate,
                     tps: result.tps(),
-                    unfairness: result.unfairness(),
+                    unfairness: args.rate.is_none().then(|| result.unfairness()),
                     latency_cv: result.latency_cv(),
                     p50_ms: result.quantile_ms(0.5),
                     p99_ms: result.quantile_ms(0.99),
@@ -122,9 +123,10 @@ pub fn run(args: &PgBench) -> Result<String> {
                     tenants,
                 };
                 eprintln!(
-                    "{users:>4} users  round {round}  {name:<12} {:>8.0} tps  U_f {:.3}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%  io stall (worst s) {}",
+                    "{users:>4} users  round {round}  {name:<12} {:>8.0} tps{}  U_f {}  V_l {:.3}  p99 {:>7.1} ms  steal {:.1}%  io stall (worst s) {}",
                     r.tps,
-                    r.unfairness,
+                    r.rate.map_or(String::new(), |rate| format!(" (asked {rate:.0})")),
+                    r.unfairness.map_or("-".into(), |u| format!("{u:.3}")),
                     r.latency_cv,
                     r.p99_ms,
                     steal * 100.0,

@@ -20,8 +20,13 @@ pub(crate) struct RunRecord {
     pub users: usize,
     pub round: usize,
     pub target: String,
+    /// Transactions a second asked of all users together (`--rate`);
+    /// `None`: closed loops.
+    pub rate: Option<f64>,
     pub tps: f64,
-    pub unfairness: f64,
+    /// U_f; `None` under a rate, where pgbench's schedule sets every
+    /// user's throughput and U_f measures nothing of the target.
+    pub unfairness: Option<f64>,
     pub latency_cv: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,

@@ -44,17 +44,23 @@ pub(crate) fn table(records: &[RunRecord], baseline: &str, max_steal: f64) -> St
         };
         let _ = writeln!(
             out,
-            "{users:>5}  {target:<12} {:>12.0}  {:>6.2} ({:.2}-{:.2})          {:.3}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
+            "{users:>5}  {target:<12} {:>12.0}  {:>6.2} ({:.2}-{:.2})          {:<5}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
             col(&|r| r.tps),
             ratio.median,
             ratio.min,
             ratio.max,
-            col(&|r| r.unfairness),
+            optional(&|r| r.unfairness, 3),
             col(&|r| r.latency_cv),
             col(&|r| r.p99_ms),
             runs.iter().map(|r| r.failed).sum::<u64>(),
             optional(&|r| r.cpu_ms_per_txn, 3),
             optional(&|r| r.switches_per_txn, 2),
+        );
+    }
+    if let Some(rate) = kept.iter().find_map(|r| r.rate) {
+        let _ = writeln!(
+            out,
+            "(an open load of {rate:.0} transactions/s: the rate sets the throughput and each user's share, so U_f is \"-\"; compare p99)"
         );
     }
     if !set_aside.is_empty() {
@@ -120,4 +126,50 @@ fn share_errors(tenants: &[TenantTps]) -> Vec<f64> {
         .iter()
         .map(|t| ((t.tps / total_tps) / (t.weight / total_weight) - 1.0).abs())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(target: &str, rate: Option<f64>) -> RunRecord {
+        RunRecord {
+            users: 8,
+            round: 1,
+            target: target.into(),
+            rate,
+            tps: 1000.0,
+            unfairness: rate.is_none().then_some(0.012),
+            latency_cv: 0.2,
+            p50_ms: 1.0,
+            p99_ms: 5.0,
+            p999_ms: 9.0,
+            failed: 0,
+            steal: 0.0,
+            io_stall_worst_s: None,
+            cpu_ms_per_txn: None,
+            switches_per_txn: None,
+            tenants: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn closed_loops_show_u_f() {
+        let text = table(&[record("direct", None), record("sluice", None)], "direct", 0.1);
+        assert!(text.contains("0.012"), "{text}");
+        assert!(!text.contains("open load"), "{text}");
+    }
+
+    #[test]
+    fn an_open_load_says_so_and_shows_no_u_f() {
+        let text = table(
+            &[record("direct", Some(1000.0)), record("sluice", Some(1000.0))],
+            "direct",
+            0.1,
+        );
+        assert!(!text.contains("0.012"), "{text}");
+        assert!(text.contains("an open load of 1000 transactions/s"), "{text}");
+        let row = text.lines().find(|l| l.contains("sluice")).unwrap();
+        assert!(row.contains(" -  "), "{row}");
+    }
 }

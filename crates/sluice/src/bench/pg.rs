@@ -70,7 +70,9 @@ pub struct PgArgs {
     /// Transactions a second for all users together, on pgbench's schedule
     /// (pgbench -R): an open system, where a target that falls behind
     /// queues the transactions and their latency counts from the schedule.
-    /// Without it each user is a closed loop
+    /// The rate then sets the throughput and each user's share of it, so
+    /// compare p99 (U_f is shown as "-"). Without it each user is a closed
+    /// loop
     #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
 }
