@@ -924,6 +924,37 @@ mod tests {
     }
 
     #[test]
+    fn a_sample_at_the_held_p_is_neither_a_queue_nor_a_drain() {
+        // P2 for 64 users is 64, the P held before: a demand that moves
+        // while it is sampled says nothing of P, and is sampled again.
+        for demand in [128, 16] {
+            let mut run = Run::new(true, 300_000);
+            run.until(64, |d| d.why.contains("sampling throughput at P2 = 64"));
+            run.users(demand, 500);
+            assert!(
+                run.saw(&format!(
+                    "demand moved from 64 to {demand} users while sampling; sampling again"
+                )),
+                "{:#?}",
+                run.log
+            );
+            assert!(!run.saw("held for 64 users"), "{:#?}", run.log);
+        }
+    }
+
+    #[test]
+    fn a_new_level_is_sampled_again_once_the_open_load_is_rerun_ms_ago() {
+        let mut run = Run::new(true, 5_000);
+        run.open(1_000.0, 8, 2_000);
+        assert!(run.saw("demand rose from 8 to"), "{:#?}", run.log);
+        // A pause longer than `rerun_ms`, then a closed set of 30 users.
+        run.users(0, 6_000).users(30, 1_000);
+        assert!(run.saw("30 users; sampling throughput at P0"), "{:#?}", run.log);
+        assert!(!run.saw("requests arrive at a rate here"), "{:#?}", run.log);
+        assert_eq!(run.samplings(), 2, "{:#?}", run.log);
+    }
+
+    #[test]
     fn users_leaving_while_sampled_leave_no_matching_point_behind() {
         let mut run = Run::new(false, 300_000);
         run.until(64, |d| d.why.contains("sampling throughput at P2"));
