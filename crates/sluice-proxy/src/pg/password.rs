@@ -13,7 +13,7 @@ use postgres_protocol::message::frontend;
 use thiserror::Error;
 
 use super::auth_file::Secret;
-use super::scram::KeyedLogin;
+use super::scram::{ClientKey, KeyedLogin};
 
 /// AuthenticationOk, which needs no answer.
 pub(crate) const OK: u32 = 0;
@@ -54,7 +54,7 @@ pub(crate) struct Login<'a> {
     secret: Result<Secret, String>,
     /// Where the secret is a SCRAM secret: the ClientKey a client's proof
     /// revealed, if one did (see [`super::scram`]).
-    client_key: Option<[u8; 32]>,
+    client_key: Option<ClientKey>,
     scram: Option<Scram>,
     /// The server's final SCRAM message checked out.
     server_proved: bool,
@@ -67,7 +67,7 @@ enum Scram {
 }
 
 impl<'a> Login<'a> {
-    pub fn new(user: &'a str, secret: Result<Secret, String>, client_key: Option<[u8; 32]>) -> Login<'a> {
+    pub fn new(user: &'a str, secret: Result<Secret, String>, client_key: Option<ClientKey>) -> Login<'a> {
         Login {
             user,
             secret,
@@ -149,6 +149,7 @@ impl<'a> Login<'a> {
             (SASL, Secret::Scram(secret)) => {
                 let client_key = self
                     .client_key
+                    .clone()
                     .filter(|key| secret.opens_with(key))
                     .ok_or_else(|| AuthError::NoClientKey { user: self.user.into() })?;
                 let keyed = KeyedLogin::new(secret.clone(), client_key);
@@ -246,7 +247,7 @@ mod tests {
         let short_salt = Login::new("u", Ok(password), None).answer(MD5, b"\0\0", &mut out);
         let stored = postgres_protocol::password::scram_sha_256(b"pw");
         let secret = Secret::Scram(ScramSecret::parse(&stored).unwrap());
-        for key in [None, Some([0; 32])] {
+        for key in [None, Some(ClientKey::new([0; 32]))] {
             let err = Login::new("u", Ok(secret.clone()), key)
                 .answer(SASL, b"SCRAM-SHA-256\0\0", &mut out)
                 .unwrap_err();

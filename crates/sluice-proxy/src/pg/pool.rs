@@ -79,6 +79,7 @@ use super::frame::{self, BackendKey, Startup};
 use super::password::{self, AuthError, Login};
 use super::prepared::Made;
 use super::reported::Reported;
+use super::scram::ClientKey;
 use super::upstream_tls::{ServerStream, UpstreamTls};
 use super::verifier::{Exchange, Verifier};
 use crate::socket::{self, Peer, Socket};
@@ -428,7 +429,7 @@ pub(crate) struct Pool {
     /// ClientKey a relayed login's proof revealed, to open backends with
     /// (see [`super::scram`]). Kept while the proxy runs, as PgBouncer
     /// keeps it; a key the secret no longer hashes to is not used.
-    client_keys: Mutex<HashMap<String, [u8; 32]>>,
+    client_keys: Mutex<HashMap<String, ClientKey>>,
     /// Where the number of idle backends is shown.
     stats: Arc<Stats>,
 }
@@ -539,7 +540,7 @@ impl Pool {
         Some(verifier)
     }
 
-    fn client_keys(&self) -> MutexGuard<'_, HashMap<String, [u8; 32]>> {
+    fn client_keys(&self) -> MutexGuard<'_, HashMap<String, ClientKey>> {
         self.client_keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -785,7 +786,7 @@ impl Pool {
                     let login = match login.as_mut() {
                         Some(login) => login,
                         None => {
-                            let client_key = self.client_keys().get(&user).copied();
+                            let client_key = self.client_keys().get(&user).cloned();
                             login.insert(Login::new(&user, self.secret(&user)?, client_key))
                         }
                     };

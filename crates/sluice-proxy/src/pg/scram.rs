@@ -19,6 +19,7 @@ use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
 
 pub(crate) use postgres_protocol::authentication::sasl::SCRAM_SHA_256;
 
@@ -28,6 +29,10 @@ pub(crate) use postgres_protocol::authentication::sasl::SCRAM_SHA_256;
 pub(crate) const MAX_ITERATIONS: u32 = 100_000;
 /// Random bytes of the proxy's share of a nonce, as PostgreSQL's.
 const NONCE_BYTES: usize = 18;
+
+/// A user's ClientKey: it logs in as the user wherever the StoredKey is
+/// PostgreSQL's, so it is wiped from memory when dropped.
+pub(crate) type ClientKey = Zeroizing<[u8; 32]>;
 
 /// A SCRAM-SHA-256 secret, as `pg_authid` stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,8 +85,8 @@ impl ScramSecret {
     /// The ClientKey `proof` reveals, if it is that of a client holding
     /// the password: its XOR with the client signature hashes to the
     /// StoredKey (RFC 5802 §3).
-    pub fn client_key(&self, auth_message: &str, proof: &[u8; 32]) -> Option<[u8; 32]> {
-        let client_key = xor(proof, &self.client_signature(auth_message));
+    pub fn client_key(&self, auth_message: &str, proof: &[u8; 32]) -> Option<ClientKey> {
+        let client_key = ClientKey::new(xor(proof, &self.client_signature(auth_message)));
         self.opens_with(&client_key).then_some(client_key)
     }
 
@@ -253,7 +258,7 @@ pub(crate) fn server_first(message: &str) -> Option<(&str, &str, u32)> {
 /// line is a SCRAM secret.
 pub(crate) struct KeyedLogin {
     secret: ScramSecret,
-    client_key: [u8; 32],
+    client_key: ClientKey,
     /// The client-first-message without its GS2 header.
     first_bare: String,
     nonce: String,
@@ -262,7 +267,7 @@ pub(crate) struct KeyedLogin {
 }
 
 impl KeyedLogin {
-    pub fn new(secret: ScramSecret, client_key: [u8; 32]) -> KeyedLogin {
+    pub fn new(secret: ScramSecret, client_key: ClientKey) -> KeyedLogin {
         let nonce = nonce();
         KeyedLogin {
             secret,
@@ -368,11 +373,11 @@ mod tests {
     fn a_keyed_login_proves_what_a_password_login_proves() {
         let secret = ScramSecret::salted("s3cret", "c2FsdHNhbHQ=", 4096).unwrap();
         // The key a client holding the password has.
-        let client_key = hmac(
+        let client_key = ClientKey::new(hmac(
             &hi(b"s3cret", &BASE64.decode("c2FsdHNhbHQ=").unwrap(), 4096),
             b"Client Key",
-        );
-        let mut login = KeyedLogin::new(secret.clone(), client_key);
+        ));
+        let mut login = KeyedLogin::new(secret.clone(), client_key.clone());
         let first = login.first();
         let bare = first.strip_prefix("n,,").unwrap();
         let client_nonce = bare.strip_prefix("n=,r=").unwrap();

@@ -53,7 +53,7 @@ use thiserror::Error;
 use super::auth_file::Secret;
 use super::frame;
 use super::password::{self, CLEARTEXT, MD5, SASL, SASL_CONTINUE, SASL_FINAL};
-use super::scram::{self, ClientFinal, ClientFirst, ScramSecret, MAX_ITERATIONS, SCRAM_SHA_256};
+use super::scram::{self, ClientFinal, ClientFirst, ClientKey, ScramSecret, MAX_ITERATIONS, SCRAM_SHA_256};
 
 /// A relayed login's password exchange, as it passed through the proxy.
 /// (No `Debug`: it holds passwords, and what is proved from it keys.)
@@ -142,7 +142,7 @@ impl Verifier {
 impl Exchange {
     /// The ClientKey the client's proof in this relayed SCRAM exchange
     /// reveals, where `secret` is the server's (see [`super::scram`]).
-    pub fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
+    pub fn client_key(&self, secret: &ScramSecret) -> Option<ClientKey> {
         RelayedScram::parse(self)?.client_key(secret)
     }
 }
@@ -174,7 +174,7 @@ impl RelayedScram<'_> {
     /// The ClientKey the client's proof reveals, where `secret` is the
     /// server's: it salts as the server did, the server's signature is the
     /// one its ServerKey gives, and the proof checks against its StoredKey.
-    fn client_key(&self, secret: &ScramSecret) -> Option<[u8; 32]> {
+    fn client_key(&self, secret: &ScramSecret) -> Option<ClientKey> {
         if (self.salt, self.iterations) != (secret.salt.as_str(), secret.iterations) {
             return None;
         }
@@ -459,7 +459,7 @@ mod tests {
 
     /// The pool's login with a revealed ClientKey (`password::Login`), run
     /// against the proxy's own check of the secret standing for the server.
-    fn keyed_login(secret: &ScramSecret, key: [u8; 32]) -> Result<(), String> {
+    fn keyed_login(secret: &ScramSecret, key: ClientKey) -> Result<(), String> {
         let mut login = password::Login::new("alice", Ok(Secret::Scram(secret.clone())), Some(key));
         let verifier = Verifier::Scram(secret.clone());
         let mut from_server = BytesMut::new();
@@ -485,7 +485,7 @@ mod tests {
     fn the_pool_logs_in_with_the_key_a_relayed_proof_revealed() {
         let secret = ScramSecret::salted("s3cret", "c2FsdHNhbHRzYWx0", 4096).unwrap();
         let key = relayed_scram("s3cret").client_key(&secret).expect("a key");
-        assert_eq!(keyed_login(&secret, key), Ok(()));
+        assert_eq!(keyed_login(&secret, key.clone()), Ok(()));
         let mut wrong = key;
         wrong[0] ^= 1;
         let refused = keyed_login(&secret, wrong).unwrap_err();
