@@ -25,13 +25,18 @@ fn groups<'a>(kept: &[&'a RunRecord]) -> Vec<Vec<&'a RunRecord>> {
 
 pub(crate) fn table(records: &[RunRecord], baseline: &str, max_steal: f64) -> String {
     let (kept, set_aside) = split_by_steal(records, max_steal);
+    // Under a rate the throughput is the rate's: the ratio compares p99.
+    let rate = kept.iter().find_map(|r| r.rate);
+    let compared = if rate.is_some() { "p99" } else { "tps" };
     let mut out = format!(
-        "\nusers  target        tps (median)  vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn  switches/txn\n"
+        "\nusers  target        tps (median)  {compared} vs {baseline:<10} (min-max)   U_f    V_l    p99 ms  failed  CPU ms/txn  switches/txn\n"
     );
     for runs in groups(&kept) {
         let (users, target) = (runs[0].users, &runs[0].target);
         let same_users: Vec<&RunRecord> = kept.iter().copied().filter(|r| r.users == users).collect();
-        let ratio = Spread::of(paired_ratios(&same_users, target, baseline, |r| Some(r.tps)));
+        let ratio = Spread::of(paired_ratios(&same_users, target, baseline, |r| {
+            Some(if rate.is_some() { r.p99_ms } else { r.tps })
+        }));
         let col = |f: &dyn Fn(&RunRecord) -> f64| median(runs.iter().map(|r| f(r)));
         // A column only some targets have (--cpu): "-" for the others.
         let optional = |f: &dyn Fn(&RunRecord) -> Option<f64>, digits: usize| {
@@ -44,7 +49,7 @@ pub(crate) fn table(records: &[RunRecord], baseline: &str, max_steal: f64) -> St
         };
         let _ = writeln!(
             out,
-            "{users:>5}  {target:<12} {:>12.0}  {:>6.2} ({:.2}-{:.2})          {:<5}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
+            "{users:>5}  {target:<12} {:>12.0}  {:>10.2} ({:.2}-{:.2})          {:<5}  {:.3}  {:>7.1}  {:>6}  {:<10}  {}",
             col(&|r| r.tps),
             ratio.median,
             ratio.min,
@@ -57,10 +62,10 @@ pub(crate) fn table(records: &[RunRecord], baseline: &str, max_steal: f64) -> St
             optional(&|r| r.switches_per_txn, 2),
         );
     }
-    if let Some(rate) = kept.iter().find_map(|r| r.rate) {
+    if let Some(rate) = rate {
         let _ = writeln!(
             out,
-            "(an open load of {rate:.0} transactions/s: the rate sets the throughput and each user's share, so U_f is \"-\"; compare p99)"
+            "(an open load of {rate:.0} transactions/s: the rate sets the throughput and each user's share, so the ratio is p99's and U_f is \"-\")"
         );
     }
     if !set_aside.is_empty() {
@@ -132,7 +137,7 @@ fn share_errors(tenants: &[TenantTps]) -> Vec<f64> {
 mod tests {
     use super::*;
 
-    fn record(target: &str, rate: Option<f64>) -> RunRecord {
+    fn record(target: &str, rate: Option<f64>, p99_ms: f64) -> RunRecord {
         RunRecord {
             users: 8,
             round: 1,
@@ -142,7 +147,7 @@ mod tests {
             unfairness: rate.is_none().then_some(0.012),
             latency_cv: 0.2,
             p50_ms: 1.0,
-            p99_ms: 5.0,
+            p99_ms,
             p999_ms: 9.0,
             failed: 0,
             steal: 0.0,
@@ -155,21 +160,33 @@ mod tests {
 
     #[test]
     fn closed_loops_show_u_f() {
-        let text = table(&[record("direct", None), record("sluice", None)], "direct", 0.1);
+        let text = table(
+            &[record("direct", None, 5.0), record("sluice", None, 10.0)],
+            "direct",
+            0.1,
+        );
         assert!(text.contains("0.012"), "{text}");
+        assert!(text.contains("tps vs direct"), "{text}");
+        let row = text.lines().find(|l| l.contains("sluice")).unwrap();
+        assert!(row.contains("1.00 (1.00-1.00)"), "{row}");
         assert!(!text.contains("open load"), "{text}");
     }
 
     #[test]
     fn an_open_load_says_so_and_shows_no_u_f() {
         let text = table(
-            &[record("direct", Some(1000.0)), record("sluice", Some(1000.0))],
+            &[
+                record("direct", Some(1000.0), 5.0),
+                record("sluice", Some(1000.0), 10.0),
+            ],
             "direct",
             0.1,
         );
         assert!(!text.contains("0.012"), "{text}");
         assert!(text.contains("an open load of 1000 transactions/s"), "{text}");
+        assert!(text.contains("p99 vs direct"), "{text}");
         let row = text.lines().find(|l| l.contains("sluice")).unwrap();
+        assert!(row.contains("2.00 (2.00-2.00)"), "{row}");
         assert!(row.contains(" -  "), "{row}");
     }
 }

@@ -13,7 +13,7 @@ use sluice_bench::pg::PgBench;
     on pgbench's schedule. Every round runs \
     each target once per user count; only transactions finishing after --warmup count, so a \
     proxy that tunes itself first is measured once settled. Reports per target the median \
-    throughput, the paired ratio to the first target (median and spread over rounds), U_f, \
+    throughput, the paired ratio to the first target (of throughput, or of p99 under --rate; median and spread over rounds), U_f, \
     V_l, p99, failed transactions, and the CPU time and context switches per transaction of \
     processes given by --cpu. Rounds with CPU steal above --max-steal are set aside.\n\n\
     Example: sluice bench pg --targets direct=127.0.0.1:5432,sluice=127.0.0.1:6432 \
@@ -71,8 +71,8 @@ pub struct PgArgs {
     /// (pgbench -R): an open system, where a target that falls behind
     /// queues the transactions and their latency counts from the schedule.
     /// The rate then sets the throughput and each user's share of it, so
-    /// compare p99 (U_f is shown as "-"). Without it each user is a closed
-    /// loop
+    /// the paired ratio is p99's and U_f is shown as "-". Without it each
+    /// user is a closed loop
     #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
 }
