@@ -191,6 +191,47 @@ fn client_reply_off_and_skip_keep_no_slot() {
     }
 }
 
+/// RESET turns replies back on, but a SKIP before it still covers its own
+/// reply, and DISCARD (in a transaction or outside one) leaves the reply
+/// mode alone: the replies the client gets are Redis's, byte for byte.
+#[test]
+fn reset_and_discard_leave_the_reply_mode_as_redis_does() {
+    let Some(server) = RedisServer::start() else { return };
+    let sequences: [&[u8]; 5] = [
+        b"CLIENT REPLY SKIP\r\nRESET\r\nPING\r\n",
+        b"CLIENT REPLY OFF\r\nRESET\r\nPING\r\n",
+        b"CLIENT REPLY OFF\r\nDISCARD\r\nCLIENT REPLY ON\r\nPING\r\n",
+        b"CLIENT REPLY SKIP\r\nDISCARD\r\nPING\r\n",
+        b"CLIENT REPLY OFF\r\nMULTI\r\nDISCARD\r\nCLIENT REPLY ON\r\nPING\r\n",
+    ];
+    // Every sequence ends with a PING that is answered: the replies read
+    // up to its PONG are all there are.
+    let replies = |addr: std::net::SocketAddr, sequence: &[u8]| {
+        let mut c = RespConn::connect(addr);
+        c.send_raw(sequence);
+        let mut got = Vec::new();
+        while got.last().map(String::as_str) != Some("+PONG\r\n") {
+            got.push(c.reply().expect("a reply before the connection's end"));
+        }
+        got
+    };
+    let direct: Vec<Vec<String>> = sequences
+        .iter()
+        .map(|s| replies(server.addr().parse().unwrap(), s))
+        .collect();
+    assert_eq!(direct[0], ["+PONG\r\n"], "Redis skips RESET's reply");
+    for (path, proxy) in proxies(&server, GateConfig::default()) {
+        for (sequence, direct) in sequences.iter().zip(&direct) {
+            assert_eq!(
+                &replies(proxy.addr, sequence),
+                direct,
+                "{path}: {}",
+                String::from_utf8_lossy(sequence)
+            );
+        }
+    }
+}
+
 /// Random command sequences, cut off at random points: whatever state a
 /// client leaves in (replies off, inside MULTI, mid-command, replies
 /// unread), every slot comes back.
@@ -328,6 +369,32 @@ fn quit_and_unbalanced_quotes_end_only_that_client() {
             "$1\r\n1\r\n",
             "{path}: the lane is intact"
         );
+    }
+}
+
+/// QUIT or a protocol error inside MULTI closes the connection as
+/// outside it, and the transaction is discarded: a session that waited for
+/// the EXEC its client would never send kept its connection (and a place
+/// under `max_clients`) for good.
+#[test]
+fn quit_or_a_protocol_error_inside_multi_closes_and_discards() {
+    let Some(server) = RedisServer::start() else { return };
+    for (path, proxy) in proxies(&server, GateConfig::default()) {
+        for (end, answer) in [
+            (&b"QUIT\r\n"[..], "+OK\r\n"),
+            (&b"*abc\r\n"[..], "-ERR Protocol error: invalid multibulk length"),
+        ] {
+            let key = format!("in-multi-{path}-{}", end[0]);
+            let mut client = RespConn::connect(proxy.addr);
+            assert_eq!(client.call(&["MULTI"]), "+OK\r\n", "{path}");
+            assert_eq!(client.call(&["SET", &key, "1"]), "+QUEUED\r\n", "{path}");
+            client.send_raw(end);
+            let reply = client.reply().unwrap_or_default();
+            assert!(reply.starts_with(answer), "{path}: {reply:?}");
+            assert_eq!(client.reply(), None, "{path}: closed after {reply:?}");
+            let mut other = RespConn::connect(proxy.addr);
+            assert_eq!(other.call(&["EXISTS", &key]), ":0\r\n", "{path}: discarded");
+        }
     }
 }
 

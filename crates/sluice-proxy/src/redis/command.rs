@@ -52,9 +52,9 @@ pub enum Kind<'a> {
     Multi,
     /// Runs the open transaction: its one request.
     Exec,
-    /// Drops the open transaction (DISCARD, or RESET, which also turns
-    /// replies back on).
-    EndTx,
+    /// Drops the open transaction: DISCARD, or RESET (`reset`), which
+    /// also turns replies back on.
+    EndTx { reset: bool },
     /// `CLIENT REPLY ON|OFF|SKIP`: which replies the client wants.
     Reply(ReplyMode),
     /// Ends the connection once every earlier reply is delivered.
@@ -120,7 +120,7 @@ pub fn classify<'a>(args: Args<'a, '_>) -> Kind<'a> {
     } else if upper("EXEC") {
         Kind::Exec
     } else if upper("DISCARD") || upper("RESET") {
-        Kind::EndTx
+        Kind::EndTx { reset: upper("RESET") }
     } else if upper("QUIT") {
         Kind::Quit
     } else if upper("AUTH") {
@@ -381,8 +381,8 @@ mod tests {
     fn transactions() {
         assert_eq!(kind("multi"), Kind::Multi);
         assert_eq!(kind("EXEC"), Kind::Exec);
-        assert_eq!(kind("DISCARD"), Kind::EndTx);
-        assert_eq!(kind("RESET"), Kind::EndTx);
+        assert_eq!(kind("DISCARD"), Kind::EndTx { reset: false });
+        assert_eq!(kind("RESET"), Kind::EndTx { reset: true });
     }
 
     #[test]

@@ -35,7 +35,8 @@
 //! replies, so that the proxy knows when each command is done and gives its
 //! slot back, and the proxy drops the replies the client asked not to get
 //! (inside MULTI, CLIENT REPLY is refused). QUIT is answered by the proxy,
-//! which closes the connection once every earlier reply is delivered.
+//! which closes the connection once every earlier reply is delivered;
+//! inside MULTI the transaction is discarded with it, as Redis does.
 
 use std::collections::VecDeque;
 use std::io;
@@ -387,10 +388,12 @@ impl ToUpstream<'_> {
                 let rename = self.rename(user, name);
                 self.request(&buf[unsent.clone()], unsent, rename, user.is_some()).await
             }
-            Kind::EndTx => {
-                // RESET turns replies back on (DISCARD outside a transaction
-                // is an error that changes nothing).
-                self.replies = ReplyMode::On;
+            Kind::EndTx { reset } => {
+                // DISCARD outside a transaction is an error that changes
+                // nothing.
+                if reset {
+                    self.reset_replies();
+                }
                 self.request(&buf[unsent.clone()], unsent, None, false).await
             }
             Kind::Plain | Kind::Exec | Kind::Quit => self.request(&buf[unsent.clone()], unsent, None, false).await,
@@ -409,6 +412,15 @@ impl ToUpstream<'_> {
             // SKIP while replies are off changes nothing.
             ReplyMode::Skip if self.replies == ReplyMode::On => self.replies = ReplyMode::Skip,
             ReplyMode::Skip => {}
+        }
+    }
+
+    /// RESET turns replies back on; a SKIP before it still covers RESET's
+    /// own reply, as in Redis (which clears OFF and a SKIP to come, not the
+    /// one of the command it runs).
+    fn reset_replies(&mut self) {
+        if self.replies == ReplyMode::Off {
+            self.replies = ReplyMode::On;
         }
     }
 
@@ -551,8 +563,10 @@ impl ToUpstream<'_> {
                 self.answer(error_reply("sluice: CLIENT REPLY inside MULTI is not supported"));
                 return Ok(Action::Skip);
             }
-            Kind::EndTx => {
-                self.replies = ReplyMode::On;
+            Kind::EndTx { reset } => {
+                if *reset {
+                    self.reset_replies();
+                }
                 self.expect_reply(None, None);
                 Action::Forward
             }
@@ -665,14 +679,18 @@ impl ToClient<'_> {
         Ok(())
     }
 
-    /// Draining or closing, and nothing is left to answer.
+    /// Draining or closing, and nothing is left to answer. A draining
+    /// client inside MULTI still sends its EXEC or DISCARD; a closing one
+    /// (QUIT, a protocol error) sends nothing more, and its transaction
+    /// goes with the server connection, as Redis discards it at QUIT.
     fn finished(&self) -> bool {
         let flags = &self.shared.flags;
-        if !(flags.draining() || flags.closing()) {
+        let closing = flags.closing();
+        if !(closing || flags.draining()) {
             return false;
         }
         let state = self.shared.lock();
-        state.pending.is_empty() && !state.in_tx
+        state.pending.is_empty() && (closing || !state.in_tx)
     }
 
     /// Moves the complete part of the buffer to the client's output, with

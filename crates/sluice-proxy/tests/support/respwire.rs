@@ -1,7 +1,7 @@
 //! A blocking raw RESP client that returns each reply's exact bytes, so
 //! tests can check what the proxy relayed (RESP3 types included).
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ impl RespConn {
     }
 
     /// The bytes of the next reply; `None` if the connection closed first.
+    /// Panics if neither comes within the read timeout: a connection left
+    /// open is not a closed one.
     pub fn reply(&mut self) -> Option<String> {
         let mut pos = 0;
         loop {
@@ -49,8 +51,12 @@ impl RespConn {
             }
             let mut chunk = [0u8; 4096];
             match self.stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
+                Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!("neither a reply nor the connection's end within the read timeout")
+                }
+                Err(_) => return None,
             }
         }
     }
