@@ -191,6 +191,31 @@ fn client_reply_off_and_skip_keep_no_slot() {
     }
 }
 
+/// A client that leaves after QUIT while a reply is still owed (a BLPOP
+/// that waits for good) takes its session with it: its place among the
+/// clients is free again.
+#[test]
+fn a_client_leaving_after_quit_ends_its_session_whatever_is_owed() {
+    let Some(server) = RedisServer::start() else { return };
+    let mut config = ProxyConfig::new("127.0.0.1:0", server.addr(), Protocol::Redis);
+    config.tenant_key = TenantKey::Connection;
+    config.max_client_conn = Some(1);
+    let proxy = ProxyHandle::start_with(config, GateConfig::default());
+    let mut blocked = RespConn::connect(proxy.addr);
+    blocked.send_raw(b"BLPOP never-pushed 0\r\nQUIT\r\n");
+    assert!(!blocked.replies_within(Duration::from_millis(200)), "BLPOP waits");
+    drop(blocked);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut next = RespConn::connect(proxy.addr);
+        match next.call(&["PING"]).as_str() {
+            "+PONG\r\n" => break,
+            refused => assert!(Instant::now() < deadline, "still refused: {refused:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// RESET turns replies back on, but a SKIP before it still covers its own
 /// reply, and DISCARD (in a transaction or outside one) leaves the reply
 /// mode alone: the replies the client gets are Redis's, byte for byte.

@@ -36,7 +36,9 @@
 //! slot back, and the proxy drops the replies the client asked not to get
 //! (inside MULTI, CLIENT REPLY is refused). QUIT is answered by the proxy,
 //! which closes the connection once every earlier reply is delivered;
-//! inside MULTI the transaction is discarded with it, as Redis does.
+//! inside MULTI the transaction is discarded with it, as Redis does. A
+//! client that leaves meanwhile ends its session at once, whatever reply
+//! is still owed.
 
 use std::collections::VecDeque;
 use std::io;
@@ -255,6 +257,7 @@ impl ToUpstream<'_> {
                     tokio::io::copy(&mut self.client, &mut self.upstream).await?;
                     return Ok(ClientEnd::Closed);
                 }
+                Some(Exit::Stop(ClientEnd::Quit | ClientEnd::ProtocolError)) => return self.closing().await,
                 Some(Exit::Stop(end)) => return Ok(end),
             }
             if self.eof && !self.held {
@@ -262,6 +265,23 @@ impl ToUpstream<'_> {
             }
             self.read_or_wait().await?;
         }
+    }
+
+    /// After QUIT or a protocol error: what is owed is delivered, then the
+    /// session ends. Meanwhile what the client sends is dropped unread, and
+    /// its leaving ends the session at once, as Redis frees a client that
+    /// leaves: a reply owed may never come (`BLPOP k 0` before the QUIT),
+    /// and the session would keep its server connection and its place
+    /// among the clients until it did.
+    async fn closing(mut self) -> io::Result<ClientEnd> {
+        self.shared.flags.close();
+        self.buf.clear();
+        while !self.eof {
+            room_to_read(&mut self.buf);
+            self.eof = self.client.read_buf(&mut self.buf).await? == 0;
+            self.buf.clear();
+        }
+        Ok(ClientEnd::Closed)
     }
 
     /// Whether the client has yet to authenticate where the server asks it
