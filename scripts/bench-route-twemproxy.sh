@@ -11,8 +11,10 @@
 # difference to Redis directly (for p50, the median latency each adds);
 # runs above 10% steal set aside. Not run in CI.
 #
-#   scripts/bench-route-twemproxy.sh [SLUICE_BINARY] [ROUNDS] [REQUESTS]
+#   [PIPELINE=16] scripts/bench-route-twemproxy.sh [SLUICE_BINARY] [ROUNDS] [REQUESTS]
 #
+# PIPELINE: each redis-benchmark client sends that many requests before it
+# reads their replies (its -P; default 1).
 # Default binary: this tree's target/release/sluice (built if need be;
 # scripts/lib.sh, find_sluice), which also reads the steal and prints the
 # table whatever binary routes.
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 find_sluice
-bin=${1:-$sluice} rounds=${2:-7} requests=${3:-100000}
+bin=${1:-$sluice} rounds=${2:-7} requests=${3:-100000} pipeline=${PIPELINE:-1}
 (( $(nproc) >= 2 )) || { echo "needs 2 CPUs (routers on one, Redis and the load on the other)" >&2; exit 2; }
 apt_install redis-server redis-tools nutcracker
 bench_scratch sluice-bench-route
@@ -81,9 +83,9 @@ for round in $(seq "$rounds"); do
             [[ $t == direct && $test == mget ]] && continue
             s0=$("$sluice" bench steal)
             if [[ $test == mget ]]; then
-                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -c 50 -n $((requests / 10)) --csv "${mget[@]}")
+                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -c 50 -P "$pipeline" -n $((requests / 10)) --csv "${mget[@]}")
             else
-                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -t $test -c 50 -n "$requests" --csv)
+                csv=$(taskset -c 0 redis-benchmark -p "${port[$t]}" -t $test -c 50 -P "$pipeline" -n "$requests" --csv)
             fi
             steal=$("$sluice" bench steal --since "$s0")
             read -r rps p50 < <(awk -F'"' 'NR==2{print $4, $10}' <<<"$csv")

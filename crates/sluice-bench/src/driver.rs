@@ -28,6 +28,10 @@ pub struct TenantSpec {
     /// Operations per second for the tenant (YCSB's `-target`), shared by
     /// its threads; `None` runs closed-loop as fast as replies come.
     pub target_ops: Option<f64>,
+    /// Operations a thread sends together before it reads their replies
+    /// (a pipeline; 1: one at a time). Each counts the whole batch's time
+    /// as its latency.
+    pub pipeline: usize,
 }
 
 impl TenantSpec {
@@ -42,6 +46,7 @@ impl TenantSpec {
                 threads: 1,
                 weight: 1.0,
                 target_ops: None,
+                pipeline: 1,
             })
             .collect()
     }
@@ -177,16 +182,17 @@ pub fn run(
                 let client = target.client_of(&spec.name)?;
                 let (acc, window, stop, next_id) = (&accs[ti], &window, &stop, &next_id);
                 let tenant = (ti as u32, spec.weight);
+                let depth = spec.pipeline.max(1);
                 let pace = spec
                     .target_ops
-                    .map(|ops| Duration::from_secs_f64(spec.threads as f64 / ops.max(1e-3)));
+                    .map(|ops| Duration::from_secs_f64((spec.threads * depth) as f64 / ops.max(1e-3)));
                 let shared = Shared {
                     acc,
                     window,
                     stop,
                     next_id,
                 };
-                workers.push(s.spawn(move || client_loop(client, g, tenant, pace, shared)));
+                workers.push(s.spawn(move || client_loop(client, g, tenant, (pace, depth), shared)));
             }
         }
         ticks(started, seconds, &accs, &window, tick);
@@ -254,7 +260,7 @@ fn client_loop(
     mut client: Box<dyn Client>,
     mut g: Generator,
     (tenant, weight): (u32, f64),
-    every: Option<Duration>,
+    (every, depth): (Option<Duration>, usize),
     Shared {
         acc,
         window,
@@ -263,26 +269,27 @@ fn client_loop(
     }: Shared,
 ) -> Result<()> {
     let mut next = Instant::now();
+    let mut batch = Vec::with_capacity(depth);
     while !stop.load(Ordering::Relaxed) {
         if let Some(every) = every {
             pace(&mut next, every);
         }
-        let op = g.next_op();
-        let value = matches!(op, Op::Update(_) | Op::Insert(_) | Op::ReadModifyWrite(_)).then(|| g.value());
+        batch.clear();
+        batch.extend((0..depth).map(|_| {
+            let op = g.next_op();
+            let value = matches!(op, Op::Update(_) | Op::Insert(_) | Op::ReadModifyWrite(_)).then(|| g.value());
+            (op, value.unwrap_or_default())
+        }));
         client.begin(next_id.fetch_add(1, Ordering::Relaxed), tenant, weight);
         let t = Instant::now();
-        let is_read = match &op {
-            Op::Read(k) => client.read(k).map(|_| true)?,
-            Op::Scan(k, n) => client.scan(k, *n).map(|_| true)?,
-            Op::Update(k) | Op::Insert(k) => client.write(k, value.as_deref().unwrap_or_default()).map(|()| false)?,
-            Op::ReadModifyWrite(k) => {
-                client.read(k)?;
-                client.write(k, value.as_deref().unwrap_or_default()).map(|()| false)?
-            }
-        };
+        client.run(&batch)?;
         let ns = t.elapsed().as_nanos() as u64;
-        lock(acc).record(ns, is_read);
-        lock(window).record(ns);
+        let mut acc = lock(acc);
+        let mut window = lock(window);
+        for (op, _) in &batch {
+            acc.record(ns, matches!(op, Op::Read(_) | Op::Scan(..)));
+            window.record(ns);
+        }
     }
     Ok(())
 }

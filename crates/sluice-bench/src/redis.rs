@@ -33,6 +33,8 @@ pub struct RedisBench {
     /// Report the resident memory of this process (a server under test)
     /// after every run.
     pub rss_pid: Option<u32>,
+    /// Operations a user sends together before reading their replies.
+    pub pipeline: usize,
 }
 
 struct Run {
@@ -81,7 +83,20 @@ pub fn run(args: &RedisBench) -> Result<String> {
             1,
         )?;
     }
-    let users = TenantSpec::users(args.users.max(1), &workload);
+    anyhow::ensure!(args.pipeline >= 1, "--pipeline: at least 1 (one operation at a time)");
+    let users: Vec<TenantSpec> = TenantSpec::users(args.users.max(1), &workload)
+        .into_iter()
+        .map(|user| TenantSpec {
+            pipeline: args.pipeline,
+            ..user
+        })
+        .collect();
+    if args.pipeline > 1 {
+        eprintln!(
+            "each user sends {} operations before it reads their replies",
+            args.pipeline
+        );
+    }
     let mut runs = Vec::new();
     let mut ops = 0;
     for round in 1..=args.rounds {

@@ -12,6 +12,7 @@ use sluice_kv::resp::{encode_command, parse_reply, Limits, Reply};
 use sluice_kv::Db;
 
 use crate::error::{BenchError, Result};
+use crate::ycsb::Op;
 
 /// A client: one per driver thread.
 pub trait Client: Send {
@@ -23,6 +24,22 @@ pub trait Client: Send {
     /// Marks the start of a request of `tenant` (a no-op over the network,
     /// where the server assigns tenants).
     fn begin(&mut self, _id: u64, _tenant: u32, _weight: f64) {}
+    /// Runs `ops`, each with the value it writes (empty for a read); a
+    /// client that can pipeline sends them all before it reads a reply.
+    fn run(&mut self, ops: &[(Op, Vec<u8>)]) -> Result<()> {
+        for (op, value) in ops {
+            match op {
+                Op::Read(k) => self.read(k).map(drop)?,
+                Op::Scan(k, n) => self.scan(k, *n).map(drop)?,
+                Op::Update(k) | Op::Insert(k) => self.write(k, value)?,
+                Op::ReadModifyWrite(k) => {
+                    self.read(k)?;
+                    self.write(k, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Makes clients.
@@ -183,5 +200,25 @@ impl Client for RespClient {
     fn scan(&mut self, start: &[u8], count: usize) -> Result<usize> {
         self.call(&[b"RANGE", start, b"", count.to_string().as_bytes()])?;
         Ok(self.reply()? / 2)
+    }
+
+    fn run(&mut self, ops: &[(Op, Vec<u8>)]) -> Result<()> {
+        let mut req = Vec::new();
+        let mut replies = 0;
+        for (op, value) in ops {
+            match op {
+                Op::Read(k) => encode_command(&[&b"GET"[..], k], &mut req),
+                Op::Scan(k, n) => encode_command(&[&b"RANGE"[..], k, b"", n.to_string().as_bytes()], &mut req),
+                Op::Update(k) | Op::Insert(k) => encode_command(&[&b"SET"[..], k, value], &mut req),
+                Op::ReadModifyWrite(k) => {
+                    encode_command(&[&b"GET"[..], k], &mut req);
+                    encode_command(&[&b"SET"[..], k, value], &mut req);
+                    replies += 1;
+                }
+            }
+            replies += 1;
+        }
+        self.stream.write_all(&req)?;
+        (0..replies).try_for_each(|_| self.reply().map(drop))
     }
 }

@@ -28,6 +28,8 @@ fn tenants(records: u64) -> Vec<TenantSpec> {
             threads: 2,
             weight: 1.0,
             target_ops: (w == 'E').then_some(200.0),
+            // Tenant A pipelines: over RESP, four commands a write.
+            pipeline: if w == 'A' { 4 } else { 1 },
         })
         .collect()
 }
@@ -52,6 +54,11 @@ fn load_and_run(target: &dyn Target) {
         assert_eq!(r.series.len(), 1, "{}: one whole 1 s interval", r.name);
     }
     assert!(results[0].writes.count() > 0 && results[1].reads.count() > 0);
+    assert_eq!(
+        results[0].ops % 4,
+        0,
+        "tenant A's operations are counted by pipelines of 4"
+    );
     let paced = results[1].ops as f64 / 1.2;
     assert!(paced < 260.0, "tenant E is paced at 200 ops/s, ran {paced:.0}");
 }

@@ -6,8 +6,17 @@
 //! reserves a connection to its keys' shard for the client
 //! ([`Router::reserve`]), on which the shard keeps the watch and which the
 //! transaction then runs on, so that the shard's own optimistic lock
-//! decides, as it would for a client connected to it directly. A connection's commands run one after another, as Redis runs
-//! them, and the replies of a pipeline are written together. Each client
+//! decides, as it would for a client connected to it directly.
+//!
+//! A pipelined client's commands that each go to one slot are gathered
+//! into runs ([`Router::execute_run`]): a run's commands bound for one
+//! shard go to it together, in the client's order, so that the shard runs a
+//! key's commands in the order sent and a pipeline costs a round trip a
+//! run, not one a command. Commands to different shards run at once, in no
+//! set order between them, as in a Redis Cluster client's pipeline; any
+//! other command (a split MGET, a transaction, the connection's own) ends
+//! the run before it and runs on its own. The replies are written in the
+//! client's order, together. Each client
 //! has its own task and buffers: a client that stops reading holds only
 //! its own task, and a malformed request closes only its own connection,
 //! with the error named.
@@ -29,6 +38,16 @@ static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 /// header on the wire to the shard.
 const ARGUMENT_OVERHEAD: usize = 32;
 
+/// How many of a client's pipelined commands go to their shards together
+/// in a run: at most `MAX_RUN`, `FIRST_RUN` at first. A run's replies are held until all of them are in, so a client's
+/// runs grow from `FIRST_RUN` while their replies stay within `RUN_BYTES`
+/// and fall back to one command once they do not: a pipeline of large
+/// values is answered one reply at a time, as before runs, and the router
+/// holds at most `MAX_RUN` replies of a client at once.
+const MAX_RUN: usize = 128;
+const FIRST_RUN: usize = 8;
+const RUN_BYTES: usize = 1 << 20;
+
 /// A pipeline's replies are written once this many bytes are pending,
 /// so that a long pipeline does not buffer all its replies.
 const FLUSH_AT: usize = 64 << 10;
@@ -45,6 +64,8 @@ struct Session {
     max_transaction: usize,
     /// The client's watch, from WATCH to EXEC, DISCARD or UNWATCH.
     watched: Option<Watched>,
+    /// Commands the client's next run may take (see [`MAX_RUN`]).
+    run_limit: usize,
 }
 
 impl Session {
@@ -56,14 +77,19 @@ impl Session {
     }
 }
 
-/// A request's arguments and the bytes it took from the read buffer.
-type Borrowed<'b> = (Vec<&'b [u8]>, usize);
+/// A request framed in a client's read buffer.
+enum Request<'b> {
+    /// An array's arguments, borrowed from the buffer.
+    Array(Vec<&'b [u8]>),
+    /// An inline command's, resolved.
+    Inline(Vec<Vec<u8>>),
+}
 
 /// A client's requests, framed where they lie in its read buffer: an
 /// array's arguments are borrowed from it, not copied (a hundred-key MGET
 /// would otherwise cost a hundred allocations before it is routed); an
-/// inline command's are resolved into `resolved`, since its quotes and
-/// escapes must go before the command is sent on as an array.
+/// inline command's are resolved, since its quotes and escapes must go
+/// before the command is sent on as an array.
 struct Requests {
     arrays: CommandParser,
     inline: RequestParser,
@@ -82,25 +108,22 @@ impl Requests {
     /// The request at the front of `buf` and the bytes it took, or `None`
     /// until all of it is there; after `None` the next call passes the
     /// same bytes and more.
-    fn next<'b>(
-        &mut self,
-        buf: &'b [u8],
-        resolved: &'b mut Vec<Vec<u8>>,
-    ) -> Result<Option<Borrowed<'b>>, ProtocolError> {
+    fn next<'b>(&mut self, buf: &'b [u8]) -> Result<Option<(Request<'b>, usize)>, ProtocolError> {
         if buf.first() == Some(&b'*') {
             let Some(used) = self.arrays.parse(buf)? else {
                 return Ok(None);
             };
             let args = self.arrays.args().iter().map(|r| &buf[r.clone()]).collect();
-            return Ok(Some((args, used)));
+            return Ok(Some((Request::Array(args), used)));
         }
-        let Some((args, used)) = self.inline.parse(buf, &self.limits)? else {
-            return Ok(None);
-        };
-        *resolved = args;
-        Ok(Some((resolved.iter().map(Vec::as_slice).collect(), used)))
+        let parsed = self.inline.parse(buf, &self.limits)?;
+        Ok(parsed.map(|(args, used)| (Request::Inline(args), used)))
     }
 }
+
+/// A client's pipelined commands that go to their shards together
+/// ([`Router::execute_run`]): each with its name and route.
+type Run<'b> = Vec<(String, Route, Vec<&'b [u8]>)>;
 
 /// Commands queued since MULTI. They run on one shard, so their keys must
 /// share a slot (a shard, outside cluster mode) with the first key queued.
@@ -126,44 +149,58 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
         transaction: None,
         max_transaction: limits.max_bulk,
         watched: None,
+        run_limit: FIRST_RUN,
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut output: Vec<u8> = Vec::new();
     let mut requests = Requests::new(limits);
     loop {
         let mut used = 0;
+        let mut run: Run = Vec::new();
         loop {
-            let mut resolved = Vec::new();
-            match requests.next(&input[used..], &mut resolved) {
-                Ok(Some((args, n))) => {
-                    used += n;
-                    if args.is_empty() {
-                        continue;
-                    }
-                    match answer(&router, &mut session, &args).await {
-                        Answer::Raw(raw) if !session.resp3 => output.extend_from_slice(&raw),
-                        Answer::Raw(raw) => resp3(&args, &raw).encode_as(&mut output, true),
-                        Answer::Reply(reply) => reply.encode_as(&mut output, session.resp3),
-                    }
-                    if session.quit {
-                        let _ = stream.write_all(&output).await;
-                        return;
-                    }
-                    if output.len() >= FLUSH_AT {
-                        if stream.write_all(&output).await.is_err() {
-                            return;
-                        }
-                        output.clear();
-                    }
-                }
+            let (request, n) = match requests.next(&input[used..]) {
+                Ok(Some(parsed)) => parsed,
                 Ok(None) => break,
                 Err(e) => {
+                    answer_run(&router, &mut session, &mut run, &mut output).await;
                     Reply::Error(format!("ERR {e}")).encode(&mut output);
                     let _ = stream.write_all(&output).await;
                     return;
                 }
+            };
+            used += n;
+            match request {
+                Request::Array(args) => match joins_a_run(&session, &args) {
+                    Some((name, route)) => {
+                        run.push((name, route, args));
+                        if run.len() < session.run_limit {
+                            continue;
+                        }
+                        answer_run(&router, &mut session, &mut run, &mut output).await;
+                    }
+                    None => {
+                        answer_run(&router, &mut session, &mut run, &mut output).await;
+                        answer_one(&router, &mut session, &args, &mut output).await;
+                    }
+                },
+                Request::Inline(resolved) => {
+                    answer_run(&router, &mut session, &mut run, &mut output).await;
+                    let args: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
+                    answer_one(&router, &mut session, &args, &mut output).await;
+                }
+            }
+            if session.quit {
+                let _ = stream.write_all(&output).await;
+                return;
+            }
+            if output.len() >= FLUSH_AT {
+                if stream.write_all(&output).await.is_err() {
+                    return;
+                }
+                output.clear();
             }
         }
+        answer_run(&router, &mut session, &mut run, &mut output).await;
         input.drain(..used);
         if !output.is_empty() {
             if stream.write_all(&output).await.is_err() {
@@ -191,6 +228,70 @@ pub async fn serve_client(router: Arc<Router>, mut stream: TcpStream, limits: Li
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
+    }
+}
+
+/// The command `args`, if it may join a run of pipelined commands: one
+/// bound for one slot, outside a transaction, with no request context of
+/// its own. Its name, in lower case, and route.
+fn joins_a_run(session: &Session, args: &[&[u8]]) -> Option<(String, Route)> {
+    if session.transaction.is_some() {
+        return None;
+    }
+    let name = String::from_utf8_lossy(args.first()?).to_lowercase();
+    let route = route(&name);
+    route.one_slot().then_some((name, route))
+}
+
+/// Answers the commands of `run`, emptied, into `output`: one alone as
+/// every command is answered ([`answer_one`]), several together
+/// ([`Router::execute_run`]).
+async fn answer_run(router: &Router, session: &mut Session, run: &mut Run<'_>, output: &mut Vec<u8>) {
+    let before = output.len();
+    match run.as_slice() {
+        [] => {}
+        [(_, _, args)] => answer_one(router, session, args, output).await,
+        commands => {
+            let origin = router.origin(session.name.as_deref(), None);
+            let routed: Vec<(&str, Route, &[&[u8]])> = commands
+                .iter()
+                .map(|(name, route, args)| (name.as_str(), *route, args.as_slice()))
+                .collect();
+            let answers = router.execute_run(&routed, origin).await;
+            for ((_, _, args), answer) in commands.iter().zip(answers) {
+                encode(answer, args, session.resp3, output);
+            }
+        }
+    }
+    if !run.is_empty() {
+        session.run_limit = next_run_limit(session.run_limit, output.len() - before);
+    }
+    run.clear();
+}
+
+/// The commands a client's next run may take, after a run whose replies
+/// took `replied` bytes (see [`MAX_RUN`]).
+fn next_run_limit(limit: usize, replied: usize) -> usize {
+    match replied {
+        0..=RUN_BYTES => (limit * 2).min(MAX_RUN),
+        _ => 1,
+    }
+}
+
+/// Answers the command `args` into `output`.
+async fn answer_one(router: &Router, session: &mut Session, args: &[&[u8]], output: &mut Vec<u8>) {
+    if !args.is_empty() {
+        let answer = answer(router, session, args).await;
+        encode(answer, args, session.resp3, output);
+    }
+}
+
+/// `answer` to `args` in the client's protocol.
+fn encode(answer: Answer, args: &[&[u8]], resp3: bool, output: &mut Vec<u8>) {
+    match answer {
+        Answer::Raw(raw) if !resp3 => output.extend_from_slice(&raw),
+        Answer::Raw(raw) => self::resp3(args, &raw).encode_as(output, true),
+        Answer::Reply(reply) => reply.encode_as(output, resp3),
     }
 }
 
@@ -613,6 +714,25 @@ fn info(router: &Router, asked: &[&[u8]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_grow_while_their_replies_are_small_and_fall_to_one_when_large() {
+        let mut limit = FIRST_RUN;
+        let mut seen = vec![limit];
+        while limit < MAX_RUN {
+            limit = next_run_limit(limit, 100 * limit);
+            seen.push(limit);
+        }
+        assert_eq!(seen, [8, 16, 32, 64, 128]);
+        assert_eq!(next_run_limit(MAX_RUN, 100), MAX_RUN);
+        assert_eq!(next_run_limit(MAX_RUN, RUN_BYTES + 1), 1);
+        assert_eq!(
+            next_run_limit(1, RUN_BYTES + 1),
+            1,
+            "a large reply alone keeps runs at one"
+        );
+        assert_eq!(next_run_limit(1, 10), 2);
+    }
     use proptest::prelude::*;
     use sluice_resp::{encode_command, parse};
 
@@ -692,15 +812,12 @@ mod tests {
                 input.extend_from_slice(&wire[fed..fed + take]);
                 fed += take;
                 let mut used = 0;
-                loop {
-                    let mut resolved = Vec::new();
-                    match requests.next(&input[used..], &mut resolved).unwrap() {
-                        Some((args, n)) => {
-                            framed.push(args.iter().map(|a| a.to_vec()).collect());
-                            used += n;
-                        }
-                        None => break,
-                    }
+                while let Some((request, n)) = requests.next(&input[used..]).unwrap() {
+                    framed.push(match request {
+                        Request::Array(args) => args.iter().map(|a| a.to_vec()).collect(),
+                        Request::Inline(args) => args,
+                    });
+                    used += n;
                 }
                 input.drain(..used);
             }

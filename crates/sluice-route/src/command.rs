@@ -77,6 +77,18 @@ pub enum Route {
     Unknown,
 }
 
+impl Route {
+    /// Whether the command goes to one slot: one key, or keys that must
+    /// share a slot. Such commands of a client's pipeline may go to their
+    /// shards together (`Router::execute_run`).
+    pub fn one_slot(self) -> bool {
+        matches!(
+            self,
+            Route::Key(_) | Route::Pair | Route::Together { .. } | Route::Counted(_)
+        )
+    }
+}
+
 /// Commands whose key is their first argument.
 const FIRST_KEY: &[&str] = &[
     "append",

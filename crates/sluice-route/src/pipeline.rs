@@ -10,8 +10,8 @@
 //! runs them; the shard's gate decides it when more are waiting than it
 //! lets in.
 //!
-//! Contract: each [`Pipeline::send`] gets exactly its own replies or an
-//! error. A connection that fails, or whose oldest command has waited past
+//! Contract: each [`Pipeline::send`] gets exactly its own replies (the
+//! last, or all of them, as its [`Keep`] asks) or an error. A connection that fails, or whose oldest command has waited past
 //! the reply timeout, fails every command still waiting on it and is marked
 //! broken; the next send is refused at once, so that the shard opens a new
 //! one. The timeout is watched by one timer a connection, not one a
@@ -33,19 +33,39 @@ const BATCH: usize = 256;
 
 type Done = oneshot::Sender<io::Result<Vec<u8>>>;
 
-/// A command for the shard: its bytes, how many replies they bring (two
-/// with `ASKING` before the command), and who waits for the last one.
+/// Which of a send's replies its sender gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// The last, or the first if it is an error: a command behind `ASKING`,
+    /// a transaction behind `MULTI`.
+    Last,
+    /// Every one, as they came, one after another: a run of a client's
+    /// pipelined commands.
+    All,
+}
+
+/// Commands for the shard: their bytes, how many replies they bring (two
+/// with `ASKING` before a command), which of them to keep, and who waits.
 struct Sent {
     bytes: Vec<u8>,
     replies: usize,
+    keep: Keep,
     done: Done,
+}
+
+/// A written send: the replies it still expects, which it keeps, who waits
+/// and when it was written.
+struct Written {
+    replies: usize,
+    keep: Keep,
+    done: Done,
+    at: Instant,
 }
 
 #[derive(Default)]
 struct Waiting {
-    /// Senders whose commands are written, in order, with the replies each
-    /// still expects and when it was written.
-    queue: VecDeque<(usize, Done, Instant)>,
+    /// Sends written, in order.
+    queue: VecDeque<Written>,
     broken: bool,
 }
 
@@ -64,8 +84,8 @@ fn lock(w: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
 fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
     let mut w = lock(waiting);
     w.broken = true;
-    for (_, done, _) in w.queue.drain(..) {
-        let _ = done.send(Err(io::Error::new(why.kind(), why.to_string())));
+    for written in w.queue.drain(..) {
+        let _ = written.done.send(Err(io::Error::new(why.kind(), why.to_string())));
     }
 }
 
@@ -100,7 +120,12 @@ impl Pipeline {
                             continue;
                         }
                         bytes.extend_from_slice(&sent.bytes);
-                        waiting.queue.push_back((sent.replies, sent.done, now));
+                        waiting.queue.push_back(Written {
+                            replies: sent.replies,
+                            keep: sent.keep,
+                            done: sent.done,
+                            at: now,
+                        });
                     }
                 }
                 if let Err(e) = write.write_all(&bytes).await {
@@ -117,9 +142,11 @@ impl Pipeline {
             // `at` are the part of the next reply it has taken.
             let mut scanner = ReplyScanner::default();
             let mut scanned = 0;
-            // The first reply of a command's several (an `ASKING` pair, a
-            // transaction), kept if it is an error.
-            let mut first: Option<Vec<u8>> = None;
+            // The replies kept of the front send so far: under
+            // `Keep::Last` the first of several (an `ASKING` pair, a
+            // transaction), returned if it is an error; under `Keep::All`
+            // each one.
+            let mut kept: Vec<u8> = Vec::new();
             let mut watch =
                 tokio::time::interval((reply_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
             watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -137,7 +164,7 @@ impl Pipeline {
                         Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
                     }
                     let len = std::mem::take(&mut scanned);
-                    let reply = buf[at..at + len].to_vec();
+                    let reply = &buf[at..at + len];
                     at += len;
                     let mut waiting = lock(&w);
                     let Some(front) = waiting.queue.front_mut() else {
@@ -145,17 +172,23 @@ impl Pipeline {
                         let e = io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for");
                         return fail_all(&w, &e);
                     };
-                    front.0 -= 1;
-                    if front.0 > 0 {
-                        first.get_or_insert(reply);
+                    front.replies -= 1;
+                    let last = front.replies == 0;
+                    match front.keep {
+                        Keep::All => kept.extend_from_slice(reply),
+                        Keep::Last if kept.is_empty() && !last => kept.extend_from_slice(reply),
+                        Keep::Last => {}
+                    }
+                    if !last {
                         continue;
                     }
-                    let (_, done, _) = waiting.queue.pop_front().expect("the front is there");
-                    let answer = match first.take() {
-                        Some(asked) if asked.first() == Some(&b'-') => asked,
-                        _ => reply,
+                    let front = waiting.queue.pop_front().expect("the front is there");
+                    let answer = match front.keep {
+                        Keep::Last if kept.first() != Some(&b'-') => reply.to_vec(),
+                        _ => std::mem::take(&mut kept),
                     };
-                    let _ = done.send(Ok(answer));
+                    kept.clear();
+                    let _ = front.done.send(Ok(answer));
                 }
                 buf.drain(..at);
                 shrink(&mut buf);
@@ -172,7 +205,7 @@ impl Pipeline {
                         Err(e) => return fail_all(&w, &e),
                     },
                     _ = watch.tick() => {
-                        let overdue = lock(&w).queue.front().is_some_and(|(_, _, at)| at.elapsed() > reply_timeout);
+                        let overdue = lock(&w).queue.front().is_some_and(|front| front.at.elapsed() > reply_timeout);
                         if overdue {
                             let e = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
                             return fail_all(&w, &e);
@@ -189,12 +222,18 @@ impl Pipeline {
         lock(&self.waiting).broken
     }
 
-    /// Sends `bytes`, which bring `replies` replies, and waits for the last
-    /// (or for the first, if it is an error: a refused `ASKING` or `MULTI`).
-    pub async fn send(&self, bytes: Vec<u8>, replies: usize) -> io::Result<Vec<u8>> {
+    /// Sends `bytes`, which bring `replies` replies, and waits for those
+    /// `keep` asks for.
+    pub async fn send(&self, bytes: Vec<u8>, replies: usize, keep: Keep) -> io::Result<Vec<u8>> {
         let (done, answer) = oneshot::channel();
         let lost = || io::Error::new(io::ErrorKind::BrokenPipe, "connection lost");
-        self.tx.send(Sent { bytes, replies, done }).map_err(|_| lost())?;
+        let sent = Sent {
+            bytes,
+            replies,
+            keep,
+            done,
+        };
+        self.tx.send(sent).map_err(|_| lost())?;
         answer.await.map_err(|_| lost())?
     }
 }

@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 use sluice_core::policy::PolicySpec;
 use sluice_core::time::from_ms;
 use sluice_core::{Ctx, Nanos, TenantId};
-use sluice_resp::{array_items, parse_reply, Limits, Reply};
+use sluice_resp::{array_items, parse_reply, reply_len, Limits, Reply};
 
 use crate::command::{keys_of, Merge, Route};
 use crate::compaction::Steering;
@@ -88,6 +88,10 @@ struct Part<'a> {
     args: Vec<&'a [u8]>,
     positions: Vec<usize>,
 }
+
+/// A run's commands bound for one shard: their indexes in the run, each
+/// with its slot.
+type ShardsPart = (Arc<Shard>, Vec<(usize, u16)>);
 
 /// Whose a request is and how long it may take: the configured tenant the
 /// client named itself after (`CLIENT SETNAME`), and the budget the tenant
@@ -344,40 +348,27 @@ impl Router {
     /// Runs the command `args` (its name `name`, in lower case, routed by
     /// `route`), which is not answered by the router itself.
     pub async fn execute(&self, name: &str, route: Route, args: &[&[u8]], origin: Origin) -> Answer {
-        let arity = || Reply::Error(format!("ERR wrong number of arguments for '{name}' command")).into();
+        let arity = || arity(name);
         let whole = || args.to_vec();
         // RANGE's count: as sent to every shard, and where the merge cuts.
         let count;
         let mut limit = DEFAULT_RANGE_COUNT;
         let parts = match route {
-            Route::Key(i) => match args.get(i) {
-                Some(key) => vec![Part {
-                    slot: slot(key),
-                    args: whole(),
-                    positions: Vec::new(),
-                }],
-                None => return arity(),
-            },
-            Route::Keys { step, .. } => {
-                if args.len() < 2 || !(args.len() - 1).is_multiple_of(step) {
-                    return arity();
-                }
-                self.split(args, step)
-            }
-            // Keys that must share a slot, found as a transaction finds them.
-            Route::Pair | Route::Together { .. } | Route::Counted(_) => {
-                let keys = match keys_of(name, route, args) {
-                    Ok(keys) => keys,
-                    Err(e) => return Reply::Error(format!("ERR {e}")).into(),
-                };
-                match self.place(keys) {
+            Route::Key(_) | Route::Pair | Route::Together { .. } | Route::Counted(_) => {
+                match self.slot_of(name, route, args) {
                     Ok(slot) => vec![Part {
                         slot,
                         args: whole(),
                         positions: Vec::new(),
                     }],
-                    Err(e) => return e.into(),
+                    Err(refused) => return refused,
                 }
+            }
+            Route::Keys { step, .. } => {
+                if args.len() < 2 || !(args.len() - 1).is_multiple_of(step) {
+                    return arity();
+                }
+                self.split(args, step)
             }
             Route::Range => {
                 if !(3..=4).contains(&args.len()) {
@@ -440,6 +431,111 @@ impl Router {
         };
         self.stats.latency.record(started.elapsed());
         answer
+    }
+
+    /// The slot of a command routed to one slot ([`Route::one_slot`]): its
+    /// key's, or that of keys which must share one.
+    fn slot_of(&self, name: &str, route: Route, args: &[&[u8]]) -> Result<u16, Answer> {
+        match route {
+            Route::Key(i) => args.get(i).map(|key| slot(key)).ok_or_else(|| arity(name)),
+            _ => match keys_of(name, route, args) {
+                Ok(keys) => self.place(keys).map_err(Answer::from),
+                Err(e) => Err(Reply::Error(format!("ERR {e}")).into()),
+            },
+        }
+    }
+
+    /// Runs a client's pipelined commands, each routed to one slot
+    /// ([`Route::one_slot`]; any other makes the run go one command at a
+    /// time, through [`Router::execute`]), and returns their answers in
+    /// the client's order.
+    ///
+    /// The commands bound for one shard go to it together, in the client's
+    /// order, as one sub-request in the context of the run (one pass at
+    /// the gate, one write), and the shard runs them in that order: a
+    /// command always runs after the client's earlier commands on its key.
+    /// Commands bound for different shards run at once, in no set order
+    /// between them, as a Redis Cluster client's pipeline runs. In front of
+    /// a cluster, a command answered with a redirect or `CLUSTERDOWN`, or
+    /// that surely was not sent, is sent again on its own after the rest,
+    /// its redirects followed as for a command sent alone.
+    pub async fn execute_run(&self, run: &[(&str, Route, &[&[u8]])], origin: Origin) -> Vec<Answer> {
+        if !run.iter().all(|(_, route, _)| route.one_slot()) {
+            let mut answers = Vec::with_capacity(run.len());
+            for &(name, route, args) in run {
+                answers.push(self.execute(name, route, args, origin).await);
+            }
+            return answers;
+        }
+        let mut answers: Vec<Option<Answer>> = run.iter().map(|_| None).collect();
+        let mut groups: Vec<ShardsPart> = Vec::new();
+        for (i, &(name, route, args)) in run.iter().enumerate() {
+            let placed = self
+                .slot_of(name, route, args)
+                .and_then(|s| Ok((s, self.shard_of_slot(s).map_err(failed)?)));
+            match placed {
+                Ok((s, shard)) => match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &shard)) {
+                    Some((_, members)) => members.push((i, s)),
+                    None => groups.push((shard, vec![(i, s)])),
+                },
+                Err(refused) => answers[i] = Some(refused),
+            }
+        }
+        let started = Instant::now();
+        let ctx = self.context_at(started, origin);
+        let sent: usize = groups.iter().map(|(_, members)| members.len()).sum();
+        self.stats.requests.fetch_add(sent as u64, Ordering::Relaxed);
+        self.stats.sub_requests.fetch_add(sent as u64, Ordering::Relaxed);
+        let calls = groups.iter().map(|(shard, members)| async move {
+            let commands: Vec<&[&[u8]]> = members.iter().map(|&(i, _)| run[i].2).collect();
+            let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));
+            let raw = shard.call_each(ctx, budget, tenant, &commands).await;
+            raw.and_then(|raw| each_reply(&raw, members.len()).map_err(|what| shard.error(what)))
+        });
+        let results = futures::future::join_all(calls).await;
+        let took = started.elapsed();
+        let mut again = Vec::new();
+        for ((_, members), result) in groups.iter().zip(results) {
+            match result {
+                Ok(replies) => {
+                    for (&(i, s), reply) in members.iter().zip(replies) {
+                        let unsettled = [&b"-MOVED "[..], b"-ASK ", b"-CLUSTERDOWN"];
+                        if self.cluster.is_some() && unsettled.iter().any(|p| reply.starts_with(p)) {
+                            again.push((i, s));
+                        } else {
+                            answers[i] = Some(Answer::Raw(reply));
+                        }
+                    }
+                }
+                Err(e) if e.unsent && self.cluster.is_some() => again.extend_from_slice(members),
+                Err(e) => {
+                    for &(i, _) in members {
+                        answers[i] = Some(failed(e.clone()));
+                    }
+                    self.stats.failed.fetch_add(members.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        for _ in 0..sent - again.len() {
+            self.stats.latency.record(took);
+        }
+        again.sort_unstable();
+        for (i, s) in again {
+            let started = Instant::now();
+            let ctx = self.context_at(started, origin);
+            answers[i] = Some(match self.call_slot(ctx, s, run[i].2).await {
+                Ok(raw) => Answer::Raw(raw),
+                Err(e) => {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    failed(e)
+                }
+            });
+            self.stats.latency.record(started.elapsed());
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every command of the run is answered"))
+            .collect()
     }
 
     /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]` on the shard the cursor
@@ -737,6 +833,35 @@ impl Router {
             unsent: false,
         })
     }
+}
+
+/// The reply to a command with the wrong number of arguments.
+fn arity(name: &str) -> Answer {
+    Reply::Error(format!("ERR wrong number of arguments for '{name}' command")).into()
+}
+
+/// A sub-request's failure as its command's answer.
+fn failed(e: ShardError) -> Answer {
+    Reply::Error(format!("ERR {e}")).into()
+}
+
+/// `count` replies, one after another in `raw`, apart.
+fn each_reply(raw: &[u8], count: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut replies = Vec::with_capacity(count);
+    let mut at = 0;
+    while at < raw.len() {
+        match reply_len(&raw[at..], &Limits::relay()) {
+            Ok(Some(len)) => {
+                replies.push(raw[at..at + len].to_vec());
+                at += len;
+            }
+            _ => return Err("sent a reply that does not parse".into()),
+        }
+    }
+    if replies.len() != count {
+        return Err(format!("sent {} replies to {count} commands", replies.len()));
+    }
+    Ok(replies)
 }
 
 fn merge_step(merge: Merge) -> usize {

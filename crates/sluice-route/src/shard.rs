@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 
 use crate::config::ShardKind;
 use crate::gate::Gate;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Keep, Pipeline};
 use crate::stats::Histogram;
 
 /// Why a sub-request got no reply.
@@ -123,7 +123,7 @@ impl Shard {
         }
     }
 
-    fn error(&self, what: impl std::fmt::Display) -> ShardError {
+    pub(crate) fn error(&self, what: impl std::fmt::Display) -> ShardError {
         ShardError {
             shard: self.name.clone(),
             addr: self.addr.clone(),
@@ -166,8 +166,23 @@ impl Shard {
         commands: &[&[&[u8]]],
         asking: Asking,
     ) -> Result<Vec<u8>, ShardError> {
-        self.counted(ctx, self.exchange(ctx, budget_ms, tenant, commands, asking))
+        self.counted(ctx, self.exchange(ctx, budget_ms, tenant, commands, asking, Keep::Last))
             .await
+    }
+
+    /// Several commands written together on one connection, one pass at
+    /// the gate, as [`Shard::call_many`]; every command's reply, one after
+    /// another as they came (a run of a client's pipeline, which the shard
+    /// runs in the order written).
+    pub async fn call_each(
+        &self,
+        ctx: Ctx,
+        budget_ms: Option<f64>,
+        tenant: Option<&[u8]>,
+        commands: &[&[&[u8]]],
+    ) -> Result<Vec<u8>, ShardError> {
+        let exchange = self.exchange(ctx, budget_ms, tenant, commands, Asking::No, Keep::All);
+        self.counted(ctx, exchange).await
     }
 
     /// A connection of the shard's own for one client, kept from its
@@ -202,7 +217,13 @@ impl Shard {
         let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, Asking::No);
         let talk = async {
             let result = self
-                .talk(&mut reserved.conn, &out, replies, self.options.reply_timeout)
+                .talk(
+                    &mut reserved.conn,
+                    &out,
+                    replies,
+                    Keep::Last,
+                    self.options.reply_timeout,
+                )
                 .await;
             reserved.broken |= result.is_err();
             result.map_err(|e| self.failure(e))
@@ -264,14 +285,17 @@ impl Shard {
         let mut out = Vec::new();
         encode_command(args, &mut out);
         let timeout = self.options.connect_timeout;
-        let raw = self.talk(&mut conn, &out, 1, timeout).await.map_err(|e| match e {
-            Exchange::TimedOut => self.error(format!(
-                "did not answer the router's {} within {} ms",
-                String::from_utf8_lossy(args.first().copied().unwrap_or_default()),
-                timeout.as_millis()
-            )),
-            broken => self.failure(broken),
-        })?;
+        let raw = self
+            .talk(&mut conn, &out, 1, Keep::Last, timeout)
+            .await
+            .map_err(|e| match e {
+                Exchange::TimedOut => self.error(format!(
+                    "did not answer the router's {} within {} ms",
+                    String::from_utf8_lossy(args.first().copied().unwrap_or_default()),
+                    timeout.as_millis()
+                )),
+                broken => self.failure(broken),
+            })?;
         *slot = Some(conn);
         self.parsed(&raw)
     }
@@ -297,11 +321,12 @@ impl Shard {
         tenant: Option<&[u8]>,
         commands: &[&[&[u8]]],
         asking: Asking,
+        keep: Keep,
     ) -> Result<Vec<u8>, ShardError> {
         let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, asking);
         if self.options.kind == ShardKind::Redis {
             let pipeline = self.pipeline().await?;
-            return match pipeline.send(out, replies).await {
+            return match pipeline.send(out, replies, keep).await {
                 Ok(reply) => Ok(reply),
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(self.failure(Exchange::TimedOut)),
                 Err(e) => Err(self.failure(Exchange::Broken(e))),
@@ -310,7 +335,7 @@ impl Shard {
         let mut conn = self.idle_or_new().await?;
         // The connection goes back to the pool only after a whole exchange.
         let reply = self
-            .talk(&mut conn, &out, replies, self.options.reply_timeout)
+            .talk(&mut conn, &out, replies, keep, self.options.reply_timeout)
             .await
             .map_err(|e| self.failure(e))?;
         self.give_back(conn);
@@ -451,8 +476,15 @@ impl Shard {
 
     /// [`talk`], then a word if the shard refused the slots a new
     /// connection told it (once, not at every connection).
-    async fn talk(&self, conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) -> Result<Vec<u8>, Exchange> {
-        let reply = talk(conn, out, replies, timeout).await?;
+    async fn talk(
+        &self,
+        conn: &mut Conn,
+        out: &[u8],
+        replies: usize,
+        keep: Keep,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, Exchange> {
+        let reply = talk(conn, out, replies, keep, timeout).await?;
         let refused = conn.greeted.take().filter(|raw| raw.first() != Some(&b'+'));
         if let Some(raw) = refused.filter(|_| !self.slots_refused.swap(true, Ordering::Relaxed)) {
             tracing::warn!(
@@ -466,11 +498,10 @@ impl Shard {
     }
 }
 
-/// Writes `out` on `conn` and reads its `replies` replies: the last, or the
-/// first if it is an error (a refused `ASKING` or `MULTI`). A new
-/// connection's greeting goes ahead of `out`, its reply kept apart in
-/// `conn.greeted`.
-async fn talk(conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) -> Result<Vec<u8>, Exchange> {
+/// Writes `out` on `conn` and reads its `replies` replies, returning those
+/// `keep` asks for. A new connection's greeting goes ahead of `out`, its
+/// reply kept apart in `conn.greeted`.
+async fn talk(conn: &mut Conn, out: &[u8], replies: usize, keep: Keep, timeout: Duration) -> Result<Vec<u8>, Exchange> {
     let exchange = async {
         match conn.greeting.take() {
             Some(greeting) => {
@@ -479,10 +510,14 @@ async fn talk(conn: &mut Conn, out: &[u8], replies: usize, timeout: Duration) ->
             }
             None => conn.stream.write_all(out).await?,
         }
-        let first = conn.read_reply().await?;
+        let mut first = conn.read_reply().await?;
         let mut last = None;
         for _ in 1..replies {
-            last = Some(conn.read_reply().await?);
+            let reply = conn.read_reply().await?;
+            match keep {
+                Keep::All => first.extend_from_slice(&reply),
+                Keep::Last => last = Some(reply),
+            }
         }
         Ok(match last {
             Some(last) if first.first() != Some(&b'-') => last,

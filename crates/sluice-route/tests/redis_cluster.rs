@@ -147,6 +147,20 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// `staying` keys named `{prefix}:{i}`, then `moving` more in slots 0-199:
+/// the slots the reshard below moves (redis-cli moves a node's lowest slots
+/// first).
+fn keys_partly_moving(prefix: &str, staying: usize, moving: usize) -> Vec<String> {
+    let mut keys: Vec<String> = (0..staying).map(|i| format!("{prefix}:{i}")).collect();
+    keys.extend(
+        (0..)
+            .map(|i| format!("{prefix}-moving:{i}"))
+            .filter(|k| slot(k.as_bytes()) < 200)
+            .take(moving),
+    );
+    keys
+}
+
 fn start_router(seed: u16) -> (SocketAddr, Arc<Router>) {
     start_router_from(&format!(
         "listen = \"127.0.0.1:0\"\n[cluster]\nseeds = [\"127.0.0.1:{seed}\"]\n[pool]\nsize = 8\n"
@@ -158,15 +172,8 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
     let Some(cluster) = start_cluster() else { return };
     let (router, state) = start_router(cluster.ports[0]);
     let mut c = Client::connect(router);
-    // 300 keys, 40 of them in slots 0-199: the slots the reshard below
-    // moves (redis-cli moves a node's lowest slots first).
-    let mut keys: Vec<String> = (0..260).map(|i| format!("user:{i}")).collect();
-    keys.extend(
-        (0..)
-            .map(|i| format!("moving:{i}"))
-            .filter(|k| slot(k.as_bytes()) < 200)
-            .take(40),
-    );
+    // 300 keys, 40 of them in the slots the reshard below moves.
+    let keys = keys_partly_moving("user", 260, 40);
     for k in &keys {
         assert_eq!(c.call(&["SET", k, k]), Reply::ok(), "{k}");
     }
@@ -204,10 +211,42 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
     );
 
     // Clients keep reading and writing through the router while 200 slots
-    // move from the first node to the second.
+    // move from the first node to the second, one command at a time, and
+    // one in pipelines of 32 commands (a run's commands answered with a
+    // redirect are sent again on their own).
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
+    let piped = {
+        let (stop, errors) = (stop.clone(), errors.clone());
+        // Keys of its own, half of them in the slots that move.
+        let keys = keys_partly_moving("piped", 32, 32);
+        std::thread::spawn(move || {
+            let mut c = Client::connect(router);
+            for batch in keys.chunks(16).cycle() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut out = Vec::new();
+                for k in batch {
+                    sluice_resp::encode_command(&["SET", k, &format!("{k}!")], &mut out);
+                }
+                for k in batch {
+                    sluice_resp::encode_command(&["GET", k], &mut out);
+                }
+                c.send_raw(&out);
+                let expected = batch
+                    .iter()
+                    .map(|_| Reply::ok())
+                    .chain(batch.iter().map(|k| bulk(&format!("{k}!"))));
+                for want in expected {
+                    if c.reply().as_ref() != Some(&want) {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    };
     let workers: Vec<_> = (0..3)
         .map(|w| {
             let (stop, errors, done, keys) = (stop.clone(), errors.clone(), done.clone(), keys.clone());
@@ -251,6 +290,7 @@ fn keys_land_where_the_cluster_says_and_resharding_is_followed() {
     for w in workers {
         w.join().unwrap();
     }
+    piped.join().unwrap();
     assert_eq!(
         errors.load(Ordering::Relaxed),
         0,

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use sluice_resp::slot::slot;
 use sluice_resp::Reply;
 use sluice_route::Router;
-use support::{a_slow_reader_stalls_no_other, bulk, free_port, start_router_from, under_ci, Client};
+use support::{
+    a_pipeline_answers_as_one_command_at_a_time, a_slow_reader_stalls_no_other, bulk, free_port, start_router_from,
+    under_ci, Client,
+};
 
 struct Redis(Child);
 
@@ -100,6 +103,15 @@ fn clients_share_a_pipeline_and_each_gets_its_own_replies() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn a_client_s_pipeline_goes_to_the_shards_in_runs_and_is_answered_in_order() {
+    let ports = [free_port(), free_port()];
+    let Some(_a) = start_redis(ports[0]) else { return };
+    let Some(_b) = start_redis(ports[1]) else { return };
+    let (router, state) = start_router(ports);
+    a_pipeline_answers_as_one_command_at_a_time(router, &state);
 }
 
 #[test]

@@ -16,7 +16,10 @@ use std::time::Duration;
 use sluice_resp::slot::slot;
 use sluice_resp::{Limits, Reply};
 use sluice_route::Router;
-use support::{a_slow_reader_stalls_no_other, bulk, start_router_from, start_shard, under_ci, Client};
+use support::{
+    a_pipeline_answers_as_one_command_at_a_time, a_slow_reader_stalls_no_other, bulk, start_router_from, start_shard,
+    under_ci, Client,
+};
 
 /// A router over `shards`, slots split evenly in order.
 fn start_router(shards: &[SocketAddr], extra: &str) -> (SocketAddr, Arc<Router>) {
@@ -48,6 +51,14 @@ fn error_text(reply: Reply) -> String {
         Reply::Error(e) => e,
         other => panic!("expected an error, got {other:?}"),
     }
+}
+
+#[test]
+fn a_client_s_pipeline_goes_to_the_shards_in_runs_and_is_answered_in_order() {
+    let shards: Vec<_> = (0..3).map(|_| start_shard("127.0.0.1:0")).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.0).collect();
+    let (router, state) = start_router(&addrs, "");
+    a_pipeline_answers_as_one_command_at_a_time(router, &state);
 }
 
 #[test]

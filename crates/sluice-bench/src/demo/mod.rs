@@ -87,6 +87,7 @@ fn tenants(a: &Demo) -> Result<Vec<TenantSpec>> {
                 threads: a.threads,
                 weight: 1.0,
                 target_ops: Some(a.target_ops),
+                pipeline: 1,
             })
         })
         .collect()

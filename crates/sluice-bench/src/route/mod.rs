@@ -233,6 +233,7 @@ pub fn run(args: &RouteBench) -> Result<String> {
                 threads: t.users,
                 weight: 1.0,
                 target_ops: None,
+                pipeline: 1,
             })
             .collect()
     };

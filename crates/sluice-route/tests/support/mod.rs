@@ -119,3 +119,67 @@ pub fn a_slow_reader_stalls_no_other(router: SocketAddr) {
         assert_eq!(hostile.reply(), Some(bulk(&big)), "the slow reader's reply {i}");
     }
 }
+
+/// Commands on keys under `prefix` spread over every shard, each key's in
+/// an order that shows a reordering (SET, APPEND, then GET; INCR, INCRBY),
+/// broken every 125 by commands that run on their own: a split MGET, a
+/// PING, and refusals of every kind (arity, WRONGTYPE, CROSSSLOT, an
+/// unknown command).
+fn pipelined_commands(prefix: &str) -> Vec<Vec<String>> {
+    let owned = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut commands = Vec::new();
+    for i in 0..100 {
+        let (k, n) = (format!("{prefix}:k{i}"), format!("{prefix}:n{i}"));
+        commands.push(owned(&["SET", &k, &format!("v{i}")]));
+        commands.push(owned(&["APPEND", &k, "-x"]));
+        commands.push(owned(&["INCR", &n]));
+        commands.push(owned(&["INCRBY", &n, "10"]));
+        commands.push(owned(&["GET", &k]));
+        if i % 25 == 24 {
+            commands.push(owned(&["MGET", &k, &format!("{prefix}:k{}", i - 1), &n]));
+            commands.push(owned(&["PING"]));
+            commands.push(owned(&["GET"]));
+            commands.push(owned(&["LPUSH", &k, "z"]));
+            commands.push(owned(&["RENAME", "{a}x", "{b}y"]));
+            commands.push(owned(&["NOSUCH", &k]));
+        }
+    }
+    commands
+}
+
+/// A client's pipeline, sent in one write, gets the replies its commands
+/// get one at a time, in order; and its commands reached the shards in
+/// runs, far fewer sub-requests than commands.
+pub fn a_pipeline_answers_as_one_command_at_a_time(router: SocketAddr, state: &Router) {
+    fn args(c: &[String]) -> Vec<&str> {
+        c.iter().map(String::as_str).collect()
+    }
+    let mut one = Client::connect(router);
+    let expected: Vec<Reply> = pipelined_commands("one").iter().map(|c| one.call(&args(c))).collect();
+    assert_eq!(expected[4], bulk("v0-x"), "{:?}", &expected[..5]);
+    assert_eq!(expected[3], Reply::Integer(11));
+    let at_shards = || -> u64 {
+        let counts = state
+            .shards()
+            .into_iter()
+            .map(|s| s.stats.sub_requests.load(std::sync::atomic::Ordering::Relaxed));
+        counts.sum()
+    };
+    let before = at_shards();
+    let mut piped = Client::connect(router);
+    let commands = pipelined_commands("piped");
+    let mut out = Vec::new();
+    for c in &commands {
+        encode_command(&args(c), &mut out);
+    }
+    piped.send_raw(&out);
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(piped.reply().as_ref(), Some(want), "reply {i} (to {:?})", commands[i]);
+    }
+    let sent = at_shards() - before;
+    assert!(
+        sent * 4 < commands.len() as u64,
+        "{sent} sub-requests for {} commands",
+        commands.len()
+    );
+}

@@ -12,7 +12,9 @@ use sluice_bench::redis::RedisBench;
     (each may be a store of its own); every round then runs each target for --seconds. Reports per target the \
     throughput, the paired ratio to the first target (median and spread), U_f, V_l and p50/p99. \
     Rounds with CPU steal above --max-steal are set aside.\n\n\
-    Example: sluice bench redis --targets direct=127.0.0.1:6379,sluice=127.0.0.1:6380 --users 50")]
+    Example: sluice bench redis --targets direct=127.0.0.1:6379,sluice=127.0.0.1:6380 --users 50\n\n\
+    With --pipeline N each user sends N operations before it reads their replies, as a pipelining \
+    client does.")]
 pub struct RedisArgs {
     /// Targets as NAME=HOST:PORT, comma-separated; the first is the baseline
     #[arg(long, value_delimiter = ',', required = true)]
@@ -38,6 +40,11 @@ pub struct RedisArgs {
     /// after every run, to see whether it grows with the operations run
     #[arg(long)]
     pub rss_pid: Option<u32>,
+    /// Operations each user sends together before reading their replies (a
+    /// pipeline, as redis-benchmark -P); each counts the pipeline's time as
+    /// its latency
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
 }
 
 pub fn run(a: RedisArgs) -> Result<()> {
@@ -52,6 +59,7 @@ pub fn run(a: RedisArgs) -> Result<()> {
             rounds: a.rounds,
             max_steal: a.max_steal,
             rss_pid: a.rss_pid,
+            pipeline: a.pipeline,
         })?
     );
     Ok(())
