@@ -210,10 +210,14 @@ impl Client for RespClient {
                 Op::Read(k) => encode_command(&[&b"GET"[..], k], &mut req),
                 Op::Scan(k, n) => encode_command(&[&b"RANGE"[..], k, b"", n.to_string().as_bytes()], &mut req),
                 Op::Update(k) | Op::Insert(k) => encode_command(&[&b"SET"[..], k, value], &mut req),
+                // The write waits for the read, as a read-modify-write must:
+                // what is pipelined before it goes first.
                 Op::ReadModifyWrite(k) => {
-                    encode_command(&[&b"GET"[..], k], &mut req);
-                    encode_command(&[&b"SET"[..], k, value], &mut req);
-                    replies += 1;
+                    self.stream.write_all(&std::mem::take(&mut req))?;
+                    (0..std::mem::take(&mut replies)).try_for_each(|_| self.reply().map(drop))?;
+                    self.read(k)?;
+                    self.write(k, value)?;
+                    continue;
                 }
             }
             replies += 1;

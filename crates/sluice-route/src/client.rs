@@ -39,11 +39,14 @@ static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 const ARGUMENT_OVERHEAD: usize = 32;
 
 /// How many of a client's pipelined commands go to their shards together
-/// in a run: at most `MAX_RUN`, `FIRST_RUN` at first. A run's replies are held until all of them are in, so a client's
-/// runs grow from `FIRST_RUN` while their replies stay within `RUN_BYTES`
-/// and fall back to one command once they do not: a pipeline of large
-/// values is answered one reply at a time, as before runs, and the router
-/// holds at most `MAX_RUN` replies of a client at once.
+/// in a run: at most `MAX_RUN`, `FIRST_RUN` at first. A run's replies are
+/// held until all of them are in, so a client's runs grow from `FIRST_RUN`
+/// while their replies stay within `RUN_BYTES` and fall back to one
+/// command once they do not: a pipeline of large values is answered one
+/// reply at a time, as before runs. The router holds at most `MAX_RUN`
+/// replies of a client at once (each copied up to three times while its
+/// run is answered), and that many large ones only once: a client that
+/// turns from small values to large ones, whose next run is long.
 const MAX_RUN: usize = 128;
 const FIRST_RUN: usize = 8;
 const RUN_BYTES: usize = 1 << 20;

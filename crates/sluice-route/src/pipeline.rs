@@ -31,7 +31,16 @@ use tokio::sync::{mpsc, oneshot};
 /// Commands written at most in one batch.
 const BATCH: usize = 256;
 
-type Done = oneshot::Sender<io::Result<Vec<u8>>>;
+type Done = oneshot::Sender<Result<Vec<u8>, Failed>>;
+
+/// A send that got no whole answer: why, and under [`Keep::All`] the
+/// replies that came before the failure, each whole (commands that ran
+/// and were answered, which a caller must not report as failed).
+#[derive(Debug)]
+pub struct Failed {
+    pub error: io::Error,
+    pub answered: Vec<u8>,
+}
 
 /// Which of a send's replies its sender gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,12 +89,18 @@ fn lock(w: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
     w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Fails every waiting command, and marks the connection broken.
-fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error) {
+/// Fails every waiting command, and marks the connection broken; the
+/// front one, if it keeps every reply, gets those `answered` so far.
+fn fail_all(waiting: &Mutex<Waiting>, why: &io::Error, mut answered: Vec<u8>) {
     let mut w = lock(waiting);
     w.broken = true;
     for written in w.queue.drain(..) {
-        let _ = written.done.send(Err(io::Error::new(why.kind(), why.to_string())));
+        let answered = match written.keep {
+            Keep::All => std::mem::take(&mut answered),
+            Keep::Last => Vec::new(),
+        };
+        let error = io::Error::new(why.kind(), why.to_string());
+        let _ = written.done.send(Err(Failed { error, answered }));
     }
 }
 
@@ -114,9 +129,11 @@ impl Pipeline {
                     let now = Instant::now();
                     for sent in batch.drain(..) {
                         if waiting.broken {
-                            let _ = sent
-                                .done
-                                .send(Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection lost")));
+                            let error = io::Error::new(io::ErrorKind::BrokenPipe, "connection lost");
+                            let _ = sent.done.send(Err(Failed {
+                                error,
+                                answered: Vec::new(),
+                            }));
                             continue;
                         }
                         bytes.extend_from_slice(&sent.bytes);
@@ -129,7 +146,7 @@ impl Pipeline {
                     }
                 }
                 if let Err(e) = write.write_all(&bytes).await {
-                    fail_all(&w, &e);
+                    fail_all(&w, &e, Vec::new());
                     return;
                 }
             }
@@ -161,7 +178,10 @@ impl Pipeline {
                             scanned += n;
                             break;
                         }
-                        Err(e) => return fail_all(&w, &io::Error::new(io::ErrorKind::InvalidData, e)),
+                        Err(e) => {
+                            let e = io::Error::new(io::ErrorKind::InvalidData, e);
+                            return fail_all(&w, &e, std::mem::take(&mut kept));
+                        }
                     }
                     let len = std::mem::take(&mut scanned);
                     let reply = &buf[at..at + len];
@@ -170,7 +190,7 @@ impl Pipeline {
                     let Some(front) = waiting.queue.front_mut() else {
                         drop(waiting);
                         let e = io::Error::new(io::ErrorKind::InvalidData, "a reply nobody asked for");
-                        return fail_all(&w, &e);
+                        return fail_all(&w, &e, Vec::new());
                     };
                     front.replies -= 1;
                     let last = front.replies == 0;
@@ -199,16 +219,16 @@ impl Pipeline {
                     read = read.read_buf(&mut buf) => match read {
                         Ok(0) => {
                             let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the shard closed the connection");
-                            return fail_all(&w, &e);
+                            return fail_all(&w, &e, std::mem::take(&mut kept));
                         }
                         Ok(_) => {}
-                        Err(e) => return fail_all(&w, &e),
+                        Err(e) => return fail_all(&w, &e, std::mem::take(&mut kept)),
                     },
                     _ = watch.tick() => {
                         let overdue = lock(&w).queue.front().is_some_and(|front| front.at.elapsed() > reply_timeout);
                         if overdue {
                             let e = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
-                            return fail_all(&w, &e);
+                            return fail_all(&w, &e, std::mem::take(&mut kept));
                         }
                     }
                 }
@@ -224,9 +244,12 @@ impl Pipeline {
 
     /// Sends `bytes`, which bring `replies` replies, and waits for those
     /// `keep` asks for.
-    pub async fn send(&self, bytes: Vec<u8>, replies: usize, keep: Keep) -> io::Result<Vec<u8>> {
+    pub async fn send(&self, bytes: Vec<u8>, replies: usize, keep: Keep) -> Result<Vec<u8>, Failed> {
         let (done, answer) = oneshot::channel();
-        let lost = || io::Error::new(io::ErrorKind::BrokenPipe, "connection lost");
+        let lost = || Failed {
+            error: io::Error::new(io::ErrorKind::BrokenPipe, "connection lost"),
+            answered: Vec::new(),
+        };
         let sent = Sent {
             bytes,
             replies,

@@ -1,7 +1,8 @@
 //! The router: which shard each part of a request goes to, the request's
 //! context sent with every part, and the parts' replies put back together.
 //!
-//! Every request gets an id from one sequence at its arrival, so ids are
+//! Every request gets an id from one sequence at its arrival (a run of a
+//! client's pipelined commands, one for the run), so ids are
 //! the router's global arrival order; each of its sub-requests carries that
 //! id (and the time left of its budget) to its shard, inside `SLUICE.WITH`
 //! for `sluice serve`, through the order of the shard's gate for a stock
@@ -469,73 +470,109 @@ impl Router {
         }
         let mut answers: Vec<Option<Answer>> = run.iter().map(|_| None).collect();
         let mut groups: Vec<ShardsPart> = Vec::new();
+        // Commands sent again on their own, after the rest, by index.
+        let mut again = Vec::new();
         for (i, &(name, route, args)) in run.iter().enumerate() {
-            let placed = self
-                .slot_of(name, route, args)
-                .and_then(|s| Ok((s, self.shard_of_slot(s).map_err(failed)?)));
-            match placed {
-                Ok((s, shard)) => match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &shard)) {
+            let s = match self.slot_of(name, route, args) {
+                Ok(s) => s,
+                Err(refused) => {
+                    answers[i] = Some(refused);
+                    continue;
+                }
+            };
+            match self.shard_of_slot(s) {
+                Ok(shard) => match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &shard)) {
                     Some((_, members)) => members.push((i, s)),
                     None => groups.push((shard, vec![(i, s)])),
                 },
-                Err(refused) => answers[i] = Some(refused),
+                // A slot no node serves yet: `call_slot` waits it out.
+                Err(e) if e.unsent && self.cluster.is_some() => again.push((i, s)),
+                Err(e) => answers[i] = Some(failed(e)),
             }
         }
         let started = Instant::now();
         let ctx = self.context_at(started, origin);
-        let sent: usize = groups.iter().map(|(_, members)| members.len()).sum();
+        let sent = groups.iter().map(|(_, members)| members.len()).sum::<usize>() + again.len();
         self.stats.requests.fetch_add(sent as u64, Ordering::Relaxed);
         self.stats.sub_requests.fetch_add(sent as u64, Ordering::Relaxed);
         let calls = groups.iter().map(|(shard, members)| async move {
             let commands: Vec<&[&[u8]]> = members.iter().map(|&(i, _)| run[i].2).collect();
             let (budget, tenant) = (self.budget_left(&ctx), self.tenant_name(&ctx));
-            let raw = shard.call_each(ctx, budget, tenant, &commands).await;
-            raw.and_then(|raw| each_reply(&raw, members.len()).map_err(|what| shard.error(what)))
+            match shard.call_each(ctx, budget, tenant, &commands).await {
+                Ok(raw) => match each_reply(&raw) {
+                    Ok(replies) if replies.len() == members.len() => (replies, None),
+                    Ok(replies) => {
+                        let what = format!("sent {} replies to {} commands", replies.len(), members.len());
+                        (Vec::new(), Some(shard.error(what)))
+                    }
+                    Err(what) => (Vec::new(), Some(shard.error(what))),
+                },
+                // The commands answered before the failure keep their
+                // replies: they ran.
+                Err(unfinished) => (
+                    each_reply(&unfinished.answered).unwrap_or_default(),
+                    Some(unfinished.error),
+                ),
+            }
         });
         let results = futures::future::join_all(calls).await;
         let took = started.elapsed();
-        let mut again = Vec::new();
-        for ((_, members), result) in groups.iter().zip(results) {
-            match result {
-                Ok(replies) => {
-                    for (&(i, s), reply) in members.iter().zip(replies) {
-                        let unsettled = [&b"-MOVED "[..], b"-ASK ", b"-CLUSTERDOWN"];
-                        if self.cluster.is_some() && unsettled.iter().any(|p| reply.starts_with(p)) {
-                            again.push((i, s));
-                        } else {
-                            answers[i] = Some(Answer::Raw(reply));
-                        }
-                    }
+        let mut failures = 0;
+        for ((_, members), (replies, error)) in groups.iter().zip(results) {
+            let answered = replies.len();
+            for (k, (&(i, s), reply)) in members.iter().zip(replies).enumerate() {
+                if self.cluster.is_some() && self.unsettled(&reply, s, &members[k + 1..], answered - k - 1) {
+                    again.push((i, s));
+                } else {
+                    answers[i] = Some(Answer::Raw(reply));
                 }
-                Err(e) if e.unsent && self.cluster.is_some() => again.extend_from_slice(members),
-                Err(e) => {
-                    for &(i, _) in members {
-                        answers[i] = Some(failed(e.clone()));
-                    }
-                    self.stats.failed.fetch_add(members.len() as u64, Ordering::Relaxed);
+            }
+            let Some(e) = error else { continue };
+            for &(i, s) in &members[answered..] {
+                if e.unsent && self.cluster.is_some() {
+                    again.push((i, s));
+                } else {
+                    answers[i] = Some(failed(e.clone()));
+                    failures += 1;
                 }
             }
         }
+        again.sort_unstable();
         for _ in 0..sent - again.len() {
             self.stats.latency.record(took);
         }
-        again.sort_unstable();
-        for (i, s) in again {
-            let started = Instant::now();
-            let ctx = self.context_at(started, origin);
+        for &(i, s) in &again {
+            let ctx = self.context_at(Instant::now(), origin);
             answers[i] = Some(match self.call_slot(ctx, s, run[i].2).await {
                 Ok(raw) => Answer::Raw(raw),
                 Err(e) => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    failures += 1;
                     failed(e)
                 }
             });
+            // Timed from the run's start: its first try is the client's wait too.
             self.stats.latency.record(started.elapsed());
         }
+        self.stats.failed.fetch_add(failures, Ordering::Relaxed);
         answers
             .into_iter()
             .map(|a| a.expect("every command of the run is answered"))
             .collect()
+    }
+
+    /// Whether a run's command that got `reply` from its node, in front of a
+    /// cluster, is sent again on its own: a redirect always (a later command
+    /// of its slot on that node was redirected too, so none of them ran
+    /// out of order); `CLUSTERDOWN` only if none of the `answered` of
+    /// `later` commands of the run on that node shares its slot, since one
+    /// that does may have run once the node recovered, and sending this one
+    /// after it would reverse them: the client gets `CLUSTERDOWN` then.
+    fn unsettled(&self, reply: &[u8], slot: u16, later: &[(usize, u16)], answered: usize) -> bool {
+        if reply.starts_with(b"-MOVED ") || reply.starts_with(b"-ASK ") {
+            self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        reply.starts_with(b"-CLUSTERDOWN") && !later[..answered].iter().any(|&(_, s)| s == slot)
     }
 
     /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]` on the shard the cursor
@@ -845,9 +882,9 @@ fn failed(e: ShardError) -> Answer {
     Reply::Error(format!("ERR {e}")).into()
 }
 
-/// `count` replies, one after another in `raw`, apart.
-fn each_reply(raw: &[u8], count: usize) -> Result<Vec<Vec<u8>>, String> {
-    let mut replies = Vec::with_capacity(count);
+/// The replies one after another in `raw`, apart.
+fn each_reply(raw: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut replies = Vec::new();
     let mut at = 0;
     while at < raw.len() {
         match reply_len(&raw[at..], &Limits::relay()) {
@@ -857,9 +894,6 @@ fn each_reply(raw: &[u8], count: usize) -> Result<Vec<Vec<u8>>, String> {
             }
             _ => return Err("sent a reply that does not parse".into()),
         }
-    }
-    if replies.len() != count {
-        return Err(format!("sent {} replies to {count} commands", replies.len()));
     }
     Ok(replies)
 }

@@ -47,6 +47,24 @@ pub struct ShardError {
     pub unsent: bool,
 }
 
+/// A sub-request that got no whole answer: why, and the replies that came
+/// before the failure (under [`Keep::All`]: a run's commands that ran and
+/// were answered, which must not be reported as failed; else none).
+#[derive(Debug)]
+pub struct Unfinished {
+    pub answered: Vec<u8>,
+    pub error: ShardError,
+}
+
+impl From<ShardError> for Unfinished {
+    fn from(error: ShardError) -> Unfinished {
+        Unfinished {
+            answered: Vec::new(),
+            error,
+        }
+    }
+}
+
 /// How a shard is reached and how long it is waited for.
 #[derive(Clone, Debug)]
 pub struct ShardOptions {
@@ -166,21 +184,22 @@ impl Shard {
         commands: &[&[&[u8]]],
         asking: Asking,
     ) -> Result<Vec<u8>, ShardError> {
-        self.counted(ctx, self.exchange(ctx, budget_ms, tenant, commands, asking, Keep::Last))
-            .await
+        let exchange = self.exchange(ctx, budget_ms, tenant, commands, asking, Keep::Last);
+        self.counted(ctx, exchange).await.map_err(|u: Unfinished| u.error)
     }
 
     /// Several commands written together on one connection, one pass at
     /// the gate, as [`Shard::call_many`]; every command's reply, one after
     /// another as they came (a run of a client's pipeline, which the shard
-    /// runs in the order written).
+    /// runs in the order written). If the exchange fails, the replies that
+    /// came before go with the error.
     pub async fn call_each(
         &self,
         ctx: Ctx,
         budget_ms: Option<f64>,
         tenant: Option<&[u8]>,
         commands: &[&[&[u8]]],
-    ) -> Result<Vec<u8>, ShardError> {
+    ) -> Result<Vec<u8>, Unfinished> {
         let exchange = self.exchange(ctx, budget_ms, tenant, commands, Asking::No, Keep::All);
         self.counted(ctx, exchange).await
     }
@@ -226,7 +245,7 @@ impl Shard {
                 )
                 .await;
             reserved.broken |= result.is_err();
-            result.map_err(|e| self.failure(e))
+            result.map_err(|(_, e)| self.failure(e))
         };
         self.counted(ctx, talk).await
     }
@@ -245,19 +264,21 @@ impl Shard {
     /// then counted and timed. The pass is waited for at most the reply
     /// timeout too, so that behind a shard that hangs, sub-requests fail
     /// within twice the timeout, not one timeout for each turn of the pool.
-    async fn counted(
+    async fn counted<E: From<ShardError>>(
         &self,
         ctx: Ctx,
-        talk: impl std::future::Future<Output = Result<Vec<u8>, ShardError>>,
-    ) -> Result<Vec<u8>, ShardError> {
+        talk: impl std::future::Future<Output = Result<Vec<u8>, E>>,
+    ) -> Result<Vec<u8>, E> {
         let waited = Instant::now();
         let Ok(_pass) = tokio::time::timeout(self.options.reply_timeout, self.gate.enter(ctx)).await else {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            return Err(self.unreachable(format!(
-                "had none of its {} places free within {} ms (the sub-requests there are waiting for it)",
-                self.options.pool,
-                self.options.reply_timeout.as_millis()
-            )));
+            return Err(self
+                .unreachable(format!(
+                    "had none of its {} places free within {} ms (the sub-requests there are waiting for it)",
+                    self.options.pool,
+                    self.options.reply_timeout.as_millis()
+                ))
+                .into());
         };
         let started = Instant::now();
         self.stats.gate_wait.record(started - waited);
@@ -288,7 +309,7 @@ impl Shard {
         let raw = self
             .talk(&mut conn, &out, 1, Keep::Last, timeout)
             .await
-            .map_err(|e| match e {
+            .map_err(|(_, e)| match e {
                 Exchange::TimedOut => self.error(format!(
                     "did not answer the router's {} within {} ms",
                     String::from_utf8_lossy(args.first().copied().unwrap_or_default()),
@@ -322,22 +343,30 @@ impl Shard {
         commands: &[&[&[u8]]],
         asking: Asking,
         keep: Keep,
-    ) -> Result<Vec<u8>, ShardError> {
+    ) -> Result<Vec<u8>, Unfinished> {
         let (out, replies) = self.encode(ctx, budget_ms, tenant, commands, asking);
         if self.options.kind == ShardKind::Redis {
             let pipeline = self.pipeline().await?;
-            return match pipeline.send(out, replies, keep).await {
-                Ok(reply) => Ok(reply),
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(self.failure(Exchange::TimedOut)),
-                Err(e) => Err(self.failure(Exchange::Broken(e))),
-            };
+            return pipeline.send(out, replies, keep).await.map_err(|failed| {
+                let why = match failed.error.kind() {
+                    std::io::ErrorKind::TimedOut => Exchange::TimedOut,
+                    _ => Exchange::Broken(failed.error),
+                };
+                Unfinished {
+                    answered: failed.answered,
+                    error: self.failure(why),
+                }
+            });
         }
         let mut conn = self.idle_or_new().await?;
         // The connection goes back to the pool only after a whole exchange.
         let reply = self
             .talk(&mut conn, &out, replies, keep, self.options.reply_timeout)
             .await
-            .map_err(|e| self.failure(e))?;
+            .map_err(|(answered, e)| Unfinished {
+                answered,
+                error: self.failure(e),
+            })?;
         self.give_back(conn);
         Ok(reply)
     }
@@ -483,7 +512,7 @@ impl Shard {
         replies: usize,
         keep: Keep,
         timeout: Duration,
-    ) -> Result<Vec<u8>, Exchange> {
+    ) -> Result<Vec<u8>, (Vec<u8>, Exchange)> {
         let reply = talk(conn, out, replies, keep, timeout).await?;
         let refused = conn.greeted.take().filter(|raw| raw.first() != Some(&b'+'));
         if let Some(raw) = refused.filter(|_| !self.slots_refused.swap(true, Ordering::Relaxed)) {
@@ -499,9 +528,17 @@ impl Shard {
 }
 
 /// Writes `out` on `conn` and reads its `replies` replies, returning those
-/// `keep` asks for. A new connection's greeting goes ahead of `out`, its
-/// reply kept apart in `conn.greeted`.
-async fn talk(conn: &mut Conn, out: &[u8], replies: usize, keep: Keep, timeout: Duration) -> Result<Vec<u8>, Exchange> {
+/// `keep` asks for; if the exchange fails, the replies `Keep::All` had
+/// gathered go with the error. A new connection's greeting goes ahead of
+/// `out`, its reply kept apart in `conn.greeted`.
+async fn talk(
+    conn: &mut Conn,
+    out: &[u8],
+    replies: usize,
+    keep: Keep,
+    timeout: Duration,
+) -> Result<Vec<u8>, (Vec<u8>, Exchange)> {
+    let mut answered = Vec::new();
     let exchange = async {
         match conn.greeting.take() {
             Some(greeting) => {
@@ -511,11 +548,14 @@ async fn talk(conn: &mut Conn, out: &[u8], replies: usize, keep: Keep, timeout: 
             None => conn.stream.write_all(out).await?,
         }
         let mut first = conn.read_reply().await?;
+        if keep == Keep::All {
+            answered.append(&mut first);
+        }
         let mut last = None;
         for _ in 1..replies {
             let reply = conn.read_reply().await?;
             match keep {
-                Keep::All => first.extend_from_slice(&reply),
+                Keep::All => answered.extend_from_slice(&reply),
                 Keep::Last => last = Some(reply),
             }
         }
@@ -525,9 +565,10 @@ async fn talk(conn: &mut Conn, out: &[u8], replies: usize, keep: Keep, timeout: 
         })
     };
     match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(_)) if keep == Keep::All => Ok(answered),
         Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(Exchange::Broken(said_before(conn, e))),
-        Err(_) => Err(Exchange::TimedOut),
+        Ok(Err(e)) => Err((answered, Exchange::Broken(said_before(conn, e)))),
+        Err(_) => Err((answered, Exchange::TimedOut)),
     }
 }
 

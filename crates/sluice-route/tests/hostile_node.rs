@@ -2,7 +2,10 @@
 //! one answers every command with a redirect to a new address, and the
 //! router takes up at most `MAX_NODES` nodes, then refuses the redirect by
 //! name, and goes on answering; one is still learning of a failover and
-//! answers `CLUSTERDOWN` a few times, and the router waits it out.
+//! answers `CLUSTERDOWN` a few times, and the router waits it out, but
+//! never sends a pipelined command again behind a later one of its slot
+//! that ran; a Redis that closes the connection partway through a
+//! client's pipeline leaves the commands it answered answered.
 
 mod support;
 
@@ -11,7 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use sluice_resp::{parse, Limits, Reply};
+use sluice_resp::{encode_command, parse, Limits, Reply};
 use sluice_route::router::MAX_NODES;
 use support::{start_router_from, Client};
 
@@ -121,4 +124,86 @@ fn a_node_still_learning_of_a_failover_is_waited_out() {
         client.call(&["GET", "k"]),
         Reply::Error("CLUSTERDOWN The cluster is down".into())
     );
+}
+
+/// `commands` written in one go, so that the router reads them together
+/// and runs them as one run; their replies.
+fn pipelined(addr: std::net::SocketAddr, commands: &[&[&str]]) -> Vec<Reply> {
+    let mut client = Client::connect(addr);
+    let mut out = Vec::new();
+    for c in commands {
+        encode_command(c, &mut out);
+    }
+    client.send_raw(&out);
+    commands.iter().map(|_| client.reply().expect("a reply")).collect()
+}
+
+#[test]
+fn clusterdown_in_a_run_is_sent_again_only_if_no_later_command_of_its_slot_ran() {
+    let first_down = |n: u32| {
+        if n == 0 {
+            "-CLUSTERDOWN The cluster is down\r\n".into()
+        } else {
+            "+OK\r\n".into()
+        }
+    };
+    // The second SET of the same key ran once the node recovered: sending
+    // the first again would leave k = 1, so the client is told.
+    let (port, issued) = start_node(first_down);
+    let (addr, _router) = start_router_from(&cluster_config(port));
+    let replies = pipelined(addr, &[&["SET", "k", "1"], &["SET", "k", "2"]]);
+    assert_eq!(
+        replies,
+        [Reply::Error("CLUSTERDOWN The cluster is down".into()), Reply::ok()]
+    );
+    assert_eq!(issued.load(Ordering::Relaxed), 2, "nothing sent again");
+    // Keys of different slots: the first is sent again, and succeeds.
+    let (port, issued) = start_node(first_down);
+    let (addr, _router) = start_router_from(&cluster_config(port));
+    let replies = pipelined(addr, &[&["SET", "a", "1"], &["SET", "b", "2"]]);
+    assert_eq!(replies, [Reply::ok(), Reply::ok()]);
+    assert_eq!(issued.load(Ordering::Relaxed), 3, "the first sent again");
+}
+
+#[test]
+fn a_redis_closing_partway_through_a_run_leaves_what_it_answered_answered() {
+    // Reads the whole pipeline, answers its first three commands, then
+    // closes its side cleanly.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let mut commands = 0;
+            while commands < 5 {
+                let Ok(n) = stream.read(&mut chunk) else { break };
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Ok(Some((_, used))) = parse(&buf, &Limits::default()) {
+                    buf.drain(..used);
+                    commands += 1;
+                }
+            }
+            let _ = stream.write_all(&b"+OK\r\n".repeat(3));
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            while stream.read(&mut chunk).is_ok_and(|n| n > 0) {}
+        }
+    });
+    let (addr, _router) = start_router_from(&format!(
+        "listen = \"127.0.0.1:0\"\n[[shard]]\nname = \"a\"\naddr = \"127.0.0.1:{port}\"\nslots = \"0-16383\"\nkind = \"redis\"\n"
+    ));
+    let sets: Vec<[String; 3]> = (0..5).map(|i| ["SET".into(), format!("k{i}"), "v".into()]).collect();
+    let commands: Vec<Vec<&str>> = sets.iter().map(|c| c.iter().map(String::as_str).collect()).collect();
+    let commands: Vec<&[&str]> = commands.iter().map(Vec::as_slice).collect();
+    let replies = pipelined(addr, &commands);
+    assert_eq!(replies[..3], [Reply::ok(), Reply::ok(), Reply::ok()], "{replies:?}");
+    for reply in &replies[3..] {
+        assert!(
+            matches!(reply, Reply::Error(e) if e.contains(&format!("shard a (127.0.0.1:{port}) failed"))),
+            "{reply:?}"
+        );
+    }
 }
