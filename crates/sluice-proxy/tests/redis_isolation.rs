@@ -217,13 +217,17 @@ fn a_client_leaving_after_quit_ends_its_session_whatever_is_owed() {
 }
 
 /// RESET turns replies back on, but a SKIP before it still covers its own
-/// reply, and DISCARD (in a transaction or outside one) leaves the reply
-/// mode alone: the replies the client gets are Redis's, byte for byte.
+/// reply; DISCARD (in a transaction or outside one) leaves the reply mode
+/// alone; an empty command takes a SKIP: the replies the client gets are
+/// Redis's, byte for byte.
 #[test]
 fn reset_and_discard_leave_the_reply_mode_as_redis_does() {
     let Some(server) = RedisServer::start() else { return };
-    let sequences: [&[u8]; 5] = [
+    let sequences: [&[u8]; 7] = [
         b"CLIENT REPLY SKIP\r\nRESET\r\nPING\r\n",
+        // An empty command (a blank line, an empty array) takes the SKIP.
+        b"CLIENT REPLY SKIP\r\n\r\nPING\r\n",
+        b"CLIENT REPLY SKIP\r\n*0\r\nPING\r\n",
         b"CLIENT REPLY OFF\r\nRESET\r\nPING\r\n",
         b"CLIENT REPLY OFF\r\nDISCARD\r\nCLIENT REPLY ON\r\nPING\r\n",
         b"CLIENT REPLY SKIP\r\nDISCARD\r\nPING\r\n",

@@ -369,7 +369,9 @@ impl ToUpstream<'_> {
     async fn command(&mut self, buf: &[u8], command: Range<usize>, unsent: &mut Range<usize>) -> io::Result<Action> {
         let args = Args::new(&buf[command], self.parser.args());
         if args.is_empty() {
-            // Redis ignores blank lines and empty arrays without a reply.
+            // Redis ignores blank lines and empty arrays without a reply,
+            // as a command whose reply a `CLIENT REPLY SKIP` covers.
+            self.wants_reply();
             return Ok(Action::Skip);
         }
         let kind = classify(args);
