@@ -718,6 +718,9 @@ fn info(router: &Router, asked: &[&[u8]]) -> String {
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+    use sluice_resp::{encode_command, parse};
+
     #[test]
     fn runs_grow_while_their_replies_are_small_and_fall_to_one_when_large() {
         let mut limit = FIRST_RUN;
@@ -736,8 +739,6 @@ mod tests {
         );
         assert_eq!(next_run_limit(1, 10), 2);
     }
-    use proptest::prelude::*;
-    use sluice_resp::{encode_command, parse};
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(Some(s.as_bytes().to_vec()))

@@ -11,12 +11,13 @@
 //! lets in.
 //!
 //! Contract: each [`Pipeline::send`] gets exactly its own replies (the
-//! last, or all of them, as its [`Keep`] asks) or an error. A connection that fails, or whose oldest command has waited past
-//! the reply timeout, fails every command still waiting on it and is marked
-//! broken; the next send is refused at once, so that the shard opens a new
-//! one. The timeout is watched by one timer a connection, not one a
-//! command: registering a timer wakes tokio's driver, which at tens of
-//! thousands of commands a second costs a system call each.
+//! last, or all of them, as its [`Keep`] asks) or an error. A connection
+//! that fails, or whose oldest command has waited past the reply timeout,
+//! fails every command still waiting on it and is marked broken; the next
+//! send is refused at once, so that the shard opens a new one. The timeout
+//! is watched by one timer a connection, not one a command: registering a
+//! timer wakes tokio's driver, which at tens of thousands of commands a
+//! second costs a system call each.
 
 use std::collections::VecDeque;
 use std::io;

@@ -349,7 +349,6 @@ impl Router {
     /// Runs the command `args` (its name `name`, in lower case, routed by
     /// `route`), which is not answered by the router itself.
     pub async fn execute(&self, name: &str, route: Route, args: &[&[u8]], origin: Origin) -> Answer {
-        let arity = || arity(name);
         let whole = || args.to_vec();
         // RANGE's count: as sent to every shard, and where the merge cuts.
         let count;
@@ -367,13 +366,13 @@ impl Router {
             }
             Route::Keys { step, .. } => {
                 if args.len() < 2 || !(args.len() - 1).is_multiple_of(step) {
-                    return arity();
+                    return arity(name);
                 }
                 self.split(args, step)
             }
             Route::Range => {
                 if !(3..=4).contains(&args.len()) {
-                    return arity();
+                    return arity(name);
                 }
                 limit = match args.get(3).map(|c| std::str::from_utf8(c).ok()?.parse::<usize>().ok()) {
                     None => DEFAULT_RANGE_COUNT,
@@ -419,7 +418,7 @@ impl Router {
             Err(e) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 self.stats.latency.record(started.elapsed());
-                return Reply::Error(format!("ERR {e}")).into();
+                return failed(e);
             }
         };
         let answer = match route {
@@ -648,16 +647,14 @@ impl Router {
     /// Reserves a connection to the shard of `slot` for a client's
     /// `WATCH` ([`Shard::reserve`]).
     pub async fn reserve(&self, key: &[u8]) -> Result<Watched, Answer> {
-        let shard = self
-            .shard_of_slot(slot(key))
-            .map_err(|e| Answer::from(Reply::Error(format!("ERR {e}"))))?;
+        let shard = self.shard_of_slot(slot(key)).map_err(failed)?;
         match shard.reserve().await {
             Ok(reserved) => Ok(Watched {
                 key: key.to_vec(),
                 shard,
                 reserved,
             }),
-            Err(e) => Err(Reply::Error(format!("ERR {e}")).into()),
+            Err(e) => Err(failed(e)),
         }
     }
 
@@ -689,7 +686,7 @@ impl Router {
         self.stats.latency.record(started.elapsed());
         result.map_err(|e| {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
-            Reply::Error(format!("ERR {e}")).into()
+            failed(e)
         })
     }
 
